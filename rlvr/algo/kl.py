@@ -1,0 +1,19 @@
+"""Per-token KL estimators between the policy and a reference (Schulman, "Approximating KL divergence")."""
+from __future__ import annotations
+
+import torch
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """logp, ref_logp: [B, T] log-probs of the sampled tokens -> [B, T] estimate of KL(policy || ref).
+
+    k1 = logp - ref; k2 = (logp - ref)^2 / 2; k3 = exp(ref - logp) - (ref - logp) - 1 (unbiased, >= 0).
+    """
+    diff = ref_logp - logp  # [B, T]
+    if kind == "k1":
+        return -diff
+    if kind == "k2":
+        return diff.pow(2) / 2
+    if kind == "k3":
+        return diff.exp() - diff - 1
+    raise ValueError(f"kind must be k1, k2 or k3, got {kind!r}")

@@ -1,0 +1,61 @@
+"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...]."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlvr.config import build_config, describe
+from rlvr.errors import RlvrError
+
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
+def _split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    overrides = [a for a in argv if a.startswith("--") and "=" in a]
+    rest = [a for a in argv if a not in overrides]
+    return rest, overrides
+
+
+def cmd_train(argv: list[str]) -> int:
+    rest, overrides = _split_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="rlvr train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train with GRPO. Any config key can be overridden as --section.key=value.",
+        epilog="config keys (default):\n" + "\n".join(
+            f"  --{k}={d}\n      {doc}" for k, d, doc in describe()))
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
+    args = parser.parse_args(rest)
+    path = args.config
+    if path is None and DEMO_CONFIG.is_file():
+        path = DEMO_CONFIG
+    cfg = build_config(path, overrides)
+    from rlvr.train.grpo import train  # heavy imports only once the config is known to be good
+
+    train(cfg)
+    return 0
+
+
+COMMANDS = {"train": cmd_train}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"rlvr: unknown command '{argv[0]}'", file=sys.stderr)
+        print("usage: rlvr {" + ",".join(COMMANDS) + "} ...   (rlvr train --help lists config keys)",
+              file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except RlvrError as e:
+        print(f"rlvr: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlvr: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Run configuration: nested dataclasses whose attribute docstrings are the documentation.
+
+A config is built from defaults, then a YAML file, then dotted command-line overrides
+(`--rollout.group_size=16`). Unknown keys and wrongly typed values are errors that name the key.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rlvr.errors import RlvrError
+
+
+class ConfigError(RlvrError):
+    pass
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m-instruct"
+    """Built-in name (smollm2-135m-instruct, tiny-random) or a local Hugging Face model directory."""
+    dtype: str = "float32"
+    """Parameter dtype for training: float32 or bfloat16."""
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arithmetic"
+    """Task to train on; built in: arithmetic."""
+    digits: int = 1
+    """Arithmetic: most digits in each operand of the train and held-out splits."""
+    operands: int = 2
+    """Arithmetic: number of operands in the train and held-out splits."""
+    operators: str = "+-*"
+    """Arithmetic: operators to draw from, any of + - *."""
+    ood_digits: int = 2
+    """Arithmetic: digits per operand of the out-of-distribution split."""
+    ood_operands: int = 2
+    """Arithmetic: operands of the out-of-distribution split."""
+    heldout_size: int = 100
+    """Problems in the held-out split (same difficulty as train, never trained on)."""
+    ood_size: int = 100
+    """Problems in the out-of-distribution split."""
+    train_size: int = 0
+    """Problems in the train split; 0 takes every remaining problem of the train difficulty."""
+    few_shot: int = 1
+    """Worked examples shown as earlier chat turns (kept out of every split)."""
+    system_prompt: str = ""
+    """System message; empty keeps the chat template's default."""
+    seed: int = 0
+    """Seed for drawing and splitting problems (independent of train.seed)."""
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 8
+    """Prompts sampled per training step."""
+    group_size: int = 8
+    """Completions sampled per prompt (G)."""
+    max_new_tokens: int = 24
+    """Longest completion; longer ones are cut and counted as truncated."""
+    temperature: float = 1.0
+    """Sampling temperature (also applied to the training log-probabilities)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 keeps all."""
+
+
+@dataclass
+class RewardsConfig:
+    weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
+    """Reward functions and their weights: a built-in name (correctness, format) or 'module:function'
+    with the TRL signature f(completions, **columns) -> list[float | None]."""
+
+
+@dataclass
+class AlgoConfig:
+    lr: float = 2e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 3
+    """Linear learning-rate warm-up steps."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip; 0 disables."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1 (ratio <= 1 + clip_high)."""
+    iterations: int = 1
+    """Policy updates per rollout batch (mu in the GRPO paper)."""
+    beta: float = 0.0
+    """KL coefficient to a frozen reference policy (k3 estimator); 0 loads no reference."""
+    adv_eps: float = 1e-6
+    """Added to the group std when normalising advantages."""
+    aggregation: str = "seq-mean-token-mean"
+    """Loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm."""
+    micro_batch_prompts: int = 4
+    """Prompts (whole groups) per forward/backward pass; gradients accumulate over the step."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30
+    """Training steps (one rollout batch each)."""
+    seed: int = 0
+    """Seed for sampling and prompt order."""
+    out: str = "runs/demo"
+    """Run directory."""
+    samples_every: int = 5
+    """Print a few samples every this many steps (0: never); all go to samples.jsonl."""
+    threads: int = 0
+    """torch CPU threads; 0 keeps torch's default."""
+
+
+@dataclass
+class EvalConfig:
+    max_new_tokens: int = 24
+    """Longest greedy completion in evaluation."""
+    batch_size: int = 50
+    """Prompts per greedy generation batch."""
+    before: bool = True
+    """Evaluate before training."""
+    after: bool = True
+    """Evaluate after training."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+# ---------------------------------------------------------------- building
+
+
+def _hints(cls) -> dict[str, object]:
+    return typing.get_type_hints(cls)
+
+
+def valid_keys(cls=Config, prefix: str = "") -> list[str]:
+    keys = []
+    for f in dataclasses.fields(cls):
+        t = _hints(cls)[f.name]
+        if dataclasses.is_dataclass(t):
+            keys += valid_keys(t, f"{prefix}{f.name}.")
+        else:
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def _unknown(key: str, where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return ConfigError(f"{where}: unknown config key '{key}'{hint}")
+
+
+def _type_name(t) -> str:
+    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
+
+
+def _coerce(value, t, key: str, where: str):
+    """Check `value` against annotation `t`; ints are accepted for floats."""
+    origin = typing.get_origin(t)
+    bad = ConfigError(f"{where}: '{key}' must be {_type_name(t)}, got {value!r}")
+    if origin is dict:
+        kt, vt = typing.get_args(t)
+        if not isinstance(value, dict):
+            raise bad
+        return {_coerce(k, kt, key, where): _coerce(v, vt, f"{key}.{k}", where) for k, v in value.items()}
+    if origin is list:
+        (it,) = typing.get_args(t)
+        if not isinstance(value, list):
+            raise bad
+        return [_coerce(v, it, key, where) for v in value]
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(t):
+            if option is type(None) and value is None:
+                return None
+            try:
+                return _coerce(value, option, key, where)
+            except ConfigError:
+                pass
+        raise bad
+    if t is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if t is bool and not isinstance(value, bool):
+        raise bad
+    if t in (int, float) and isinstance(value, bool):
+        raise bad
+    if not isinstance(value, t):
+        raise bad
+    return value
+
+
+def _set(cfg, dotted: str, value, where: str) -> None:
+    parts = dotted.split(".")
+    obj = cfg
+    for i, part in enumerate(parts):
+        fields = {f.name for f in dataclasses.fields(obj)}
+        if part not in fields:
+            raise _unknown(dotted, where)
+        t = _hints(type(obj))[part]
+        rest = parts[i + 1:]
+        if dataclasses.is_dataclass(t):
+            if not rest:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{where}: '{dotted}' is a section; give its keys")
+                for k, v in value.items():
+                    _set(cfg, f"{dotted}.{k}", v, where)
+                return
+            obj = getattr(obj, part)
+            continue
+        if typing.get_origin(t) is dict and rest:  # --rewards.weights.format=0.5
+            current = dict(getattr(obj, part))
+            current[".".join(rest)] = value
+            value = current
+        elif rest:
+            raise _unknown(dotted, where)
+        setattr(obj, part, _coerce(value, t, dotted, where))
+        return
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        line = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{line}: malformed YAML: {e.problem}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: malformed YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def parse_override(arg: str) -> tuple[str, object]:
+    """'--section.key=value' -> ('section.key', value parsed as YAML)."""
+    if not arg.startswith("--") or "=" not in arg:
+        raise ConfigError(f"override '{arg}' must look like --section.key=value")
+    key, raw = arg[2:].split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    cfg = Config()
+    if path is not None:
+        for key, value in load_yaml(path).items():
+            _set(cfg, str(key), value, str(path))
+    for arg in overrides:
+        key, value = parse_override(arg)
+        _set(cfg, key, value, "command line")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    checks = [
+        (cfg.rollout.group_size >= 2, "rollout.group_size must be at least 2 (GRPO compares within a group)"),
+        (cfg.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be at least 1"),
+        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be at least 1"),
+        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts"),
+        (0 < cfg.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+        (cfg.algo.iterations >= 1, "algo.iterations must be at least 1"),
+        (cfg.algo.micro_batch_prompts >= 1, "algo.micro_batch_prompts must be at least 1"),
+        (cfg.algo.aggregation in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+         f"algo.aggregation '{cfg.algo.aggregation}' is not token-mean, seq-mean-token-mean or "
+         "seq-mean-token-sum-norm"),
+        (cfg.model.dtype in ("float32", "bfloat16"), "model.dtype must be float32 or bfloat16"),
+        (cfg.train.steps >= 0, "train.steps must be >= 0"),
+        (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Attribute docstrings of a dataclass, read from its source: the only help text."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def describe(cls=Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, default, doc) for every leaf key: what `rlvr train --help` prints."""
+    rows = []
+    defaults = cls()
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        t = _hints(cls)[f.name]
+        if dataclasses.is_dataclass(t):
+            rows += describe(t, f"{prefix}{f.name}.")
+        else:
+            rows.append((f"{prefix}{f.name}", repr(getattr(defaults, f.name)), docs.get(f.name, "")))
+    return rows

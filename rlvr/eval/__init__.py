@@ -1,0 +1,3 @@
+from rlvr.eval.evaluate import EvalResult, evaluate
+
+__all__ = ["EvalResult", "evaluate"]

@@ -1,0 +1,39 @@
+"""Greedy pass@1 of a policy on a split, scored with the task's verifiers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlvr.rewards import format_reward, math_accuracy
+from rlvr.rollout.engine import generate
+from rlvr.tasks import Problem
+
+
+@dataclass
+class EvalResult:
+    accuracy: float  # fraction whose one final answer is correct
+    format_rate: float  # fraction in the stated answer format
+    n: int
+    records: list[dict] = field(default_factory=list)
+
+
+def evaluate(policy, tok, problems: list[Problem], prompts: list[list[int]], *, max_new_tokens: int,
+             batch_size: int, stop_ids: list[int]) -> EvalResult:
+    """Greedy completion per problem; accuracy is math_accuracy's verdict, format the format reward's."""
+    was_training = policy.training
+    policy.eval()
+    records = []
+    for start in range(0, len(problems), batch_size):
+        chunk = prompts[start:start + batch_size]
+        r = generate(policy, chunk, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
+                     stop_ids=stop_ids, pad_id=tok.pad_token_id)
+        texts = tok.batch_decode(r.completion_token_lists(), skip_special_tokens=True)
+        for p, text, trunc in zip(problems[start:start + batch_size], texts, r.truncated.tolist()):
+            acc = math_accuracy.verdict(text, p.answer)
+            fmt = format_reward.verdict(text)
+            records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
+                            "completion": text, "correct": acc.score, "reason": acc.reason,
+                            "format": fmt.score, "truncated": trunc})
+    policy.train(was_training)
+    n = len(records)
+    return EvalResult(accuracy=sum(r["correct"] for r in records) / max(n, 1),
+                      format_rate=sum(r["format"] for r in records) / max(n, 1), n=n, records=records)

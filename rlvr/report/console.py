@@ -1,0 +1,37 @@
+"""What a person sees in the terminal: a progress bar, sample completions, the before/after table."""
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+
+def progress(total: int):
+    return tqdm(total=total, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+
+
+def say(text: str) -> None:
+    tqdm.write(text, file=sys.stderr)
+
+
+def format_samples(step: int, samples: list[dict], k: int = 2) -> str:
+    lines = [f"--- samples at step {step} ---"]
+    for s in samples[:k]:
+        rewards = ", ".join(f"{n}={v['score']:g} ({v['reason']})" for n, v in s["rewards"].items())
+        lines.append(f"Q: {s['question']}\nA: {s['completion'].strip()!r}\n   {rewards}")
+    return "\n".join(lines)
+
+
+def before_after_table(summary: dict) -> str:
+    def cell(key: str) -> str:
+        v = summary.get(key)
+        return "   -  " if v is None else f"{100 * v:5.1f}%"
+
+    rows = [("held-out accuracy", "heldout_accuracy"), ("held-out format", "heldout_format"),
+            ("OOD accuracy", "ood_accuracy"), ("OOD format", "ood_format")]
+    out = [f"{'':20} {'before':>7} {'after':>7} {'change':>8}"]
+    for label, key in rows:
+        b, a = summary.get(f"{key}_before"), summary.get(f"{key}_after")
+        change = f"{100 * (a - b):+7.1f}" if a is not None and b is not None else "      -"
+        out.append(f"{label:20} {cell(key + '_before'):>7} {cell(key + '_after'):>7} {change:>8}")
+    return "\n".join(out)

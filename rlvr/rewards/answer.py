@@ -1,0 +1,50 @@
+"""Find the one final answer in a completion: `Answer: ...`, `\\boxed{...}` or `<answer>...</answer>`."""
+from __future__ import annotations
+
+import re
+
+_ANSWER_LINE = re.compile(r"^[ \t]*answer[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_INTEGER = re.compile(r"^[+-]?\d{1,3}(,\d{3})+$|^[+-]?\d+$")
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every \\boxed{...}, with nested braces balanced; an unclosed box is skipped."""
+    found, start = [], 0
+    while (i := text.find("\\boxed{", start)) != -1:
+        depth, j = 1, i + len("\\boxed{")
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        if depth == 0:
+            found.append(text[i + len("\\boxed{"):j - 1])
+        start = j
+    return found
+
+
+def after_thinking(text: str) -> str | None:
+    """The text after the last </think>; None when a <think> is left open."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        return None
+    return text
+
+
+def final_answers(text: str) -> list[str]:
+    """Every final-answer candidate after the reasoning, in the three accepted forms."""
+    body = after_thinking(text)
+    if body is None:
+        return []
+    cands = [m.group(1) for m in _ANSWER_LINE.finditer(body)]
+    cands += [m.group(1) for m in _ANSWER_TAG.finditer(body)]
+    cands += boxed_contents(body)
+    return [c.strip() for c in cands]
+
+
+def parse_integer(text: str) -> int | None:
+    """'1,000' -> 1000, '+7' -> 7, '7.' -> 7; anything else -> None."""
+    text = text.strip().removesuffix(".").replace(" ", "")
+    if _INTEGER.match(text):
+        return int(text.replace(",", ""))
+    return None

@@ -1,0 +1,106 @@
+"""Reward plumbing: verdicts, TRL-style completions, and scoring a batch with named weighted functions."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+from rlvr.errors import RlvrError
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One completion's score under one reward function, with the reason the samples show."""
+
+    score: float
+    reason: str
+    extracted: str | None = None
+
+
+def completion_text(completion) -> str:
+    """TRL passes either a string or a list of chat messages; the last assistant content is scored."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    raise TypeError(f"a completion must be a string or a list of chat messages, got {type(completion).__name__}")
+
+
+def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...]):
+    """Turn a one-item verdict function into a TRL reward f(completions, **columns) -> list[float]."""
+
+    def reward(completions, **kwargs) -> list[float]:
+        cols = [kwargs[c] for c in columns]
+        return [verdict_fn(completion_text(c), *vals).score for c, *vals in zip(completions, *cols)]
+
+    reward.verdict = verdict_fn
+    reward.columns = columns
+    reward.__name__ = verdict_fn.__name__.removesuffix("_verdict")
+    reward.__doc__ = verdict_fn.__doc__
+    return reward
+
+
+@dataclass
+class RewardFunction:
+    name: str
+    weight: float
+    fn: Callable
+
+
+@dataclass
+class Scores:
+    """Per-function scores and reasons for B completions, their weighted total and error counts."""
+
+    per_function: dict[str, list[float]]
+    reasons: dict[str, list[str]]
+    total: list[float]
+    errors: dict[str, int]
+
+
+def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFunction:
+    if name in builtins:
+        return RewardFunction(name, weight, builtins[name])
+    if ":" not in name:
+        raise RlvrError(f"unknown reward '{name}' in rewards.weights: built in: {', '.join(builtins)}, "
+                        "or give 'module:function'")
+    module_name, attr = name.split(":", 1)
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise RlvrError(f"cannot load reward function '{name}': {e}") from None
+    if not callable(fn):
+        raise RlvrError(f"reward '{name}' is not callable")
+    return RewardFunction(name, weight, fn)
+
+
+def _run_one(rf: RewardFunction, completions: list[str], columns: dict[str, list]) -> tuple[list[float], list[str]]:
+    verdict = getattr(rf.fn, "verdict", None)
+    if verdict is not None:
+        cols = [columns[c] for c in rf.fn.columns]
+        vs = [verdict(c, *vals) for c, *vals in zip(completions, *cols)]
+        return [v.score for v in vs], [v.reason for v in vs]
+    values = rf.fn(completions, **columns)
+    if not isinstance(values, (list, tuple)) or len(values) != len(completions):
+        raise ValueError(f"returned {type(values).__name__} of length "
+                         f"{len(values) if hasattr(values, '__len__') else '?'}, expected a list of {len(completions)}")
+    scores = [0.0 if v is None else float(v) for v in values]
+    return scores, ["not applicable" if v is None else "" for v in values]
+
+
+def score_batch(functions: list[RewardFunction], completions: list[str], columns: dict[str, list],
+                on_error: Callable[[str, Exception], None] | None = None) -> Scores:
+    """Score every completion with every function. A function that raises scores the whole batch 0
+    and is counted in `errors`; training goes on."""
+    per, reasons, errors = {}, {}, {}
+    for rf in functions:
+        try:
+            per[rf.name], reasons[rf.name] = _run_one(rf, completions, columns)
+            errors[rf.name] = 0
+        except Exception as e:  # a user's reward must not end the run
+            per[rf.name] = [0.0] * len(completions)
+            reasons[rf.name] = [f"reward function raised {type(e).__name__}: {e}"] * len(completions)
+            errors[rf.name] = len(completions)
+            if on_error is not None:
+                on_error(rf.name, e)
+    total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(len(completions))]
+    return Scores(per, reasons, total, errors)

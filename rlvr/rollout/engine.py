@@ -1,0 +1,109 @@
+"""Built-in rollout engine for Hugging Face causal LMs.
+
+The G completions of a prompt share its prefix, so the prompt is prefilled once and its KV cache is
+repeated G times; finished sequences are dropped from the batch so they cost nothing further.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.rollout.sampling import sample_next
+
+
+@dataclass
+class Rollout:
+    """G sampled completions for each of P prompts; row b belongs to prompt b // G."""
+
+    prompt_ids: list[list[int]]  # P token-id lists, unpadded
+    completion_ids: torch.Tensor  # [B, Tc] right-padded with pad_id, B = P * G
+    completion_mask: torch.Tensor  # [B, Tc] 1.0 on generated tokens (the stop token included)
+    sampler_logp: torch.Tensor  # [B, Tc] log-prob of each token under the sampling distribution
+    truncated: torch.Tensor  # [B] bool: hit max_new_tokens without a stop token
+    group_size: int
+
+    def completion_token_lists(self) -> list[list[int]]:
+        lengths = self.completion_mask.sum(-1).long().tolist()
+        return [row[:n] for row, n in zip(self.completion_ids.tolist(), lengths)]
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists: returns (ids [N, T], mask [N, T]) with mask 1 on real tokens."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding: [N, T] -> [N, T]."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    stop_ids: list[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample `group_size` completions for each prompt (temperature 0: greedy)."""
+    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                use_cache=True, logits_to_keep=1)
+    cache = out.cache
+    cache.batch_repeat_interleave(group_size)
+    logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [B, V]
+    mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
+    next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first completion token
+
+    n = len(prompts) * group_size
+    tokens_out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
+    logp_out = torch.zeros((n, max_new_tokens))
+    done = torch.zeros(n, dtype=torch.bool)
+    active = torch.arange(n)  # rows of the full batch that are still generating
+    stop = torch.tensor(stop_ids, dtype=torch.long)
+    for t in range(max_new_tokens):
+        tok, logp = sample_next(logits, temperature, top_p, top_k, generator)  # [A], [A]
+        tokens_out[active, t] = tok
+        logp_out[active, t] = logp
+        finished = torch.isin(tok, stop)  # [A]
+        done[active[finished]] = True
+        if t == max_new_tokens - 1 or bool(finished.all()):
+            break
+        if bool(finished.any()):
+            keep = (~finished).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, tok, mask, next_pos = active[keep], tok[keep], mask[keep], next_pos[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # [A, Tp + t + 1]
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
+                    cache=cache, use_cache=True)
+        cache = out.cache
+        logits = out.logits[:, -1]
+        next_pos = next_pos + 1
+
+    # Pad may equal a stop token (SmolLM uses <|im_end|> for both): a row ends at its first stop.
+    is_stop = torch.isin(tokens_out, stop)  # [B, Tc]
+    last = torch.where(is_stop.any(-1), is_stop.float().argmax(-1), max_new_tokens - 1)  # [B]
+    comp_mask = (torch.arange(max_new_tokens)[None, :] <= last[:, None]).float()  # [B, Tc]
+    width = int(comp_mask.sum(-1).max().item()) if n else 0
+    return Rollout(
+        prompt_ids=[list(p) for p in prompts],
+        completion_ids=tokens_out[:, :width],
+        completion_mask=comp_mask[:, :width],
+        sampler_logp=logp_out[:, :width] * comp_mask[:, :width],
+        truncated=~done,
+        group_size=group_size,
+    )

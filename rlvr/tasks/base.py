@@ -1,0 +1,60 @@
+"""Problems, splits, and turning a problem into a chat prompt."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One verifiable prompt. `columns` are passed to reward functions as keyword lists (TRL style)."""
+
+    question: str  # the user turn
+    answer: str  # gold answer, as text
+    difficulty: str = ""
+
+    def columns(self) -> dict[str, object]:
+        return {"answer": self.answer, "difficulty": self.difficulty}
+
+
+@dataclass
+class Splits:
+    train: list[Problem]
+    heldout: list[Problem]
+    ood: list[Problem]
+    few_shot: list[tuple[str, str]] = field(default_factory=list)  # (question, worked answer) turns
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def chat_messages(question: str, few_shot: list[tuple[str, str]], system_prompt: str = "") -> list[dict]:
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for q, a in few_shot:
+        messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    return messages + [{"role": "user", "content": question}]
+
+
+def encode_prompt(tok, question: str, few_shot: list[tuple[str, str]], system_prompt: str = "") -> list[int]:
+    """Token ids of the chat prompt, ending with the assistant turn's opening."""
+    text = tok.apply_chat_template(chat_messages(question, few_shot, system_prompt),
+                                   add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+class PromptSampler:
+    """Draws training problems in seeded epochs: every problem once before any repeats."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.rng = n, random.Random(seed)
+        self.order: list[int] = []
+
+    def next(self, k: int) -> list[int]:
+        picked = []
+        while len(picked) < k:
+            if not self.order:
+                self.order = list(range(self.n))
+                self.rng.shuffle(self.order)
+            picked.append(self.order.pop())
+        return picked

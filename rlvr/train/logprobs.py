@@ -1,0 +1,53 @@
+"""Per-token log-probabilities of completions under a causal LM, sharing each prompt across its group.
+
+The prompt of a group is run once (with gradient) and its KV cache is repeated G times, so the
+prompt's cost is paid once per prompt rather than once per completion; the result and its gradient
+are the same as running every prompt + completion pair in full (tests/train/test_logprobs.py).
+Log-probabilities are taken from the hidden states in row chunks, so the [B, T, vocab] logits are
+never held at once.
+"""
+from __future__ import annotations
+
+import torch
+
+from rlvr.rollout.engine import left_pad, positions_from_mask
+
+
+def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Tensor,
+                   temperature: float = 1.0, chunk_rows: int = 8) -> torch.Tensor:
+    """hidden [B, T, H] predicts tokens [B, T]; returns log p(token) [B, T] in fp32."""
+    out = []
+    for start in range(0, hidden.shape[0], chunk_rows):
+        logits = head(hidden[start:start + chunk_rows]).float()  # [b, T, V]
+        if temperature not in (0, 1):
+            logits = logits / temperature
+        logp = logits.log_softmax(-1).gather(-1, tokens[start:start + chunk_rows, :, None])
+        out.append(logp.squeeze(-1))  # [b, T]
+    return torch.cat(out, dim=0)
+
+
+def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor, group_size: int, pad_id: int,
+                        temperature: float = 1.0) -> torch.Tensor:
+    """log p(completion token | prompt, earlier tokens): [B, Tc], zero where completion_mask is 0.
+
+    prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
+    row b continuing prompt b // group_size.
+    """
+    base, head = model.base_model, model.get_output_embeddings()
+    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+    prompt_out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                      use_cache=True)
+    cache = prompt_out.cache
+    cache.batch_repeat_interleave(group_size)
+    last_prompt_h = prompt_out.last_hidden_state[:, -1:].repeat_interleave(group_size, dim=0)  # [B, 1, H]
+    mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
+    tc = completion_ids.shape[1]
+    positions = mask.sum(-1, keepdim=True) + torch.arange(tc)[None, :]  # [B, Tc]
+    comp_out = base(input_ids=completion_ids,
+                    attention_mask=torch.cat([mask, completion_mask.long()], dim=-1),
+                    position_ids=positions, cache=cache, use_cache=True)
+    # Token t is predicted from position t - 1; token 0 from the prompt's last position.
+    hidden = torch.cat([last_prompt_h, comp_out.last_hidden_state[:, :-1]], dim=1)  # [B, Tc, H]
+    logp = token_logprobs(hidden, head, completion_ids, temperature)  # [B, Tc]
+    return logp * completion_mask
