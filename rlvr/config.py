@@ -199,6 +199,11 @@ def _coerce(value, t, key: str, where: str):
         raise bad
     if t is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if t is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise bad from None
     if t is bool and not isinstance(value, bool):
         raise bad
     if t in (int, float) and isinstance(value, bool):

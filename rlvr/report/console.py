@@ -14,11 +14,12 @@ def say(text: str) -> None:
     tqdm.write(text, file=sys.stderr)
 
 
-def format_samples(step: int, samples: list[dict], k: int = 2) -> str:
+def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:
+    """The first completion of the first k groups, with each reward's score and reason."""
     lines = [f"--- samples at step {step} ---"]
-    for s in samples[:k]:
+    for s in samples[::group_size][:k]:
         rewards = ", ".join(f"{n}={v['score']:g} ({v['reason']})" for n, v in s["rewards"].items())
-        lines.append(f"Q: {s['question']}\nA: {s['completion'].strip()!r}\n   {rewards}")
+        lines.append(f"Q: {s['prompt']}\nA: {s['completion'].strip()!r}\n   {rewards}")
     return "\n".join(lines)
 
 

@@ -62,7 +62,7 @@ def step_metrics(step, scores, rollout, update, rewards, t_step, t_roll, t_train
 
 
 def sample_records(step, problems, texts, scores, rewards, group_size) -> list[dict]:
-    return [{"step": step, "question": problems[i // group_size].question,
+    return [{"step": step, "prompt": problems[i // group_size].question,
              "answer": problems[i // group_size].answer, "completion": text,
              "reward": scores.total[i],
              "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
@@ -157,7 +157,7 @@ def train(cfg: Config) -> dict:
         for rec in records:
             samples_sink.write(rec)
         if cfg.train.samples_every and step % cfg.train.samples_every == 0:
-            say(format_samples(step, records))
+            say(format_samples(step, records, r.group_size))
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", len=f"{m['completion/length_mean']:.1f}")
         bar.update(1)
         summary["steps"] = step

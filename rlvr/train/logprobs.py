@@ -3,8 +3,8 @@
 The prompt of a group is run once (with gradient) and its KV cache is repeated G times, so the
 prompt's cost is paid once per prompt rather than once per completion; the result and its gradient
 are the same as running every prompt + completion pair in full (tests/train/test_logprobs.py).
-Log-probabilities are taken from the hidden states in row chunks, so the [B, T, vocab] logits are
-never held at once.
+Log-probabilities are computed for real completion tokens only, in chunks, so the [B, T, vocab]
+logits are never held at once and padding never reaches the vocabulary projection.
 """
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ from rlvr.rollout.engine import left_pad, positions_from_mask
 
 
 def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Tensor,
-                   temperature: float = 1.0, chunk_rows: int = 8) -> torch.Tensor:
-    """hidden [B, T, H] predicts tokens [B, T]; returns log p(token) [B, T] in fp32."""
+                   temperature: float = 1.0, chunk: int = 256) -> torch.Tensor:
+    """hidden [N, H] predicts tokens [N]; returns log p(token) [N] in fp32, `chunk` rows of logits at a time."""
     out = []
-    for start in range(0, hidden.shape[0], chunk_rows):
-        logits = head(hidden[start:start + chunk_rows]).float()  # [b, T, V]
-        if temperature not in (0, 1):
+    for start in range(0, hidden.shape[0], chunk):
+        logits = head(hidden[start:start + chunk]).float()  # [n, V]
+        if temperature != 1.0:
             logits = logits / temperature
-        logp = logits.log_softmax(-1).gather(-1, tokens[start:start + chunk_rows, :, None])
-        out.append(logp.squeeze(-1))  # [b, T]
-    return torch.cat(out, dim=0)
+        out.append(logits.log_softmax(-1).gather(-1, tokens[start:start + chunk, None]).squeeze(-1))  # [n]
+    return torch.cat(out) if out else hidden.new_zeros(0)
 
 
 def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
@@ -49,5 +48,6 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
                     position_ids=positions, cache=cache, use_cache=True)
     # Token t is predicted from position t - 1; token 0 from the prompt's last position.
     hidden = torch.cat([last_prompt_h, comp_out.last_hidden_state[:, :-1]], dim=1)  # [B, Tc, H]
-    logp = token_logprobs(hidden, head, completion_ids, temperature)  # [B, Tc]
-    return logp * completion_mask
+    real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
+    logp = token_logprobs(hidden[real], head, completion_ids[real], temperature)  # [N]
+    return torch.zeros(completion_ids.shape, dtype=logp.dtype).masked_scatter(real, logp)  # [B, Tc]

@@ -32,10 +32,14 @@ class UpdateSettings:
     pad_id: int
 
 
-def _micro_batches(batch: Batch, prompts_per_mb: int) -> list[tuple[list[list[int]], slice]]:
-    g = batch.group_size
-    return [(batch.prompts[i:i + prompts_per_mb], slice(i * g, (i + prompts_per_mb) * g))
-            for i in range(0, len(batch.prompts), prompts_per_mb)]
+def _micro_batches(batch: Batch, prompts_per_mb: int) -> list[tuple[list[list[int]], slice, int]]:
+    """(prompts, row slice, width): whole groups, each trimmed to its own longest completion."""
+    g, out = batch.group_size, []
+    for i in range(0, len(batch.prompts), prompts_per_mb):
+        rows = slice(i * g, (i + prompts_per_mb) * g)
+        width = max(int(batch.completion_mask[rows].sum(-1).max()), 1)
+        out.append((batch.prompts[i:i + prompts_per_mb], rows, width))
+    return out
 
 
 def _weight(mask: torch.Tensor, full_mask: torch.Tensor, aggregation: str) -> float:
@@ -54,8 +58,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None) 
     ref_logp = [None] * len(mbs)
     if s.beta > 0 and ref is not None:
         with torch.no_grad():
-            ref_logp = [completion_logprobs(ref, p, batch.completion_ids[sl], batch.completion_mask[sl],
-                                            batch.group_size, s.pad_id, s.temperature) for p, sl in mbs]
+            ref_logp = [completion_logprobs(ref, p, batch.completion_ids[sl, :w], batch.completion_mask[sl, :w],
+                                            batch.group_size, s.pad_id, s.temperature) for p, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     params = [p for p in policy.parameters() if p.requires_grad]
     metrics: dict[str, float] = {}
@@ -63,9 +67,9 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None) 
     for it in range(s.iterations):
         optimizer.zero_grad(set_to_none=True)
         loss_sum, kl_sum, n_tok, stats = 0.0, 0.0, 0.0, {}
-        for k, (prompts, sl) in enumerate(mbs):
-            mask = batch.completion_mask[sl]  # [b, Tc]
-            logp = completion_logprobs(policy, prompts, batch.completion_ids[sl], mask,
+        for k, (prompts, sl, w) in enumerate(mbs):
+            mask = batch.completion_mask[sl, :w]  # [b, w]
+            logp = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask,
                                        batch.group_size, s.pad_id, s.temperature)  # [b, Tc]
             if old_logp[k] is None:  # the first pass is the behaviour policy (no update yet)
                 old_logp[k] = logp.detach()

@@ -1,0 +1,81 @@
+"""Whole runs on tiny-random through the command line: the run-directory contract, determinism, bad input."""
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from rlvr.cli import main
+
+SMOKE = ["--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4",
+         "--rollout.prompts_per_step=2", "--rollout.group_size=3", "--rollout.max_new_tokens=6",
+         "--eval.max_new_tokens=6", "--train.steps=2"]
+
+METRIC_KEYS = {"step", "reward/mean", "reward/correctness/mean", "reward/format/mean", "completion/length_mean",
+               "completion/truncated_frac", "loss", "kl", "grad_norm", "tokens/generated", "time/step_s",
+               "time/rollout_s", "time/train_s"}
+
+
+def run(tmp_path, name, *extra):
+    out = tmp_path / name
+    assert main(["train", *SMOKE, f"--train.out={out}", *extra]) == 0
+    return out
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_two_steps_write_the_run_directory(tmp_path):
+    out = run(tmp_path, "a")
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert METRIC_KEYS <= set(metrics[0])
+    samples = read_jsonl(out / "samples.jsonl")
+    assert len(samples) == 2 * 2 * 3
+    assert {"prompt", "completion", "rewards", "step"} <= set(samples[0])
+    assert set(samples[0]["rewards"]["correctness"]) == {"score", "reason"}
+    summary = json.loads((out / "summary.json").read_text())
+    for k in ("heldout_accuracy_before", "heldout_accuracy_after", "ood_accuracy_before", "ood_accuracy_after",
+              "steps", "train_seconds", "wall_seconds"):
+        assert k in summary
+    assert summary["steps"] == 2
+    assert "group_size: 3" in (out / "config.yaml").read_text()
+    AutoModelForCausalLM.from_pretrained(out / "final")
+
+
+def test_same_seed_same_metrics(tmp_path):
+    a = read_jsonl(run(tmp_path, "a") / "metrics.jsonl")
+    b = read_jsonl(run(tmp_path, "b") / "metrics.jsonl")
+    strip = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]
+    assert strip(a) == strip(b)
+
+
+def raising_reward(completions, **kw):
+    raise ValueError("bad reward")
+
+
+def test_raising_reward_is_counted_and_training_goes_on(tmp_path, capsys):
+    out = run(tmp_path, "r", "--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:raising_reward': 1.0}")
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["reward/tests.e2e.test_tiny_run:raising_reward/errors"] for m in metrics] == [6, 6]
+    assert "reward function 'tests.e2e.test_tiny_run:raising_reward' raised ValueError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rollout.group_sise=4"], "unknown config key 'rollout.group_sise'; did you mean 'rollout.group_size'?"),
+    (["--rollout.group_size=x"], "'rollout.group_size' must be int"),
+    (["--model.name=./no/such/dir"], "model directory not found: ./no/such/dir"),
+    (["--rewards.weights={'nomod:f': 1.0}"], "cannot load reward function 'nomod:f'"),
+])
+def test_bad_input_is_one_clear_message(tmp_path, capsys, args, message):
+    assert main(["train", *SMOKE, f"--train.out={tmp_path}/x", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_malformed_yaml(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  steps: [2\n")
+    assert main(["train", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml, line" in err and "malformed YAML" in err
