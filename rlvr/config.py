@@ -79,8 +79,12 @@ class RolloutConfig:
 @dataclass
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
-    """Reward functions and their weights: a built-in name (correctness, format) or 'module:function'
-    with the TRL signature f(completions, **columns) -> list[float | None]."""
+    """Reward functions and their weights: a built-in name (correctness, format, length) or
+    'module:function' with the TRL signature f(completions, **columns) -> list[float | None]."""
+    overlong_buffer: int = 8
+    """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
+    overlong_penalty: float = 1.0
+    """length reward: the penalty at rollout.max_new_tokens (it falls linearly over the buffer)."""
 
 
 @dataclass

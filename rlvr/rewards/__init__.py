@@ -4,15 +4,23 @@ Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`
 kept with the sample.
 """
 from rlvr.rewards.base import RewardFunction, Scores, Verdict, completion_text, resolve, score_batch
-from rlvr.rewards.format import format_reward
+from rlvr.rewards.format import format_reward, make_format_reward
+from rlvr.rewards.length import make_overlong_reward, overlong_score
 from rlvr.rewards.math import math_accuracy
 
 BUILTINS = {"correctness": math_accuracy, "format": format_reward}
 
 
-def build_rewards(weights: dict[str, float]) -> list[RewardFunction]:
-    return [resolve(name, weight, BUILTINS) for name, weight in weights.items()]
+def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_buffer: int = 0,
+                  overlong_penalty: float = 1.0) -> list[RewardFunction]:
+    """Reward functions by name: the built-ins above, `length` (soft overlong punishment against
+    max_new_tokens), or 'module:function'."""
+    builtins = dict(BUILTINS)
+    if max_new_tokens:
+        builtins["length"] = make_overlong_reward(max_new_tokens, overlong_buffer, overlong_penalty)
+    return [resolve(name, weight, builtins) for name, weight in weights.items()]
 
 
 __all__ = ["BUILTINS", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
-           "format_reward", "math_accuracy", "score_batch"]
+           "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
+           "score_batch"]

@@ -26,14 +26,27 @@ def completion_text(completion) -> str:
     raise TypeError(f"a completion must be a string or a list of chat messages, got {type(completion).__name__}")
 
 
-def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...]):
-    """Turn a one-item verdict function into a TRL reward f(completions, **columns) -> list[float]."""
+def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
+               verdicts_fn: Callable[..., list[Verdict]] | None = None):
+    """Turn a one-item verdict function into a TRL reward f(completions, **columns) -> list[float].
+
+    The reward also carries `.verdict(completion, *column_values) -> Verdict` and
+    `.verdicts(completions, **columns) -> list[Verdict]`; pass `verdicts_fn` for a batch form that
+    does better than one call per item (a worker pool, say).
+    """
+
+    def verdicts(completions, **kwargs) -> list[Verdict]:
+        cols = [kwargs[c] for c in columns]
+        texts = [completion_text(c) for c in completions]
+        if verdicts_fn is not None:
+            return verdicts_fn(texts, *cols)
+        return [verdict_fn(t, *vals) for t, *vals in zip(texts, *cols)]
 
     def reward(completions, **kwargs) -> list[float]:
-        cols = [kwargs[c] for c in columns]
-        return [verdict_fn(completion_text(c), *vals).score for c, *vals in zip(completions, *cols)]
+        return [v.score for v in verdicts(completions, **kwargs)]
 
     reward.verdict = verdict_fn
+    reward.verdicts = verdicts
     reward.columns = columns
     reward.__name__ = verdict_fn.__name__.removesuffix("_verdict")
     reward.__doc__ = verdict_fn.__doc__
@@ -74,10 +87,9 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
 
 
 def _run_one(rf: RewardFunction, completions: list[str], columns: dict[str, list]) -> tuple[list[float], list[str]]:
-    verdict = getattr(rf.fn, "verdict", None)
-    if verdict is not None:
-        cols = [columns[c] for c in rf.fn.columns]
-        vs = [verdict(c, *vals) for c, *vals in zip(completions, *cols)]
+    verdicts = getattr(rf.fn, "verdicts", None)
+    if verdicts is not None:
+        vs = verdicts(completions, **columns)
         return [v.score for v in vs], [v.reason for v in vs]
     values = rf.fn(completions, **columns)
     if not isinstance(values, (list, tuple)) or len(values) != len(completions):

@@ -1,21 +1,51 @@
-"""Format reward: the completion ends with exactly one `Answer: <integer>` line."""
+"""Format reward: one parseable final answer, in the stated form, with the reasoning closed."""
 from __future__ import annotations
 
-from rlvr.rewards.answer import final_answers, parse_integer
+import re
+
+from rlvr.rewards.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
+from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, looks_like_several
+
+STYLES = ("answer_line", "boxed", "tag", "any")
+_ENDS = {
+    "answer_line": re.compile(r"(?im)^[ \t]*answer[ \t]*:[^\n]*\S[^\n]*\s*\Z"),
+    "boxed": re.compile(r"\\boxed\{.*\}[\s.$]*\Z", re.DOTALL),
+    "tag": re.compile(r"<answer>.*?</answer>\s*\Z", re.DOTALL),
+}
 
 
-def format_reward_verdict(completion: str) -> Verdict:
-    """1.0 when the last non-empty line is `Answer: <integer>` and no other final answer is given."""
-    lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
+def format_check(completion: str, style: str = "answer_line") -> Verdict:
+    """1.0 when the reasoning is closed, there is exactly one final answer, it is a single value,
+    and (unless style is 'any') the completion ends with it in the given form."""
+    body = after_thinking(completion)
+    if body is None:
+        return Verdict(0.0, "unclosed <think>")
+    if completion.count("<think>") > completion.count("</think>"):
+        return Verdict(0.0, "unbalanced <think> tags")
     cands = final_answers(completion)
-    if not lines or not lines[-1].lower().startswith("answer:"):
-        return Verdict(0.0, "does not end with an 'Answer:' line")
     if len(cands) != 1:
         return Verdict(0.0, f"{len(cands)} final answers, expected one")
-    if parse_integer(cands[0]) is None:
-        return Verdict(0.0, "the answer is not a plain integer", cands[0])
-    return Verdict(1.0, "well formed", cands[0])
+    value = clean(cands[0]).text
+    if not value or len(value) > MAX_ANSWER_CHARS:
+        return Verdict(0.0, "empty or overlong final answer", cands[0][:40])
+    if looks_like_several(value):
+        return Verdict(0.0, "several candidates in the final answer", cands[0][:40])
+    if style != "any" and not _ENDS[style].search(body):
+        return Verdict(0.0, f"does not end with the final answer as {style}", cands[0][:40])
+    return Verdict(1.0, "well formed", cands[0][:40])
 
 
-format_reward = batch_form(format_reward_verdict, ())
+def make_format_reward(style: str = "answer_line"):
+    if style not in STYLES:
+        raise ValueError(f"format style must be one of {STYLES}, got {style!r}")
+
+    def format_reward_verdict(completion: str) -> Verdict:
+        return format_check(completion, style)
+
+    format_reward_verdict.__doc__ = f"Format reward, style {style!r}: " + (format_check.__doc__ or "")
+    return batch_form(format_reward_verdict, ())
+
+
+format_reward = make_format_reward("answer_line")
+__all__ = ["boxed_contents", "format_check", "format_reward", "make_format_reward"]

@@ -86,7 +86,8 @@ def train(cfg: Config) -> dict:
     splits = build_splits(cfg.task)
     encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
     train_prompts, heldout_prompts, ood_prompts = encode(splits.train), encode(splits.heldout), encode(splits.ood)
-    rewards = build_rewards(cfg.rewards.weights)
+    rewards = build_rewards(cfg.rewards.weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
+                            cfg.rewards.overlong_penalty)
     warned: set[str] = set()
 
     def on_reward_error(name: str, e: Exception) -> None:
@@ -141,6 +142,7 @@ def train(cfg: Config) -> dict:
         # 3. rewards
         columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)]
                    for k in problems[0].columns()}
+        columns["completion_ids"] = rollout.completion_token_lists()
         scores = score_batch(rewards, texts, columns, on_reward_error)
         t1 = time.perf_counter()
         # 4. advantages and policy update

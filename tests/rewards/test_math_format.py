@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.rewards import format_reward, math_accuracy
+from rlvr.rewards import format_reward, make_format_reward, make_overlong_reward, math_accuracy, overlong_score
 from rlvr.rewards.answer import boxed_contents, parse_integer
 
 
@@ -35,11 +35,32 @@ def test_verdict_reason_and_chat_messages():
     ("Answer: 12\n", 1.0),
     ("Answer: 12\nI hope this helps", 0.0),
     ("12", 0.0),
-    ("Answer: twelve", 0.0),
+    ("Answer: 1 or 2", 0.0),
     ("Answer: 1\nAnswer: 2", 0.0),
+    ("<think>so 12</think>\nAnswer: 12", 1.0),
+    ("<think>so 12\nAnswer: 12", 0.0),
+    ("Answer: ", 0.0),
 ])
 def test_format_reward(text, score):
     assert format_reward([text]) == [score]
+
+
+@pytest.mark.parametrize("style, text, score", [
+    ("boxed", "so \\boxed{12}.", 1.0),
+    ("boxed", "\\boxed{12} is it, I think", 0.0),
+    ("tag", "<answer>12</answer>", 1.0),
+    ("tag", "Answer: 12", 0.0),
+    ("any", "\\boxed{12} is it, I think", 1.0),
+])
+def test_format_styles(style, text, score):
+    assert make_format_reward(style)([text]) == [score]
+
+
+def test_overlong_soft_punishment():
+    # max 20, buffer 8: free up to 12 tokens, then -1/8 per token down to -1 at 20
+    assert [overlong_score(n, 20, 8) for n in (5, 12, 13, 16, 20, 25)] == [0.0, 0.0, -0.125, -0.5, -1.0, -1.0]
+    reward = make_overlong_reward(20, 8, penalty=0.5)
+    assert reward(["a", "b"], completion_ids=[[1] * 12, [1] * 18]) == [0.0, -0.375]
 
 
 def test_helpers():

@@ -1,0 +1,211 @@
+"""Symbolic answer comparison in a separate process that can be killed.
+
+Model-written LaTeX goes to sympy only here: a child process with an address-space limit, fed one
+JSON request per line, given a wall-clock limit per answer by the parent. A power tower, a deeply
+nested expression or a memory bomb costs that one answer its limit and a worker restart, nothing more.
+
+Run as `python -m rlvr.rewards.math_worker` (the parent does this).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+
+WORKER_MEMORY_BYTES = 2 * 1024 ** 3
+
+# ---------------------------------------------------------------- LaTeX -> sympy text (child side)
+
+_COMMANDS = {r"\pi": " pi ", r"\cdot": "*", r"\times": "*", r"\div": "/", r"\infty": " oo ",
+             r"\ln": " log", r"\log": " log", r"\sin": " sin", r"\cos": " cos", r"\tan": " tan",
+             r"\exp": " exp"}
+_ALLOWED = re.compile(r"^[0-9a-zA-Z\s+\-*/^().,\[\]!]*$")
+_NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "exp", "sqrt", "e", "i"}
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """The brace group (or single character) starting at s[i], and the index after it."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        raise ValueError("missing argument")
+    if s[i] != "{":
+        return s[i], i + 1
+    depth = 0
+    for j in range(i, len(s)):
+        depth += {"{": 1, "}": -1}.get(s[j], 0)
+        if depth == 0:
+            return s[i + 1:j], j + 1
+    raise ValueError("unbalanced braces")
+
+
+def _structure(s: str) -> str:
+    """\\frac{a}{b} -> ((a)/(b)), \\sqrt{a} -> sqrt(a), \\sqrt[n]{a} -> ((a)**(1/(n))), recursively."""
+    out, i = [], 0
+    while i < len(s):
+        if s.startswith("\\frac", i):
+            a, i = _group(s, i + 5)
+            b, i = _group(s, i)
+            out.append(f"(({_structure(a)})/({_structure(b)}))")
+        elif s.startswith("\\sqrt", i):
+            i += 5
+            if i < len(s) and s[i] == "[":
+                j = s.index("]", i)
+                n, (a, i) = s[i + 1:j], _group(s, j + 1)
+                out.append(f"(({_structure(a)})**(1/({_structure(n)})))")
+            else:
+                a, i = _group(s, i)
+                out.append(f"sqrt({_structure(a)})")
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def latex_to_text(s: str) -> str:
+    """A whitelisted rewrite of LaTeX into sympy syntax; anything unknown is refused."""
+    s = _structure(s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac"))
+    for cmd in sorted(_COMMANDS, key=len, reverse=True):
+        s = s.replace(cmd, _COMMANDS[cmd])
+    s = s.replace("{", "(").replace("}", ")").replace("^", "**")
+    if "\\" in s or not _ALLOWED.match(s):
+        raise ValueError("unsupported notation")
+    words = set(re.findall(r"[a-zA-Z_]+", s)) - _NAMES
+    if any(len(w) > 1 for w in words):
+        raise ValueError(f"unknown name {sorted(words)[0]!r}")
+    return s
+
+
+def _parse(text: str):
+    import sympy
+    from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr,
+                                            standard_transformations)
+
+    text = latex_to_text(text)
+    names = {"pi": sympy.pi, "oo": sympy.oo, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos,
+             "tan": sympy.tan, "exp": sympy.exp, "sqrt": sympy.sqrt, "e": sympy.E, "i": sympy.I}
+    for letter in set(re.findall(r"\b[a-zA-Z]\b", text)) - set(names):
+        names[letter] = sympy.Symbol(letter)
+    transformations = standard_transformations + (implicit_multiplication_application,)
+    return parse_expr(text, local_dict=names, global_dict={"__builtins__": {}, "Integer": sympy.Integer,
+                      "Float": sympy.Float, "Rational": sympy.Rational, "Symbol": sympy.Symbol},
+                      transformations=transformations)
+
+
+def compare(answer: str, gold: str, tol: str | None) -> tuple[bool, str]:
+    import sympy
+
+    a, g = _parse(answer), _parse(gold)
+    if a.has(sympy.oo, sympy.zoo, sympy.nan) != g.has(sympy.oo, sympy.zoo, sympy.nan):
+        return False, "not equivalent"
+    if sympy.simplify(a - g) == 0:
+        return True, "equivalent"
+    if tol is not None and not a.free_symbols and not g.free_symbols:
+        if abs(sympy.N(a - g, 30)) <= sympy.Rational(tol):
+            return True, "equal to the gold's rounding"
+    return False, "not equivalent"
+
+
+def serve() -> None:
+    sys.setrecursionlimit(2000)
+    out = sys.stdout
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+            equal, reason = compare(req["answer"], req["gold"], req.get("tol"))
+        except MemoryError:
+            equal, reason = False, "memory limit while parsing"
+        except Exception as e:  # any parse failure means "not an answer we accept"
+            equal, reason = False, f"could not parse ({type(e).__name__})"
+        out.write(json.dumps({"equal": bool(equal), "reason": reason}) + "\n")
+        out.flush()
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+
+
+class SymbolicWorker:
+    """One killable child process; `compare` gives each answer `timeout_s` of wall clock."""
+
+    def __init__(self, timeout_s: float = 2.0, startup_timeout_s: float = 60.0):
+        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    def _start(self) -> None:
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "rlvr.rewards.math_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env, start_new_session=True,
+            preexec_fn=_limit_memory)
+        if self._readline(self.startup_timeout_s) != "ready":
+            self._kill()
+            raise RuntimeError("the symbolic maths worker did not start")
+
+    def _readline(self, timeout: float) -> str | None:
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self._proc.stdout.readline()
+        return line.strip() if line else None
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._proc.wait()
+            self._proc = None
+            self.restarts += 1
+
+    def compare(self, answer: str, gold: str, tol: str | None = None) -> tuple[bool, str]:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = None
+                self._start()
+            try:
+                self._proc.stdin.write(json.dumps({"answer": answer, "gold": gold, "tol": tol}) + "\n")
+                self._proc.stdin.flush()
+            except BrokenPipeError:
+                self._kill()
+                return False, "checker crashed"
+            line = self._readline(self.timeout_s)
+            if line is None:
+                crashed = self._proc.poll() is not None
+                self._kill()
+                return False, "checker crashed" if crashed else f"timed out after {self.timeout_s:g}s"
+            reply = json.loads(line)
+            return reply["equal"], reply["reason"]
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+
+_shared: SymbolicWorker | None = None
+
+
+def shared_worker() -> SymbolicWorker:
+    global _shared
+    if _shared is None:
+        _shared = SymbolicWorker()
+    return _shared
+
+
+if __name__ == "__main__":
+    serve()
