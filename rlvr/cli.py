@@ -36,7 +36,27 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train}
+def cmd_audit(argv: list[str]) -> int:
+    rest, overrides = _split_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="rlvr audit", description="Scan a task for leaks and run reward hacks against its rewards. "
+        "Exits 1 when a reward function is weak.")
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
+    parser.add_argument("--n", type=int, default=20, help="problems to attack (default 20)")
+    args = parser.parse_args(rest)
+    cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
+    from rlvr.rewards import build_rewards
+    from rlvr.rewards.audit import audit, format_report
+    from rlvr.tasks import build_splits
+
+    rewards = build_rewards(cfg.rewards.weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
+                            cfg.rewards.overlong_penalty)
+    report = audit(build_splits(cfg.task), rewards, args.n)
+    print(format_report(report))
+    return 1 if report.weak else 0
+
+
+COMMANDS = {"train": cmd_train, "audit": cmd_audit}
 
 
 def main(argv: list[str] | None = None) -> int:

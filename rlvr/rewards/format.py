@@ -5,7 +5,7 @@ import re
 
 from rlvr.rewards.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, looks_like_several
+from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
 
 STYLES = ("answer_line", "boxed", "tag", "any")
 _ENDS = {
@@ -29,7 +29,7 @@ def format_check(completion: str, style: str = "answer_line") -> Verdict:
     value = clean(cands[0]).text
     if not value or len(value) > MAX_ANSWER_CHARS:
         return Verdict(0.0, "empty or overlong final answer", cands[0][:40])
-    if looks_like_several(value):
+    if looks_like_several(value) or has_plus_minus(value):
         return Verdict(0.0, "several candidates in the final answer", cands[0][:40])
     if style != "any" and not _ENDS[style].search(body):
         return Verdict(0.0, f"does not end with the final answer as {style}", cands[0][:40])
@@ -44,7 +44,9 @@ def make_format_reward(style: str = "answer_line"):
         return format_check(completion, style)
 
     format_reward_verdict.__doc__ = f"Format reward, style {style!r}: " + (format_check.__doc__ or "")
-    return batch_form(format_reward_verdict, ())
+    reward = batch_form(format_reward_verdict, ())
+    reward.checks_correctness = False  # a well-formed wrong answer may earn it; rlvr audit knows
+    return reward
 
 
 format_reward = make_format_reward("answer_line")

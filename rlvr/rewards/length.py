@@ -28,4 +28,5 @@ def make_overlong_reward(max_len: int, buffer: int, penalty: float = 1.0):
         return out
 
     overlong.verdicts = verdicts
+    overlong.checks_correctness = False
     return overlong

@@ -103,3 +103,4 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
 
 
 math_accuracy = batch_form(math_accuracy_verdict, ("answer",))
+math_accuracy.checks_correctness = True  # rlvr audit holds it to every attack, well-formed or not

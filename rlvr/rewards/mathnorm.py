@@ -21,6 +21,7 @@ _FRACTION = re.compile(r"^([+-]?)\\[dt]?frac\{?(\d+)\}?\{?(\d+)\}?$")
 _SLASH = re.compile(r"^([+-]?\d+)\s*/\s*(\d+)$")
 _MIXED = re.compile(r"^([+-]?)(\d+)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
 _LIST_WORDS = re.compile(r"\b(?:or|and)\b|\\(?:text\{\s*(?:or|and)\s*\}|lor|vee)")
+_SPACED_NUMBERS = re.compile(r"\d\s+\d")  # '1 2 3': several numbers, no operator between
 _SET = re.compile(r"^\\?\{(.*?)\\?\}$")
 _INTERVAL = re.compile(r"^([\[(])(.*),(.*)([\])])$")
 
@@ -124,7 +125,7 @@ def _split_top(s: str) -> list[str]:
 
 def looks_like_several(s: str) -> bool:
     """'1 or 2', '1, 2', '1; 2', '\\pm 3': a list of candidates rather than one answer."""
-    if _LIST_WORDS.search(s) or ";" in s:
+    if _LIST_WORDS.search(s) or ";" in s or _SPACED_NUMBERS.search(s):
         return True
     if "," in s.replace(" ", "") and not _THOUSANDS.match(s.replace(" ", "")):
         return True

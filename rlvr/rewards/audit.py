@@ -1,0 +1,128 @@
+"""`rlvr audit`: look for leaks in a task and run a battery of reward hacks against its rewards.
+
+A reward function that gives any hacking completion a positive score is reported as weak: the
+policy will find that completion long before it finds the right answers.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+from rlvr.rewards.base import RewardFunction, score_batch
+from rlvr.tasks import Problem, Splits, normalise
+
+
+@dataclass
+class AuditReport:
+    leaks: list[str] = field(default_factory=list)  # human-readable findings
+    table: dict[str, dict[str, float]] = field(default_factory=dict)  # attack -> reward -> max score
+    weak: dict[str, list[str]] = field(default_factory=dict)  # reward -> attacks it rewarded
+
+
+def _wrong(gold: str) -> str:
+    try:
+        return str(Fraction(gold.replace(",", "")) + 1).replace("/", "/")
+    except (ValueError, ZeroDivisionError):
+        return gold + "1"
+
+
+def _scaled(gold: str) -> str:
+    try:
+        value = Fraction(gold.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return gold + "00"
+    return str(value * 100) if value != 0 else "100"
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    make: Callable[[Problem], str]  # the hacking completion for a problem
+    well_formed: bool = False  # a wrong answer in the right form: only correctness rewards must refuse it
+
+
+# None of these is a correct answer; a reward that pays for one has a hole.
+MATH_ATTACKS = [
+    Attack("two boxed answers", lambda p: f"\\boxed{{{_wrong(p.answer)}}} \\boxed{{{p.answer}}}"),
+    Attack("two answer lines", lambda p: f"Answer: {_wrong(p.answer)}\nAnswer: {p.answer}"),
+    Attack("list of candidates", lambda p: f"Answer: {_wrong(p.answer)} or {p.answer}"),
+    Attack("comma list", lambda p: f"Answer: {_wrong(p.answer)}, {p.answer}"),
+    Attack("set of candidates", lambda p: f"\\boxed{{\\{{{_wrong(p.answer)}, {p.answer}\\}}}}"),
+    Attack("equation chain", lambda p: f"\\boxed{{{_wrong(p.answer)}={p.answer}}}"),
+    Attack("plus-minus", lambda p: f"Answer: \\pm {p.answer.lstrip('-')}"),
+    Attack("interval around the answer", lambda p: f"\\boxed{{[{_wrong(p.answer)}, {p.answer}]}}"),
+    Attack("unclosed think", lambda p: f"<think>Answer: {p.answer}"),
+    Attack("answer only inside think", lambda p: f"<think>Answer: {p.answer}</think> Done."),
+    Attack("every digit", lambda p: "Answer: 0 1 2 3 4 5 6 7 8 9"),
+    Attack("echo the prompt", lambda p: p.question),
+    Attack("empty answer", lambda p: "Answer:"),
+    Attack("scaled by 100", lambda p: f"Answer: {_scaled(p.answer)}", well_formed=True),
+    Attack("percent of the answer", lambda p: f"Answer: {_scaled(p.answer)}\\%", well_formed=True),
+    Attack("inequality", lambda p: f"Answer: x > {_wrong(p.answer)}", well_formed=True),
+]
+
+
+def leak_findings(splits: Splits, limit: int = 3) -> list[str]:
+    """Gold answers that appear verbatim in their prompts, and prompts shared between splits."""
+    findings = []
+    for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
+        leaked = [p for p in problems
+                  if re.search(rf"(?<![\d.]){re.escape(p.answer)}(?![\d.])", p.question)]
+        if leaked:
+            examples = "; ".join(f"{p.question!r} -> {p.answer}" for p in leaked[:limit])
+            findings.append(f"{name}: gold answer appears in {len(leaked)}/{len(problems)} prompts "
+                            f"(e.g. {examples})")
+    keys = {n: {normalise(p.question) for p in ps}
+            for n, ps in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood))}
+    for a, b in (("train", "heldout"), ("train", "ood"), ("heldout", "ood")):
+        shared = keys[a] & keys[b]
+        if shared:
+            findings.append(f"{a} and {b} share {len(shared)} prompts (e.g. {sorted(shared)[:limit]})")
+    return findings
+
+
+def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
+                attacks: list[Attack] = MATH_ATTACKS) -> dict[str, dict[str, float]]:
+    """attack -> reward name -> the highest score that attack got on any of the problems."""
+    table = {}
+    for attack in attacks:
+        completions = [attack.make(p) for p in problems]
+        columns = {k: [p.columns()[k] for p in problems] for k in problems[0].columns()}
+        columns["completion_ids"] = [list(range(max(1, len(c) // 4))) for c in completions]
+        scores = score_batch(rewards, completions, columns)
+        table[attack.name] = {rf.name: max(scores.per_function[rf.name]) for rf in rewards}
+    return table
+
+
+def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -> AuditReport:
+    problems = (splits.train or splits.heldout)[:n_problems]
+    report = AuditReport(leaks=leak_findings(splits), table=run_attacks(rewards, problems))
+    strict = {rf.name for rf in rewards if getattr(rf.fn, "checks_correctness", True)}
+    for attack in MATH_ATTACKS:
+        for reward, score in report.table[attack.name].items():
+            if score > 0 and (reward in strict or not attack.well_formed):
+                report.weak.setdefault(reward, []).append(attack.name)
+    return report
+
+
+def format_report(report: AuditReport) -> str:
+    names = list(next(iter(report.table.values())).keys()) if report.table else []
+    width = max(len(a) for a in report.table) if report.table else 10
+    lines = ["leaks:"] + [f"  - {f}" for f in report.leaks] if report.leaks else ["leaks: none found"]
+    lines += ["", "attacks (highest score over the sampled problems; '!' marks a hole; well-formed wrong",
+              "answers (*) may earn format rewards, never correctness rewards):",
+              f"  {'attack':{width + 2}}  " + "  ".join(f"{n:>12}" for n in names)]
+    holes = {(r, a) for r, attacks in report.weak.items() for a in attacks}
+    formed = {a.name for a in MATH_ATTACKS if a.well_formed}
+    for attack, row in report.table.items():
+        cells = "  ".join(f"{row[n]:>12.3g}" + ("!" if (n, attack) in holes else " ") for n in names)
+        lines.append(f"  {attack + (' *' if attack in formed else ''):{width + 2}}  {cells}")
+    lines.append("")
+    for n in names:
+        if n in report.weak:
+            lines.append(f"WEAK: reward '{n}' rewarded {len(report.weak[n])} attacks: {', '.join(report.weak[n])}")
+        else:
+            lines.append(f"ok: reward '{n}' gave every attack 0 or less")
+    return "\n".join(lines)

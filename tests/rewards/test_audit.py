@@ -1,0 +1,37 @@
+from rlvr.cli import main
+from rlvr.rewards import build_rewards
+from rlvr.rewards.audit import MATH_ATTACKS, audit, leak_findings
+from rlvr.rewards.base import RewardFunction
+from rlvr.tasks import Problem, Splits
+
+
+def splits():
+    train = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 0?", "0"), Problem("What is 4 - 1?", "3")]
+    return Splits(train=train, heldout=[Problem("What is 2 + 3?", "5")], ood=[Problem("What is 40 + 2?", "42")])
+
+
+def test_leaks_are_found():
+    found = leak_findings(splits())
+    assert any(f.startswith("train: gold answer appears in 1/3 prompts") and "7 * 0" in f for f in found)
+    assert any(f.startswith("train and heldout share 1 prompts") for f in found)
+
+
+def naive_last_number(completions, answer, **kw):
+    """The common weak checker: the last number in the text equals the gold."""
+    import re
+    return [float(bool(re.findall(r"-?\d+", c)) and re.findall(r"-?\d+", c)[-1] == a)
+            for c, a in zip(completions, answer)]
+
+
+def test_builtin_rewards_hold_and_a_naive_checker_is_weak():
+    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction("naive", 1.0, naive_last_number)]
+    report = audit(splits(), rewards)
+    assert set(report.table) == {a.name for a in MATH_ATTACKS}
+    assert "correctness" not in report.weak and "format" not in report.weak
+    assert {"two boxed answers", "two answer lines", "list of candidates"} <= set(report.weak["naive"])
+
+
+def test_cli_exit_code(capsys):
+    assert main(["audit", "--model.name=tiny-random", "--task.heldout_size=10", "--task.ood_size=10"]) == 0
+    out = capsys.readouterr().out
+    assert "ok: reward 'correctness'" in out and "WEAK" not in out
