@@ -14,6 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -89,6 +90,8 @@ class RewardsConfig:
 
 @dataclass
 class AlgoConfig:
+    preset: str = "grpo"
+    """Named set of the knobs below (grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp, ppo); explicit keys override it."""
     lr: float = 2e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -97,25 +100,63 @@ class AlgoConfig:
     """Linear learning-rate warm-up steps."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip; 0 disables."""
+    adv_estimator: str = "group"
+    """Advantages: group (GRPO), rloo (leave-one-out), reinforce_pp (batch-whitened returns), gae (PPO critic)."""
+    adv_scale: str = "group"
+    """group estimator: divide by the group std (group), the batch std (batch), or not at all (none)."""
+    adv_eps: float = 1e-6
+    """Added to the std when normalising advantages."""
     clip_low: float = 0.2
     """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
     clip_high: float = 0.2
     """PPO ratio clip above 1 (ratio <= 1 + clip_high)."""
+    dual_clip: Optional[float] = None
+    """Dual-clip bound c for negative advantages (loss <= -A c); null disables."""
+    ratio_level: str = "token"
+    """Importance ratio per token, or per sequence (sequence: GSPO)."""
+    aggregation: str = "seq-mean-token-mean"
+    """Loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm."""
+    norm_length: int = 0
+    """seq-mean-token-sum-norm divisor; 0 uses rollout.max_new_tokens."""
     iterations: int = 1
     """Policy updates per rollout batch (mu in the GRPO paper)."""
     beta: float = 0.0
-    """KL coefficient to a frozen reference policy (k3 estimator); 0 loads no reference."""
-    adv_eps: float = 1e-6
-    """Added to the group std when normalising advantages."""
-    aggregation: str = "seq-mean-token-mean"
-    """Loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm."""
+    """KL coefficient to a frozen reference policy; 0 loads no reference."""
+    kl_estimator: str = "k3"
+    """KL estimator: k1, k2 or k3."""
+    kl_in: str = "loss"
+    """Where the KL goes: in the loss, or subtracted from the reward per token (reward)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (0: off)."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal and sample more prompts to fill the batch (DAPO)."""
+    max_refill: int = 3
+    """dynamic_sampling: at most this many extra rollout rounds per step."""
+    soft_overlong: bool = False
+    """Add the length reward (soft overlong punishment) with weight 1 if rewards.weights lacks it."""
+    mask_truncated: bool = False
+    """Leave completions cut at max_new_tokens out of the loss."""
+    ref_sync_every: int = 0
+    """Refresh the reference policy every this many steps (0: never)."""
+    ref_mixup: float = 1.0
+    """At a refresh, ref = mixup * policy + (1 - mixup) * ref."""
+    value_lr: float = 1e-4
+    """ppo: learning rate of the value head."""
+    value_coef: float = 0.5
+    """ppo: weight of the value loss."""
+    value_clip: float = 0.2
+    """ppo: value clip range around the rollout-time values."""
+    gamma: float = 1.0
+    """ppo: discount."""
+    lam: float = 0.95
+    """ppo: GAE lambda."""
     micro_batch_prompts: int = 4
     """Prompts (whole groups) per forward/backward pass; gradients accumulate over the step."""
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 30
+    steps: int = 20
     """Training steps (one rollout batch each)."""
     seed: int = 0
     """Seed for sampling and prompt order."""
@@ -123,6 +164,8 @@ class TrainConfig:
     """Run directory."""
     samples_every: int = 5
     """Print a few samples every this many steps (0: never); all go to samples.jsonl."""
+    eval_every: int = 0
+    """Evaluate held-out accuracy every this many steps into evals.jsonl (0: only before and after)."""
     threads: int = 0
     """torch CPU threads; 0 keeps torch's default."""
 
@@ -277,12 +320,23 @@ def parse_override(arg: str) -> tuple[str, object]:
 
 
 def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """Defaults, then the algo preset's knobs, then the YAML file, then the command line."""
+    from rlvr.algo.presets import PRESETS
+
     cfg = Config()
-    if path is not None:
-        for key, value in load_yaml(path).items():
-            _set(cfg, str(key), value, str(path))
-    for arg in overrides:
-        key, value = parse_override(arg)
+    data = load_yaml(path) if path is not None else {}
+    parsed = [parse_override(arg) for arg in overrides]
+    preset = cfg.algo.preset
+    if isinstance(data.get("algo"), dict) and "preset" in data["algo"]:
+        preset = data["algo"]["preset"]
+    preset = next((v for k, v in reversed(parsed) if k == "algo.preset"), preset)
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown algo.preset '{preset}': one of {', '.join(PRESETS)}")
+    for key, value in PRESETS[preset].items():
+        _set(cfg, f"algo.{key}", value, f"preset {preset}")
+    for key, value in data.items():
+        _set(cfg, str(key), value, str(path))
+    for key, value in parsed:
         _set(cfg, key, value, "command line")
     validate(cfg)
     return cfg
@@ -301,6 +355,13 @@ def validate(cfg: Config) -> None:
          f"algo.aggregation '{cfg.algo.aggregation}' is not token-mean, seq-mean-token-mean or "
          "seq-mean-token-sum-norm"),
         (cfg.model.dtype in ("float32", "bfloat16"), "model.dtype must be float32 or bfloat16"),
+        (cfg.algo.adv_estimator in ("group", "rloo", "reinforce_pp", "gae"),
+         f"algo.adv_estimator '{cfg.algo.adv_estimator}' is not group, rloo, reinforce_pp or gae"),
+        (cfg.algo.adv_scale in ("group", "batch", "none"), "algo.adv_scale must be group, batch or none"),
+        (cfg.algo.ratio_level in ("token", "sequence"), "algo.ratio_level must be token or sequence"),
+        (cfg.algo.kl_in in ("loss", "reward"), "algo.kl_in must be loss or reward"),
+        (cfg.algo.kl_estimator in ("k1", "k2", "k3"), "algo.kl_estimator must be k1, k2 or k3"),
+        (0 < cfg.algo.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
         (cfg.train.steps >= 0, "train.steps must be >= 0"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
     ]

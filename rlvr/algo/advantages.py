@@ -8,7 +8,7 @@ def group_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1
     """GRPO advantages (Shao et al. 2024, eq. 3): rewards [P, G] -> [P, G].
 
     group: (r - group mean) / (group std + eps); batch: (r - group mean) / (std of all rewards + eps);
-    none: r - group mean (Dr. GRPO). Std is the unbiased sample std; a group of one gets 0.
+    none: r - group mean (Dr. GRPO, Liu et al. 2025). Std is the unbiased sample std; a group of one gets 0.
     """
     p, g = rewards.shape
     if g < 2:
@@ -21,3 +21,62 @@ def group_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1
     if scale == "batch":
         return centred / (rewards.std() + eps)
     raise ValueError(f"scale must be group, batch or none, got {scale!r}")
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """RLOO (Ahmadian et al. 2024): r_i minus the mean of the other G - 1 rewards. [P, G] -> [P, G]."""
+    p, g = rewards.shape
+    if g < 2:
+        return torch.zeros_like(rewards)
+    others = (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)  # [P, G]
+    return rewards - others
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over the unmasked entries (unbiased std); masked entries become 0. [B, T] -> [B, T]."""
+    m = mask.to(x.dtype)
+    n = m.sum()
+    mean = (x * m).sum() / n.clamp(min=1)
+    var = ((x - mean).pow(2) * m).sum() / (n - 1).clamp(min=1)
+    return (x - mean) / (var.sqrt() + eps) * m
+
+
+def token_returns(seq_rewards: torch.Tensor, token_rewards: torch.Tensor, mask: torch.Tensor,
+                  gamma: float = 1.0) -> torch.Tensor:
+    """Discounted return at each token: the sequence reward arrives at the last unmasked token.
+
+    seq_rewards [B]; token_rewards [B, T] (e.g. -beta * KL, zero where masked); mask [B, T] -> [B, T].
+    """
+    r = token_rewards * mask  # [B, T]
+    last = (mask.cumsum(-1) == mask.sum(-1, keepdim=True)) & mask.bool()  # [B, T] the final token
+    r = r + last.to(r.dtype) * seq_rewards[:, None]
+    out = torch.zeros_like(r)
+    running = torch.zeros_like(r[:, 0])
+    for t in reversed(range(r.shape[1])):
+        running = r[:, t] + gamma * running * mask[:, t]
+        out[:, t] = running
+    return out * mask
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+        lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016) over each sequence's unmasked tokens.
+
+    rewards, values, mask: [B, T]. Masked tokens are skipped: the next state of a token is the next
+    unmasked token, and the value after the last one is 0. Returns (advantages, returns) [B, T],
+    not whitened (see `whiten`).
+    """
+    b, t_len = rewards.shape
+    m = mask.to(rewards.dtype)
+    adv = torch.zeros_like(rewards)
+    next_value = torch.zeros(b, dtype=rewards.dtype)
+    next_adv = torch.zeros(b, dtype=rewards.dtype)
+    for t in reversed(range(t_len)):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        a_t = delta + gamma * lam * next_adv
+        adv[:, t] = a_t * m[:, t]
+        # carry through masked positions unchanged
+        next_value = torch.where(m[:, t] > 0, values[:, t], next_value)
+        next_adv = torch.where(m[:, t] > 0, a_t, next_adv)
+    returns = (adv + values) * m
+    return adv, returns

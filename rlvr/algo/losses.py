@@ -1,4 +1,4 @@
-"""Clipped surrogate policy loss and loss aggregation: tensors in, tensors out."""
+"""Clipped surrogate policy loss, value loss and loss aggregation: tensors in, tensors out."""
 from __future__ import annotations
 
 import torch
@@ -25,19 +25,41 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: in
     raise ValueError(f"unknown aggregation {mode!r}")
 
 
+def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's ratio (Zheng et al. 2025) in its token form: value exp(mean_t(logp - old_logp)) for every
+    token of a sequence, gradient s_i * d logp_t per token (sg[s_i] * exp(logp_t - sg[logp_t])). [B, T]."""
+    m = mask.to(logp.dtype)
+    log_s = ((logp - old_logp) * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
+    return torch.exp(log_s.detach())[:, None] * torch.exp(logp - logp.detach())  # [B, T]
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                clip_low: float = 0.2, clip_high: float = 0.2) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate per token: max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)).
+                clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None,
+                ratio_level: str = "token", aggregation: str = "token-mean",
+                norm_length: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate, max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), aggregated to a scalar.
 
     logp, old_logp, mask: [B, T]; advantages: [B] (broadcast over tokens) or [B, T].
-    Returns (per-token loss [B, T], metrics of 0-dim tensors: clip fractions and ratio statistics).
+    dual_clip=c bounds the loss of negative-advantage tokens by -A c (Ye et al. 2020).
+    ratio_level="sequence" is GSPO. Metrics (0-dim tensors): clip fractions (low, high, dual),
+    approximate KL to the old policy, ratio mean / min / max.
     """
     if advantages.dim() == 1:
-        advantages = advantages[:, None]  # [B, 1]
-    ratio = torch.exp(logp - old_logp)  # [B, T]
+        advantages = advantages[:, None].expand_as(logp)  # [B, T]
+    if ratio_level == "token":
+        ratio = torch.exp(logp - old_logp)  # [B, T]
+    elif ratio_level == "sequence":
+        ratio = sequence_ratio(logp, old_logp, mask)
+    else:
+        raise ValueError(f"ratio_level must be token or sequence, got {ratio_level!r}")
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss = torch.maximum(unclipped, clipped)  # [B, T]
+    dual = torch.zeros_like(mask, dtype=torch.bool)
+    if dual_clip is not None:
+        bound = -advantages * dual_clip  # [B, T]
+        dual = (advantages < 0) & (loss > bound)
+        loss = torch.where(advantages < 0, torch.minimum(loss, bound), loss)
     m = mask.bool()
     with torch.no_grad():
         n = m.sum().clamp(min=1)
@@ -45,7 +67,24 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         metrics = {
             "clip/low_frac": ((ratio < 1 - clip_low) & (advantages < 0) & m).sum() / n,
             "clip/high_frac": ((ratio > 1 + clip_high) & (advantages > 0) & m).sum() / n,
+            "clip/dual_frac": (dual & m).sum() / n,
             "ratio/mean": r.mean(), "ratio/min": r.min(), "ratio/max": r.max(),
             "approx_kl_old": (0.5 * (logp - old_logp).pow(2) * m).sum() / n,
         }
-    return loss, metrics
+    return aggregate(loss, mask, aggregation, norm_length), metrics
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               clip: float | None = 0.2, aggregation: str = "token-mean") -> torch.Tensor:
+    """Clipped value loss (PPO): 0.5 max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2). [B, T] -> scalar."""
+    err = (values - returns).pow(2)
+    if clip is not None:
+        clipped = old_values + (values - old_values).clamp(-clip, clip)
+        err = torch.maximum(err, (clipped - returns).pow(2))
+    return aggregate(0.5 * err, mask, aggregation)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row's categorical distribution: [..., V] -> [...]."""
+    logp = logits.float().log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)

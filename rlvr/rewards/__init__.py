@@ -4,11 +4,12 @@ Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`
 kept with the sample.
 """
 from rlvr.rewards.base import RewardFunction, Scores, Verdict, completion_text, resolve, score_batch
+from rlvr.rewards.code import code_tests, make_code_tests
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
 from rlvr.rewards.math import math_accuracy
 
-BUILTINS = {"correctness": math_accuracy, "format": format_reward}
+BUILTINS = {"correctness": math_accuracy, "format": format_reward, "code_tests": code_tests}
 
 
 def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_buffer: int = 0,
@@ -21,6 +22,6 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
     return [resolve(name, weight, builtins) for name, weight in weights.items()]
 
 
-__all__ = ["BUILTINS", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
+__all__ = ["BUILTINS", "code_tests", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
            "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
            "score_batch"]

@@ -69,6 +69,19 @@ class Scores:
     total: list[float]
     errors: dict[str, int]
 
+    def select(self, rows: list[int]) -> "Scores":
+        return Scores({k: [v[i] for i in rows] for k, v in self.per_function.items()},
+                      {k: [v[i] for i in rows] for k, v in self.reasons.items()},
+                      [self.total[i] for i in rows], dict(self.errors))
+
+    @staticmethod
+    def concat(parts: list["Scores"]) -> "Scores":
+        keys = parts[0].per_function.keys()
+        return Scores({k: [x for p in parts for x in p.per_function[k]] for k in keys},
+                      {k: [x for p in parts for x in p.reasons[k]] for k in keys},
+                      [x for p in parts for x in p.total],
+                      {k: sum(p.errors[k] for p in parts) for k in keys})
+
 
 def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFunction:
     if name in builtins:

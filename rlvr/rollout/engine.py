@@ -28,6 +28,25 @@ class Rollout:
         return [row[:n] for row, n in zip(self.completion_ids.tolist(), lengths)]
 
 
+def select_groups(r: Rollout, groups: list[int]) -> Rollout:
+    """The rollout restricted to the given prompt groups, in that order."""
+    g = r.group_size
+    rows = torch.tensor([i * g + j for i in groups for j in range(g)], dtype=torch.long)
+    return Rollout([r.prompt_ids[i] for i in groups], r.completion_ids[rows], r.completion_mask[rows],
+                   r.sampler_logp[rows], r.truncated[rows], g)
+
+
+def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
+    """Stack rollouts of one group size, right-padding to the widest."""
+    width = max(p.completion_ids.shape[1] for p in parts)
+    pad = lambda x, v: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=v)
+    return Rollout([ids for p in parts for ids in p.prompt_ids],
+                   torch.cat([pad(p.completion_ids, pad_id) for p in parts]),
+                   torch.cat([pad(p.completion_mask, 0.0) for p in parts]),
+                   torch.cat([pad(p.sampler_logp, 0.0) for p in parts]),
+                   torch.cat([p.truncated for p in parts]), parts[0].group_size)
+
+
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists: returns (ids [N, T], mask [N, T]) with mask 1 on real tokens."""
     width = max(len(s) for s in seqs)

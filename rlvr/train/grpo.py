@@ -1,29 +1,63 @@
-"""The GRPO loop. It owns the order of the phases; each phase is a plain function.
+"""The training loop. It owns the order of the phases; each phase is a plain function.
 
     tasks -> prompts;  rollout -> G completions each;  rewards -> scores;
-    algo -> group advantages and loss;  train -> optimizer step;  report -> metrics, samples, summary
+    algo -> advantages and loss;  train -> optimizer step;  report -> metrics, samples, summary
 """
 from __future__ import annotations
 
 import copy
 import random
-import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rlvr.algo import group_advantages
 from rlvr.config import Config, to_yaml
 from rlvr.eval import evaluate
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, format_samples, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
 from rlvr.rewards import build_rewards, score_batch
-from rlvr.rollout.engine import generate
-from rlvr.tasks import PromptSampler, build_splits, encode_prompt
+from rlvr.rewards.base import RewardFunction, Scores
+from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
+from rlvr.tasks import Problem, PromptSampler, Splits, build_splits, encode_prompt
+from rlvr.train.advantage import compute_advantages
+from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.update import Batch, UpdateSettings, policy_update
+
+
+@dataclass
+class Run:
+    """Everything a run holds between steps."""
+
+    cfg: Config
+    out: Path
+    policy: torch.nn.Module
+    tok: object
+    splits: Splits
+    prompts: dict[str, list[list[int]]]  # split name -> encoded chat prompts
+    rewards: list[RewardFunction]
+    ref: torch.nn.Module | None
+    critic: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    sampler: PromptSampler
+    gen: torch.Generator
+    stop_ids: list[int]
+    pad_id: int
+    warned: set
+
+
+@dataclass
+class Collected:
+    problems: list[Problem]
+    rollout: Rollout
+    texts: list[str]
+    scores: Scores
+    metrics: dict
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -33,133 +67,202 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def warmup_schedule(optimizer, warmup_steps: int):
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0)
+def reward_functions(cfg: Config) -> list[RewardFunction]:
+    weights = dict(cfg.rewards.weights)
+    if cfg.algo.soft_overlong and "length" not in weights:
+        weights["length"] = 1.0
+    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
+                         cfg.rewards.overlong_penalty)
 
 
-def update_settings(cfg: Config, pad_id: int) -> UpdateSettings:
-    a = cfg.algo
-    return UpdateSettings(clip_low=a.clip_low, clip_high=a.clip_high, iterations=a.iterations, beta=a.beta,
-                          aggregation=a.aggregation, micro_batch_prompts=a.micro_batch_prompts,
-                          max_grad_norm=a.max_grad_norm, temperature=cfg.rollout.temperature, pad_id=pad_id)
-
-
-def step_metrics(step, scores, rollout, update, rewards, t_step, t_roll, t_train) -> dict:
-    lengths = rollout.completion_mask.sum(-1)  # [B]
-    rows = torch.tensor(scores.total).view(-1, rollout.group_size)  # [P, G]
-    m = {"step": step, "reward/mean": float(rows.mean()), "reward/std": float(rows.std()),
-         "frac_zero_std_groups": float((rows.std(dim=1) == 0).float().mean())}
-    for rf in rewards:
-        m[f"reward/{rf.name}/mean"] = statistics.fmean(scores.per_function[rf.name])
-        m[f"reward/{rf.name}/errors"] = scores.errors[rf.name]
-    m.update({"completion/length_mean": float(lengths.mean()),
-              "completion/truncated_frac": float(rollout.truncated.float().mean()),
-              "tokens/generated": int(lengths.sum())})
-    m.update(update)
-    m.update({"time/step_s": t_step, "time/rollout_s": t_roll, "time/train_s": t_train})
-    return m
-
-
-def sample_records(step, problems, texts, scores, rewards, group_size) -> list[dict]:
-    return [{"step": step, "prompt": problems[i // group_size].question,
-             "answer": problems[i // group_size].answer, "completion": text,
-             "reward": scores.total[i],
-             "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
-                                   "reason": scores.reasons[rf.name][i]} for rf in rewards}}
-            for i, text in enumerate(texts)]
-
-
-def train(cfg: Config) -> dict:
-    """Run GRPO as configured; write the run directory; return the summary."""
-    wall_start = time.perf_counter()
+def setup(cfg: Config) -> Run:
     out = Path(cfg.train.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", to_yaml(cfg))
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     gen = seed_everything(cfg.train.seed)
-
-    # Model, task, rewards.
     policy, tok = load_model(cfg.model.name, cfg.model.dtype)
-    stop_ids, pad_id = stop_token_ids(policy, tok), tok.pad_token_id
     splits = build_splits(cfg.task)
     encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
-    train_prompts, heldout_prompts, ood_prompts = encode(splits.train), encode(splits.heldout), encode(splits.ood)
-    rewards = build_rewards(cfg.rewards.weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                            cfg.rewards.overlong_penalty)
-    warned: set[str] = set()
+    prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
+    a = cfg.algo
+    ref = copy.deepcopy(policy).eval().requires_grad_(False) if a.beta > 0 else None
+    critic = None
+    groups = [{"params": list(policy.parameters()), "lr": a.lr}]
+    if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk, with its own learning rate
+        critic = torch.nn.Linear(policy.config.hidden_size, 1)
+        torch.nn.init.zeros_(critic.weight)
+        torch.nn.init.zeros_(critic.bias)
+        groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=a.weight_decay)
+    warm = a.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl"):
+        (out / f).unlink(missing_ok=True)
+    return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
+               PromptSampler(len(splits.train), cfg.train.seed), gen, stop_token_ids(policy, tok),
+               tok.pad_token_id, set())
 
-    def on_reward_error(name: str, e: Exception) -> None:
-        if name not in warned:
-            warned.add(name)
+
+def _on_reward_error(run: Run):
+    def warn(name: str, e: Exception) -> None:
+        if name not in run.warned:
+            run.warned.add(name)
             say(f"warning: reward function '{name}' raised {type(e).__name__}: {e}; "
-                "its completions score 0 and are counted in reward/{name}/errors")
+                f"its completions score 0 and are counted in reward/{name}/errors")
+    return warn
 
-    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 else None
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
-    scheduler = warmup_schedule(optimizer, cfg.algo.warmup_steps)
-    settings = update_settings(cfg, pad_id)
 
-    def run_eval(tag: str) -> dict:
-        result = {}
-        for split, problems, prompts in (("heldout", splits.heldout, heldout_prompts),
-                                         ("ood", splits.ood, ood_prompts)):
-            r = evaluate(policy, tok, problems, prompts, max_new_tokens=cfg.eval.max_new_tokens,
-                         batch_size=cfg.eval.batch_size, stop_ids=stop_ids)
-            result[f"{split}_accuracy_{tag}"], result[f"{split}_format_{tag}"] = r.accuracy, r.format_rate
-            with JsonlWriter(out / f"eval_{tag}.jsonl") as sink:
+def sample_and_score(run: Run, n_prompts: int) -> Collected:
+    """Phases 1-3: draw prompts, sample G completions each, score them."""
+    r = run.cfg.rollout
+    problems = [run.splits.train[i] for i in run.sampler.next(n_prompts)]
+    prompts = [run.prompts["train"][run.splits.train.index(p)] for p in problems]
+    with torch.no_grad():
+        rollout = generate(run.policy, prompts, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
+                           temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, stop_ids=run.stop_ids,
+                           pad_id=run.pad_id, generator=run.gen)
+    texts = run.tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
+    columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
+    columns["completion_ids"] = rollout.completion_token_lists()
+    scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))
+    return Collected(problems, rollout, texts, scores, {})
+
+
+def collect(run: Run) -> Collected:
+    """One step's batch; with dynamic sampling (DAPO), groups whose rewards are all equal are dropped
+    and more prompts are sampled until the batch is full or algo.max_refill extra rounds pass."""
+    want, g = run.cfg.rollout.prompts_per_step, run.cfg.rollout.group_size
+    if not run.cfg.algo.dynamic_sampling:
+        return sample_and_score(run, want)
+    kept: list[tuple[Collected, int]] = []
+    dropped = rounds = 0
+    last = None
+    while len(kept) < want and rounds <= run.cfg.algo.max_refill:
+        last = sample_and_score(run, want)
+        rewards = torch.tensor(last.scores.total).view(-1, g)  # [P, G]
+        for i, row in enumerate(rewards):
+            if bool((row != row[0]).any()):
+                kept.append((last, i))
+            else:
+                dropped += 1
+        rounds += 1
+    if not kept:  # nothing informative: train on the last round (its advantages are all zero)
+        kept = [(last, i) for i in range(want)]
+    kept = kept[:want]
+    rows = lambda i: list(range(i * g, (i + 1) * g))
+    out = Collected([c.problems[i] for c, i in kept],
+                    concat_rollouts([select_groups(c.rollout, [i]) for c, i in kept], run.pad_id),
+                    [t for c, i in kept for t in (c.texts[j] for j in rows(i))],
+                    Scores.concat([c.scores.select(rows(i)) for c, i in kept]), {})
+    out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds}
+    return out
+
+
+def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
+    """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
+    a, r = run.cfg.algo, c.rollout
+    mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
+    ref_logp = values = None
+    with torch.no_grad():
+        if a.kl_in == "reward" and run.ref is not None:
+            ref_logp = completion_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
+                                           r.group_size, run.pad_id, run.cfg.rollout.temperature)
+        if run.critic is not None:
+            out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
+                                      r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True)
+            values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
+    adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, r.completion_mask,
+                                               r.sampler_logp, ref_logp, values)
+    batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values)
+    return batch, metrics
+
+
+def update_settings(run: Run) -> UpdateSettings:
+    a = run.cfg.algo
+    return UpdateSettings(
+        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, ratio_level=a.ratio_level,
+        aggregation=a.aggregation, norm_length=a.norm_length or run.cfg.rollout.max_new_tokens,
+        iterations=a.iterations, beta=a.beta if a.kl_in == "loss" else 0.0, kl_estimator=a.kl_estimator,
+        entropy_coef=a.entropy_coef, value_coef=a.value_coef, value_clip=a.value_clip,
+        micro_batch_prompts=a.micro_batch_prompts, max_grad_norm=a.max_grad_norm,
+        temperature=run.cfg.rollout.temperature, pad_id=run.pad_id)
+
+
+def sync_reference(run: Run, step: int) -> None:
+    """Every algo.ref_sync_every steps, ref <- mixup * policy + (1 - mixup) * ref."""
+    a = run.cfg.algo
+    if run.ref is None or not a.ref_sync_every or step % a.ref_sync_every:
+        return
+    with torch.no_grad():
+        for p_ref, p in zip(run.ref.parameters(), run.policy.parameters()):
+            p_ref.mul_(1 - a.ref_mixup).add_(p.detach(), alpha=a.ref_mixup)
+
+
+def run_eval(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -> dict:
+    result = {}
+    problems = {"heldout": run.splits.heldout, "ood": run.splits.ood}
+    for split in splits:
+        r = evaluate(run.policy, run.tok, problems[split], run.prompts[split],
+                     max_new_tokens=run.cfg.eval.max_new_tokens, batch_size=run.cfg.eval.batch_size,
+                     stop_ids=run.stop_ids)
+        result[f"{split}_accuracy_{tag}"], result[f"{split}_format_{tag}"] = r.accuracy, r.format_rate
+        if tag in ("before", "after"):
+            with JsonlWriter(run.out / f"eval_{tag}.jsonl") as sink:
                 for rec in r.records:
                     sink.write({"split": split, **rec})
-        say(f"eval {tag}: held-out {100 * result[f'heldout_accuracy_{tag}']:.1f}%, "
-            f"OOD {100 * result[f'ood_accuracy_{tag}']:.1f}%")
-        return result
+    return result
 
+
+def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, t_start: float) -> None:
+    row = {"step": step, "train_seconds": time.perf_counter() - t_start}
+    row.update({k.removesuffix(f"_{tag}"): v for k, v in result.items()})
+    sink.write(row)
+    say(f"eval at step {step}: " + ", ".join(f"{k.removesuffix('_' + tag)} {100 * v:.1f}%"
+                                             for k, v in result.items() if "accuracy" in k))
+
+
+def train(cfg: Config) -> dict:
+    """Run the configured algorithm; write the run directory; return the summary."""
+    wall_start = time.perf_counter()
+    run = setup(cfg)
     summary: dict = {"steps": 0}
-    for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl"):
-        (out / f).unlink(missing_ok=True)
-    if cfg.eval.before:
-        summary.update(run_eval("before"))
-
-    sampler = PromptSampler(len(splits.train), cfg.train.seed)
-    metrics_sink, samples_sink = JsonlWriter(out / "metrics.jsonl"), JsonlWriter(out / "samples.jsonl")
-    bar = progress(cfg.train.steps)
+    evals = JsonlWriter(run.out / "evals.jsonl")
     train_start = time.perf_counter()
-    policy.train()
+    if cfg.eval.before:
+        summary.update(run_eval(run, "before"))
+        log_eval(run, evals, 0, {k: v for k, v in summary.items() if k.endswith("_before")}, "before", train_start)
+    metrics_sink, samples_sink = JsonlWriter(run.out / "metrics.jsonl"), JsonlWriter(run.out / "samples.jsonl")
+    settings = update_settings(run)
+    bar = progress(cfg.train.steps)
+    t_eval = 0.0
+    run.policy.train()
     for step in range(1, cfg.train.steps + 1):
         t0 = time.perf_counter()
-        # 1. prompts
-        idx = sampler.next(cfg.rollout.prompts_per_step)
-        problems = [splits.train[i] for i in idx]
-        prompts = [train_prompts[i] for i in idx]
-        # 2. rollout: G completions per prompt
-        r = cfg.rollout
-        with torch.no_grad():
-            rollout = generate(policy, prompts, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
-                               temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                               stop_ids=stop_ids, pad_id=pad_id, generator=gen)
-        texts = tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
-        # 3. rewards
-        columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)]
-                   for k in problems[0].columns()}
-        columns["completion_ids"] = rollout.completion_token_lists()
-        scores = score_batch(rewards, texts, columns, on_reward_error)
+        collected = collect(run)                                              # 1-3. prompts, rollout, rewards
         t1 = time.perf_counter()
-        # 4. advantages and policy update
-        adv = group_advantages(torch.tensor(scores.total).view(-1, r.group_size), "group", cfg.algo.adv_eps)
-        batch = Batch(prompts, rollout.completion_ids, rollout.completion_mask, adv.flatten(), r.group_size)
-        update = policy_update(policy, optimizer, batch, settings, ref)
-        scheduler.step()
+        batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
+        kl_ref = run.ref if cfg.algo.kl_in == "loss" else None
+        update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic)  # 5. update
+        run.scheduler.step()
+        sync_reference(run, step)
         t2 = time.perf_counter()
-        # 5. report
-        m = step_metrics(step, scores, rollout, update, rewards, t2 - t0, t1 - t0, t2 - t1)
-        m["lr"] = scheduler.get_last_lr()[0]
+        m = step_metrics(step, collected, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)   # 6. report
+        m.update(adv_metrics)
+        m.update(collected.metrics)
+        m["lr"] = run.scheduler.get_last_lr()[0]
         metrics_sink.write(m)
-        records = sample_records(step, problems, texts, scores, rewards, r.group_size)
+        records = sample_records(step, collected, run.rewards)
         for rec in records:
             samples_sink.write(rec)
         if cfg.train.samples_every and step % cfg.train.samples_every == 0:
-            say(format_samples(step, records, r.group_size))
+            say(format_samples(step, records, cfg.rollout.group_size))
+        if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
+            te = time.perf_counter()
+            log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid", train_start + t_eval)
+            t_eval += time.perf_counter() - te
+            run.policy.train()
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", len=f"{m['completion/length_mean']:.1f}")
         bar.update(1)
         summary["steps"] = step
@@ -167,11 +270,13 @@ def train(cfg: Config) -> dict:
     metrics_sink.close()
     samples_sink.close()
     summary["train_seconds"] = time.perf_counter() - train_start
-
     if cfg.eval.after:
-        summary.update(run_eval("after"))
-    atomic_save_model(policy, tok, out / "final")
+        after = run_eval(run, "after")
+        summary.update(after)
+        log_eval(run, evals, summary["steps"], after, "after", train_start + t_eval)
+    evals.close()
+    atomic_save_model(run.policy, run.tok, run.out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
-    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(run.out / "summary.json", summary)
     say(before_after_table(summary))
     return summary

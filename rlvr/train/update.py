@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo import aggregate, kl_estimate, policy_loss
+from rlvr.algo import aggregate, kl_estimate, policy_loss, value_loss
 from rlvr.train.logprobs import completion_logprobs
 
 
@@ -15,21 +15,30 @@ class Batch:
     prompts: list[list[int]]  # P prompt token lists
     completion_ids: torch.Tensor  # [B, Tc], B = P * G
     completion_mask: torch.Tensor  # [B, Tc]
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B] or [B, Tc]
     group_size: int
+    returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
+    old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
 
 
 @dataclass
 class UpdateSettings:
-    clip_low: float
-    clip_high: float
-    iterations: int
-    beta: float
-    aggregation: str
-    micro_batch_prompts: int
-    max_grad_norm: float
-    temperature: float
-    pad_id: int
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    ratio_level: str = "token"
+    aggregation: str = "seq-mean-token-mean"
+    norm_length: int | None = None  # for seq-mean-token-sum-norm; None: the batch's width
+    iterations: int = 1
+    beta: float = 0.0  # KL coefficient in the loss (KL in the reward is folded into the advantages)
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    value_coef: float = 0.5
+    value_clip: float | None = 0.2
+    micro_batch_prompts: int = 4
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    pad_id: int = 0
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int) -> list[tuple[list[list[int]], slice, int]]:
@@ -51,49 +60,74 @@ def _weight(mask: torch.Tensor, full_mask: torch.Tensor, aggregation: str) -> fl
     return mask.shape[0] / full_mask.shape[0]
 
 
-def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None) -> dict[str, float]:
-    """Clipped-surrogate GRPO update (+ beta * k3 KL to `ref`). Returns step metrics as floats."""
+def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None:
+    if x is None:
+        return None
+    return x[rows] if x.dim() == 1 else x[rows, :width]
+
+
+def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, critic=None) -> dict[str, float]:
+    """Clipped-surrogate update (+ beta * KL to `ref` in the loss, + entropy bonus, + value loss of
+    `critic`, a head on the policy's hidden states). Returns step metrics as floats."""
     mbs = _micro_batches(batch, s.micro_batch_prompts)
-    tc = batch.completion_ids.shape[1]
+    norm_length = s.norm_length or batch.completion_ids.shape[1]
+    want_ref = s.beta > 0 and ref is not None
     ref_logp = [None] * len(mbs)
-    if s.beta > 0 and ref is not None:
+    if want_ref:
         with torch.no_grad():
             ref_logp = [completion_logprobs(ref, p, batch.completion_ids[sl, :w], batch.completion_mask[sl, :w],
                                             batch.group_size, s.pad_id, s.temperature) for p, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
-    params = [p for p in policy.parameters() if p.requires_grad]
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    need_hidden = critic is not None or s.entropy_coef != 0
     metrics: dict[str, float] = {}
     skipped = 0
-    for it in range(s.iterations):
+    for _ in range(s.iterations):
         optimizer.zero_grad(set_to_none=True)
-        loss_sum, kl_sum, n_tok, stats = 0.0, 0.0, 0.0, {}
+        sums: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
+        n_tok, stats = 0.0, {}
         for k, (prompts, sl, w) in enumerate(mbs):
             mask = batch.completion_mask[sl, :w]  # [b, w]
-            logp = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask,
-                                       batch.group_size, s.pad_id, s.temperature)  # [b, Tc]
+            out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
+                                      s.pad_id, s.temperature, with_hidden=need_hidden,
+                                      with_entropy=s.entropy_coef != 0)
+            logp = out if not need_hidden else out.logp  # [b, w]
             if old_logp[k] is None:  # the first pass is the behaviour policy (no update yet)
                 old_logp[k] = logp.detach()
-            tok_loss, m = policy_loss(logp, old_logp[k], batch.advantages[sl], mask, s.clip_low, s.clip_high)
-            if ref_logp[k] is not None:
-                kl = kl_estimate(logp, ref_logp[k], "k3")  # [b, Tc]
-                tok_loss = tok_loss + s.beta * kl
-                kl_sum += float((kl.detach() * mask).sum())
-            loss = aggregate(tok_loss, mask, s.aggregation, norm_length=tc) * _weight(
-                mask, batch.completion_mask, s.aggregation)
+            loss, m = policy_loss(logp, old_logp[k], _cut(batch.advantages, sl, w), mask, s.clip_low, s.clip_high,
+                                  s.dual_clip, s.ratio_level, s.aggregation, norm_length)
+            if want_ref:
+                kl = kl_estimate(logp, ref_logp[k], s.kl_estimator)  # [b, w]
+                loss = loss + s.beta * aggregate(kl, mask, s.aggregation, norm_length)
+                sums["kl"] += float((kl.detach() * mask).sum())
+            if s.entropy_coef != 0:
+                loss = loss - s.entropy_coef * aggregate(out.entropy, mask, s.aggregation, norm_length)
+                sums["entropy"] += float((out.entropy.detach() * mask).sum())
+            if critic is not None:
+                values = critic(out.hidden).squeeze(-1)  # [b, w]
+                v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask,
+                                    s.value_clip, "token-mean")
+                loss = loss + s.value_coef * v_loss
+                sums["value_loss"] += float(v_loss.detach()) * float(mask.sum())
+            loss = loss * _weight(mask, batch.completion_mask, s.aggregation)
             loss.backward()
-            loss_sum += float(loss.detach())
+            sums["loss"] += float(loss.detach())
             n_tok += float(mask.sum())
             for key, v in m.items():
                 stats.setdefault(key, []).append(float(v))
         limit = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
-        if math.isfinite(grad_norm) and math.isfinite(loss_sum):
+        if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
             optimizer.step()
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics
             skipped += 1
             optimizer.zero_grad(set_to_none=True)
-        metrics = {"loss": loss_sum, "grad_norm": grad_norm,
-                   "kl": kl_sum / max(n_tok, 1) if ref is not None and s.beta > 0 else None}
+        metrics = {"loss": sums["loss"], "grad_norm": grad_norm,
+                   "kl": sums["kl"] / max(n_tok, 1) if want_ref else None}
+        if s.entropy_coef != 0:
+            metrics["entropy"] = sums["entropy"] / max(n_tok, 1)
+        if critic is not None:
+            metrics["value_loss"] = sums["value_loss"] / max(n_tok, 1)
         metrics.update({k: sum(v) / len(v) for k, v in stats.items() if not k.startswith("ratio/m")})
         metrics["ratio/min"] = min(stats["ratio/min"])
         metrics["ratio/max"] = max(stats["ratio/max"])

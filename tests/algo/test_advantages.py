@@ -25,3 +25,39 @@ def test_none_and_batch_scale():
 
 def test_group_of_one_is_zero():
     assert torch.equal(group_advantages(torch.tensor([[3.0], [1.0]])), torch.zeros(2, 1))
+
+
+from rlvr.algo import gae, rloo_advantages, token_returns, whiten  # noqa: E402
+
+
+def test_rloo_hand_computed():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    # r_i - mean of the other three: 1 - 1/3, 0 - 2/3
+    assert torch.allclose(rloo_advantages(r), torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3]]))
+    assert torch.equal(rloo_advantages(torch.ones(2, 3)), torch.zeros(2, 3))
+
+
+def test_gae_hand_computed():
+    rewards, values = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.6, 0.7]])
+    adv, ret = gae(rewards, values, torch.ones(1, 3), gamma=1.0, lam=1.0)
+    assert torch.allclose(adv, torch.tensor([[0.5, 0.4, 0.3]]))
+    assert torch.allclose(ret, torch.ones(1, 3))
+    # lam 0.5: deltas 0.1, 0.1, 0.3 -> A2 = 0.3, A1 = 0.1 + 0.15, A0 = 0.1 + 0.125
+    adv, ret = gae(rewards, values, torch.ones(1, 3), gamma=1.0, lam=0.5)
+    assert torch.allclose(adv, torch.tensor([[0.225, 0.25, 0.3]]))
+    assert torch.allclose(ret, torch.tensor([[0.725, 0.85, 1.0]]))
+
+
+def test_gae_skips_masked_tokens():
+    adv, ret = gae(torch.tensor([[0.0, 9.0, 1.0]]), torch.tensor([[0.5, 9.0, 0.7]]), torch.tensor([[1.0, 0.0, 1.0]]),
+                   gamma=1.0, lam=0.5)
+    # the middle token is skipped: delta0 = 0 + 0.7 - 0.5 = 0.2; A0 = 0.2 + 0.5 * 0.3
+    assert torch.allclose(adv, torch.tensor([[0.35, 0.0, 0.3]]))
+    assert torch.allclose(ret, torch.tensor([[0.85, 0.0, 1.0]]))
+
+
+def test_token_returns_and_whiten():
+    ret = token_returns(torch.tensor([2.0]), torch.tensor([[-0.1, -0.2, -0.3, 5.0]]), torch.tensor([[1.0, 1, 1, 0]]))
+    assert torch.allclose(ret, torch.tensor([[1.4, 1.5, 1.7, 0.0]]))
+    w = whiten(torch.tensor([[1.0, 2.0, 3.0, 100.0]]), torch.tensor([[1.0, 1, 1, 0]]), eps=0.0)
+    assert torch.allclose(w, torch.tensor([[-1.0, 0.0, 1.0, 0.0]]))

@@ -2,30 +2,59 @@ import math
 
 import torch
 
-from rlvr.algo import aggregate, kl_estimate, policy_loss
+from rlvr.algo import aggregate, entropy_from_logits, kl_estimate, policy_loss, value_loss
+
+RATIOS = torch.tensor([[1.5, 0.5, 1.1, 0.9]])
 
 
 def test_clipped_surrogate_hand_computed():
-    old = torch.zeros(1, 4)
-    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.9]]))  # ratios 1.5, 0.5, 1.1, 0.9
-    mask = torch.ones(1, 4)
+    old, logp, mask = torch.zeros(1, 4), RATIOS.log(), torch.ones(1, 4)
     loss, m = policy_loss(logp, old, torch.tensor([1.0]), mask, clip_low=0.2, clip_high=0.2)
-    # A = 1: max(-r, -clip(r)) = -min(r, clip(r)) -> -1.2, -0.5, -1.1, -0.9
-    assert torch.allclose(loss, torch.tensor([[-1.2, -0.5, -1.1, -0.9]]), atol=1e-6)
-    assert math.isclose(float(m["clip/high_frac"]), 0.25)
-    assert math.isclose(float(m["clip/low_frac"]), 0.0)
+    # A = 1: max(-r, -clip(r)) per token = -1.2, -0.5, -1.1, -0.9 -> token mean -0.925
+    assert math.isclose(float(loss), -0.925, rel_tol=1e-6)
+    assert math.isclose(float(m["clip/high_frac"]), 0.25) and float(m["clip/low_frac"]) == 0.0
+    assert math.isclose(float(m["ratio/max"]), 1.5, rel_tol=1e-6) and math.isclose(float(m["ratio/min"]), 0.5, rel_tol=1e-6)
     loss, m = policy_loss(logp, old, torch.tensor([-2.0]), mask, clip_low=0.2, clip_high=0.2)
-    # A = -2: max(2r, 2 clip(r)) -> 3.0, 1.6, 2.2, 1.8
-    assert torch.allclose(loss, torch.tensor([[3.0, 1.6, 2.2, 1.8]]), atol=1e-6)
+    # A = -2: 3.0, 1.6, 2.2, 1.8 -> 2.15
+    assert math.isclose(float(loss), 2.15, rel_tol=1e-6)
     assert math.isclose(float(m["clip/low_frac"]), 0.25)
+
+
+def test_asymmetric_clip_and_per_token_advantages():
+    old, logp, mask = torch.zeros(1, 4), RATIOS.log(), torch.ones(1, 4)
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    loss, _ = policy_loss(logp, old, adv, mask, clip_low=0.1, clip_high=0.28)
+    # -min(1.5, 1.28), -min(0.5, 0.5), max(1.1, 1.1), max(0.9, 0.9) -> -1.28 -0.5 1.1 0.9
+    assert math.isclose(float(loss), (-1.28 - 0.5 + 1.1 + 0.9) / 4, rel_tol=1e-6)
+
+
+def test_dual_clip_bounds_negative_advantage_loss():
+    logp = torch.tensor([[5.0, 1.0]]).log()
+    loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([-2.0]), torch.ones(1, 2), dual_clip=3.0)
+    # max(2r, 2 clip(r)) = 10, 2; bounded by -A c = 6 -> 6, 2
+    assert math.isclose(float(loss), 4.0, rel_tol=1e-6)
+    assert math.isclose(float(m["clip/dual_frac"]), 0.5)
 
 
 def test_gradient_zero_when_clipped():
     logp = torch.log(torch.tensor([[1.5, 1.0]])).requires_grad_()
-    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2))
-    loss.sum().backward()
-    # token 0 is clipped (no gradient); token 1 has d(-r)/dlogp = -r = -1
-    assert torch.allclose(logp.grad, torch.tensor([[0.0, -1.0]]))
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), aggregation="token-mean")
+    loss.backward()
+    # token 0 is clipped (no gradient); token 1: d(-r)/dlogp = -r = -1, over 2 tokens
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.5]]))
+
+
+def test_gspo_ratio_value_and_gradient():
+    logp = torch.tensor([[0.02, 0.04, 7.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, m = policy_loss(logp, torch.zeros(1, 3), torch.tensor([1.0]), mask, ratio_level="sequence",
+                          aggregation="seq-mean-token-mean")
+    s = math.exp(0.03)  # exp(mean of the two unmasked log-ratios); the masked token is ignored
+    assert math.isclose(float(loss), -s, rel_tol=1e-6)
+    assert math.isclose(float(m["ratio/mean"]), s, rel_tol=1e-6)
+    loss.backward()
+    # d(-s)/d logp_t = -s / |y| for each unmasked token, as in sequence-level GSPO
+    assert torch.allclose(logp.grad, torch.tensor([[-s / 2, -s / 2, 0.0]]), atol=1e-6)
 
 
 def test_aggregations_hand_computed():
@@ -36,7 +65,18 @@ def test_aggregations_hand_computed():
     assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-mean")), 3.0)
     # sums 6, 4, 0 over T = 3, mean over 3 sequences
     assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm")), (2 + 4 / 3 + 0) / 3, rel_tol=1e-6)
-    assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm", norm_length=2)), (3 + 2 + 0) / 3, rel_tol=1e-6)
+    assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm", norm_length=2)), 5 / 3, rel_tol=1e-6)
+    empty = torch.zeros(2, 3)
+    assert float(aggregate(loss[:2], empty, "token-mean")) == 0.0
+    assert float(aggregate(loss[:2], empty, "seq-mean-token-mean")) == 0.0
+
+
+def test_value_loss_clipping():
+    # unclipped error 0; clipped value 0.2 -> (0.2 - 1)^2 = 0.64; 0.5 * max = 0.32
+    v = value_loss(torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.ones(1, 1), clip=0.2)
+    assert math.isclose(float(v), 0.32, rel_tol=1e-6)
+    v = value_loss(torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.ones(1, 1), clip=None)
+    assert float(v) == 0.0
 
 
 def test_kl_estimators():
@@ -47,3 +87,7 @@ def test_kl_estimators():
     assert math.isclose(float(kl_estimate(logp, ref, "k2")), d * d / 2, rel_tol=1e-6)
     assert math.isclose(float(kl_estimate(logp, ref, "k3")), 0.5 + math.log(2) - 1, rel_tol=1e-5)
     assert float(kl_estimate(ref, ref, "k3")) == 0.0
+
+
+def test_entropy():
+    assert math.isclose(float(entropy_from_logits(torch.zeros(4))), math.log(4), rel_tol=1e-6)

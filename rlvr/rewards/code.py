@@ -1,0 +1,402 @@
+"""Code-test reward: run the completion's last Python code block against a test spec, sandboxed.
+
+The `tests` column holds a spec, as JSON text or an already-decoded dict:
+    {"kind": "stdio", "cases": [{"stdin": "1 2", "stdout": "3"}], "hidden": [...]}
+    {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "kwargs": {}, "expected": 2}]}
+    {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(0) == 1"]}
+"hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails.
+Score 1 when every case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
+
+Nothing the program says about itself is trusted (see rlvr.rewards.harness): stdout is compared
+here, function results arrive as plain JSON tagged with a per-run secret and are compared here
+with a strict comparison, and the expected values never enter the sandbox. An assert of the form
+`assert expr == literal` is run the same way (the sandbox evaluates `expr`, the literal stays
+here); other asserts must report that they ran to completion.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from rlvr.rewards.base import Verdict, batch_form
+from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
+
+KINDS = ("stdio", "function", "assert")
+_KEYS = {"kind", "cases", "hidden", "entry_point", "asserts"}
+_PY_LANGS = ("", "python", "py", "python3")
+_OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
+_CLOSE_FENCE = re.compile(r"^[ \t]*```[ \t]*$")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: check and,
+    for a value check, expected."""
+
+    number: int
+    hidden: bool
+    stdin: str = ""
+    stdout: str = ""
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    expected: object = None
+    check: tuple[str, str] | None = None   # ("value", expression) or ("stmt", assert source)
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str
+    cases: tuple[Case, ...]
+    entry_point: str | None = None
+
+
+@dataclass(frozen=True)
+class CodeTestsConfig:
+    partial: bool = False
+    limits: SandboxLimits = SandboxLimits()
+    sandbox: Sandbox = Sandbox()
+    workers: int | None = None   # None: max(2, CPU count)
+
+
+# ---- extraction --------------------------------------------------------------------------------
+
+def last_code_block(text: str) -> str | None:
+    """The last closed ```python / ```py / ``` fenced block, dedented; None when there is none."""
+    blocks, lang, body = [], None, []
+    for line in text.split("\n"):
+        if lang is None:
+            m = _OPEN_FENCE.match(line)
+            if m:
+                lang, body = m.group(1).lower(), []
+        elif _CLOSE_FENCE.match(line):
+            if lang in _PY_LANGS:
+                blocks.append(textwrap.dedent("\n".join(body)))
+            lang = None
+        else:
+            body.append(line)
+    return blocks[-1] if blocks else None
+
+
+# ---- specs -------------------------------------------------------------------------------------
+
+def parse_spec(tests) -> Spec:
+    """Validate and normalise a spec; a malformed one raises ValueError naming what is wrong."""
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"tests spec is not valid JSON: {e}") from None
+    if not isinstance(tests, dict):
+        raise ValueError(f"tests spec must be a JSON object, got {type(tests).__name__}")
+    if "kind" not in tests:
+        raise ValueError("tests spec is missing key 'kind'")
+    kind = tests["kind"]
+    if kind not in KINDS:
+        raise ValueError(f"tests spec has unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+    unknown = set(tests) - _KEYS
+    if unknown:
+        raise ValueError(f"tests spec ({kind}) has unknown keys {sorted(unknown)}: allowed {sorted(_KEYS)}")
+    shown_key = "asserts" if kind == "assert" else "cases"
+    shown, hidden = _list(tests, shown_key, kind, required=True), _list(tests, "hidden", kind)
+    make = {"stdio": _stdio_case, "function": _function_case, "assert": _assert_case}[kind]
+    cases = tuple(make(item, n, n > len(shown), kind)
+                  for n, item in enumerate(shown + hidden, start=1))
+    if not cases:
+        raise ValueError(f"tests spec ({kind}) has no cases")
+    entry = None
+    if kind == "function":
+        entry = tests.get("entry_point")
+        if not isinstance(entry, str) or not entry.isidentifier():
+            raise ValueError("tests spec (function) is missing key 'entry_point' (a function name)")
+    return Spec(kind, cases, entry)
+
+
+def _list(tests: dict, key: str, kind: str, required: bool = False) -> list:
+    if key not in tests:
+        if required:
+            raise ValueError(f"tests spec ({kind}) is missing key {key!r}")
+        return []
+    if not isinstance(tests[key], list):
+        raise ValueError(f"tests spec ({kind}) key {key!r} must be a list")
+    return tests[key]
+
+
+def _fields(item, n: int, kind: str, required: tuple[str, ...]) -> dict:
+    if not isinstance(item, dict):
+        raise ValueError(f"tests spec ({kind}) case {n} must be an object")
+    for key in required:
+        if key not in item:
+            raise ValueError(f"tests spec ({kind}) case {n} is missing key {key!r}")
+    return item
+
+
+def _stdio_case(item, n: int, hidden: bool, kind: str) -> Case:
+    item = _fields(item, n, kind, ("stdout",))
+    stdin, stdout = item.get("stdin", ""), item["stdout"]
+    if not isinstance(stdin, str) or not isinstance(stdout, str):
+        raise ValueError(f"tests spec (stdio) case {n}: 'stdin' and 'stdout' must be strings")
+    return Case(n, hidden, stdin=stdin, stdout=stdout)
+
+
+def _function_case(item, n: int, hidden: bool, kind: str) -> Case:
+    item = _fields(item, n, kind, ("expected",))
+    args, kwargs = item.get("args", []), item.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise ValueError(f"tests spec (function) case {n}: 'args' must be a list, 'kwargs' an object")
+    return Case(n, hidden, args=args, kwargs=kwargs, expected=item["expected"])
+
+
+def _assert_case(item, n: int, hidden: bool, kind: str) -> Case:
+    if not isinstance(item, str):
+        raise ValueError(f"tests spec (assert) case {n} must be a string of Python")
+    try:
+        tree = ast.parse(item)
+    except SyntaxError as e:
+        raise ValueError(f"tests spec (assert) case {n} does not parse: {e.msg}") from None
+    mode, code, expected = assert_check(tree, item)
+    return Case(n, hidden, expected=expected, check=(mode, code))
+
+
+_NOT_LITERAL = object()
+
+
+def assert_check(tree: ast.Module, source: str) -> tuple[str, str, object]:
+    """`assert expr == literal` (or `literal == expr`, `expr is None/True/False`) becomes a value
+    check: the sandbox evaluates expr and the literal stays with the parent, so no forged 'ok' can
+    pass it. Anything else runs as a statement that must report completion."""
+    stmt = tree.body[0] if len(tree.body) == 1 else None
+    if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1:
+        op, left, right = stmt.test.ops[0], stmt.test.left, stmt.test.comparators[0]
+        if isinstance(op, ast.Eq):
+            for expr, lit in ((left, right), (right, left)):
+                value = _json_literal(lit)
+                if value is not _NOT_LITERAL:
+                    return "value", ast.unparse(expr), value
+        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and type(right.value) in (type(None), bool):
+            return "value", ast.unparse(left), right.value
+    return "stmt", source, None
+
+
+def _json_literal(node: ast.expr):
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+    return value if _is_plain(value) else _NOT_LITERAL
+
+
+def _is_plain(v) -> bool:
+    """What survives a JSON round trip unchanged (so tuples, sets and int keys do not)."""
+    if v is None or type(v) in (bool, int, str):
+        return True
+    if type(v) is float:
+        return v == v and v not in (float("inf"), float("-inf"))
+    if type(v) is list:
+        return all(_is_plain(x) for x in v)
+    if type(v) is dict:
+        return all(type(k) is str and _is_plain(x) for k, x in v.items())
+    return False
+
+
+# ---- comparison --------------------------------------------------------------------------------
+
+def same(expected, got) -> bool:
+    """Strict equality on plain JSON data: bools are not numbers, 1 == 1.0, lists and dicts by
+    content. Both sides are data the parent decoded, so no user `__eq__` is ever called."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(expected) is type(got) and expected == got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return expected == got
+    if type(expected) is not type(got):
+        return False
+    if isinstance(expected, list):
+        return len(expected) == len(got) and all(same(a, b) for a, b in zip(expected, got))
+    if isinstance(expected, dict):
+        return expected.keys() == got.keys() and all(same(expected[k], got[k]) for k in expected)
+    return expected == got
+
+
+def normalise_output(text: str) -> str:
+    """Trailing whitespace at line ends and at the end is the only leniency."""
+    return "\n".join(line.rstrip() for line in text.split("\n")).rstrip()
+
+
+def decode_result(text: str):
+    """Parse a reported value; raises ValueError for anything but strict JSON data (no NaN)."""
+    def reject(name: str):
+        raise ValueError(f"{name} is not JSON data")
+    try:
+        return json.loads(text, parse_constant=reject)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+
+
+def _clip(s: str, n: int = 60) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# ---- running and judging -----------------------------------------------------------------------
+
+def _stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+    """One run per case, so each gets real stdin and stdout. Stops at the first failure, or in
+    partial mode at the first time-out (so one hung program costs one time limit)."""
+    outcomes = []
+    for case in spec.cases:
+        r = run_harness({"kind": "stdio", "source": program}, case.stdin.encode("utf-8"),
+                        cfg.limits, cfg.sandbox)
+        failure = r.failure(cfg.limits)
+        if failure is None:
+            got, want = normalise_output(r.stdout.decode("utf-8", "replace")), normalise_output(case.stdout)
+            outcomes.append((True, "") if got == want else (False, _mismatch(case, want, got, text=True)))
+        else:
+            outcomes.append((False, failure))
+        if not outcomes[-1][0] and (not cfg.partial or r.timed_out):
+            break
+    return outcomes
+
+
+def _reported_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+    """One run for all function calls or asserts; each case is judged from its tagged line."""
+    payload = {"kind": spec.kind, "source": program}
+    if spec.kind == "function":
+        payload.update(entry_point=spec.entry_point, calls=[[c.args, c.kwargs] for c in spec.cases])
+    else:
+        payload["checks"] = [list(c.check) for c in spec.cases]
+    r = run_harness(payload, None, cfg.limits, cfg.sandbox)
+    whole = r.failure(cfg.limits)
+    if r.output_too_large:
+        return [(False, whole)] * len(spec.cases)
+    load = r.reports.get("load")
+    if load is not None:
+        whole = _err_reason(load[1], None)
+    outcomes = []
+    for i, case in enumerate(spec.cases):
+        key = str(i)
+        if key in r.duplicates:
+            outcomes.append((False, f"failed case {case.number}: reported twice (forged result)"))
+        elif key not in r.reports:
+            outcomes.append((False, whole or f"failed case {case.number}: no result (the program "
+                                              "exited before reporting)"))
+        else:
+            outcomes.append(_judge_report(case, *r.reports[key]))
+    return outcomes
+
+
+def _judge_report(case: Case, status: str, text: str) -> tuple[bool, str]:
+    value_check = case.check is None or case.check[0] == "value"
+    if status == "ok" and not value_check:
+        return True, ""
+    if status == "err":
+        return False, _err_reason(text, case.number)
+    if status != "value" or not value_check:
+        return False, f"failed case {case.number}: malformed result"
+    try:
+        got = decode_result(text)
+    except ValueError:
+        return False, f"failed case {case.number}: result is not JSON data"
+    try:
+        ok = same(case.expected, got)
+    except RecursionError:
+        ok = False
+    return (True, "") if ok else (False, _mismatch(case, case.expected, got))
+
+
+def _err_reason(text: str, number: int | None) -> str:
+    if text.startswith("MemoryError"):
+        return "memory limit"
+    if number is None:
+        return text if text.startswith("no function named") else f"crashed: {text}"
+    if text.startswith("not JSON data: "):
+        return f"failed case {number}: result is not JSON data ({text[15:]})"
+    if text == "assertion failed":
+        return f"failed case {number}: assertion failed"
+    return f"failed case {number}: raised {text}"
+
+
+def _mismatch(case: Case, want, got, text: bool = False) -> str:
+    if case.hidden:  # reasons are logged with samples; keep hidden answers out of them
+        return f"failed case {case.number} (hidden): wrong answer"
+    show = (lambda v: repr(_clip(v))) if text else (lambda v: _clip(json.dumps(v)))
+    return f"failed case {case.number}: expected {show(want)}, got {show(got)}"
+
+
+def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
+    """Score one extracted program against a parsed spec."""
+    run = _stdio_outcomes if spec.kind == "stdio" else _reported_outcomes
+    outcomes = run(program, spec, cfg)
+    n = len(spec.cases)
+    passed = sum(ok for ok, _ in outcomes)
+    if passed == n:
+        return Verdict(1.0, f"passed {n}/{n}", program)
+    first = next(why for ok, why in outcomes if not ok)  # runs stop only after a failure
+    if cfg.partial:
+        return Verdict(passed / n, f"passed {passed}/{n}; {first}", program)
+    return Verdict(0.0, first, program)
+
+
+def _verdict_parsed(cfg: CodeTestsConfig, completion: str, spec: Spec) -> Verdict:
+    program = last_code_block(completion)
+    if program is None:
+        return Verdict(0.0, "no code block")
+    if not program.strip():
+        return Verdict(0.0, "empty code block", program)
+    return judge(program, spec, cfg)
+
+
+def _verdicts(cfg: CodeTestsConfig, texts: list[str], tests_column: list) -> list[Verdict]:
+    """Parse every spec first (a malformed one raises before anything runs), then run the items
+    on a thread pool: each item is its own sandboxed subprocess with its own limits."""
+    if len(texts) != len(tests_column):
+        raise ValueError(f"{len(texts)} completions but {len(tests_column)} tests specs")
+    specs = [parse_spec(t) for t in tests_column]
+    if not texts:
+        return []
+    launcher(cfg.sandbox, cfg.limits)  # refuse now, once, when there is no sandbox
+    workers = min(cfg.workers or max(2, os.cpu_count() or 2), len(texts))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code-tests") as pool:
+        return list(pool.map(lambda ts: _verdict_parsed(cfg, *ts), zip(texts, specs)))
+
+
+def make_code_tests(partial: bool = False, timeout_s: float | None = None,
+                    limits: SandboxLimits | None = None, sandbox: Sandbox | None = None,
+                    workers: int | None = None):
+    """A code-test reward; partial=True scores the fraction of cases passed. timeout_s sets both
+    the wall-clock and the CPU limit of each program run."""
+    limits = limits or SandboxLimits()
+    if timeout_s is not None:
+        limits = replace(limits, wall_s=timeout_s, cpu_s=timeout_s)
+    cfg = CodeTestsConfig(partial, limits, sandbox or Sandbox(), workers)
+
+    def verdict(completion: str, tests) -> Verdict:
+        return _verdict_parsed(cfg, completion, parse_spec(tests))
+
+    def verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
+        return _verdicts(cfg, texts, tests_column)
+
+    verdict.__name__ = "code_tests_partial_verdict" if partial else "code_tests_verdict"
+    verdict.__doc__ = code_tests_verdict.__doc__
+    reward = batch_form(verdict, ("tests",), verdicts_fn=verdicts)
+    reward.config = cfg
+    return reward
+
+
+_DEFAULT = CodeTestsConfig()
+
+
+def code_tests_verdict(completion: str, tests) -> Verdict:
+    """1.0 when the completion's last Python code block passes every case of the tests spec."""
+    return _verdict_parsed(_DEFAULT, completion, parse_spec(tests))
+
+
+def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
+    return _verdicts(_DEFAULT, texts, tests_column)
+
+
+code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts)
+__all__ = ["CodeTestsConfig", "Spec", "code_tests", "code_tests_verdict", "last_code_block",
+           "make_code_tests", "parse_spec", "same"]

@@ -1,0 +1,523 @@
+"""The sandboxed code-test reward: positive controls, a battery of attacks that must score 0
+within their time limit, extraction, spec errors, the missing-bubblewrap refusal, parallelism."""
+import json
+import logging
+import os
+import socket
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.errors import RlvrError
+from rlvr.rewards import code, sandbox
+from rlvr.rewards.base import Verdict
+from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
+from rlvr.rewards.sandbox import Sandbox, SandboxUnavailable, run_harness
+
+LIMIT_S = 1.0
+SLACK_S = 2.5          # process start-up and teardown on a loaded 2-core machine
+reward = make_code_tests(timeout_s=LIMIT_S)
+
+FN = {"kind": "function", "entry_point": "f", "cases": [{"args": [1, 2], "expected": 3}],
+      "hidden": [{"args": [10, 20], "expected": 30}, {"args": [-4], "kwargs": {"b": 4}, "expected": 0}]}
+STDIO = {"kind": "stdio", "cases": [{"stdin": "1 2\n", "stdout": "3\n"}],
+         "hidden": [{"stdin": "10 20\n", "stdout": "30\n"}]}
+ASSERT = {"kind": "assert", "asserts": ["assert f(1, 2) == 3"],
+          "hidden": ["assert f(10, 20) == 30", "assert f(-1, 1) == 0"]}
+# Builtins inside the tests, and a hidden assert that is not of the form `expr == literal`.
+STMT = {"kind": "assert", "asserts": ["assert sorted(f([3, 1, 2])) == [1, 2, 3]", "assert len(f([1, 2])) == 2"],
+        "hidden": ["assert abs(sum(f([0.5, 0.25])) - 0.75) < 1e-9"]}
+
+
+def block(src: str) -> str:
+    return "Here is my solution.\n```python\n" + textwrap.dedent(src).strip() + "\n```\n"
+
+
+def verdict_of(src: str, spec, rw=reward) -> tuple[Verdict, float]:
+    t = time.monotonic()
+    v = rw.verdicts([block(src)], tests=[spec])[0]
+    return v, time.monotonic() - t
+
+
+def procs_matching(marker: str) -> list[str]:
+    """Host processes whose name or command line contains marker."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                text = (p / "comm").read_text() + (p / "cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            if marker in text:
+                found.append(p.name)
+    return found
+
+
+def assert_gone(marker: str) -> None:
+    for _ in range(20):
+        if not procs_matching(marker):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes survived the run: {procs_matching(marker)}")
+
+
+# ---- positive controls -------------------------------------------------------------------------
+
+DESCRIBE = {"kind": "function", "entry_point": "describe", "cases": [
+    {"args": [[1, 2, 3]], "kwargs": {"scale": 0.5},
+     "expected": {"sum": 3.0, "items": [0.5, 1.0, 1.5], "name": "list", "missing": None}},
+    {"args": [[]], "expected": {"sum": 0, "items": [], "name": "empty", "missing": None}},
+    {"args": [None], "expected": None}], "hidden": [{"args": [[4]], "kwargs": {"scale": 2}, "expected":
+                                                     {"sum": 8, "items": [8], "name": "list", "missing": None}}]}
+DESCRIBE_SRC = """
+    def describe(xs, scale=1.0):
+        if xs is None:
+            return None
+        items = [x * scale for x in xs]
+        return {"sum": sum(items), "items": items, "name": "list" if xs else "empty", "missing": None}
+"""
+
+
+@pytest.mark.parametrize("spec, src", [
+    (STDIO, "a, b = map(int, input().split())\nprint(a + b)"),
+    (FN, "def f(a, b=0):\n    return a + b"),
+    (DESCRIBE, DESCRIBE_SRC),
+    (ASSERT, "def f(a, b):\n    return a + b"),
+    (STMT, "def f(xs):\n    return list(xs)"),
+    (json.dumps(FN), "def f(a, b=0):\n    return a + b"),
+], ids=["stdio", "function", "function-types-kwargs", "assert", "assert-statements", "json-spec"])
+def test_correct_programs_pass(spec, src):
+    v, _ = verdict_of(src, spec)
+    n = len(parse_spec(spec).cases)
+    assert (v.score, v.reason) == (1.0, f"passed {n}/{n}")
+
+
+def test_public_reward_floats_chat_messages_and_default_limits():
+    answer = block("def f(a, b=0): return a + b")
+    chat = [[{"role": "user", "content": "add"}, {"role": "assistant", "content": answer}]]
+    scores = code_tests(chat + ["no code here"], tests=[FN, FN])
+    assert scores == [1.0, 0.0] and all(isinstance(s, float) for s in scores)
+    assert code_tests.__name__ == "code_tests" and code_tests.columns == ("tests",)
+    assert code_tests.verdict(block("print(3)"), STDIO).reason == "failed case 2 (hidden): wrong answer"
+
+
+def test_partial_scoring_gives_the_exact_fraction():
+    partial = make_code_tests(partial=True, timeout_s=LIMIT_S)
+    spec = {"kind": "stdio", "cases": [{"stdin": "1 2", "stdout": "3"}, {"stdin": "5 5", "stdout": "10"},
+                                       {"stdin": "2 7", "stdout": "9"}]}
+    v, _ = verdict_of("a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)", spec, partial)
+    assert v.score == 2 / 3
+    assert v.reason == "passed 2/3; failed case 2: expected '10', got '0'"
+    fn = {"kind": "function", "entry_point": "f", "cases": [{"args": [i], "expected": i} for i in range(4)]}
+    v, _ = verdict_of("def f(x):\n    return x if x % 2 else 1 / x", fn, partial)
+    assert (v.score, v.reason) == (0.5, "passed 2/4; failed case 1: raised ZeroDivisionError: division by zero")
+
+
+@pytest.mark.parametrize("src, reason", [
+    ("def f(a, b=0):\n    return a - b", "failed case 1: expected 3, got -1"),
+    ("def f(a, b=0):\n    return str(a + b)", 'failed case 1: expected 3, got "3"'),
+    ("def f(a, b=0):\n    return a + b == 3", "failed case 1: expected 3, got true"),
+    ("def g(a, b):\n    return a + b", "no function named f"),
+    ("def f(a, b):\n    return 1 / 0", "failed case 1: raised ZeroDivisionError: division by zero"),
+    ("def f(a, b) return", "crashed: SyntaxError: "),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "crashed: killed by SIGKILL"),
+], ids=["wrong", "str-not-int", "bool-not-int", "missing-entry-point", "raises", "syntax-error", "killed"])
+def test_failure_reasons(src, reason):
+    v, _ = verdict_of(src, FN)
+    assert v.score == 0.0
+    assert v.reason == reason or (reason.endswith(": ") and v.reason.startswith(reason)), v.reason
+
+
+def test_stdio_is_compared_in_full_with_trailing_whitespace_only():
+    spec = {"kind": "stdio", "cases": [{"stdin": "", "stdout": "a b\nc\n"}]}
+    assert verdict_of("print('a b   ')\nprint('c\\t')\nprint()\nprint()", spec)[0].score == 1.0
+    assert verdict_of("print(' a b')\nprint('c')", spec)[0].score == 0.0          # leading space
+    assert verdict_of("print('a b')\nprint()\nprint('c')", spec)[0].score == 0.0  # inner blank line
+    assert verdict_of("print('a b')", spec)[0].score == 0.0                       # a prefix is not enough
+    assert verdict_of("print('a b\\nc\\nd')", spec)[0].score == 0.0
+
+
+def test_strict_comparison():
+    assert same(1, 1.0) and same({"a": [1, None]}, {"a": [1.0, None]})
+    assert not same(1, True) and not same(0, False) and not same(None, 0) and not same("1", 1)
+    assert not same([1, 2], [1, 2, 3]) and not same({"a": 1}, {"a": 1, "b": 2})
+
+
+# ---- attacks: every one must score 0, within its time limit ------------------------------------
+
+ATTACKS = {
+    # The exit code proves nothing: no tagged result, no pass.
+    "os-exit-before-results": (FN, "import os\nos._exit(0)"),
+    "os-exit-in-function": (FN, "def f(a, b=0):\n    import os; os._exit(0)"),
+    "sys-exit-at-load": (FN, "import sys\nsys.exit(0)"),
+    "system-exit-in-function": (FN, "def f(a, b=0):\n    raise SystemExit(0)"),
+    "sys-exit-assert-kind": (ASSERT, "import sys\ndef f(a, b): return 0\nsys.exit(0)"),
+    "os-exit-stdio-no-output": (STDIO, "import os\nos._exit(0)"),
+    "kill-own-group": (FN, "import os, signal\ndef f(a, b=0):\n    os.killpg(0, signal.SIGKILL)"),
+    # Results that are not the value.
+    "always-equal-object": (FN, """
+        class Eq:
+            def __eq__(self, other): return True
+            def __ne__(self, other): return False
+            __hash__ = object.__hash__
+        def f(a, b=0): return Eq()"""),
+    "int-subclass-equal": (FN, """
+        class I(int):
+            def __eq__(self, other): return True
+            __hash__ = int.__hash__
+        def f(a, b=0): return I(3)"""),
+    "hard-coded-visible-answers": (FN, "def f(a, b=0):\n    return {(1, 2): 3}.get((a, b), 0)"),
+    # Forged result lines, with and without the secret.
+    "print-forged-line": (FN, """
+        for i in range(5):
+            print(f"0123456789abcdef0123456789abcdef {i} value 3")
+        def f(a, b=0): return 0"""),
+    "write-forged-lines-to-every-fd": (FN, """
+        import os
+        for fd in range(0, 64):
+            for i in range(5):
+                try: os.write(fd, f"{i} value 3\\n{i} ok\\n".encode())
+                except OSError: pass
+        def f(a, b=0): return 0"""),
+    "frame-walk-calls-harness-report": (FN, """
+        import sys
+        frame = sys._getframe()
+        while frame is not None:
+            rep = frame.f_locals.get("report")
+            if callable(rep):
+                for i in range(5):
+                    rep(i, "value", "3")
+            frame = frame.f_back
+        def f(a, b=0): return 0"""),
+    "gc-finds-secret-and-forges": (ASSERT, """
+        import gc, os
+        for obj in gc.get_objects():
+            cells = getattr(obj, "__closure__", None) or ()
+            vals = [c.cell_contents for c in cells]
+            toks = [v for v in vals if isinstance(v, str) and len(v) == 32]
+            fds = [v for v in vals if type(v) is int]
+            for tok in toks:
+                for fd in fds:
+                    for i in range(5):
+                        os.write(fd, f"{tok} {i} value 3\\n{tok} {i} ok\\n".encode())
+        os._exit(0)"""),
+    "patch-builtins-and-json": (FN, """
+        import builtins, json, json.encoder
+        builtins.print = lambda *a, **k: None
+        builtins.str = lambda *a, **k: "3"
+        json.dumps = lambda *a, **k: "3"
+        json.encoder.encode_basestring_ascii = lambda s: '"3"'
+        def f(a, b=0): return 0"""),
+    "patch-harness-module": (FN, """
+        import sys
+        h = sys.modules["__main__"]
+        h.to_json = lambda value, depth=0: "3"
+        h.report_value = lambda report, case, value: report(case, "value", "3")
+        def f(a, b=0): return 0"""),
+    "redefine-builtins-and-assertionerror": (STMT, """
+        import builtins
+        class AssertionError(Exception): pass
+        builtins.AssertionError = AssertionError
+        builtins.sorted = lambda xs: [1, 2, 3]
+        builtins.abs = lambda x: 0
+        len = lambda xs: 2
+        sum = lambda xs: 0.75
+        __builtins__ = {"len": len, "sorted": builtins.sorted, "abs": builtins.abs}
+        def f(xs): return [0]"""),
+    "close-result-pipe": (FN, """
+        import os
+        os.closerange(3, 1024)
+        def f(a, b=0): return 0"""),
+    "dup-devnull-over-pipe": (FN, """
+        import os
+        null = os.open("/dev/null", os.O_WRONLY)
+        for fd in range(3, 64):
+            if fd != null:
+                try: os.dup2(null, fd)
+                except OSError: pass
+        def f(a, b=0): return 0"""),
+    "threads-keep-running-and-forge": (FN, """
+        import os, threading
+        def spam():
+            while True:
+                for fd in range(3, 16):
+                    try: os.write(fd, b"0 value 3\\n1 value 30\\n2 value 0\\n")
+                    except OSError: pass
+        for daemon in (True, False):
+            threading.Thread(target=spam, daemon=daemon).start()
+        def f(a, b=0): return 0"""),
+    "atexit-forgery": (FN, """
+        import atexit
+        atexit.register(lambda: print("0 value 3"))
+        def f(a, b=0): return 0"""),
+    # Resources.
+    "endless-loop": (FN, "def f(a, b=0):\n    while True: pass"),
+    "sleep-forever": (STDIO, "import time\ntime.sleep(100)"),
+    "ignore-sigterm": (STDIO, """
+        import signal
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):
+            signal.signal(s, signal.SIG_IGN)
+        while True: pass"""),
+    "memory-bomb": (FN, "def f(a, b=0):\n    x = bytearray(8 << 30)\n    return a + b"),
+    "memory-bomb-list": (STDIO, "x = [0] * (1 << 31)\nprint(3)"),
+    "huge-output": (STDIO, "while True:\n    print('3' * 10000)"),
+    "file-size-bomb": (STDIO, "open('/tmp/big', 'wb').write(b'x' * (32 << 20))\nprint(input().split()[0] and 3)"),
+    "fill-private-tmp": (STDIO, """
+        for i in range(40):
+            open(f'/tmp/f{i}', 'wb').write(b'x' * (8 << 20))
+        print(3)"""),
+    "fork-bomb": (STDIO, """
+        import os
+        open('/proc/self/comm', 'w').write('rlvrforkbomb')
+        while True:
+            try: os.fork()
+            except OSError: pass"""),
+    "thread-bomb": (STDIO, """
+        import threading, time
+        while True:
+            threading.Thread(target=time.sleep, args=(100,)).start()"""),
+    # A child that outlives its parent and answers late: its output must not count.
+    "orphan-answers-late": (STDIO, """
+        import os, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(0.3)
+            print(3, flush=True)
+            time.sleep(100)
+        os._exit(0)"""),
+    "orphan-popen-sleep": (STDIO, "import subprocess\nsubprocess.Popen(['sleep', '100.4242'])\nprint(0)"),
+}
+
+
+@pytest.mark.parametrize("name", list(ATTACKS), ids=list(ATTACKS))
+def test_attack_scores_zero_within_its_limit(name):
+    spec, src = ATTACKS[name]
+    v, elapsed = verdict_of(src, spec)
+    assert v.score == 0.0, v.reason
+    assert elapsed < LIMIT_S + SLACK_S, f"{name} took {elapsed:.1f}s"
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("endless-loop", "timed out after 1.0s"),
+    ("ignore-sigterm", "timed out after 1.0s"),
+    ("memory-bomb", "memory limit"),
+    ("memory-bomb-list", "memory limit"),
+    ("huge-output", "output too large"),
+    ("hard-coded-visible-answers", "failed case 2 (hidden): wrong answer"),
+    ("frame-walk-calls-harness-report", "failed case 1: reported twice (forged result)"),
+    ("always-equal-object", "failed case 1: result is not JSON data (Eq)"),
+    ("int-subclass-equal", "failed case 1: result is not JSON data (I)"),
+    ("os-exit-before-results", "failed case 1: no result (the program exited before reporting)"),
+])
+def test_attack_reasons(name, reason):
+    spec, src = ATTACKS[name]
+    v, _ = verdict_of(src, spec)
+    assert v.reason == reason
+
+
+@pytest.mark.parametrize("name, marker", [("fork-bomb", "rlvrforkbomb"), ("orphan-popen-sleep", "100.4242"),
+                                          ("orphan-answers-late", "rlvrorphan")])
+def test_no_process_survives(name, marker):
+    spec, src = ATTACKS[name]
+    if marker == "rlvrorphan":  # name the late answerer so we can look for it
+        src = src.replace("os.setsid()", "os.setsid(); open('/proc/self/comm', 'w').write('rlvrorphan')")
+    v, _ = verdict_of(src, spec)
+    assert v.score == 0.0
+    assert_gone(marker)
+
+
+# ---- isolation: what the program can see and reach ---------------------------------------------
+
+def test_sandbox_view(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_TEST_SECRET", "leaked")
+    (tmp_path / "host.txt").write_text("host file")
+    probe = f"""
+        import json, os, socket
+        def attempt(fn):
+            try:
+                fn()
+                return "ok"
+            except OSError as e:
+                return type(e).__name__
+        def connect(addr):
+            s = socket.socket()
+            s.settimeout(0.5)
+            s.connect(addr)
+        status = open("/proc/self/status").read()
+        print(json.dumps({{
+            "uid": os.getuid(), "pid": os.getpid(), "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+            "cap_eff": [l.split()[1] for l in status.splitlines() if l.startswith("CapEff")][0],
+            "env": sorted(os.environ), "root": sorted(os.listdir("/")), "tmp": os.listdir("/tmp"),
+            "host_file": os.path.exists({str(tmp_path / "host.txt")!r}),
+            "write_root": attempt(lambda: open("/pwned", "w")), "write_usr": attempt(lambda: open("/usr/pwned", "w")),
+            "localhost": attempt(lambda: connect(("127.0.0.1", 22))),
+            "internet": attempt(lambda: connect(("1.1.1.1", 53))),
+        }}))
+    """
+    r = run_harness({"kind": "stdio", "source": textwrap.dedent(probe)}, b"")
+    assert r.exit_code == 0, r.stderr_tail
+    seen = json.loads(r.stdout)
+    assert seen["uid"] == 65534 and seen["cap_eff"] == "0000000000000000"
+    assert seen["pid"] <= 3 and len(seen["procs"]) <= 3              # its own pid namespace
+    assert seen["env"] == ["HOME", "LANG", "PATH", "PWD"]             # cleared: no RLVR_TEST_SECRET
+    assert "root" not in seen["root"] and "work" not in seen["root"] and "home" not in seen["root"]
+    assert seen["tmp"] == [] and seen["host_file"] is False           # a private /tmp
+    assert seen["write_root"] == "OSError" and seen["write_usr"] == "OSError"   # read-only system
+    assert seen["localhost"] != "ok" and seen["internet"] != "ok"     # no network
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def reach_attacks(tmp_path: Path, port: int) -> dict:
+    """name -> (program, the stdout it would print if the attack worked)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret-7f2a")
+    repo_file = Path(__file__).resolve()
+    connect = "import socket\nsocket.create_connection(({!r}, {}), 1)\nprint('connected')"
+    return {
+        "read-host-tmp": (f"print(open({str(secret)!r}).read())", "s3cret-7f2a"),
+        "read-repo": (f"print(open({str(repo_file)!r}).readline().strip())", repo_file.read_text().splitlines()[0]),
+        "list-root": ("import os\nprint(sorted(os.listdir('/root')))", str(sorted(os.listdir("/root")))),
+        "write-slash": ("open('/pwned', 'w').write('x')\nprint('wrote')", "wrote"),
+        "connect-host-port": (connect.format("127.0.0.1", port), "connected"),
+        "connect-internet": (connect.format("1.1.1.1", 53), "connected"),
+    }
+
+
+@pytest.mark.parametrize("name", ["read-host-tmp", "read-repo", "list-root", "write-slash",
+                                  "connect-host-port", "connect-internet"])
+def test_host_files_and_network_are_out_of_reach(name, tmp_path, listener):
+    src, would_print = reach_attacks(tmp_path, listener.getsockname()[1])[name]
+    v, elapsed = verdict_of(src, {"kind": "stdio", "cases": [{"stdin": "", "stdout": would_print}]})
+    assert v.score == 0.0 and v.reason.startswith("crashed: "), v.reason
+    assert elapsed < LIMIT_S + SLACK_S
+    with pytest.raises(BlockingIOError):
+        listener.accept()   # nothing ever reached the host's port
+    assert not Path("/pwned").exists()
+
+
+# ---- extraction and specs ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, program", [
+    ("```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```", "print(2)"),
+    ("```\nprint(1)\n```", "print(1)"),
+    ("```py\nx = 1\n\ny = 2\n```", "x = 1\n\ny = 2"),
+    ("```python\nprint(1)\n```\nOutput:\n```text\n1\n```", "print(1)"),   # not a Python block
+    ("  ```python\n  def f():\n      return 1\n  ```", "def f():\n    return 1"),
+    ("```python\nprint(1)\n```\n```python\nprint(2)", "print(1)"),        # an unclosed block is not one
+    ("no code at all", None),
+    ("inline ```print(1)``` only", None),
+], ids=["last-of-two", "bare-fence", "blank-lines", "skips-other-language", "indented", "unclosed", "none", "inline"])
+def test_last_code_block(text, program):
+    assert last_code_block(text) == program
+
+
+def test_no_code_block_verdict():
+    v = reward.verdicts(["I would write a loop."], tests=[FN])[0]
+    assert (v.score, v.reason, v.extracted) == (0.0, "no code block", None)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("{not json", "not valid JSON"),
+    ([1, 2], "must be a JSON object"),
+    ({"cases": []}, "missing key 'kind'"),
+    ({"kind": "shell", "cases": []}, "unknown kind 'shell'"),
+    ({"kind": "stdio"}, r"\(stdio\) is missing key 'cases'"),
+    ({"kind": "stdio", "cases": [{"stdin": "1"}]}, "case 1 is missing key 'stdout'"),
+    ({"kind": "stdio", "cases": [{"stdout": 3}]}, "must be strings"),
+    ({"kind": "stdio", "cases": [{"stdout": "3"}], "hiden": []}, "unknown keys \\['hiden'\\]"),
+    ({"kind": "stdio", "cases": []}, "has no cases"),
+    ({"kind": "function", "cases": [{"args": [], "expected": 1}]}, "missing key 'entry_point'"),
+    ({"kind": "function", "entry_point": "f", "cases": [{"args": [1]}]}, "case 1 is missing key 'expected'"),
+    ({"kind": "function", "entry_point": "f", "cases": [{"args": 1, "expected": 1}]}, "'args' must be a list"),
+    ({"kind": "assert", "cases": ["assert 1"]}, "missing key 'asserts'"),
+    ({"kind": "assert", "asserts": [3]}, "case 1 must be a string"),
+    ({"kind": "assert", "asserts": ["assert f(1) =="]}, "case 1 does not parse"),
+], ids=["bad-json", "not-object", "no-kind", "bad-kind", "no-cases", "no-stdout", "non-string-stdout",
+        "unknown-key", "empty", "no-entry-point", "no-expected", "args-not-list", "no-asserts",
+        "assert-not-str", "assert-syntax"])
+def test_malformed_specs_raise_clearly(spec, message):
+    with pytest.raises(ValueError, match=message):
+        parse_spec(spec)
+    with pytest.raises(ValueError, match=message):
+        reward([block("print(1)")], tests=[spec])
+
+
+def test_asserts_of_the_form_expr_equals_literal_keep_the_literal_out_of_the_sandbox():
+    spec = parse_spec({"kind": "assert", "asserts": ["assert f(1) == [1, {'a': None}]", "assert 2 == g()",
+                                                     "assert h() is None", "assert f(1) > 0",
+                                                     "assert f(1) == (1, 2)"]})
+    checks = [(c.check, c.expected) for c in spec.cases]
+    assert checks[:3] == [(("value", "f(1)"), [1, {"a": None}]), (("value", "g()"), 2), (("value", "h()"), None)]
+    assert checks[3][0][0] == "stmt" and checks[4][0][0] == "stmt"   # not a comparison; a tuple is not JSON
+
+
+# ---- the missing-bubblewrap refusal and unsafe mode --------------------------------------------
+
+def test_missing_bubblewrap_is_refused_with_an_install_hint(monkeypatch):
+    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+    rw = make_code_tests(sandbox=Sandbox(bwrap="/nonexistent/bwrap"))
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap") as info:
+        rw([block("print(3)")], tests=[STDIO])
+    assert isinstance(info.value, RlvrError) and sandbox.UNSAFE_ENV in str(info.value)
+    with pytest.raises(SandboxUnavailable):
+        rw.verdict(block("print(3)"), STDIO)
+
+
+@pytest.mark.parametrize("how", ["env", "parameter"])
+def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "_warned_unsafe", False)
+    if how == "env":
+        monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
+        box = Sandbox(bwrap="/nonexistent/bwrap")
+    else:
+        box = Sandbox(bwrap="/nonexistent/bwrap", unsafe=True)
+    rw = make_code_tests(timeout_s=LIMIT_S, sandbox=box)
+    with caplog.at_level(logging.WARNING, logger="rlvr.rewards.sandbox"):
+        v, _ = verdict_of("a, b = map(int, input().split())\nprint(a + b)", STDIO, rw)
+    assert v.score == 1.0
+    assert any("UNSAFE" in r.message and "apt-get install bubblewrap" in r.message for r in caplog.records)
+    v, elapsed = verdict_of(*reversed(ATTACKS["endless-loop"]), rw)
+    assert v.reason == "timed out after 1.0s" and elapsed < LIMIT_S + SLACK_S
+    assert verdict_of(*reversed(ATTACKS["memory-bomb"]), rw)[0].reason == "memory limit"
+
+
+# ---- parallelism -------------------------------------------------------------------------------
+
+def test_items_run_concurrently_on_the_pool(monkeypatch):
+    """Structural, not timed: two items must be inside the judge at the same time."""
+    barrier, threads = threading.Barrier(2, timeout=10), set()
+
+    def fake_verdict(cfg, completion, spec):
+        threads.add(threading.get_ident())
+        barrier.wait()   # raises BrokenBarrierError if the items ran one after the other
+        return Verdict(1.0, "fake")
+
+    monkeypatch.setattr(code, "_verdict_parsed", fake_verdict)
+    assert code_tests(["a", "b", "c", "d"], tests=[FN] * 4) == [1.0] * 4
+    assert len(threads) >= 2
+
+
+def test_a_hostile_program_does_not_hurt_its_neighbours_in_the_batch():
+    """A fork bomb, a memory bomb and a flood run beside correct programs, which still pass."""
+    good = block("a, b = map(int, input().split())\nprint(a + b)")
+    hostile = [block(ATTACKS[n][1]) for n in ("fork-bomb", "thread-bomb", "memory-bomb-list", "huge-output")]
+    scores = reward(hostile + [good] * 4, tests=[STDIO] * 8)
+    assert scores == [0.0] * 4 + [1.0] * 4
+
+
+def test_shadowed_builtins_reach_no_test_case():
+    partial = make_code_tests(partial=True, timeout_s=LIMIT_S)
+    v, _ = verdict_of(ATTACKS["redefine-builtins-and-assertionerror"][1], STMT, partial)
+    assert v.score == 0.0 and v.reason.startswith("passed 0/3; ")
