@@ -56,7 +56,39 @@ def cmd_audit(argv: list[str]) -> int:
     return 1 if report.weak else 0
 
 
-COMMANDS = {"train": cmd_train, "audit": cmd_audit}
+def cmd_compare(argv: list[str]) -> int:
+    rest, overrides = _split_args(argv)
+    rest += [a for a in overrides if a.startswith("--out=")]
+    overrides = [a for a in overrides if not a.startswith("--out=")]
+    parser = argparse.ArgumentParser(
+        prog="rlvr compare", description="Run each config (or read existing run directories) and write a "
+        "table and plots of reward and held-out accuracy against step and training time. "
+        "--section.key=value overrides apply to every config that is run.")
+    parser.add_argument("runs", nargs="+", help="YAML configs to run, or run directories to read")
+    parser.add_argument("--out", default="runs/compare", help="where runs and compare.html go")
+    args = parser.parse_args(rest)
+    from rlvr.report.compare import load_run, table, write_comparison
+
+    loaded = []
+    for item in args.runs:
+        path = Path(item)
+        if path.is_dir():
+            loaded.append(load_run(path))
+            continue
+        name = path.stem
+        cfg = build_config(path, [*overrides, f"--train.out={Path(args.out) / name}"])
+        from rlvr.train.grpo import train
+
+        print(f"== {name}: algo.preset={cfg.algo.preset}", file=sys.stderr)
+        train(cfg)
+        loaded.append(load_run(cfg.train.out, name))
+    page = write_comparison(loaded, args.out)
+    print(table(loaded))
+    print(f"wrote {page}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare}
 
 
 def main(argv: list[str] | None = None) -> int:

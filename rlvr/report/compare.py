@@ -1,0 +1,96 @@
+"""`rlvr compare`: runs side by side, a table and plots of reward and held-out accuracy against
+step and against training time, one line per run."""
+from __future__ import annotations
+
+import html
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.errors import RlvrError
+from rlvr.report.plot import line_chart
+from rlvr.report.sinks import atomic_write_json, atomic_write_text
+
+
+@dataclass
+class RunData:
+    name: str
+    path: Path
+    metrics: list[dict]
+    evals: list[dict]
+    summary: dict
+    preset: str
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise RlvrError(f"{path}, line {n}: not JSON ({e.msg})") from None
+    return rows
+
+
+def load_run(path: str | Path, name: str | None = None) -> RunData:
+    path = Path(path)
+    if not (path / "metrics.jsonl").is_file():
+        raise RlvrError(f"{path} is not a run directory (no metrics.jsonl)")
+    summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
+    preset = ""
+    if (path / "config.yaml").is_file():
+        import yaml
+
+        preset = (yaml.safe_load((path / "config.yaml").read_text()) or {}).get("algo", {}).get("preset", "")
+    return RunData(name or path.name, path, _jsonl(path / "metrics.jsonl"), _jsonl(path / "evals.jsonl"),
+                   summary, preset)
+
+
+def _train_time(metrics: list[dict]) -> list[float]:
+    return list(itertools.accumulate(m.get("time/step_s", 0.0) for m in metrics))
+
+
+def table(runs: list[RunData]) -> str:
+    cols = ["run", "preset", "steps", "train s", "s/step", "reward first", "reward last", "held-out before",
+            "held-out after", "OOD before", "OOD after"]
+    rows = []
+    for r in runs:
+        s, m = r.summary, r.metrics
+        pct = lambda k: f"{100 * s[k]:.1f}%" if s.get(k) is not None else "-"
+        steps = len(m)
+        train_s = s.get("train_seconds", sum(x.get("time/step_s", 0) for x in m))
+        rows.append([r.name, r.preset, str(steps), f"{train_s:.0f}", f"{train_s / max(steps, 1):.1f}",
+                     f"{m[0]['reward/mean']:.3f}" if m else "-", f"{m[-1]['reward/mean']:.3f}" if m else "-",
+                     pct("heldout_accuracy_before"), pct("heldout_accuracy_after"),
+                     pct("ood_accuracy_before"), pct("ood_accuracy_after")])
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    fmt = lambda row: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def charts(runs: list[RunData]) -> list[str]:
+    reward_step = {r.name: [(m["step"], m["reward/mean"]) for m in r.metrics] for r in runs}
+    reward_time = {r.name: list(zip(_train_time(r.metrics), (m["reward/mean"] for m in r.metrics))) for r in runs}
+    acc_step = {r.name: [(e["step"], e.get("heldout_accuracy")) for e in r.evals] for r in runs}
+    acc_time = {r.name: [(e["train_seconds"], e.get("heldout_accuracy")) for e in r.evals] for r in runs}
+    return [line_chart(reward_step, "Training reward", "step", "mean reward"),
+            line_chart(reward_time, "Training reward", "training seconds", "mean reward"),
+            line_chart(acc_step, "Held-out accuracy (greedy)", "step", "accuracy"),
+            line_chart(acc_time, "Held-out accuracy (greedy)", "training seconds", "accuracy")]
+
+
+def write_comparison(runs: list[RunData], out: str | Path) -> Path:
+    out = Path(out)
+    text = table(runs)
+    body = "\n".join(f"<div>{c}</div>" for c in charts(runs))
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlvr compare</title>"
+            f"<style>body{{font-family:sans-serif;margin:2em}} div{{display:inline-block}}</style></head><body>"
+            f"<h1>rlvr compare</h1><pre>{html.escape(text)}</pre>{body}</body></html>")
+    atomic_write_text(out / "compare.html", page)
+    atomic_write_json(out / "compare.json", {r.name: {"path": str(r.path), "preset": r.preset, **r.summary}
+                                             for r in runs})
+    return out / "compare.html"
