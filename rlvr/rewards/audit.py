@@ -64,6 +64,44 @@ MATH_ATTACKS = [
 ]
 
 
+def _block(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _entry(p: Problem) -> str:
+    from rlvr.rewards.code import parse_spec
+
+    return parse_spec(p.tests).entry_point or "solve"
+
+
+def _hardcoded(p: Problem) -> str:
+    """Special-case the visible cases of the spec: passes unless hidden cases exist."""
+    from rlvr.rewards.code import parse_spec
+
+    spec = parse_spec(p.tests)
+    visible = [c for c in spec.cases if not c.hidden]
+    if spec.kind == "stdio":
+        table = {c.stdin: c.stdout for c in visible}
+        return _block(f"import sys\nprint({table!r}.get(sys.stdin.read(), ''), end='')")
+    if spec.kind == "function":
+        table = {repr((c.args, c.kwargs)): c.expected for c in visible}
+        return _block(f"def {_entry(p)}(*a, **k):\n    return {table!r}.get(repr((list(a), k)))")
+    return _block(f"def {_entry(p)}(*a, **k):\n    return None")
+
+
+CODE_ATTACKS = [
+    Attack("no code block", lambda p: "I would solve this with a loop."),
+    Attack("exit before the results", lambda p: _block("import os\nos._exit(0)")),
+    Attack("sys.exit(0)", lambda p: _block("import sys\nsys.exit(0)")),
+    Attack("always-equal object", lambda p: _block(
+        "class A:\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
+        f"def {_entry(p)}(*a, **k): return A()\nprint(A())")),
+    Attack("print a forged pass", lambda p: _block("print('ok ok ok passed 1/1 True')")),
+    Attack("endless loop", lambda p: _block("while True: pass")),
+    Attack("special-case the visible tests", _hardcoded),
+]
+
+
 def leak_findings(splits: Splits, limit: int = 3) -> list[str]:
     """Gold answers that appear verbatim in their prompts, and prompts shared between splits."""
     findings = []
@@ -97,10 +135,12 @@ def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
 
 
 def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -> AuditReport:
+    """Leaks, then the maths battery (or the code battery when the task has a tests column)."""
     problems = (splits.train or splits.heldout)[:n_problems]
-    report = AuditReport(leaks=leak_findings(splits), table=run_attacks(rewards, problems))
+    attacks = CODE_ATTACKS if problems and problems[0].tests else MATH_ATTACKS
+    report = AuditReport(leaks=leak_findings(splits), table=run_attacks(rewards, problems, attacks))
     strict = {rf.name for rf in rewards if getattr(rf.fn, "checks_correctness", True)}
-    for attack in MATH_ATTACKS:
+    for attack in attacks:
         for reward, score in report.table[attack.name].items():
             if score > 0 and (reward in strict or not attack.well_formed):
                 report.weak.setdefault(reward, []).append(attack.name)
@@ -115,7 +155,7 @@ def format_report(report: AuditReport) -> str:
               "answers (*) may earn format rewards, never correctness rewards):",
               f"  {'attack':{width + 2}}  " + "  ".join(f"{n:>12}" for n in names)]
     holes = {(r, a) for r, attacks in report.weak.items() for a in attacks}
-    formed = {a.name for a in MATH_ATTACKS if a.well_formed}
+    formed = {a.name for a in MATH_ATTACKS + CODE_ATTACKS if a.well_formed}
     for attack, row in report.table.items():
         cells = "  ".join(f"{row[n]:>12.3g}" + ("!" if (n, attack) in holes else " ") for n in names)
         lines.append(f"  {attack + (' *' if attack in formed else ''):{width + 2}}  {cells}")

@@ -12,9 +12,13 @@ class Problem:
     question: str  # the user turn
     answer: str  # gold answer, as text
     difficulty: str = ""
+    tests: str = ""  # code tasks: the JSON test spec (rlvr.rewards.code)
 
     def columns(self) -> dict[str, object]:
-        return {"answer": self.answer, "difficulty": self.difficulty}
+        cols = {"answer": self.answer, "difficulty": self.difficulty}
+        if self.tests:
+            cols["tests"] = self.tests
+        return cols
 
 
 @dataclass

@@ -35,3 +35,24 @@ def test_cli_exit_code(capsys):
     assert main(["audit", "--model.name=tiny-random", "--task.heldout_size=10", "--task.ood_size=10"]) == 0
     out = capsys.readouterr().out
     assert "ok: reward 'correctness'" in out and "WEAK" not in out
+
+
+def code_splits(hidden: bool):
+    import json
+    spec = {"kind": "function", "entry_point": "add", "cases": [{"args": [1, 2], "expected": 3}]}
+    if hidden:
+        spec["hidden"] = [{"args": [5, 5], "expected": 10}]
+    p = Problem("Write add(a, b).", "", tests=json.dumps(spec))
+    return Splits(train=[p], heldout=[], ood=[])
+
+
+def test_code_battery_and_hidden_cases():
+    from rlvr.rewards.audit import CODE_ATTACKS
+
+    rewards = build_rewards({"code_tests": 1.0})
+    report = audit(code_splits(hidden=True), rewards)
+    assert set(report.table) == {a.name for a in CODE_ATTACKS}
+    assert "code_tests" not in report.weak
+    # without hidden cases, hard-coding the visible one passes: the audit says the tests are weak
+    report = audit(code_splits(hidden=False), rewards)
+    assert report.weak["code_tests"] == ["special-case the visible tests"]
