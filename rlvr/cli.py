@@ -88,7 +88,17 @@ def cmd_compare(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare}
+def cmd_report(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlvr report", description="Write RUN_DIR/report.html.")
+    parser.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    from rlvr.report.html import write_report
+
+    print(write_report(args.run_dir))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,6 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel:
         out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>' for x, y in good]
         ly = top + 12 + 16 * i
         out.append(f'<line x1="{left + pw + 10}" x2="{left + pw + 28}" y1="{ly}" y2="{ly}" stroke="{colour}" '
-                   f'stroke-width="3"/><text x="{left + pw + 32}" y="{ly + 4}">{html.escape(name[:18])}</text>')
+                   f'stroke-width="3"/><text x="{left + pw + 32}" y="{ly + 4}">{html.escape(name[:22])}</text>')
     out.append("</svg>")
     return "\n".join(out)

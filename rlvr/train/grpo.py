@@ -18,6 +18,8 @@ from rlvr.config import Config, to_yaml
 from rlvr.eval import evaluate
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, format_samples, progress, say
+from rlvr.report.health import HealthMonitor, as_record
+from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rewards.base import RewardFunction, Scores
@@ -98,7 +100,8 @@ def setup(cfg: Config) -> Run:
     optimizer = torch.optim.AdamW(groups, weight_decay=a.weight_decay)
     warm = a.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
-    for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl"):
+    for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
+              "health.jsonl"):
         (out / f).unlink(missing_ok=True)
     return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
                PromptSampler(len(splits.train), cfg.train.seed), gen, stop_token_ids(policy, tok),
@@ -215,12 +218,13 @@ def run_eval(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -
     return result
 
 
-def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, t_start: float) -> None:
+def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, t_start: float) -> dict:
     row = {"step": step, "train_seconds": time.perf_counter() - t_start}
     row.update({k.removesuffix(f"_{tag}"): v for k, v in result.items()})
     sink.write(row)
     say(f"eval at step {step}: " + ", ".join(f"{k.removesuffix('_' + tag)} {100 * v:.1f}%"
                                              for k, v in result.items() if "accuracy" in k))
+    return row
 
 
 def train(cfg: Config) -> dict:
@@ -228,11 +232,13 @@ def train(cfg: Config) -> dict:
     wall_start = time.perf_counter()
     run = setup(cfg)
     summary: dict = {"steps": 0}
-    evals = JsonlWriter(run.out / "evals.jsonl")
+    evals, health = JsonlWriter(run.out / "evals.jsonl"), JsonlWriter(run.out / "health.jsonl")
+    history, eval_rows, monitor = [], [], HealthMonitor()
     train_start = time.perf_counter()
     if cfg.eval.before:
         summary.update(run_eval(run, "before"))
-        log_eval(run, evals, 0, {k: v for k, v in summary.items() if k.endswith("_before")}, "before", train_start)
+        eval_rows.append(log_eval(run, evals, 0, {k: v for k, v in summary.items() if k.endswith("_before")},
+                                  "before", train_start))
     metrics_sink, samples_sink = JsonlWriter(run.out / "metrics.jsonl"), JsonlWriter(run.out / "samples.jsonl")
     settings = update_settings(run)
     bar = progress(cfg.train.steps)
@@ -253,6 +259,10 @@ def train(cfg: Config) -> dict:
         m.update(collected.metrics)
         m["lr"] = run.scheduler.get_last_lr()[0]
         metrics_sink.write(m)
+        history.append(m)
+        for finding in monitor.check(history, eval_rows):
+            health.write(as_record(finding))
+            say(f"health [{finding.rule}] at step {finding.step}: {finding.message}")
         records = sample_records(step, collected, run.rewards)
         for rec in records:
             samples_sink.write(rec)
@@ -260,7 +270,8 @@ def train(cfg: Config) -> dict:
             say(format_samples(step, records, cfg.rollout.group_size))
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
             te = time.perf_counter()
-            log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid", train_start + t_eval)
+            eval_rows.append(log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid",
+                                      train_start + t_eval))
             t_eval += time.perf_counter() - te
             run.policy.train()
         bar.set_postfix(reward=f"{m['reward/mean']:.3f}", len=f"{m['completion/length_mean']:.1f}")
@@ -273,10 +284,15 @@ def train(cfg: Config) -> dict:
     if cfg.eval.after:
         after = run_eval(run, "after")
         summary.update(after)
-        log_eval(run, evals, summary["steps"], after, "after", train_start + t_eval)
+        eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", train_start + t_eval))
+        for finding in monitor.check(history, eval_rows) if history else []:
+            health.write(as_record(finding))
+            say(f"health [{finding.rule}] at the end: {finding.message}")
     evals.close()
+    health.close()
     atomic_save_model(run.policy, run.tok, run.out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(run.out / "summary.json", summary)
     say(before_after_table(summary))
+    say(f"report: {write_report(run.out)}")
     return summary

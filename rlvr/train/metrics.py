@@ -1,9 +1,13 @@
 """Per-step metrics and sample records, from one collected batch and its update."""
 from __future__ import annotations
 
+import re
 import statistics
 
 import torch
+
+# Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
+SELF_VERIFICATION = re.compile(r"\b(wait|let me check|let me verify|verify|double[- ]check)\b", re.IGNORECASE)
 
 
 def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> dict:
@@ -16,8 +20,12 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
         m[f"reward/{rf.name}/mean"] = statistics.fmean(scores.per_function[rf.name])
         m[f"reward/{rf.name}/errors"] = scores.errors[rf.name]
     m.update({"completion/length_mean": float(lengths.mean()),
+              "completion/length_p90": float(torch.quantile(lengths, 0.9)),
               "completion/truncated_frac": float(rollout.truncated.float().mean()),
-              "tokens/generated": int(lengths.sum())})
+              "completion/self_verification_rate": statistics.fmean(
+                  bool(SELF_VERIFICATION.search(t)) for t in collected.texts),
+              "completions": len(collected.texts), "tokens/generated": int(lengths.sum())})
+    m.update(pass_rates(collected, rewards))
     m.update(update)
     m.update({"time/step_s": t_step, "time/rollout_s": t_roll, "time/train_s": t_train})
     return m
@@ -31,3 +39,15 @@ def sample_records(step, collected, rewards) -> list[dict]:
              "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
                                    "reason": scores.reasons[rf.name][i]} for rf in rewards}}
             for i, text in enumerate(collected.texts)]
+
+
+def pass_rates(collected, rewards) -> dict:
+    """pass_rate/<difficulty>: mean score of the first correctness-checking reward, per difficulty."""
+    strict = [rf for rf in rewards if getattr(rf.fn, "checks_correctness", False)]
+    if not strict:
+        return {}
+    scores, g = collected.scores.per_function[strict[0].name], collected.rollout.group_size
+    by: dict[str, list[float]] = {}
+    for i, s in enumerate(scores):
+        by.setdefault(collected.problems[i // g].difficulty or "all", []).append(s)
+    return {f"pass_rate/{d}": statistics.fmean(v) for d, v in sorted(by.items())}

@@ -79,7 +79,6 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, 
                                             batch.group_size, s.pad_id, s.temperature) for p, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-    need_hidden = critic is not None or s.entropy_coef != 0
     metrics: dict[str, float] = {}
     skipped = 0
     for _ in range(s.iterations):
@@ -89,9 +88,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, 
         for k, (prompts, sl, w) in enumerate(mbs):
             mask = batch.completion_mask[sl, :w]  # [b, w]
             out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
-                                      s.pad_id, s.temperature, with_hidden=need_hidden,
-                                      with_entropy=s.entropy_coef != 0)
-            logp = out if not need_hidden else out.logp  # [b, w]
+                                      s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True)
+            logp = out.logp  # [b, w]
             if old_logp[k] is None:  # the first pass is the behaviour policy (no update yet)
                 old_logp[k] = logp.detach()
             loss, m = policy_loss(logp, old_logp[k], _cut(batch.advantages, sl, w), mask, s.clip_low, s.clip_high,
@@ -102,7 +100,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, 
                 sums["kl"] += float((kl.detach() * mask).sum())
             if s.entropy_coef != 0:
                 loss = loss - s.entropy_coef * aggregate(out.entropy, mask, s.aggregation, norm_length)
-                sums["entropy"] += float((out.entropy.detach() * mask).sum())
+            sums["entropy"] += float((out.entropy.detach() * mask).sum())
             if critic is not None:
                 values = critic(out.hidden).squeeze(-1)  # [b, w]
                 v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask,
@@ -124,8 +122,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, 
             optimizer.zero_grad(set_to_none=True)
         metrics = {"loss": sums["loss"], "grad_norm": grad_norm,
                    "kl": sums["kl"] / max(n_tok, 1) if want_ref else None}
-        if s.entropy_coef != 0:
-            metrics["entropy"] = sums["entropy"] / max(n_tok, 1)
+        metrics["entropy"] = sums["entropy"] / max(n_tok, 1)
         if critic is not None:
             metrics["value_loss"] = sums["value_loss"] / max(n_tok, 1)
         metrics.update({k: sum(v) / len(v) for k, v in stats.items() if not k.startswith("ratio/m")})

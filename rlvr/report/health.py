@@ -1,0 +1,154 @@
+"""Run-health rules: each reads the metric history and says, in plain words, what is wrong and what
+to try. A rule fires at most once per run; its finding goes to health.jsonl and the report.
+
+Every rule is a pure function (history, evals) -> Finding | None, tested on synthetic streams.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Finding:
+    step: int
+    rule: str
+    message: str
+    evidence: dict
+
+
+def _recent(history: list[dict], key: str, n: int) -> list[float] | None:
+    """The last n values of a metric, or None if fewer than n steps logged it."""
+    vals = [h[key] for h in history if h.get(key) is not None][-n:]
+    return vals if len(vals) == n else None
+
+
+def no_learning_signal(history, evals, window: int = 3, threshold: float = 0.9) -> Finding | None:
+    vals = _recent(history, "frac_zero_std_groups", window)
+    if vals and min(vals) >= threshold:
+        return Finding(history[-1]["step"], "no_learning_signal",
+                       f"{100 * statistics.fmean(vals):.0f}% of groups had identical rewards for {window} steps: "
+                       "their advantages are zero and the policy gets no gradient. Make the problems easier "
+                       "or harder so some samples pass and some fail (task difficulty, the curriculum), "
+                       "raise rollout.group_size, or use algo.dynamic_sampling.",
+                       {"frac_zero_std_groups": vals})
+    return None
+
+
+def truncation(history, evals, window: int = 2, threshold: float = 0.5) -> Finding | None:
+    vals = _recent(history, "completion/truncated_frac", window)
+    if vals and min(vals) >= threshold:
+        return Finding(history[-1]["step"], "truncation",
+                       f"{100 * statistics.fmean(vals):.0f}% of completions hit rollout.max_new_tokens: cut-off "
+                       "answers score nothing. Raise rollout.max_new_tokens, or add the length reward "
+                       "(rewards.weights.length, algo.soft_overlong) so the model learns to finish.",
+                       {"completion/truncated_frac": vals})
+    return None
+
+
+def length_trend(history, evals, window: int = 4, factor: float = 1.6) -> Finding | None:
+    vals = [h["completion/length_mean"] for h in history if h.get("completion/length_mean") is not None]
+    if len(vals) < 2 * window:
+        return None
+    first, last = statistics.fmean(vals[:window]), statistics.fmean(vals[-window:])
+    if first > 0 and last / first >= factor:
+        kind, advice = "explosion", "add a length-aware reward or a KL term (algo.beta), or lower the temperature"
+    elif last > 0 and first / last >= factor:
+        kind, advice = "collapse", "check the format reward is not paying for empty answers; add a KL term (algo.beta)"
+    else:
+        return None
+    return Finding(history[-1]["step"], f"length_{kind}",
+                   f"completion length went from {first:.1f} to {last:.1f} tokens (a sustained {kind}): {advice}.",
+                   {"first_window_mean": first, "last_window_mean": last})
+
+
+def _half_change(vals: list[float]) -> float:
+    half = len(vals) // 2
+    return statistics.fmean(vals[half:]) - statistics.fmean(vals[:half])
+
+
+def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1) -> Finding | None:
+    rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None]
+    if len(rewards) < min_steps or _half_change(rewards) < rise:
+        return None
+    acc = [e["heldout_accuracy"] for e in evals if e.get("heldout_accuracy") is not None]
+    if len(acc) >= 2 and acc[-1] - acc[0] <= 0:
+        return Finding(history[-1]["step"], "suspected_reward_hacking",
+                       f"training reward rose by {_half_change(rewards):.2f} while held-out accuracy went from "
+                       f"{100 * acc[0]:.0f}% to {100 * acc[-1]:.0f}%: the policy may be exploiting the reward. "
+                       "Read samples.jsonl, run `rlvr audit`, harden the verifier (hidden tests, stricter parsing).",
+                       {"reward_change": _half_change(rewards), "heldout_accuracy": acc})
+    fmt = [h.get("reward/format/mean") for h in history]
+    cor = [h.get("reward/correctness/mean") for h in history]
+    if None not in fmt and None not in cor and _half_change(fmt) >= 2 * rise and _half_change(cor) < 0.02:
+        return Finding(history[-1]["step"], "suspected_reward_hacking",
+                       f"the format reward rose by {_half_change(fmt):.2f} while correctness did not "
+                       f"({_half_change(cor):+.2f}): the model is learning the form, not the answers. "
+                       "Lower the format weight or audit the samples.",
+                       {"format_change": _half_change(fmt), "correctness_change": _half_change(cor)})
+    return None
+
+
+def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, entropy_min: float = 0.02
+                ) -> Finding | None:
+    h = history[-1]
+    if h.get("kl") is not None and h["kl"] > kl_max:
+        return Finding(h["step"], "kl_blowup", f"KL to the reference is {h['kl']:.2f} per token: the policy is "
+                       "running away. Lower algo.lr, raise algo.beta, or clip harder.", {"kl": h["kl"]})
+    if h.get("ratio/max") is not None and h["ratio/max"] > ratio_max:
+        return Finding(h["step"], "ratio_blowup", f"an importance ratio reached {h['ratio/max']:.1f}: updates "
+                       "are far off-policy. Lower algo.lr or algo.iterations.", {"ratio/max": h["ratio/max"]})
+    ents = _recent(history, "entropy", 3)
+    if ents and max(ents) < entropy_min:
+        return Finding(h["step"], "entropy_collapse", f"policy entropy is {ents[-1]:.3f} nats per token: sampling "
+                       "has become nearly greedy and groups stop differing. Raise the temperature, add "
+                       "algo.entropy_coef, or lower algo.lr.", {"entropy": ents})
+    return None
+
+
+def non_finite(history, evals) -> Finding | None:
+    h = history[-1]
+    loss = h.get("loss")
+    if h.get("skipped_updates", 0) > 0 or (loss is not None and not math.isfinite(loss)):
+        return Finding(h["step"], "non_finite", "the loss or gradient was not finite; the update was skipped, "
+                       "not applied. If it repeats, lower algo.lr or use float32.", {"loss": loss})
+    return None
+
+
+def reward_errors(history, evals, rate: float = 0.05) -> Finding | None:
+    h = history[-1]
+    n = max(h.get("completions", 0), 1)
+    bad = {k: v for k, v in h.items() if k.startswith("reward/") and k.endswith("/errors") and v / n > rate}
+    if bad:
+        name = next(iter(bad)).removeprefix("reward/").removesuffix("/errors")
+        return Finding(h["step"], "reward_errors", f"reward function '{name}' raised or timed out on "
+                       f"{100 * bad[next(iter(bad))] / n:.0f}% of completions (they score 0). Fix it, or raise "
+                       "its limits.", bad)
+    return None
+
+
+RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, instability, non_finite,
+                         reward_errors]
+
+
+class HealthMonitor:
+    """Runs every rule after each step; each rule fires once per run."""
+
+    def __init__(self, rules: list[Callable] = RULES):
+        self.rules, self.fired, self.findings = rules, set(), []
+
+    def check(self, history: list[dict], evals: list[dict]) -> list[Finding]:
+        new = []
+        for rule in self.rules:
+            f = rule(history, evals)
+            if f is not None and f.rule not in self.fired:
+                self.fired.add(f.rule)
+                new.append(f)
+        self.findings += new
+        return new
+
+
+def as_record(f: Finding) -> dict:
+    return asdict(f)

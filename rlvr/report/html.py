@@ -1,0 +1,93 @@
+"""`rlvr report RUN_DIR`: one self-contained report.html (plots inline as SVG) from a run directory."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from rlvr.errors import RlvrError
+from rlvr.report.compare import _jsonl
+from rlvr.report.plot import line_chart
+from rlvr.report.sinks import atomic_write_text
+
+CSS = """body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}
+h1{margin-bottom:0}.sub{color:#666}.charts div{display:inline-block}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}.finding{background:#fff3cd;border-left:4px solid #e0a800;
+padding:8px 12px;margin:8px 0}.ok{background:#e8f5e9;border-left:4px solid #43a047;padding:8px 12px}
+pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;margin:4px 0}.sample{margin-bottom:12px}"""
+
+
+def _series(metrics: list[dict], key: str) -> list[tuple[float, float]]:
+    return [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
+
+
+def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
+    reward_keys = sorted(k for k in (metrics[0] if metrics else {}) if k.startswith("reward/") and k.endswith("/mean"))
+    acc = {split: [(e["step"], e.get(f"{split}_accuracy")) for e in evals if e.get(f"{split}_accuracy") is not None]
+           for split in ("heldout", "ood")}
+    return [
+        line_chart({"total": _series(metrics, "reward/mean"),
+                    **{k.split("/")[1]: _series(metrics, k) for k in reward_keys}}, "Reward", "step", "mean"),
+        line_chart({"held-out": acc["heldout"], "OOD": acc["ood"]}, "Greedy accuracy", "step", "accuracy"),
+        line_chart({"mean": _series(metrics, "completion/length_mean"),
+                    "p90": _series(metrics, "completion/length_p90")}, "Completion length", "step", "tokens"),
+        line_chart({"truncated": _series(metrics, "completion/truncated_frac"),
+                    "zero-variance groups": _series(metrics, "frac_zero_std_groups")},
+                   "Truncation and learning signal", "step", "fraction"),
+        line_chart({"KL to reference": _series(metrics, "kl"), "approx KL to old": _series(metrics, "approx_kl_old")},
+                   "KL", "step", "nats / token"),
+        line_chart({"entropy": _series(metrics, "entropy")}, "Policy entropy", "step", "nats / token"),
+    ]
+
+
+def _before_after(summary: dict) -> str:
+    rows = []
+    for label, key in (("held-out accuracy", "heldout_accuracy"), ("held-out format", "heldout_format"),
+                       ("OOD accuracy", "ood_accuracy"), ("OOD format", "ood_format")):
+        b, a = summary.get(f"{key}_before"), summary.get(f"{key}_after")
+        cell = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+        change = "-" if a is None or b is None else f"{100 * (a - b):+.1f}"
+        rows.append(f"<tr><td>{label}</td><td>{cell(b)}</td><td>{cell(a)}</td><td>{change}</td></tr>")
+    return "<table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>" + "".join(rows) + "</table>"
+
+
+def _sample_html(s: dict) -> str:
+    verdicts = "; ".join(f"{html.escape(n)} = {v['score']:g} ({html.escape(v['reason'])})"
+                         for n, v in s.get("rewards", {}).items())
+    return (f"<div class='sample'><b>step {s['step']}, reward {s['reward']:.3g}</b> &mdash; {verdicts}"
+            f"<pre>{html.escape(s['prompt'])}</pre><pre>{html.escape(s['completion'])}</pre></div>")
+
+
+def _samples(samples: list[dict], k: int = 4) -> str:
+    if not samples:
+        return "<p>no samples</p>"
+    last_step = samples[-1]["step"]
+    recent = [s for s in samples if s["step"] >= last_step - 2] or samples
+    ranked = sorted(recent, key=lambda s: s["reward"])
+    return ("<h3>Best (last steps)</h3>" + "".join(_sample_html(s) for s in ranked[::-1][:k]) +
+            "<h3>Worst (last steps)</h3>" + "".join(_sample_html(s) for s in ranked[:k]))
+
+
+def write_report(run_dir: str | Path) -> Path:
+    run_dir = Path(run_dir)
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise RlvrError(f"{run_dir} is not a run directory (no metrics.jsonl)")
+    metrics, evals = _jsonl(run_dir / "metrics.jsonl"), _jsonl(run_dir / "evals.jsonl")
+    health, samples = _jsonl(run_dir / "health.jsonl"), _jsonl(run_dir / "samples.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    findings = "".join(f"<div class='finding'><b>{html.escape(f['rule'])}</b> (step {f['step']}): "
+                       f"{html.escape(f['message'])}</div>" for f in health) or \
+        "<div class='ok'>No health rule fired.</div>"
+    secs = summary.get("train_seconds")
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rlvr report: {html.escape(run_dir.name)}</title>
+<style>{CSS}</style></head><body>
+<h1>rlvr report: {html.escape(run_dir.name)}</h1>
+<p class="sub">{len(metrics)} steps{f", {secs:.0f} s of training" if secs else ""}; {html.escape(str(run_dir))}</p>
+<h2>Before and after</h2>{_before_after(summary)}
+<h2>Health</h2>{findings}
+<h2>Curves</h2><div class="charts">{"".join(f"<div>{c}</div>" for c in _charts(metrics, evals))}</div>
+<h2>Samples</h2>{_samples(samples)}
+</body></html>"""
+    atomic_write_text(run_dir / "report.html", page)
+    return run_dir / "report.html"

@@ -1,0 +1,37 @@
+"""Whole runs that go wrong in the two commonest ways, and the report that shows it."""
+import json
+
+from rlvr.cli import main
+
+from tests.e2e.test_tiny_run import SMOKE
+
+
+def findings(out):
+    return [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines()]
+
+
+def test_unsolvable_task_fires_no_learning_signal_within_5_steps(tmp_path):
+    # a random model never states a correct answer: every group's rewards are equal
+    out = tmp_path / "nosignal"
+    assert main(["train", *SMOKE, f"--train.out={out}", "--train.steps=5", "--rewards.weights={correctness: 1.0}"]) == 0
+    (f,) = [f for f in findings(out) if f["rule"] == "no_learning_signal"]
+    assert f["step"] <= 5 and f["evidence"]["frac_zero_std_groups"] == [1.0, 1.0, 1.0]
+    page = (out / "report.html").read_text()
+    assert "no_learning_signal" in page and page.count("<svg") == 6
+    assert "zero-variance groups" in page
+
+
+def test_tiny_max_new_tokens_fires_truncation(tmp_path):
+    out = tmp_path / "trunc"
+    assert main(["train", *SMOKE, f"--train.out={out}", "--train.steps=3", "--rollout.max_new_tokens=2"]) == 0
+    assert "truncation" in {f["rule"] for f in findings(out)}
+    assert "truncation" in (out / "report.html").read_text()
+
+
+def test_report_command(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["train", *SMOKE, f"--train.out={out}"]) == 0
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").is_file()
+    assert main(["report", str(tmp_path / "missing")]) == 2
