@@ -23,7 +23,7 @@ def _series(metrics: list[dict], key: str) -> list[tuple[float, float]]:
 
 
 def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
-    reward_keys = sorted(k for k in (metrics[0] if metrics else {}) if k.startswith("reward/") and k.endswith("/mean"))
+    reward_keys = sorted(k for k in (metrics[0] if metrics else {}) if k.startswith("reward/") and k.endswith("/mean") and k != "reward/mean")
     acc = {split: [(e["step"], e.get(f"{split}_accuracy")) for e in evals if e.get(f"{split}_accuracy") is not None]
            for split in ("heldout", "ood")}
     return [
