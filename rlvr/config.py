@@ -183,6 +183,14 @@ class EvalConfig:
 
 
 @dataclass
+class LogConfig:
+    trackers: list[str] = field(default_factory=list)
+    """Optional trackers mirroring metrics.jsonl: tensorboard, wandb, trackio (each an extra)."""
+    project: str = "rlvr"
+    """Project name given to wandb / trackio."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -191,6 +199,7 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
 
 # ---------------------------------------------------------------- building

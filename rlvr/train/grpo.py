@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlvr.config import Config, to_yaml
+from rlvr.config import Config, to_dict, to_yaml
 from rlvr.eval import evaluate
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, format_samples, progress, say
 from rlvr.report.health import HealthMonitor, as_record
 from rlvr.report.html import write_report
+from rlvr.report.trackers import open_trackers
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rewards.base import RewardFunction, Scores
@@ -227,6 +228,17 @@ def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, t_s
     return row
 
 
+def live_postfix(m: dict, eval_rows: list[dict]) -> dict[str, str]:
+    """What the progress bar shows after each step (tqdm adds the ETA)."""
+    post = {"reward": f"{m['reward/mean']:.3f}", "len": f"{m['completion/length_mean']:.1f}"}
+    acc = [e["heldout_accuracy"] for e in eval_rows if e.get("heldout_accuracy") is not None]
+    if acc:
+        post["heldout"] = f"{100 * acc[-1]:.0f}%"
+    if m.get("kl") is not None:
+        post["kl"] = f"{m['kl']:.3f}"
+    return post
+
+
 def train(cfg: Config) -> dict:
     """Run the configured algorithm; write the run directory; return the summary."""
     wall_start = time.perf_counter()
@@ -234,6 +246,7 @@ def train(cfg: Config) -> dict:
     summary: dict = {"steps": 0}
     evals, health = JsonlWriter(run.out / "evals.jsonl"), JsonlWriter(run.out / "health.jsonl")
     history, eval_rows, monitor = [], [], HealthMonitor()
+    trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg))
     train_start = time.perf_counter()
     if cfg.eval.before:
         summary.update(run_eval(run, "before"))
@@ -259,6 +272,8 @@ def train(cfg: Config) -> dict:
         m.update(collected.metrics)
         m["lr"] = run.scheduler.get_last_lr()[0]
         metrics_sink.write(m)
+        for t in trackers:
+            t.log(step, m)
         history.append(m)
         for finding in monitor.check(history, eval_rows):
             health.write(as_record(finding))
@@ -272,9 +287,11 @@ def train(cfg: Config) -> dict:
             te = time.perf_counter()
             eval_rows.append(log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid",
                                       train_start + t_eval))
+            for t in trackers:
+                t.log(step, {f"eval/{k}": v for k, v in eval_rows[-1].items() if k.endswith("accuracy")})
             t_eval += time.perf_counter() - te
             run.policy.train()
-        bar.set_postfix(reward=f"{m['reward/mean']:.3f}", len=f"{m['completion/length_mean']:.1f}")
+        bar.set_postfix(live_postfix(m, eval_rows))
         bar.update(1)
         summary["steps"] = step
     bar.close()
@@ -290,6 +307,8 @@ def train(cfg: Config) -> dict:
             say(f"health [{finding.rule}] at the end: {finding.message}")
     evals.close()
     health.close()
+    for t in trackers:
+        t.close()
     atomic_save_model(run.policy, run.tok, run.out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(run.out / "summary.json", summary)

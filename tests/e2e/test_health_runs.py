@@ -35,3 +35,25 @@ def test_report_command(tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert (out / "report.html").is_file()
     assert main(["report", str(tmp_path / "missing")]) == 2
+
+
+def test_tensorboard_tracker_and_missing_tracker(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "tb"
+    assert main(["train", *SMOKE, f"--train.out={out}", "--log.trackers=[tensorboard]"]) == 0
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("reward/mean")] == [1, 2]
+    assert main(["train", *SMOKE, f"--train.out={out}", "--log.trackers=[tensorbored]"]) == 2
+    assert "unknown tracker 'tensorbored'" in capsys.readouterr().err
+
+
+def test_absent_tracker_package_is_a_clear_error(tmp_path, capsys):
+    import importlib.util
+
+    import pytest
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    assert main(["train", *SMOKE, f"--train.out={tmp_path}", "--log.trackers=[wandb]"]) == 2
+    assert "pip install 'rlvr[wandb]'" in capsys.readouterr().err

@@ -1,0 +1,62 @@
+"""Optional experiment trackers, off by default (`log.trackers`): TensorBoard, Weights & Biases, trackio.
+
+metrics.jsonl is always written; a tracker only mirrors each step's numeric metrics. Each needs its
+own package (the extras `rlvr[tensorboard]`, `rlvr[wandb]`, `rlvr[trackio]`); a missing one is a clear
+error at start-up, not a crash mid-run.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from rlvr.errors import RlvrError
+
+PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+
+
+def _numeric(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class TensorBoard:
+    def __init__(self, out: Path, project: str, config: dict):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.w = SummaryWriter(log_dir=str(out / "tensorboard"))
+
+    def log(self, step: int, metrics: dict) -> None:
+        for k, v in _numeric(metrics).items():
+            self.w.add_scalar(k, v, step)
+        self.w.flush()
+
+    def close(self) -> None:
+        self.w.close()
+
+
+class _RunModule:
+    """wandb and trackio share init(project, config) / log(dict, step) / finish()."""
+
+    def __init__(self, module: str, out: Path, project: str, config: dict):
+        self.m = importlib.import_module(module)
+        kwargs = {"dir": str(out)} if module == "wandb" else {}
+        self.m.init(project=project, config=config, **kwargs)
+
+    def log(self, step: int, metrics: dict) -> None:
+        self.m.log(_numeric(metrics), step=step)
+
+    def close(self) -> None:
+        self.m.finish()
+
+
+def open_trackers(names: list[str], out: Path, project: str, config: dict) -> list:
+    trackers = []
+    for name in names:
+        if name not in PACKAGES:
+            raise RlvrError(f"unknown tracker '{name}' in log.trackers: one of {', '.join(PACKAGES)}")
+        if importlib.util.find_spec(PACKAGES[name]) is None:
+            raise RlvrError(f"log.trackers has '{name}' but the package is not installed: "
+                            f"pip install 'rlvr[{name}]'")
+        trackers.append(TensorBoard(out, project, config) if name == "tensorboard"
+                        else _RunModule(name, out, project, config))
+    return trackers
