@@ -121,8 +121,9 @@ def _on_reward_error(run: Run):
 def sample_and_score(run: Run, n_prompts: int) -> Collected:
     """Phases 1-3: draw prompts, sample G completions each, score them."""
     r = run.cfg.rollout
-    problems = [run.splits.train[i] for i in run.sampler.next(n_prompts)]
-    prompts = [run.prompts["train"][run.splits.train.index(p)] for p in problems]
+    idx = run.sampler.next(n_prompts)
+    problems = [run.splits.train[i] for i in idx]
+    prompts = [run.prompts["train"][i] for i in idx]
     with torch.no_grad():
         rollout = generate(run.policy, prompts, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
                            temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, stop_ids=run.stop_ids,
