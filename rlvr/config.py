@@ -26,17 +26,47 @@ class ConfigError(RlvrError):
 
 
 @dataclass
+class LoraConfig:
+    r: int = 0
+    """LoRA rank (PEFT); 0 trains every weight. With LoRA the reference is the base with adapters off."""
+    alpha: int = 16
+    """LoRA alpha (scale alpha / r)."""
+    dropout: float = 0.0
+    """LoRA dropout."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear layers that get adapters."""
+
+
+@dataclass
 class ModelConfig:
     name: str = "smollm2-135m-instruct"
     """Built-in name (smollm2-135m-instruct, tiny-random) or a local Hugging Face model directory."""
     dtype: str = "float32"
     """Parameter dtype for training: float32 or bfloat16."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
 class TaskConfig:
     name: str = "arithmetic"
-    """Task to train on; built in: arithmetic."""
+    """Task source: arithmetic, reasoning_gym:<dataset>, or a file (.jsonl, .csv, .parquet, or a
+    directory written by datasets' save_to_disk)."""
+    params: dict[str, object] = field(default_factory=dict)
+    """reasoning_gym: the dataset's own settings (e.g. {min_digits: 1, max_digits: 2})."""
+    ood_name: str = ""
+    """OOD source: empty takes the same task at its harder setting (ood_digits, ood_params, ood_file);
+    otherwise another task name, e.g. reasoning_gym:chain_sum."""
+    ood_params: dict[str, object] = field(default_factory=dict)
+    """reasoning_gym: settings of the OOD split (its harder difficulty)."""
+    heldout_file: str = ""
+    """File tasks: held-out rows; empty carves task.heldout_size rows out of the train file."""
+    ood_file: str = ""
+    """File tasks: out-of-distribution rows; empty leaves OOD empty unless task.ood_name is set."""
+    columns: dict[str, str] = field(default_factory=dict)
+    """File tasks: column mapping, e.g. {prompt: question, answer: final}; keys prompt, answer, tests,
+    difficulty, solution; unmapped keys use the column of the same name when present."""
+    prompt_template: str = "{prompt}"
+    """User turn built from the problem; {prompt} is the problem text."""
     digits: int = 1
     """Arithmetic: most digits in each operand of the train and held-out splits."""
     operands: int = 2
@@ -54,11 +84,43 @@ class TaskConfig:
     train_size: int = 0
     """Problems in the train split; 0 takes every remaining problem of the train difficulty."""
     few_shot: int = 1
-    """Worked examples shown as earlier chat turns (kept out of every split)."""
+    """Worked examples shown as earlier chat turns (kept out of every split; file tasks take them
+    from train rows that have a solution)."""
+    min_digits: int = 0
+    """Arithmetic: fewest digits per operand in train and held-out; 0 means task.digits (one level).
+    Below task.digits, each digit count is a curriculum level d<k>-n<operands>."""
     system_prompt: str = ""
     """System message; empty keeps the chat template's default."""
     seed: int = 0
     """Seed for drawing and splitting problems (independent of train.seed)."""
+
+
+@dataclass
+class CurriculumConfig:
+    mode: str = "none"
+    """none (uniform over train), schedule (level by step), or adaptive (by pass rate per level)."""
+    levels: list[str] = field(default_factory=list)
+    """Difficulty labels from easiest to hardest; empty sorts the train split's labels naturally."""
+    schedule: list[int] = field(default_factory=list)
+    """schedule: the step at which each level after the first starts, e.g. [10, 20]."""
+    band_low: float = 0.1
+    """adaptive: a level whose pass rate is below this is too hard for now."""
+    band_high: float = 0.9
+    """adaptive: a level whose pass rate is above this is mastered; the next one opens."""
+    smoothing: float = 0.5
+    """adaptive: weight of the newest step in each level's running pass rate."""
+
+
+@dataclass
+class VllmConfig:
+    gpu_memory_utilization: float = 0.3
+    """Fraction of GPU memory vLLM may take (colocated with training)."""
+    sleep: bool = True
+    """Put vLLM to sleep (free its KV cache) while the trainer updates."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling: weight tokens by min(pi_train / pi_vllm, cap); 0 disables."""
+    server_url: str = ""
+    """Server mode: address of `rlvr serve-rollouts`; empty runs vLLM in the training process."""
 
 
 @dataclass
@@ -75,6 +137,11 @@ class RolloutConfig:
     """Nucleus sampling mass."""
     top_k: int = 0
     """Keep only the k most likely tokens; 0 keeps all."""
+    engine: str = "builtin"
+    """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (GPU, rlvr[vllm])."""
+    compile: bool = False
+    """builtin engine: torch.compile the decoding forward."""
+    vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
 @dataclass
@@ -152,6 +219,8 @@ class AlgoConfig:
     """ppo: GAE lambda."""
     micro_batch_prompts: int = 4
     """Prompts (whole groups) per forward/backward pass; gradients accumulate over the step."""
+    micro_batch_tokens: int = 0
+    """If > 0, micro-batches are filled by this token budget (whole groups) instead of by prompt count."""
 
 
 @dataclass
@@ -168,6 +237,16 @@ class TrainConfig:
     """Evaluate held-out accuracy every this many steps into evals.jsonl (0: only before and after)."""
     threads: int = 0
     """torch CPU threads; 0 keeps torch's default."""
+    save_every: int = 10
+    """Checkpoint every this many steps (0: only at the end and on SIGINT/SIGTERM)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept in RUN_DIR/checkpoints; older ones are deleted."""
+    parallel: str = "ddp"
+    """Under torchrun: ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    mixed_precision: str = "no"
+    """no, or bf16 (autocast the training forward to bfloat16)."""
 
 
 @dataclass
@@ -194,6 +273,7 @@ class LogConfig:
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -372,6 +452,14 @@ def validate(cfg: Config) -> None:
         (cfg.algo.kl_estimator in ("k1", "k2", "k3"), "algo.kl_estimator must be k1, k2 or k3"),
         (0 < cfg.algo.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
         (cfg.train.steps >= 0, "train.steps must be >= 0"),
+        (cfg.curriculum.mode in ("none", "schedule", "adaptive"),
+         "curriculum.mode must be none, schedule or adaptive"),
+        (0 <= cfg.curriculum.band_low < cfg.curriculum.band_high <= 1,
+         "curriculum.band_low and band_high must satisfy 0 <= band_low < band_high <= 1"),
+        (cfg.rollout.engine in ("builtin", "hf", "vllm"), "rollout.engine must be builtin, hf or vllm"),
+        (cfg.train.parallel in ("ddp", "fsdp"), "train.parallel must be ddp or fsdp"),
+        (cfg.train.mixed_precision in ("no", "bf16"), "train.mixed_precision must be no or bf16"),
+        (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
     ]
     for ok, message in checks:

@@ -13,6 +13,7 @@ class Problem:
     answer: str  # gold answer, as text
     difficulty: str = ""
     tests: str = ""  # code tasks: the JSON test spec (rlvr.rewards.code)
+    solution: str = ""  # a worked solution ending in the answer, for SFT and few-shot turns
 
     def columns(self) -> dict[str, object]:
         cols = {"answer": self.answer, "difficulty": self.difficulty}
