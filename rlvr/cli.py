@@ -25,14 +25,21 @@ def cmd_train(argv: list[str]) -> int:
         epilog="config keys (default):\n" + "\n".join(
             f"  --{k}={d}\n      {doc}" for k, d, doc in describe()))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint, "
+                        "with its config.yaml (overrides still apply, e.g. --train.steps=40 to go further)")
     args = parser.parse_args(rest)
     path = args.config
-    if path is None and DEMO_CONFIG.is_file():
+    if args.resume:
+        if path is not None:
+            raise RlvrError("give either a config or --resume RUN_DIR, not both")
+        path = Path(args.resume) / "config.yaml"
+        overrides = [*overrides, f"--train.out={args.resume}"]
+    elif path is None and DEMO_CONFIG.is_file():
         path = DEMO_CONFIG
     cfg = build_config(path, overrides)
     from rlvr.train.grpo import train  # heavy imports only once the config is known to be good
 
-    train(cfg)
+    train(cfg, resume=bool(args.resume))
     return 0
 
 
@@ -98,7 +105,53 @@ def cmd_report(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report}
+def cmd_eval(argv: list[str]) -> int:
+    # --task.digits=2 is a config override; --task=NAME (no dot in the key) is this command's option.
+    is_override = lambda a: a.startswith("--") and "=" in a and "." in a.split("=", 1)[0]
+    overrides, rest = [a for a in argv if is_override(a)], [a for a in argv if not is_override(a)]
+    parser = argparse.ArgumentParser(
+        prog="rlvr eval", description="Greedy pass@1, pass@k (unbiased estimator of Chen et al. 2021) and "
+        "maj@k (majority vote of k sampled answers) per task and difficulty; writes OUT/eval.json and "
+        "OUT/samples.jsonl. Task settings come from CONFIG and --section.key=value overrides.")
+    parser.add_argument("config", nargs="?", help="YAML config, e.g. RUN_DIR/config.yaml (default: none)")
+    parser.add_argument("--model", help="built-in name or model directory, e.g. runs/demo/final "
+                        "(default: model.name)")
+    parser.add_argument("--task", action="append", help="task name (default: task.name); give several "
+                        "for a transfer table")
+    parser.add_argument("--split", default="heldout", choices=("train", "heldout", "ood"))
+    parser.add_argument("--n", type=int, help="evaluate only the first N problems of the split")
+    parser.add_argument("--k", type=int, default=4, help="k of pass@k and maj@k (default 4)")
+    parser.add_argument("--samples", type=int, help="sampled completions per problem, >= k (default: k)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("--max-new-tokens", type=int, help="default: eval.max_new_tokens")
+    parser.add_argument("--batch-size", type=int, help="problems per generation batch (default: eval.batch_size)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--out", default="runs/eval", help="where eval.json goes (default runs/eval)")
+    args = parser.parse_args(rest)
+    cfg = build_config(args.config, overrides)
+    from rlvr.eval.sampled import SampleSettings
+    from rlvr.eval.suite import eval_json, evaluate_tasks, format_table, task_configs, write_outputs
+    from rlvr.models import load_model, stop_token_ids
+
+    tasks = task_configs(cfg.task, args.task or [cfg.task.name])
+    given = lambda value, default: default if value is None else value
+    s = SampleSettings(k=args.k, samples=given(args.samples, args.k), temperature=args.temperature,
+                       max_new_tokens=given(args.max_new_tokens, cfg.eval.max_new_tokens),
+                       batch_size=given(args.batch_size, cfg.eval.batch_size), seed=args.seed)
+    s.check()
+    model = args.model or cfg.model.name
+    policy, tok = load_model(model, cfg.model.dtype)
+    results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s)
+    summaries = {label: summary for label, (summary, _) in results.items()}
+    print(format_table(summaries, s.k))
+    path = write_outputs(args.out, eval_json(model, args.split, s, summaries),
+                         {label: records for label, (_, records) in results.items()})
+    print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
+            "eval": cmd_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

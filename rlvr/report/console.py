@@ -6,8 +6,8 @@ import sys
 from tqdm import tqdm
 
 
-def progress(total: int):
-    return tqdm(total=total, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+def progress(total: int, initial: int = 0):
+    return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
 
 
 def say(text: str) -> None:

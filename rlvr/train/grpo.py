@@ -6,9 +6,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
+import shutil
+import signal
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +31,8 @@ from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
 from rlvr.tasks import Problem, PromptSampler, Splits, build_splits, encode_prompt
 from rlvr.train.advantage import compute_advantages
+from rlvr.train.checkpoint import (CHECKPOINTS, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint,
+                                   set_rng_state, truncate_jsonl)
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.update import Batch, UpdateSettings, policy_update
@@ -78,7 +84,8 @@ def reward_functions(cfg: Config) -> list[RewardFunction]:
                          cfg.rewards.overlong_penalty)
 
 
-def setup(cfg: Config) -> Run:
+def setup(cfg: Config, fresh: bool = True) -> Run:
+    """Load models, tasks and optimizer. A fresh run clears the run directory's logs."""
     out = Path(cfg.train.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", to_yaml(cfg))
@@ -102,8 +109,10 @@ def setup(cfg: Config) -> Run:
     warm = a.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
     for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
-              "health.jsonl"):
+              "health.jsonl") if fresh else ():
         (out / f).unlink(missing_ok=True)
+    if fresh:
+        shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
     return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
                PromptSampler(len(splits.train), cfg.train.seed), gen, stop_token_ids(policy, tok),
                tok.pad_token_id, set())
@@ -220,8 +229,8 @@ def run_eval(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -
     return result
 
 
-def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, t_start: float) -> dict:
-    row = {"step": step, "train_seconds": time.perf_counter() - t_start}
+def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, train_seconds: float) -> dict:
+    row = {"step": step, "train_seconds": train_seconds}
     row.update({k.removesuffix(f"_{tag}"): v for k, v in result.items()})
     sink.write(row)
     say(f"eval at step {step}: " + ", ".join(f"{k.removesuffix('_' + tag)} {100 * v:.1f}%"
@@ -240,43 +249,137 @@ def live_postfix(m: dict, eval_rows: list[dict]) -> dict[str, str]:
     return post
 
 
-def train(cfg: Config) -> dict:
-    """Run the configured algorithm; write the run directory; return the summary."""
+@dataclass
+class Progress:
+    """What the loop carries from step to step besides models and optimizer; all of it is checkpointed."""
+
+    step: int = 0
+    summary: dict = field(default_factory=lambda: {"steps": 0})
+    history: list[dict] = field(default_factory=list)  # metric rows, for the health rules
+    eval_rows: list[dict] = field(default_factory=list)
+    fired: set = field(default_factory=set)  # health rules that already fired
+    train_seconds: float = 0.0  # training time before this process (resumed runs)
+    eval_seconds: float = 0.0  # mid-run evaluation time, left out of train_seconds
+
+
+def checkpoint_state(run: Run, p: Progress, train_seconds: float) -> dict:
+    return {"step": p.step, "policy": run.policy.state_dict(),
+            "critic": run.critic.state_dict() if run.critic is not None else None,
+            "ref": run.ref.state_dict() if run.ref is not None else None,
+            "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+            "sampler": run.sampler.state_dict(), "rng": rng_state(run.gen),
+            "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds}}
+
+
+def restore(run: Run, state: dict) -> Progress:
+    run.policy.load_state_dict(state["policy"])
+    if run.critic is not None:
+        run.critic.load_state_dict(state["critic"])
+    if run.ref is not None and state["ref"] is not None:
+        run.ref.load_state_dict(state["ref"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.sampler.load_state_dict(state["sampler"])
+    set_rng_state(state["rng"], run.gen)
+    p = Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
+    for name in ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl"):
+        truncate_jsonl(run.out / name, p.step)
+    return p
+
+
+def try_checkpoint(run: Run, p: Progress, train_seconds: float) -> None:
+    """A failed write (disk full, permissions) is reported and training goes on from memory."""
+    try:
+        save_checkpoint(run.out, p.step, checkpoint_state(run, p, train_seconds), run.cfg.train.keep_checkpoints)
+    except OSError as e:
+        last = latest_checkpoint(run.out)
+        say(f"warning: checkpoint at step {p.step} could not be written ({e}); "
+            + (f"{last} is still whole and usable" if last else "there is no earlier checkpoint"))
+
+
+class StopOnSignal:
+    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old = {}
+
+    def _handle(self, signum, frame):
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
+
+    def __enter__(self) -> "StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
+    """Phases 1-6 of one step; returns its metrics row."""
+    t0 = time.perf_counter()
+    collected = collect(run)                                              # 1-3. prompts, rollout, rewards
+    t1 = time.perf_counter()
+    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
+    kl_ref = run.ref if run.cfg.algo.kl_in == "loss" else None
+    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic)  # 5. update
+    run.scheduler.step()
+    sync_reference(run, step)
+    t2 = time.perf_counter()
+    m = step_metrics(step, collected, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)   # 6. report
+    m.update(adv_metrics)
+    m.update(collected.metrics)
+    m["lr"] = run.scheduler.get_last_lr()[0]
+    return m, collected
+
+
+def train(cfg: Config, resume: bool = False) -> dict:
+    """Run the configured algorithm; write the run directory; return the summary. With `resume`,
+    continue from the run directory's newest checkpoint."""
     wall_start = time.perf_counter()
-    run = setup(cfg)
-    summary: dict = {"steps": 0}
+    with StopOnSignal() as stop:
+        return _train(cfg, resume, stop, wall_start)
+
+
+def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> dict:
+    last = latest_checkpoint(cfg.train.out) if resume else None
+    if resume and last is None:
+        say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
+        resume = False
+    run = setup(cfg, fresh=not resume)
+    p = Progress()
+    if resume:
+        p = restore(run, load_checkpoint(last))
+        say(f"resuming {run.out} from step {p.step} ({last.name})")
     evals, health = JsonlWriter(run.out / "evals.jsonl"), JsonlWriter(run.out / "health.jsonl")
-    history, eval_rows, monitor = [], [], HealthMonitor()
+    monitor = HealthMonitor()
+    monitor.fired = p.fired
     trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg))
-    train_start = time.perf_counter()
-    if cfg.eval.before:
-        summary.update(run_eval(run, "before"))
-        eval_rows.append(log_eval(run, evals, 0, {k: v for k, v in summary.items() if k.endswith("_before")},
-                                  "before", train_start))
+    started = time.perf_counter() - p.train_seconds  # training clock, carried over a resume
+    clock = lambda: time.perf_counter() - started
+    if cfg.eval.before and not resume:
+        p.summary.update(run_eval(run, "before"))
+        p.eval_rows.append(log_eval(run, evals, 0, {k: v for k, v in p.summary.items() if k.endswith("_before")},
+                                    "before", clock()))
     metrics_sink, samples_sink = JsonlWriter(run.out / "metrics.jsonl"), JsonlWriter(run.out / "samples.jsonl")
     settings = update_settings(run)
-    bar = progress(cfg.train.steps)
-    t_eval = 0.0
+    bar = progress(cfg.train.steps, initial=p.step)
     run.policy.train()
-    for step in range(1, cfg.train.steps + 1):
-        t0 = time.perf_counter()
-        collected = collect(run)                                              # 1-3. prompts, rollout, rewards
-        t1 = time.perf_counter()
-        batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
-        kl_ref = run.ref if cfg.algo.kl_in == "loss" else None
-        update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic)  # 5. update
-        run.scheduler.step()
-        sync_reference(run, step)
-        t2 = time.perf_counter()
-        m = step_metrics(step, collected, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)   # 6. report
-        m.update(adv_metrics)
-        m.update(collected.metrics)
-        m["lr"] = run.scheduler.get_last_lr()[0]
+    for step in range(p.step + 1, cfg.train.steps + 1):
+        if stop.signal:  # arrived before this step began
+            try_checkpoint(run, p, clock())
+            break
+        m, collected = train_step(run, step, settings)
         metrics_sink.write(m)
         for t in trackers:
             t.log(step, m)
-        history.append(m)
-        for finding in monitor.check(history, eval_rows):
+        p.history.append(m)
+        for finding in monitor.check(p.history, p.eval_rows):
             health.write(as_record(finding))
             say(f"health [{finding.rule}] at step {finding.step}: {finding.message}")
         records = sample_records(step, collected, run.rewards)
@@ -286,31 +389,41 @@ def train(cfg: Config) -> dict:
             say(format_samples(step, records, cfg.rollout.group_size))
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
             te = time.perf_counter()
-            eval_rows.append(log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid",
-                                      train_start + t_eval))
+            p.eval_rows.append(log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid",
+                                        clock() - p.eval_seconds))
             for t in trackers:
-                t.log(step, {f"eval/{k}": v for k, v in eval_rows[-1].items() if k.endswith("accuracy")})
-            t_eval += time.perf_counter() - te
+                t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith("accuracy")})
+            p.eval_seconds += time.perf_counter() - te
             run.policy.train()
-        bar.set_postfix(live_postfix(m, eval_rows))
+        bar.set_postfix(live_postfix(m, p.eval_rows))
         bar.update(1)
-        summary["steps"] = step
+        p.step = p.summary["steps"] = step
+        every = cfg.train.save_every
+        if stop.signal or step == cfg.train.steps or (every and step % every == 0):
+            try_checkpoint(run, p, clock())
+        if stop.signal:
+            break
     bar.close()
     metrics_sink.close()
     samples_sink.close()
-    summary["train_seconds"] = time.perf_counter() - train_start
-    if cfg.eval.after:
+    summary = p.summary
+    summary["train_seconds"] = clock() - p.eval_seconds
+    if stop.signal:
+        summary["interrupted"] = stop.signal
+        say(f"stopped at step {p.step} by {stop.signal}; continue with: rlvr train --resume {run.out}")
+    elif cfg.eval.after:
         after = run_eval(run, "after")
         summary.update(after)
-        eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", train_start + t_eval))
-        for finding in monitor.check(history, eval_rows) if history else []:
+        p.eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", clock() - p.eval_seconds))
+        for finding in monitor.check(p.history, p.eval_rows) if p.history else []:
             health.write(as_record(finding))
             say(f"health [{finding.rule}] at the end: {finding.message}")
     evals.close()
     health.close()
     for t in trackers:
         t.close()
-    atomic_save_model(run.policy, run.tok, run.out / "final")
+    if not stop.signal:
+        atomic_save_model(run.policy, run.tok, run.out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(run.out / "summary.json", summary)
     say(before_after_table(summary))

@@ -1,0 +1,114 @@
+"""Exact resume: a run killed with SIGKILL and resumed ends with the metrics of the run left alone."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.train.checkpoint import checkpoints, save_checkpoint, truncate_jsonl
+
+RUN = ["--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4", "--rollout.prompts_per_step=2",
+       "--rollout.group_size=3", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=6",
+       "--train.save_every=2", "--train.eval_every=3", "--train.samples_every=0", "--algo.beta=0.04",
+       "--algo.ref_sync_every=2", "--train.threads=1"]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def untimed(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "train_seconds"} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    out = tmp_path_factory.mktemp("alone") / "run"
+    assert main(["train", *RUN, f"--train.out={out}"]) == 0
+    return out
+
+
+def same_run(a, b):
+    for name in ("metrics.jsonl", "samples.jsonl", "evals.jsonl"):
+        assert untimed(read_jsonl(a / name)) == untimed(read_jsonl(b / name)), name
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    for key in ("heldout_accuracy_before", "heldout_accuracy_after", "ood_accuracy_after", "steps"):
+        assert sa[key] == sb[key]
+
+
+@pytest.mark.parametrize("kill_after_lines", [1, 3, 5])
+def test_sigkill_then_resume_matches_the_run_left_alone(alone, tmp_path, kill_after_lines):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, f"--train.out={out}"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= kill_after_lines:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert main(["train", "--resume", str(out)]) == 0
+    same_run(alone, out)
+    steps = [m["step"] for m in read_jsonl(metrics)]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0",
+                             f"--train.out={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    metrics = out / "metrics.jsonl"
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "rlvr train --resume" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGTERM"
+    (ckpt,) = checkpoints(out)
+    assert ckpt.name == f"step_{summary['steps']:06d}.pt"
+    assert main(["train", "--resume", str(out)]) == 0
+    same_run(alone, out)
+
+
+def test_resume_extends_a_finished_run(alone, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.steps=4", f"--train.out={out}"]) == 0
+    assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, 2, {"x": 1}, keep=2)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("rlvr.train.checkpoint.torch.save", full)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, 4, {"x": 2}, keep=2)
+    assert [p.name for p in checkpoints(tmp_path)] == ["step_000002.pt"]
+    assert not list((tmp_path / "checkpoints").glob(".*tmp"))
+
+
+def test_keep_checkpoints_prunes_the_oldest(tmp_path):
+    for step in (2, 4, 6):
+        save_checkpoint(tmp_path, step, {"step": step}, keep=2)
+    assert [p.name for p in checkpoints(tmp_path)] == ["step_000004.pt", "step_000006.pt"]
+
+
+def test_truncate_jsonl_drops_later_steps_and_a_torn_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "x"')
+    truncate_jsonl(path, 2)
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
