@@ -175,8 +175,9 @@ class SymbolicWorker:
 
     def compare(self, answer: str, gold: str, tol: str | None = None) -> tuple[bool, str]:
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = None
+            if self._proc is not None and self._proc.poll() is not None:  # died since the last answer
+                self._kill()
+            if self._proc is None:
                 self._start()
             try:
                 self._proc.stdin.write(json.dumps({"answer": answer, "gold": gold, "tol": tol}) + "\n")

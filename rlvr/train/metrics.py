@@ -6,6 +6,8 @@ import statistics
 
 import torch
 
+from rlvr.rewards import math_worker
+
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
 SELF_VERIFICATION = re.compile(r"\b(wait|let me check|let me verify|verify|double[- ]check)\b", re.IGNORECASE)
 
@@ -26,6 +28,7 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
                   bool(SELF_VERIFICATION.search(t)) for t in collected.texts),
               "completions": len(collected.texts), "tokens/generated": int(lengths.sum())})
     m.update(pass_rates(collected, rewards))
+    m["reward/checker_restarts"] = math_worker._shared.restarts if math_worker._shared else 0  # cumulative
     m.update(update)
     m.update({"time/step_s": t_step, "time/rollout_s": t_roll, "time/train_s": t_train})
     return m

@@ -101,3 +101,22 @@ def test_reasons_say_why():
     assert check_answer("1 or 2", "2") == (False, "a list of candidates, not one answer")
     v = math_accuracy.verdict("Answer: 4", "3")
     assert (v.score, v.reason, v.extracted) == (0.0, "wrong: 4 != 3", "4")
+
+
+def test_a_crashed_worker_is_restarted_and_counted():
+    import os
+    import signal
+
+    worker = SymbolicWorker(timeout_s=2.0)
+    try:
+        assert worker.compare("\\frac{1}{2}", "0.5")[0]
+        os.killpg(worker._proc.pid, signal.SIGKILL)  # the checker dies between two answers
+        worker._proc.wait()
+        assert worker.compare("\\sqrt{4}", "2") == (True, "equivalent")  # restarted, nothing lost
+        assert worker.restarts == 1
+        os.killpg(worker._proc.pid, signal.SIGSTOP)  # hung: the answer scores 0, the worker is replaced
+        assert worker.compare("\\sqrt{9}", "3") == (False, "timed out after 2s")
+        assert worker.restarts == 2
+        assert worker.compare("\\sqrt{9}", "3") == (True, "equivalent")
+    finally:
+        worker.close()
