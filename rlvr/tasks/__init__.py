@@ -1,19 +1,110 @@
-"""Task sources. `build_splits(task_config)` returns train / held-out / OOD problems."""
+"""Task sources. `build_splits(task_config)` returns train / held-out / OOD problems.
+
+Sources: `arithmetic`, `reasoning_gym:<dataset>`, or a file (.jsonl, .csv, .parquet, or a directory
+written by datasets' save_to_disk). Whatever the source, the splits leave here disjoint by normalised
+prompt, with task.prompt_template applied, and with `Splits.notes` saying what was removed or cut.
+"""
 from __future__ import annotations
+
+import dataclasses
+import string
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
 from rlvr.tasks.base import Problem, PromptSampler, Splits, chat_messages, encode_prompt, normalise
+from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source
+from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 
-TASKS = ("arithmetic",)
+TASKS = ("arithmetic", f"{PREFIX}<dataset>", *(f"a {s} file" for s in SUFFIXES),
+         "a directory written by datasets' save_to_disk")
+
+
+def check_template(template: str) -> None:
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as e:
+        raise RlvrError(f"task.prompt_template {template!r}: {e}; write literal braces as {{{{ }}}}") from None
+    if fields != {"prompt"}:
+        raise RlvrError(f"task.prompt_template {template!r} must use {{prompt}} (the problem text) and no other "
+                        f"field; found {sorted(fields) or 'none'}; write literal braces as {{{{ }}}}")
+
+
+def source_splits(task) -> Splits:
+    """The splits of one source as it gives them: no template, no cross-split clean-up."""
+    name = task.name
+    if name == "arithmetic":
+        return arithmetic_splits(task.digits, task.operands, task.operators, task.ood_digits,
+                                 task.ood_operands, task.heldout_size, task.ood_size, task.train_size,
+                                 task.few_shot, task.seed, task.min_digits)
+    if name.startswith(PREFIX):
+        # the answer-line instruction is added unless the user's template already asks for one
+        suffix = "" if "answer:" in task.prompt_template.lower() else SUFFIX
+        return gym_splits(name[len(PREFIX):], dict(task.params), dict(task.ood_params), task.heldout_size,
+                          task.ood_size, task.train_size, task.few_shot, task.seed, suffix)
+    if is_file_source(name):
+        return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,
+                           task.ood_size, task.train_size, task.few_shot, task.seed)
+    raise RlvrError(f"unknown task '{name}': task.name takes {', '.join(TASKS)}")
+
+
+def ood_from_other(task) -> tuple[list[Problem], list[str]]:
+    """task.ood_size problems of the task named task.ood_name (its settings from task.ood_params)."""
+    if not task.ood_size:
+        return [], []
+    other = dataclasses.replace(task, name=task.ood_name, params=dict(task.ood_params), ood_name="",
+                                ood_params={}, heldout_file="", ood_file="", heldout_size=0,
+                                ood_size=0, train_size=task.ood_size, few_shot=0, seed=task.seed + 1)
+    got = source_splits(other)
+    return got.train[:task.ood_size], [f"ood ({task.ood_name}): {n}" for n in got.notes]
+
+
+def _templated(problems: list[Problem], template: str) -> list[Problem]:
+    if template == "{prompt}":
+        return problems
+    return [dataclasses.replace(p, question=template.format(prompt=p.question)) for p in problems]
+
+
+def _drop_shared(kept: list[Problem], against: list[Problem], kept_name: str, against_name: str,
+                 notes: list[str]) -> list[Problem]:
+    """`kept` without problems whose normalised prompt is in `against`, with a note when any go."""
+    gold = {normalise(p.question): p.answer for p in against}
+    shared = [p for p in kept if normalise(p.question) in gold]
+    if not shared:
+        return kept
+    conflicting = sum(1 for p in shared if gold[normalise(p.question)] and p.answer != gold[normalise(p.question)])
+    detail = f", {conflicting} of them with a different answer" if conflicting else ""
+    notes.append(f"{len(shared)} {kept_name} problems share a prompt with {against_name}{detail}; "
+                 f"removed from {kept_name} (e.g. {shared[0].question[:80]!r})")
+    return [p for p in kept if normalise(p.question) not in gold]
+
+
+def finalise(splits: Splits, template: str) -> Splits:
+    """Apply the template, then make few-shot turns, held-out, OOD and train disjoint by prompt:
+    held-out and OOD are kept clean, train gives way (then OOD to held-out)."""
+    train, heldout, ood = (_templated(s, template) for s in (splits.train, splits.heldout, splits.ood))
+    few_shot = [(template.format(prompt=q), a) for q, a in splits.few_shot]
+    notes = list(splits.notes)
+    shots = [Problem(q, "") for q, _ in few_shot]  # no gold: a worked turn is not compared as an answer
+    heldout = _drop_shared(heldout, shots, "held-out", "the few-shot examples", notes)
+    ood = _drop_shared(ood, shots + heldout, "OOD", "the few-shot examples or held-out", notes)
+    train = _drop_shared(train, shots + heldout + ood, "train", "the few-shot examples, held-out or OOD", notes)
+    if not train:
+        raise RlvrError("no training problems are left once held-out, OOD and few-shot prompts are removed")
+    return Splits(train=train, heldout=heldout, ood=ood, few_shot=few_shot, notes=notes)
 
 
 def build_splits(task) -> Splits:
-    if task.name == "arithmetic":
-        return arithmetic_splits(task.digits, task.operands, task.operators, task.ood_digits,
-                                 task.ood_operands, task.heldout_size, task.ood_size, task.train_size,
-                                 task.few_shot, task.seed)
-    raise RlvrError(f"unknown task '{task.name}': built in: {', '.join(TASKS)}")
+    """Train, held-out and OOD problems of task.name (an rlvr.config.TaskConfig); print `.notes`."""
+    check_template(task.prompt_template)
+    if not task.ood_name:
+        return finalise(source_splits(task), task.prompt_template)
+    if task.ood_file:
+        raise RlvrError("set task.ood_name or task.ood_file, not both")
+    # the main source draws no OOD of its own; task.ood_params belong to the other task
+    splits = source_splits(dataclasses.replace(task, ood_size=0, ood_params={}))
+    splits.ood, notes = ood_from_other(task)
+    splits.notes += notes
+    return finalise(splits, task.prompt_template)
 
 
 __all__ = ["Problem", "PromptSampler", "Splits", "build_splits", "chat_messages", "encode_prompt", "normalise"]

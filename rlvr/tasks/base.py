@@ -28,6 +28,7 @@ class Splits:
     heldout: list[Problem]
     ood: list[Problem]
     few_shot: list[tuple[str, str]] = field(default_factory=list)  # (question, worked answer) turns
+    notes: list[str] = field(default_factory=list)  # warnings for the user: duplicates removed, sizes cut
 
 
 def normalise(text: str) -> str:
@@ -63,3 +64,10 @@ class PromptSampler:
                 self.rng.shuffle(self.order)
             picked.append(self.order.pop())
         return picked
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.getstate(), "order": list(self.order)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self.order = list(state["order"])

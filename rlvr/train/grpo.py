@@ -94,6 +94,8 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
     gen = seed_everything(cfg.train.seed)
     policy, tok = load_model(cfg.model.name, cfg.model.dtype)
     splits = build_splits(cfg.task)
+    for note in splits.notes:
+        say(f"task: {note}")
     encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
     prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
     a = cfg.algo
@@ -218,6 +220,8 @@ def run_eval(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -
     result = {}
     problems = {"heldout": run.splits.heldout, "ood": run.splits.ood}
     for split in splits:
+        if not problems[split]:  # e.g. a file task with no OOD file
+            continue
         r = evaluate(run.policy, run.tok, problems[split], run.prompts[split],
                      max_new_tokens=run.cfg.eval.max_new_tokens, batch_size=run.cfg.eval.batch_size,
                      stop_ids=run.stop_ids)

@@ -1,0 +1,208 @@
+"""File tasks: .jsonl, .csv, .parquet, or a directory written by Hugging Face datasets' save_to_disk.
+
+Rows become Problems through a column mapping (task.columns); a bad row is an error naming the file
+and the row (the 1-based line for JSONL and CSV, the 1-based row for parquet and arrow).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+from rlvr.errors import RlvrError
+from rlvr.tasks.base import Problem, Splits
+
+SUFFIXES = (".jsonl", ".csv", ".parquet")
+KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
+OPTIONAL = ("difficulty", "solution")  # a row may lack these even when mapped (few rows have a solution)
+Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
+
+
+def is_file_source(name: str) -> bool:
+    return Path(name).suffix in SUFFIXES or Path(name).is_dir()
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise RlvrError("parquet and save_to_disk datasets need pyarrow: pip install 'rlvr[data]'") from None
+    return pyarrow
+
+
+def read_jsonl(path: Path) -> list[Row]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RlvrError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise RlvrError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
+            rows.append((f"line {n}", row))
+    return rows
+
+
+def read_csv(path: Path) -> list[Row]:
+    rows = []
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        start = 2  # the header is line 1; a quoted field may span lines, so track where each row starts
+        try:
+            for row in reader:
+                rows.append((f"line {start}", {k: v for k, v in row.items() if k is not None}))
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise RlvrError(f"{path} line {reader.line_num}: not valid CSV ({e})") from None
+    return rows
+
+
+def _table_rows(table, offset: int = 0) -> list[Row]:
+    return [(f"row {offset + i + 1}", row) for i, row in enumerate(table.to_pylist())]
+
+
+def read_parquet(path: Path) -> list[Row]:
+    pa = _pyarrow()
+    try:
+        return _table_rows(pa.parquet.read_table(path))
+    except pa.ArrowException as e:
+        raise RlvrError(f"{path}: not a readable parquet file ({e})") from None
+
+
+def _read_arrow(path: Path):
+    pa = _pyarrow()
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all()  # save_to_disk writes the streaming format
+    except pa.ArrowInvalid:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+
+
+def read_saved_dataset(path: Path) -> list[Row]:
+    """A `Dataset.save_to_disk` directory (state.json lists its arrow files), or a `DatasetDict` one,
+    whose train split is read (point task.heldout_file at its other split's folder)."""
+    if (path / "dataset_dict.json").exists():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        if "train" not in splits:
+            raise RlvrError(f"{path}: a DatasetDict without a train split (it has {', '.join(splits)}); "
+                            f"name one split's folder, e.g. {path / splits[0]}" if splits else f"{path}: no splits")
+        path = path / "train"
+    state = path / "state.json"
+    if not state.exists():
+        raise RlvrError(f"{path}: a directory, but not one written by datasets' save_to_disk (no state.json)")
+    try:
+        files = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise RlvrError(f"{state}: cannot read its list of data files ({e})") from None
+    rows: list[Row] = []
+    for name in files:
+        rows += _table_rows(_read_arrow(path / name), len(rows))
+    return rows
+
+
+def read_rows(name: str) -> list[Row]:
+    path = Path(name)
+    if not path.exists():
+        raise RlvrError(f"no such dataset file or directory: {name}")
+    if path.is_dir():
+        rows = read_saved_dataset(path)
+    else:
+        reader = {".jsonl": read_jsonl, ".csv": read_csv, ".parquet": read_parquet}.get(path.suffix)
+        if reader is None:
+            raise RlvrError(f"{name}: unsupported file type '{path.suffix}'; use {', '.join(SUFFIXES)} "
+                            f"or a save_to_disk directory")
+        rows = reader(path)
+    if not rows:
+        raise RlvrError(f"{name}: no rows")
+    return rows
+
+
+def _text(value, key: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if key == "tests" and isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if key in ("answer", "difficulty") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise RlvrError(f"{where}: column for {key} holds a {type(value).__name__}, expected text")
+
+
+def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
+    """One row through the column mapping; mapped columns other than difficulty and solution are
+    required in every row, and every row needs a prompt and an answer or tests."""
+    values = {}
+    for key in KEYS:
+        col = columns.get(key, key)
+        value = row.get(col)
+        missing = col not in row or value is None or (isinstance(value, str) and not value.strip())
+        if missing and key not in OPTIONAL and (key in columns or key == "prompt"):
+            what = f"no column '{col}'" if col not in row else f"an empty '{col}'"
+            mapped = f" (task.columns.{key})" if key in columns else ""
+            raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}")
+        values[key] = "" if missing else _text(value, key, where)
+    if not values["answer"] and not values["tests"]:
+        raise RlvrError(f"{where}: no answer (column '{columns.get('answer', 'answer')}') and no tests "
+                        f"(column '{columns.get('tests', 'tests')}'); map one with task.columns")
+    return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"])
+
+
+def load_problems(name: str, columns: dict[str, str], notes: list[str]) -> list[Problem]:
+    """The file's rows as Problems; a note when a mapped optional column is in none of its rows."""
+    unknown = sorted(set(columns) - set(KEYS))
+    if unknown:
+        raise RlvrError(f"task.columns has unknown key {', '.join(unknown)}; keys are {', '.join(KEYS)}")
+    rows = read_rows(name)
+    for key in OPTIONAL:
+        if key in columns and not any(columns[key] in row for _, row in rows):
+            notes.append(f"{name}: no row has column '{columns[key]}' (task.columns.{key})")
+    return [to_problem(row, columns, f"{name} {where}") for where, row in rows]
+
+
+def _sample(problems: list[Problem], n: int, rng: random.Random) -> list[Problem]:
+    """n of them, chosen by rng, in file order."""
+    keep = set(rng.sample(range(len(problems)), n))
+    return [p for i, p in enumerate(problems) if i in keep]
+
+
+def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int,
+                ood_size: int, train_size: int, few_shot: int, seed: int) -> Splits:
+    """Held-out from heldout_file, or heldout_size rows carved (seeded) out of the train file; few-shot
+    turns are the first train rows with a solution; OOD from ood_file (else empty)."""
+    rng, notes = random.Random(seed), []
+    rows = load_problems(name, columns, notes)
+    if heldout_file:
+        held = load_problems(heldout_file, columns, notes)
+        if heldout_size < len(held):
+            notes.append(f"{heldout_file}: {len(held)} rows; using task.heldout_size={heldout_size} of them")
+            held = _sample(held, heldout_size, rng)
+        train = rows
+    else:
+        if heldout_size >= len(rows):
+            raise RlvrError(f"{name} has {len(rows)} rows, too few to carve task.heldout_size={heldout_size} "
+                            f"held-out rows and keep some for training: lower it or set task.heldout_file")
+        carved = set(rng.sample(range(len(rows)), heldout_size))
+        held = [p for i, p in enumerate(rows) if i in carved]
+        train = [p for i, p in enumerate(rows) if i not in carved]
+    shots = [p for p in train if p.solution][:few_shot]
+    if len(shots) < few_shot:
+        notes.append(f"{name}: task.few_shot is {few_shot} but only {len(shots)} train rows have a solution; "
+                     f"using {len(shots)} worked examples")
+    picked = {id(p) for p in shots}
+    train = [p for p in train if id(p) not in picked]
+    if train_size and len(train) > train_size:
+        train = train[:train_size]
+    ood = []
+    if ood_file:
+        ood = load_problems(ood_file, columns, notes)
+        if ood_size < len(ood):
+            notes.append(f"{ood_file}: {len(ood)} rows; using task.ood_size={ood_size} of them")
+            ood = _sample(ood, ood_size, rng)
+    return Splits(train=train, heldout=held, ood=ood, few_shot=[(p.question, p.solution) for p in shots],
+                  notes=notes)

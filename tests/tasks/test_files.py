@@ -1,0 +1,167 @@
+"""File tasks: JSONL, CSV, parquet and save_to_disk directories, written for real in tmp_path."""
+import csv
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rlvr.config import TaskConfig
+from rlvr.errors import RlvrError
+from rlvr.tasks import build_splits, normalise
+
+ROWS = [{"question": f"What is {i} + {i}?", "final": str(2 * i), "level": f"L{i % 3}"} for i in range(30)]
+MAPPING = {"prompt": "question", "answer": "final", "difficulty": "level"}
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def write_parquet(path, rows):
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def write_saved(path, rows):
+    import datasets
+    datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    return path
+
+
+def write_saved_dict(path, rows):
+    import datasets
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:25]),
+                          "test": datasets.Dataset.from_list(rows[25:])}).save_to_disk(str(path))
+    return path
+
+
+def assert_disjoint(s):
+    keys = [{normalise(p.question) for p in part} for part in (s.train, s.heldout, s.ood)]
+    assert not keys[0] & keys[1] and not keys[0] & keys[2] and not keys[1] & keys[2]
+
+
+@pytest.mark.parametrize("write,suffix", [(write_jsonl, ".jsonl"), (write_csv, ".csv"),
+                                          (write_parquet, ".parquet"), (write_saved, "")])
+def test_each_format_maps_columns_and_carves_heldout(tmp_path, write, suffix):
+    path = write(tmp_path / f"data{suffix}", ROWS)
+    ood = write_jsonl(tmp_path / "ood.jsonl", [{"question": "What is 1000 + 1000?", "final": 2000}])
+    s = build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=5, ood_file=str(ood), few_shot=0))
+    assert (len(s.train), len(s.heldout), len(s.ood)) == (25, 5, 1)
+    assert s.notes == [f"{ood}: no row has column 'level' (task.columns.difficulty)"]
+    assert_disjoint(s)
+    by_q = {p.question: p for p in s.train + s.heldout}
+    assert by_q["What is 7 + 7?"].answer == "14" and by_q["What is 7 + 7?"].difficulty == "L1"
+    assert s.ood[0].answer == "2000"  # a JSON number becomes text
+    again = build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=5, few_shot=0))
+    assert again.heldout == s.heldout
+    assert build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=5, few_shot=0, seed=9)).heldout \
+        != s.heldout
+
+
+def test_dataset_dict_reads_train_split_and_test_folder_as_heldout(tmp_path):
+    path = write_saved_dict(tmp_path / "dd", ROWS)
+    s = build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_file=str(path / "test"), few_shot=0,
+                                ood_size=0))
+    assert len(s.train) == 25 and [p.question for p in s.heldout] == [r["question"] for r in ROWS[25:]]
+
+
+def test_unmapped_keys_default_to_same_named_columns(tmp_path):
+    rows = [{"prompt": f"Q{i}", "answer": str(i), "difficulty": "easy", "solution": f"so\nAnswer: {i}"}
+            for i in range(6)]
+    s = build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "d.jsonl", rows)), heldout_size=2, few_shot=0))
+    p = s.train[0]
+    assert p.difficulty == "easy" and p.solution == f"so\nAnswer: {p.answer}"
+
+
+def test_missing_mapped_column_names_file_and_line(tmp_path):
+    rows = [dict(r) for r in ROWS[:5]]
+    del rows[2]["final"]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(RlvrError, match=r"d\.jsonl line 3: no column 'final' for answer \(task\.columns\.answer\)"):
+        build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=1))
+
+
+def test_empty_value_in_csv_names_the_line_after_a_multiline_field(tmp_path):
+    rows = [dict(r) for r in ROWS[:5]]
+    rows[1]["question"] = "two\nlines"
+    rows[3]["final"] = ""
+    path = write_csv(tmp_path / "d.csv", rows)
+    # header line 1, rows from line 2; row 2 spans lines 3-4, so row 4 starts on line 6
+    with pytest.raises(RlvrError, match=r"d\.csv line 6: an empty 'final' for answer"):
+        build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=1))
+
+
+def test_null_in_parquet_names_the_row(tmp_path):
+    rows = [dict(r) for r in ROWS[:5]]
+    rows[3]["question"] = None
+    path = write_parquet(tmp_path / "d.parquet", rows)
+    with pytest.raises(RlvrError, match=r"d\.parquet row 4: an empty 'question' for prompt"):
+        build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=1))
+
+
+def test_malformed_jsonl_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1"}\n\n{"prompt": "b", "answer": \n')
+    with pytest.raises(RlvrError, match=r"d\.jsonl line 3: not valid JSON"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+    path.write_text('{"prompt": "a", "answer": "1"}\n[1, 2]\n')
+    with pytest.raises(RlvrError, match=r"d\.jsonl line 2: expected a JSON object, got list"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+
+
+def test_code_rows_need_tests_not_answer(tmp_path):
+    spec = {"kind": "function", "entry_point": "f", "tests": [{"input": [1], "output": 2}]}
+    rows = [{"prompt": f"Write f #{i}", "tests": spec} for i in range(4)]
+    s = build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "code.jsonl", rows)), heldout_size=1, few_shot=0))
+    assert s.train[0].answer == "" and json.loads(s.train[0].tests) == spec
+    path = write_jsonl(tmp_path / "bare.jsonl", [{"prompt": "Write f"}, {"prompt": "Write g"}])
+    with pytest.raises(RlvrError, match=r"bare\.jsonl line 1: no answer \(column 'answer'\) and no tests"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+
+
+def test_few_shot_rows_with_solutions_leave_every_split(tmp_path):
+    rows = [dict(r) for r in ROWS]
+    rows[10]["worked"] = "10 + 10 = 20\nAnswer: 20"
+    rows[20]["worked"] = "20 + 20 = 40\nAnswer: 40"
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    held = write_jsonl(tmp_path / "held.jsonl", [ROWS[20], ROWS[29]])  # row 20 is also a few-shot row
+    s = build_splits(TaskConfig(name=str(path), columns={**MAPPING, "solution": "worked"},
+                                heldout_file=str(held), few_shot=2, prompt_template="Q: {prompt}"))
+    assert s.few_shot == [("Q: What is 10 + 10?", "10 + 10 = 20\nAnswer: 20"),
+                          ("Q: What is 20 + 20?", "20 + 20 = 40\nAnswer: 40")]
+    shown = {q for q, _ in s.few_shot}
+    assert not shown & {p.question for p in s.train + s.heldout + s.ood}
+    assert [p.question for p in s.heldout] == ["Q: What is 29 + 29?"]
+    assert len(s.train) == 27  # 30 rows - 2 few-shot - row 29 shared with held-out
+    assert any("held-out problems share a prompt with the few-shot" in n for n in s.notes)
+    assert any("1 train problems share a prompt with" in n for n in s.notes)
+
+
+def test_too_few_solutions_for_few_shot_is_a_note(tmp_path):
+    s = build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "d.jsonl", ROWS)), columns=MAPPING, heldout_size=3))
+    assert s.few_shot == [] and any("only 0 train rows have a solution" in n for n in s.notes)
+
+
+def test_bad_columns_types_and_names(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    with pytest.raises(RlvrError, match="task.columns has unknown key question; keys are prompt, answer"):
+        build_splits(TaskConfig(name=str(path), columns={"question": "prompt"}))
+    with pytest.raises(RlvrError, match=r"unknown task '.*d\.json': task\.name takes arithmetic, .*a \.jsonl file"):
+        (tmp_path / "d.json").write_text("[]")
+        build_splits(TaskConfig(name=str(tmp_path / "d.json")))
+    with pytest.raises(RlvrError, match="no such dataset file"):
+        build_splits(TaskConfig(name=str(tmp_path / "missing.jsonl")))
+    with pytest.raises(RlvrError, match="not one written by datasets' save_to_disk"):
+        build_splits(TaskConfig(name=str(tmp_path)))
+    with pytest.raises(RlvrError, match="too few to carve task.heldout_size=30"):
+        build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=30))
