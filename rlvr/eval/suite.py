@@ -1,0 +1,103 @@
+"""`rlvr eval`: one model on one or more tasks; a console table, eval.json and samples.jsonl.
+
+eval.json holds the settings, one entry per task under `tasks` (keyed by task name), and, for
+scripts that evaluate one task, the first task's metrics again at the top level:
+
+    {"model": M, "split": "heldout", "k": 4, "samples": 4, "temperature": 1.0, "max_new_tokens": 24,
+     "seed": 0, "task": T1, "pass@1": .., "pass@4": .., "maj@4": .., "n": 50,
+     "per_difficulty": {"d1-n2": {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50}},
+     "tasks": {T1: {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50, "per_difficulty": {..}}, T2: ..}}
+
+pass@1 is greedy; pass@k and maj@k come from the sampled completions (rlvr.eval.metrics).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from rlvr.config import TaskConfig
+from rlvr.errors import RlvrError
+from rlvr.eval.metrics import summarize_by_difficulty
+from rlvr.eval.sampled import SampleSettings, evaluate_sampled
+from rlvr.tasks import build_splits, encode_prompt
+
+SPLITS = ("train", "heldout", "ood")
+
+
+def task_problems(task: TaskConfig, split: str, n: int | None):
+    """The first n problems of a split (all when n is None) and the task's few-shot turns."""
+    if split not in SPLITS:
+        raise RlvrError(f"unknown split '{split}': one of {', '.join(SPLITS)}")
+    if n is not None and n < 1:
+        raise RlvrError(f"--n must be at least 1, got {n}")
+    splits = build_splits(task)
+    for note in splits.notes:
+        print(f"{task.name}: {note}", file=sys.stderr)
+    problems = getattr(splits, split)[:n] if n is not None else getattr(splits, split)
+    if not problems:
+        raise RlvrError(f"task '{task.name}' has no {split} problems"
+                        + (" (file tasks need task.ood_file or task.ood_name for ood)" if split == "ood" else ""))
+    return problems, splits.few_shot
+
+
+def evaluate_tasks(policy, tok, stop_ids: list[int], tasks: dict[str, TaskConfig], split: str,
+                   n: int | None, s: SampleSettings) -> dict[str, tuple[dict, list[dict]]]:
+    """label -> (summary with per_difficulty, per-problem records), in the order given."""
+    results = {}
+    for label, task in tasks.items():
+        problems, few_shot = task_problems(task, split, n)
+        prompts = [encode_prompt(tok, p.question, few_shot, task.system_prompt) for p in problems]
+        records = evaluate_sampled(policy, tok, problems, prompts, s, stop_ids)
+        results[label] = (summarize_by_difficulty(records, s.k), records)
+    return results
+
+
+def task_configs(base: TaskConfig, names: list[str]) -> dict[str, TaskConfig]:
+    """One task config per name, each the base config with task.name replaced."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise RlvrError(f"task '{name}' is given twice")
+        seen.add(name)
+    return {name: dataclasses.replace(base, name=name) for name in names}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_table(summaries: dict[str, dict], k: int) -> str:
+    """One row per task (the transfer table); under a task with several difficulties, one row each."""
+    cols = ["pass@1", f"pass@{k}", f"maj@{k}"]
+    rows = []
+    for label, summary in summaries.items():
+        rows.append([label, str(summary["n"])] + [_pct(summary[c]) for c in cols])
+        if len(summary["per_difficulty"]) > 1:
+            for d, sub in summary["per_difficulty"].items():
+                rows.append(["  " + (d or "(none)"), str(sub["n"])] + [_pct(sub[c]) for c in cols])
+    header = ["task", "n"] + cols
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def eval_json(model: str, split: str, s: SampleSettings, summaries: dict[str, dict]) -> dict:
+    """The eval.json document (structure in the module docstring)."""
+    first = next(iter(summaries))
+    return {"model": model, "split": split, "k": s.k, "samples": s.samples, "temperature": s.temperature,
+            "max_new_tokens": s.max_new_tokens, "seed": s.seed, "task": first, **summaries[first],
+            "tasks": summaries}
+
+
+def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]]) -> Path:
+    """Write eval.json and samples.jsonl (one line per problem, with its task) into `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
+    with open(out / "samples.jsonl", "w") as f:
+        for label, recs in records.items():
+            for r in recs:
+                f.write(json.dumps({"task": label, **r}) + "\n")
+    return out / "eval.json"

@@ -1,0 +1,79 @@
+import json
+
+import pytest
+
+from rlvr.cli import main
+
+
+def test_eval_cli_writes_eval_json_and_table(tmp_path, capsys):
+    out = tmp_path / "ev"
+    rc = main(["eval", "--model", "tiny-random", "--task", "arithmetic", "--n", "4", "--k", "2",
+               "--max-new-tokens", "6", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "eval.json").read_text())
+    metrics = {"pass@1", "pass@2", "maj@2", "n", "per_difficulty"}
+    assert metrics <= set(doc)
+    assert (doc["task"], doc["n"], doc["k"], doc["samples"], doc["split"]) == ("arithmetic", 4, 2, 2, "heldout")
+    assert doc["tasks"]["arithmetic"] == {m: doc[m] for m in metrics}
+    for m in ("pass@1", "pass@2", "maj@2"):
+        assert 0.0 <= doc[m] <= 1.0
+    assert list(doc["per_difficulty"]) == ["d1-n2"] and doc["per_difficulty"]["d1-n2"]["n"] == 4
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(len(r["sampled"]) == 2 for r in rows)
+    assert doc["pass@1"] == sum(r["greedy_correct"] for r in rows) / 4
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split() == ["task", "n", "pass@1", "pass@2", "maj@2"]
+    assert printed[2].split()[:2] == ["arithmetic", "4"]
+
+
+def test_eval_cli_equals_forms_config_file_and_task_overrides(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("task:\n  ood_operands: 3\n")
+    out = tmp_path / "ev"
+    rc = main(["eval", str(config), "--model=tiny-random", "--task=arithmetic", "--task.digits=2", "--n=2",
+               "--k=2", "--samples=3", "--max-new-tokens=4", f"--out={out}", "--split", "ood",
+               "--task.ood_digits=3"])
+    assert rc == 0
+    doc = json.loads((out / "eval.json").read_text())
+    assert (doc["split"], doc["samples"], doc["n"]) == ("ood", 3, 2)
+    assert list(doc["per_difficulty"]) == ["d3-n3"]  # digits from the command line, operands from the file
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert all(len(r["sampled"]) == 3 for r in rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "3", "--samples", "2"], "must be at least k"),
+    (["--task", "arithmetic", "--task", "arithmetic"], "given twice"),
+    (["--task", "no_such_task"], "unknown task"),
+    (["--task.digts=2"], "did you mean 'task.digits'"),
+    (["--n", "0"], "--n must be at least 1"),
+])
+def test_eval_cli_errors_are_one_line(tmp_path, capsys, args, message):
+    rc = main(["eval", "--model", "tiny-random", "--out", str(tmp_path / "ev"), *args])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr: error:") and message in err
+    assert not (tmp_path / "ev").exists()
+
+
+def test_eval_cli_transfer_table_over_two_tasks(tmp_path, capsys):
+    rows = [("What is 2 + 2?", "4", "easy"), ("What is 3 + 5?", "8", "easy"), ("What is 12 * 3?", "36", "hard"),
+            ("What is 7 - 9?", "-2", "hard"), ("What is 6 * 7?", "42", "hard"), ("What is 9 + 9?", "18", "easy")]
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"prompt": q, "answer": a, "difficulty": d}) + "\n" for q, a, d in rows))
+    out = tmp_path / "ev"
+    rc = main(["eval", "--model", "tiny-random", "--task", "arithmetic", "--task", str(data),
+               "--task.heldout_size=4", "--task.few_shot=0", "--k", "2", "--max-new-tokens", "4",
+               "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "eval.json").read_text())
+    assert list(doc["tasks"]) == ["arithmetic", str(data)] and doc["task"] == "arithmetic"
+    file_task = doc["tasks"][str(data)]
+    assert file_task["n"] == 4 and doc["tasks"]["arithmetic"]["n"] == 4
+    assert sum(d["n"] for d in file_task["per_difficulty"].values()) == 4
+    assert set(file_task["per_difficulty"]) <= {"easy", "hard"}
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [r["task"] for r in samples] == ["arithmetic"] * 4 + [str(data)] * 4
+    table = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in table[2:-1] if not line.startswith("  ")] == ["arithmetic", str(data)]
+    assert table[-1] == f"wrote {out / 'eval.json'}"
