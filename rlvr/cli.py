@@ -150,8 +150,38 @@ def cmd_eval(argv: list[str]) -> int:
     return 0
 
 
+SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
+SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.warmup_steps", "algo.max_grad_norm",
+            "algo.micro_batch_prompts", "rollout.prompts_per_step", "train.steps", "train.seed", "train.out",
+            "train.threads")
+
+
+def cmd_sft(argv: list[str]) -> int:
+    rest, overrides = _split_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Supervised fine-tuning on the task's worked solutions (train problems with a "
+        "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
+        "rlvr train --model.name=RUN_DIR/final. There is no sft section: the keys below are used, with "
+        "rollout.prompts_per_step as the examples per step and algo.micro_batch_prompts as the examples per "
+        "forward pass; other keys are accepted and ignored.",
+        epilog="config keys used (default):\n" + "\n".join(
+            f"  --{k}={d}\n      {doc}" for k, d, doc in describe()
+            if k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")
+    args = parser.parse_args(rest)
+    path = args.config
+    if path is None and SFT_CONFIG.is_file():
+        path = SFT_CONFIG
+    cfg = build_config(path, overrides)
+    from rlvr.train.sft import sft
+
+    sft(cfg)
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
-            "eval": cmd_eval}
+            "eval": cmd_eval, "sft": cmd_sft}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,11 +98,13 @@ class TaskConfig:
 @dataclass
 class CurriculumConfig:
     mode: str = "none"
-    """none (uniform over train), schedule (level by step), or adaptive (by pass rate per level)."""
+    """none (seeded epochs over all of train), schedule (only the level open at each step), or adaptive
+    (open levels whose running pass rate is inside [band_low, band_high], half the prompts from the
+    hardest open level)."""
     levels: list[str] = field(default_factory=list)
     """Difficulty labels from easiest to hardest; empty sorts the train split's labels naturally."""
     schedule: list[int] = field(default_factory=list)
-    """schedule: the step at which each level after the first starts, e.g. [10, 20]."""
+    """schedule: the step at which each level after the first starts, e.g. [10, 20] for three levels."""
     band_low: float = 0.1
     """adaptive: a level whose pass rate is below this is too hard for now."""
     band_high: float = 0.9

@@ -1,0 +1,196 @@
+"""Supervised fine-tuning on worked solutions: the baseline a GRPO run is measured against, and a warm
+start for one (`rlvr train --model.name=runs/sft/final`).
+
+Each train problem with a non-empty `solution` becomes one example: the chat prompt GRPO would see
+(same few-shot turns and system prompt), then the solution and the end-of-turn token as the target.
+Cross-entropy is taken on the target tokens only. There is no `sft` config section; these keys mean:
+
+    algo.lr, algo.weight_decay, algo.warmup_steps, algo.max_grad_norm   AdamW and its linear warm-up
+    rollout.prompts_per_step    examples per optimizer step (the batch)
+    algo.micro_batch_prompts    examples per forward/backward pass (gradients accumulate)
+    train.steps, train.seed, train.out, train.threads                    as in rlvr train
+    model.*, task.*, eval.*                                              as in rlvr train
+
+Writes RUN_DIR/config.yaml, metrics.jsonl, eval_before.jsonl, eval_after.jsonl, summary.json
+("kind": "sft") and final/ (model and tokenizer).
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rlvr.config import Config, to_yaml
+from rlvr.errors import RlvrError
+from rlvr.eval import evaluate
+from rlvr.models import load_model, stop_token_ids
+from rlvr.report.console import before_after_table, progress, say
+from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
+from rlvr.tasks import Problem, PromptSampler, build_splits, encode_prompt
+
+IGNORE = -100
+
+
+@dataclass
+class Example:
+    prompt: list[int]  # chat prompt ending with the assistant turn's opening
+    target: list[int]  # solution tokens, then the end-of-turn token
+
+
+def end_of_turn_id(tok, stop_ids: list[int]) -> int:
+    """The token that closes an assistant turn: ChatML's <|im_end|> when it stops generation, else eos."""
+    im_end = tok.get_vocab().get("<|im_end|>")
+    if im_end is not None and im_end in stop_ids:
+        return im_end
+    if tok.eos_token_id is None:
+        raise RlvrError("the tokenizer has no eos token to end a solution with")
+    return tok.eos_token_id
+
+
+def with_solutions(problems: list[Problem], task_name: str) -> list[Problem]:
+    found = [p for p in problems if p.solution.strip()]
+    if not found:
+        raise RlvrError(f"no train problem of task '{task_name}' has a worked solution to fine-tune on: "
+                        "file tasks need a 'solution' column (or task.columns: {solution: <column>})")
+    return found
+
+
+def make_example(tok, problem: Problem, few_shot: list[tuple[str, str]], system_prompt: str,
+                 end_id: int) -> Example:
+    prompt = encode_prompt(tok, problem.question, few_shot, system_prompt)
+    # Tokenised apart from the prompt: generation, too, continues the prompt's ids token by token.
+    target = tok(problem.solution, add_special_tokens=False)["input_ids"] + [end_id]
+    return Example(prompt, target)
+
+
+def collate(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask, loss_mask), each [B, T]. loss_mask is 1 exactly at the
+    target positions; it is built from lengths, since pad and end-of-turn may share an id."""
+    width = max(len(e.prompt) + len(e.target) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # [B, T]
+    attention = torch.zeros(len(examples), width, dtype=torch.long)  # [B, T]
+    loss_mask = torch.zeros(len(examples), width)  # [B, T]
+    for b, e in enumerate(examples):
+        n_p, n = len(e.prompt), len(e.prompt) + len(e.target)
+        ids[b, :n] = torch.tensor(e.prompt + e.target)
+        attention[b, :n] = 1
+        loss_mask[b, n_p:n] = 1
+    return ids, attention, loss_mask
+
+
+def target_nll(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Summed negative log-likelihood of the masked tokens; position t is predicted from logits t - 1.
+    logits [B, T, V], ids [B, T], loss_mask [B, T] -> scalar."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+    token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+    return -(token_logp * loss_mask[:, 1:]).sum()
+
+
+def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, max_grad_norm: float) -> dict:
+    """One optimizer step on the token-mean loss over the whole batch, accumulated over micro-batches."""
+    tokens = sum(len(e.target) for e in batch)
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for start in range(0, len(batch), micro):
+        ids, attention, loss_mask = collate(batch[start:start + micro], pad_id)
+        logits = policy(input_ids=ids, attention_mask=attention).logits  # [b, T, V]
+        loss = target_nll(logits, ids, loss_mask) / tokens
+        loss.backward()
+        total += loss.item()
+    params = [p for p in policy.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+    optimizer.step()
+    return {"loss": total, "tokens": tokens, "grad_norm": float(norm)}
+
+
+def evaluate_splits(policy, tok, splits, prompts: dict, cfg: Config, stop_ids: list[int], out: Path,
+                    tag: str) -> dict:
+    result = {}
+    with JsonlWriter(out / f"eval_{tag}.jsonl") as sink:
+        for split in ("heldout", "ood"):
+            r = evaluate(policy, tok, getattr(splits, split), prompts[split], max_new_tokens=cfg.eval.max_new_tokens,
+                         batch_size=cfg.eval.batch_size, stop_ids=stop_ids)
+            result[f"{split}_accuracy_{tag}"], result[f"{split}_format_{tag}"] = r.accuracy, r.format_rate
+            for rec in r.records:
+                sink.write({"split": split, **rec})
+    say(f"eval {tag}: " + ", ".join(f"{k.removesuffix('_' + tag)} {100 * v:.1f}%" for k, v in result.items()
+                                    if "accuracy" in k))
+    return result
+
+
+def sft(cfg: Config) -> dict:
+    """Fine-tune cfg.model on the task's worked solutions; write the run directory; return the summary."""
+    wall_start = time.perf_counter()
+    out = Path(cfg.train.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", to_yaml(cfg))
+    for f in ("metrics.jsonl", "eval_before.jsonl", "eval_after.jsonl", "summary.json"):
+        (out / f).unlink(missing_ok=True)
+    if cfg.model.lora.r > 0:
+        raise RlvrError("rlvr sft trains every weight: set model.lora.r=0")
+    if cfg.train.threads > 0:
+        torch.set_num_threads(cfg.train.threads)
+    random.seed(cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+    splits = build_splits(cfg.task)
+    stop_ids = stop_token_ids(policy, tok)
+    end_id = end_of_turn_id(tok, stop_ids)
+    examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
+                for p in with_solutions(splits.train, cfg.task.name)]
+    encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
+    prompts = {"heldout": encode(splits.heldout), "ood": encode(splits.ood)}
+    summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
+    if cfg.eval.before:
+        summary.update(evaluate_splits(policy, tok, splits, prompts, cfg, stop_ids, out, "before"))
+    a = cfg.algo
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=a.lr,
+                                  weight_decay=a.weight_decay)
+    warm = a.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    sampler = PromptSampler(len(examples), cfg.train.seed)
+    bar = progress(cfg.train.steps)
+    train_start = time.perf_counter()
+    policy.train()
+    with JsonlWriter(out / "metrics.jsonl") as sink:
+        for step in range(1, cfg.train.steps + 1):
+            t0 = time.perf_counter()
+            lr = scheduler.get_last_lr()[0]
+            batch = [examples[i] for i in sampler.next(cfg.rollout.prompts_per_step)]
+            m = sft_step(policy, optimizer, batch, tok.pad_token_id, a.micro_batch_prompts, a.max_grad_norm)
+            scheduler.step()
+            sink.write({"step": step, **m, "lr": lr, "time/step_s": time.perf_counter() - t0})
+            summary.update(steps=step, final_loss=m["loss"])
+            bar.set_postfix(loss=f"{m['loss']:.3f}")
+            bar.update(1)
+    bar.close()
+    summary["train_seconds"] = time.perf_counter() - train_start
+    if cfg.eval.after:
+        summary.update(evaluate_splits(policy, tok, splits, prompts, cfg, stop_ids, out, "after"))
+    atomic_save_model(policy, tok, out / "final")
+    summary["wall_seconds"] = time.perf_counter() - wall_start
+    atomic_write_json(out / "summary.json", summary)
+    say(before_after_table(summary))
+    say(f"model: {out / 'final'}  (start GRPO from it: rlvr train --model.name={out / 'final'})")
+    return summary
+
+
+def baseline_of(model_name: str) -> dict | None:
+    """If `model_name` is the final/ directory of an `rlvr sft` run, that run's after-training accuracy
+    ({"run", "heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format"}); otherwise None."""
+    path = Path(model_name).expanduser()
+    summary_path = path.parent / "summary.json"
+    if path.name != "final" or not summary_path.is_file():
+        return None
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(summary, dict) or summary.get("kind") != "sft":
+        return None
+    keys = ("heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format")
+    return {"run": str(path.parent), **{k: summary.get(f"{k}_after") for k in keys}}

@@ -1,0 +1,120 @@
+"""Supervised fine-tuning: the loss mask, the loss, that steps learn, and the whole `rlvr sft` run."""
+import copy
+import json
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlvr.cli import main
+from rlvr.models import stop_token_ids
+from rlvr.tasks.base import Problem, Splits
+from rlvr.train import sft as sft_module
+from rlvr.train.sft import baseline_of, collate, end_of_turn_id, make_example, sft_step, target_nll
+
+SOLVED = [Problem(f"What is {a} + {b}?", str(a + b), "d1", solution=f"{a} + {b} = {a + b}\nAnswer: {a + b}")
+          for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 0)]]
+
+
+def test_end_of_turn_is_im_end(tiny):
+    model, tok = tiny
+    assert end_of_turn_id(tok, stop_token_ids(model, tok)) == tok.convert_tokens_to_ids("<|im_end|>") == 3
+
+
+def test_loss_mask_covers_exactly_the_solution_and_the_stop_token(tiny):
+    _, tok = tiny
+    long, short = (make_example(tok, p, [], "", 3) for p in (SOLVED[0], Problem("Hi?", "1", solution="1")))
+    # the tiny tokenizer is one token per character: "<|im_start|>" "user\n" question "<|im_end|>" "\n"
+    # "<|im_start|>" "assistant\n" is 1 + 5 + 14 + 1 + 1 + 1 + 10 = 33 prompt tokens
+    assert len(long.prompt) == 33 and len(long.target) == len("1 + 2 = 3\nAnswer: 3") + 1 == 20
+    ids, attention, mask = collate([long, short], pad_id=0)
+    assert ids.shape == (2, 53)
+    assert mask[0].tolist() == [0.0] * 33 + [1.0] * 20
+    n_short = len(short.prompt)  # 1 + 5 + 3 + 3 + 10 = 22
+    assert n_short == 22 and mask[1].tolist() == [0.0] * 22 + [1.0, 1.0] + [0.0] * 29
+    assert attention[1].tolist() == [1] * 24 + [0] * 29  # right-padded
+    assert ids[1, 24:].tolist() == [0] * 29
+    assert tok.decode(ids[0][mask[0] == 1]) == "1 + 2 = 3\nAnswer: 3<|im_end|>"
+    assert tok.decode(ids[1][mask[1] == 1]) == "1<|im_end|>"
+
+
+def test_target_nll_by_hand():
+    ids = torch.tensor([[0, 1, 0]])  # [B=1, T=3]
+    assert target_nll(torch.zeros(1, 3, 2), ids, torch.tensor([[0.0, 1.0, 1.0]])).item() == pytest.approx(
+        2 * math.log(2))
+    # position 1 is predicted from logits at position 0: p(token 1) = 3 / (1 + 3)
+    logits = torch.tensor([[[0.0, math.log(3)], [5.0, -5.0], [0.0, 0.0]]])
+    assert target_nll(logits, ids, torch.tensor([[0.0, 1.0, 0.0]])).item() == pytest.approx(-math.log(0.75))
+
+
+def batch_loss(model, examples, pad_id):
+    ids, attention, mask = collate(examples, pad_id)
+    with torch.no_grad():
+        return (target_nll(model(input_ids=ids, attention_mask=attention).logits, ids, mask) / mask.sum()).item()
+
+
+def test_micro_batches_give_the_full_batch_loss_and_gradient(tiny):
+    model, tok = tiny
+    examples = [make_example(tok, p, [], "", 3) for p in SOLVED[:4]]
+    whole, parts = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    a = sft_step(whole, torch.optim.SGD(whole.parameters(), lr=0.0), examples, 0, micro=4, max_grad_norm=0)
+    b = sft_step(parts, torch.optim.SGD(parts.parameters(), lr=0.0), examples, 0, micro=1, max_grad_norm=0)
+    assert a["tokens"] == b["tokens"] == sum(len(e.target) for e in examples)
+    assert a["loss"] == pytest.approx(batch_loss(model, examples, 0), rel=1e-5)
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+
+
+def test_a_few_steps_lower_the_loss(tiny):
+    model, tok = tiny
+    model.train()
+    examples = [make_example(tok, p, [], "", 3) for p in SOLVED[:4]]
+    before = batch_loss(model, examples, 0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(8):
+        sft_step(model, optimizer, examples, 0, micro=2, max_grad_norm=1.0)
+    assert batch_loss(model, examples, 0) < 0.7 * before
+
+
+SMALL = ["--model.name=tiny-random", "--train.steps=3", "--rollout.prompts_per_step=4", "--algo.micro_batch_prompts=2",
+         "--algo.lr=1e-3", "--eval.max_new_tokens=4", "--eval.batch_size=4"]
+
+
+def hand_made(problems):
+    return lambda task: Splits(train=problems, heldout=SOLVED[4:], ood=SOLVED[5:], few_shot=[])
+
+
+def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))  # the data source only
+    out = tmp_path / "sft"
+    assert main(["sft", *SMALL, f"--train.out={out}"]) == 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert {"loss", "tokens", "lr", "grad_norm", "time/step_s"} <= set(metrics[0])
+    assert metrics[0]["tokens"] == 4 * 20  # four solutions of 19 characters plus <|im_end|>
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kind"] == "sft" and summary["steps"] == 3 and summary["examples"] == 4
+    for k in ("heldout_accuracy", "ood_accuracy", "heldout_format", "ood_format"):
+        assert 0 <= summary[f"{k}_before"] <= 1 and 0 <= summary[f"{k}_after"] <= 1
+    assert "prompts_per_step: 4" in (out / "config.yaml").read_text()
+    assert len((out / "eval_after.jsonl").read_text().splitlines()) == 2 + 1
+    AutoModelForCausalLM.from_pretrained(out / "final")
+    base = baseline_of(str(out / "final"))
+    assert base == {"run": str(out), "heldout_accuracy": summary["heldout_accuracy_after"],
+                    "heldout_format": summary["heldout_format_after"],
+                    "ood_accuracy": summary["ood_accuracy_after"], "ood_format": summary["ood_format_after"]}
+
+
+def test_baseline_of_other_models_is_none(tmp_path):
+    assert baseline_of("smollm2-135m-instruct") is None
+    (tmp_path / "grpo" / "final").mkdir(parents=True)
+    (tmp_path / "grpo" / "summary.json").write_text(json.dumps({"heldout_accuracy_after": 0.5}))
+    assert baseline_of(str(tmp_path / "grpo" / "final")) is None
+    assert baseline_of(str(tmp_path / "grpo")) is None
+
+
+def test_no_solutions_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sft_module, "build_splits", hand_made([Problem("What is 1 + 1?", "2", "d1")]))
+    assert main(["sft", *SMALL, f"--train.out={tmp_path / 'x'}"]) == 2
+    assert "no train problem of task 'arithmetic' has a worked solution" in capsys.readouterr().err
