@@ -29,7 +29,8 @@ from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json,
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
-from rlvr.tasks import Problem, PromptSampler, Splits, build_splits, encode_prompt
+from rlvr.tasks import Problem, Splits, build_splits, encode_prompt
+from rlvr.tasks.curriculum import CurriculumSampler, build_sampler
 from rlvr.train.advantage import compute_advantages
 from rlvr.train.checkpoint import (CHECKPOINTS, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint,
                                    set_rng_state, truncate_jsonl)
@@ -53,7 +54,7 @@ class Run:
     critic: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     scheduler: object
-    sampler: PromptSampler
+    sampler: CurriculumSampler
     gen: torch.Generator
     stop_ids: list[int]
     pad_id: int
@@ -116,7 +117,7 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
     if fresh:
         shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
     return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
-               PromptSampler(len(splits.train), cfg.train.seed), gen, stop_token_ids(policy, tok),
+               build_sampler(cfg.curriculum, splits.train, cfg.train.seed), gen, stop_token_ids(policy, tok),
                tok.pad_token_id, set())
 
 
@@ -129,10 +130,17 @@ def _on_reward_error(run: Run):
     return warn
 
 
-def sample_and_score(run: Run, n_prompts: int) -> Collected:
+def group_pass_rates(run: Run, scores: Scores) -> list[float]:
+    """Mean of the strict correctness reward (else the total) over each group: what the curriculum sees."""
+    strict = [rf.name for rf in run.rewards if getattr(rf.fn, "checks_correctness", False)]
+    values = scores.per_function[strict[0]] if strict else scores.total
+    return torch.tensor(values, dtype=torch.float64).view(-1, run.cfg.rollout.group_size).mean(1).tolist()
+
+
+def sample_and_score(run: Run, n_prompts: int, step: int) -> Collected:
     """Phases 1-3: draw prompts, sample G completions each, score them."""
     r = run.cfg.rollout
-    idx = run.sampler.next(n_prompts)
+    idx = run.sampler.next(n_prompts, step)
     problems = [run.splits.train[i] for i in idx]
     prompts = [run.prompts["train"][i] for i in idx]
     with torch.no_grad():
@@ -143,20 +151,21 @@ def sample_and_score(run: Run, n_prompts: int) -> Collected:
     columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
     columns["completion_ids"] = rollout.completion_token_lists()
     scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))
+    run.sampler.observe(idx, group_pass_rates(run, scores), step)
     return Collected(problems, rollout, texts, scores, {})
 
 
-def collect(run: Run) -> Collected:
+def collect(run: Run, step: int) -> Collected:
     """One step's batch; with dynamic sampling (DAPO), groups whose rewards are all equal are dropped
     and more prompts are sampled until the batch is full or algo.max_refill extra rounds pass."""
     want, g = run.cfg.rollout.prompts_per_step, run.cfg.rollout.group_size
     if not run.cfg.algo.dynamic_sampling:
-        return sample_and_score(run, want)
+        return sample_and_score(run, want, step)
     kept: list[tuple[Collected, int]] = []
     dropped = rounds = 0
     last = None
     while len(kept) < want and rounds <= run.cfg.algo.max_refill:
-        last = sample_and_score(run, want)
+        last = sample_and_score(run, want, step)
         rewards = torch.tensor(last.scores.total).view(-1, g)  # [P, G]
         for i, row in enumerate(rewards):
             if bool((row != row[0]).any()):
@@ -327,7 +336,7 @@ class StopOnSignal:
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row."""
     t0 = time.perf_counter()
-    collected = collect(run)                                              # 1-3. prompts, rollout, rewards
+    collected = collect(run, step)                                        # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     kl_ref = run.ref if run.cfg.algo.kl_in == "loss" else None
@@ -338,6 +347,7 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     m = step_metrics(step, collected, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)   # 6. report
     m.update(adv_metrics)
     m.update(collected.metrics)
+    m.update(run.sampler.metrics())
     m["lr"] = run.scheduler.get_last_lr()[0]
     return m, collected
 

@@ -79,3 +79,16 @@ def test_malformed_yaml(tmp_path, capsys):
     assert main(["train", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml, line" in err and "malformed YAML" in err
+
+
+def test_schedule_curriculum_moves_up_a_level_and_logs_it(tmp_path):
+    out = run(tmp_path, "c", "--task.min_digits=1", "--task.digits=2", "--curriculum.mode=schedule",
+              "--curriculum.schedule=[3]", "--train.steps=4")
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["curriculum/level"] for m in metrics] == [0, 0, 1, 1]
+    assert {"curriculum/pass_rate/d1-n2", "curriculum/pass_rate/d2-n2"} <= set(metrics[-1])
+    digits = lambda q: max(len(t) for t in q.split("?")[0].split() if t.isdigit())
+    by_step = {}
+    for rec in read_jsonl(out / "samples.jsonl"):
+        by_step.setdefault(rec["step"], set()).add(digits(rec["prompt"]))
+    assert by_step[1] | by_step[2] == {1} and by_step[3] | by_step[4] == {2}
