@@ -31,6 +31,8 @@ def before_after_table(summary: dict) -> str:
     rows = [("held-out accuracy", "heldout_accuracy"), ("held-out format", "heldout_format"),
             ("OOD accuracy", "ood_accuracy"), ("OOD format", "ood_format")]
     out = [f"{'':20} {'before':>7} {'after':>7} {'change':>8}"]
+    if summary.get("sft"):
+        out.insert(0, f"before = the SFT baseline ({summary['sft']['run']})")
     for label, key in rows:
         b, a = summary.get(f"{key}_before"), summary.get(f"{key}_after")
         change = f"{100 * (a - b):+7.1f}" if a is not None and b is not None else "      -"

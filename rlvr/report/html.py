@@ -42,14 +42,21 @@ def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
 
 
 def _before_after(summary: dict) -> str:
+    """Before / after table; a run started from an SFT model also shows the base model before SFT, and
+    'before' is then the SFT baseline."""
+    sft = summary.get("sft")
+    cell = lambda v: "<td>-</td>" if v is None else f"<td>{100 * v:.1f}%</td>"
     rows = []
     for label, key in (("held-out accuracy", "heldout_accuracy"), ("held-out format", "heldout_format"),
                        ("OOD accuracy", "ood_accuracy"), ("OOD format", "ood_format")):
         b, a = summary.get(f"{key}_before"), summary.get(f"{key}_after")
-        cell = lambda v: "-" if v is None else f"{100 * v:.1f}%"
         change = "-" if a is None or b is None else f"{100 * (a - b):+.1f}"
-        rows.append(f"<tr><td>{label}</td><td>{cell(b)}</td><td>{cell(a)}</td><td>{change}</td></tr>")
-    return "<table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>" + "".join(rows) + "</table>"
+        base = cell(sft.get(f"base_{key}")) if sft else ""
+        rows.append(f"<tr><td>{label}</td>{base}{cell(b)}{cell(a)}<td>{change}</td></tr>")
+    head = ("<th>base model (before SFT)</th><th>SFT baseline</th>" if sft else "<th>before</th>")
+    note = (f"<p class='sub'>Started from the SFT model of {html.escape(str(sft['run']))}; "
+            "the change is what RL added on top of SFT.</p>" if sft else "")
+    return (f"{note}<table><tr><th></th>{head}<th>after</th><th>change</th></tr>" + "".join(rows) + "</table>")
 
 
 def _sample_html(s: dict) -> str:

@@ -36,6 +36,7 @@ from rlvr.train.checkpoint import (CHECKPOINTS, latest_checkpoint, load_checkpoi
                                    set_rng_state, truncate_jsonl)
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
+from rlvr.train.sft import baseline_of
 from rlvr.train.update import Batch, UpdateSettings, policy_update
 
 
@@ -367,6 +368,9 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> 
         resume = False
     run = setup(cfg, fresh=not resume)
     p = Progress()
+    sft = baseline_of(cfg.model.name)
+    if sft is not None:  # started from an SFT model: its accuracy is the baseline
+        p.summary["sft"] = sft
     if resume:
         p = restore(run, load_checkpoint(last))
         say(f"resuming {run.out} from step {p.step} ({last.name})")

@@ -181,7 +181,8 @@ def sft(cfg: Config) -> dict:
 
 def baseline_of(model_name: str) -> dict | None:
     """If `model_name` is the final/ directory of an `rlvr sft` run, that run's after-training accuracy
-    ({"run", "heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format"}); otherwise None."""
+    ({"run", "heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format"}) and the base model's
+    before it (the same keys prefixed base_); otherwise None."""
     path = Path(model_name).expanduser()
     summary_path = path.parent / "summary.json"
     if path.name != "final" or not summary_path.is_file():
@@ -193,4 +194,5 @@ def baseline_of(model_name: str) -> dict | None:
     if not isinstance(summary, dict) or summary.get("kind") != "sft":
         return None
     keys = ("heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format")
-    return {"run": str(path.parent), **{k: summary.get(f"{k}_after") for k in keys}}
+    return {"run": str(path.parent), **{k: summary.get(f"{k}_after") for k in keys},
+            **{f"base_{k}": summary.get(f"{k}_before") for k in keys}}

@@ -101,9 +101,14 @@ def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == 2 + 1
     AutoModelForCausalLM.from_pretrained(out / "final")
     base = baseline_of(str(out / "final"))
-    assert base == {"run": str(out), "heldout_accuracy": summary["heldout_accuracy_after"],
-                    "heldout_format": summary["heldout_format_after"],
-                    "ood_accuracy": summary["ood_accuracy_after"], "ood_format": summary["ood_format_after"]}
+    keys = ("heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format")
+    assert base == {"run": str(out), **{k: summary[f"{k}_after"] for k in keys},
+                    **{f"base_{k}": summary[f"{k}_before"] for k in keys}}
+    grpo = tmp_path / "grpo"  # GRPO from the SFT model: its report shows the SFT baseline
+    assert main(["train", "configs/smoke.yaml", f"--model.name={out / 'final'}", f"--train.out={grpo}"]) == 0
+    grpo_summary = json.loads((grpo / "summary.json").read_text())
+    assert grpo_summary["sft"] == base
+    assert "SFT baseline" in (grpo / "report.html").read_text()
 
 
 def test_baseline_of_other_models_is_none(tmp_path):
