@@ -137,3 +137,52 @@ def stop_token_ids(model, tok) -> list[int]:
     elif isinstance(eos, (list, tuple)):
         ids.update(eos)
     return sorted(i for i in ids if i is not None)
+
+
+def is_peft(model) -> bool:
+    """True for a PEFT-wrapped model (LoRA adapters)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
+def unwrap(model):
+    """The transformers model under a PEFT wrapper (the adapters live inside its layers), else `model`."""
+    return model.get_base_model() if is_peft(model) else model
+
+
+def apply_lora(policy, lora):
+    """Wrap `policy` with PEFT LoRA adapters (`lora`: config.LoraConfig, r > 0); only adapters train.
+
+    The base weights stay frozen, so the KL reference is the same model with its adapters disabled
+    (rlvr.train.logprobs.Reference) and no second copy is held.
+    """
+    try:
+        from peft import LoraConfig, TaskType, get_peft_model
+    except ImportError as e:
+        raise RlvrError("model.lora.r > 0 needs the peft package: pip install 'rlvr[lora]'") from e
+    if lora.r <= 0:
+        raise RlvrError(f"apply_lora needs model.lora.r > 0, got {lora.r}")
+    names = {n.rsplit(".", 1)[-1] for n, _ in unwrap(policy).named_modules()}
+    missing = [t for t in lora.target_modules if t not in names]
+    if missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in unwrap(policy).named_modules()
+                         if isinstance(m, torch.nn.Linear)})
+        raise RlvrError(f"model.lora.target_modules {missing} are not modules of this model; "
+                        f"its linear layers are: {', '.join(linear)}")
+    cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                     target_modules=list(lora.target_modules), task_type=TaskType.CAUSAL_LM)
+    return get_peft_model(policy, cfg)
+
+
+def enable_gradient_checkpointing(policy) -> None:
+    """Recompute each decoder layer's activations in the backward pass (non-reentrant checkpoint).
+
+    Transformers drops the KV cache inside checkpointed layers (a recompute would append the prompt's
+    keys twice), so completion_logprobs runs prompt + completion in full while it is on.
+    """
+    unwrap(policy).activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+
+
+def checkpointing_active(model) -> bool:
+    """True when the next forward of `model` will be checkpointed (and so runs without a cache)."""
+    inner = unwrap(model)
+    return bool(getattr(inner, "is_activation_checkpointing", False)) and inner.training and torch.is_grad_enabled()

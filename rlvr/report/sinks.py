@@ -2,12 +2,15 @@
 with one write each and flushed, so a crash never leaves a half-written summary or config."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from rlvr.models import is_peft
 
 
 def _clean(value):
@@ -41,13 +44,25 @@ def atomic_write_json(path: str | Path, obj) -> None:
     atomic_write_text(path, json.dumps(_clean(obj), indent=2) + "\n")
 
 
+def _save_peft(model, path: Path) -> None:
+    """A LoRA model: its adapter in path/adapter, and a merged full model in path, so a plain
+    transformers load (or --model.name=path) gets the trained weights. The merge runs on a copy, so
+    the live model keeps its adapters and training can go on."""
+    model.save_pretrained(path / "adapter")
+    merged = copy.deepcopy(model).merge_and_unload()
+    merged.save_pretrained(path)
+
+
 def atomic_save_model(model, tokenizer, path: str | Path) -> None:
     """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
-        model.save_pretrained(tmp)
+        if is_peft(model):
+            _save_peft(model, tmp)
+        else:
+            model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         old = None
         if path.exists():

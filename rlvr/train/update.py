@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo import aggregate, kl_estimate, policy_loss, value_loss
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
 
 @dataclass
@@ -19,6 +19,7 @@ class Batch:
     group_size: int
     returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
     old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
+    sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
 
 
 @dataclass
@@ -36,19 +37,37 @@ class UpdateSettings:
     value_coef: float = 0.5
     value_clip: float | None = 0.2
     micro_batch_prompts: int = 4
+    micro_batch_tokens: int = 0  # > 0: fill micro-batches by this token budget instead (see _micro_batches)
+    mixed_precision: str = "no"  # bf16: autocast the policy (and reference) forwards to bfloat16
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     pad_id: int = 0
 
 
-def _micro_batches(batch: Batch, prompts_per_mb: int) -> list[tuple[list[list[int]], slice, int]]:
-    """(prompts, row slice, width): whole groups, each trimmed to its own longest completion."""
-    g, out = batch.group_size, []
-    for i in range(0, len(batch.prompts), prompts_per_mb):
-        rows = slice(i * g, (i + prompts_per_mb) * g)
-        width = max(int(batch.completion_mask[rows].sum(-1).max()), 1)
-        out.append((batch.prompts[i:i + prompts_per_mb], rows, width))
-    return out
+def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
+                   ) -> list[tuple[list[list[int]], slice, int]]:
+    """(prompts, row slice, width): whole groups, each micro-batch trimmed to its longest completion.
+
+    With tokens_per_mb > 0, consecutive groups are added while the micro-batch's padded size, the
+    tokens its shared-prefix forward holds (n prompts x longest prompt + n * G x longest completion),
+    stays within the budget; a group larger than the budget goes alone.
+    """
+    g, n_prompts = batch.group_size, len(batch.prompts)
+    lengths = batch.completion_mask.sum(-1).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
+
+    def tokens(a: int, b: int) -> float:  # groups a..b-1 as one micro-batch
+        return (b - a) * (max(len(p) for p in batch.prompts[a:b]) + g * max(lengths[a:b]))
+
+    bounds, start = [], 0
+    while start < n_prompts:
+        end = min(start + prompts_per_mb, n_prompts)
+        if tokens_per_mb > 0:
+            end = start + 1
+            while end < n_prompts and tokens(start, end + 1) <= tokens_per_mb:
+                end += 1
+        bounds.append((start, end))
+        start = end
+    return [(batch.prompts[a:b], slice(a * g, b * g), int(max(lengths[a:b]))) for a, b in bounds]
 
 
 def _weight(mask: torch.Tensor, full_mask: torch.Tensor, aggregation: str) -> float:
@@ -66,50 +85,85 @@ def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None
     return x[rows] if x.dim() == 1 else x[rows, :width]
 
 
-def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, critic=None) -> dict[str, float]:
+def _autocast(policy, s: UpdateSettings):
+    """bf16 autocast on the policy's device type when train.mixed_precision is bf16."""
+    device = next(policy.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=s.mixed_precision == "bf16")
+
+
+def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, norm_length):
+    """Forward one micro-batch; returns (new log-probs [b, w] detached, unweighted loss, sums, stats)."""
+    prompts, sl, w = mb
+    mask = batch.completion_mask[sl, :w]  # [b, w]
+    with _autocast(policy, s):
+        out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
+                                  s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True)
+        values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
+    logp = out.logp  # [b, w]
+    old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
+    loss, stats = policy_loss(logp, old, _cut(batch.advantages, sl, w), mask, s.clip_low, s.clip_high,
+                              s.dual_clip, s.ratio_level, s.aggregation, norm_length)
+    sums = {"entropy": float((out.entropy.detach() * mask).sum())}
+    if ref_logp is not None:
+        kl = kl_estimate(logp, ref_logp, s.kl_estimator)  # [b, w]
+        loss = loss + s.beta * aggregate(kl, mask, s.aggregation, norm_length)
+        sums["kl"] = float((kl.detach() * mask).sum())
+    if s.entropy_coef != 0:
+        loss = loss - s.entropy_coef * aggregate(out.entropy, mask, s.aggregation, norm_length)
+    if values is not None:
+        v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask,
+                            s.value_clip, "token-mean")
+        loss = loss + s.value_coef * v_loss
+        sums["value_loss"] = float(v_loss.detach()) * float(mask.sum())
+    return logp.detach(), loss, sums, stats
+
+
+def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(sum, max) of |trainer - sampler| log-prob over real tokens of one micro-batch."""
+    diff = (new_logp - sampler_logp).abs() * mask  # [b, w]
+    return float(diff.sum()), float(diff.max()) if diff.numel() else 0.0
+
+
+def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
+                  critic=None) -> dict[str, float]:
     """Clipped-surrogate update (+ beta * KL to `ref` in the loss, + entropy bonus, + value loss of
-    `critic`, a head on the policy's hidden states). Returns step metrics as floats."""
-    mbs = _micro_batches(batch, s.micro_batch_prompts)
+    `critic`, a head on the policy's hidden states). Returns step metrics as floats.
+
+    Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
+    first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
+    is not finite is skipped (no optimizer step) and counted in skipped_updates.
+    """
+    if isinstance(ref, torch.nn.Module):
+        ref = Reference(ref)
+    mbs = _micro_batches(batch, s.micro_batch_prompts, s.micro_batch_tokens)
     norm_length = s.norm_length or batch.completion_ids.shape[1]
     want_ref = s.beta > 0 and ref is not None
     ref_logp = [None] * len(mbs)
     if want_ref:
-        with torch.no_grad():
-            ref_logp = [completion_logprobs(ref, p, batch.completion_ids[sl, :w], batch.completion_mask[sl, :w],
-                                            batch.group_size, s.pad_id, s.temperature) for p, sl, w in mbs]
+        with _autocast(policy, s):  # the same precision as the policy, so KL is 0 at equal weights
+            ref_logp = [reference_logprobs(ref, p, batch.completion_ids[sl, :w], batch.completion_mask[sl, :w],
+                                           batch.group_size, s.pad_id, s.temperature) for p, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
     skipped = 0
-    for _ in range(s.iterations):
+    for it in range(s.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
-        n_tok, stats = 0.0, {}
-        for k, (prompts, sl, w) in enumerate(mbs):
-            mask = batch.completion_mask[sl, :w]  # [b, w]
-            out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
-                                      s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True)
-            logp = out.logp  # [b, w]
-            if old_logp[k] is None:  # the first pass is the behaviour policy (no update yet)
-                old_logp[k] = logp.detach()
-            loss, m = policy_loss(logp, old_logp[k], _cut(batch.advantages, sl, w), mask, s.clip_low, s.clip_high,
-                                  s.dual_clip, s.ratio_level, s.aggregation, norm_length)
-            if want_ref:
-                kl = kl_estimate(logp, ref_logp[k], s.kl_estimator)  # [b, w]
-                loss = loss + s.beta * aggregate(kl, mask, s.aggregation, norm_length)
-                sums["kl"] += float((kl.detach() * mask).sum())
-            if s.entropy_coef != 0:
-                loss = loss - s.entropy_coef * aggregate(out.entropy, mask, s.aggregation, norm_length)
-            sums["entropy"] += float((out.entropy.detach() * mask).sum())
-            if critic is not None:
-                values = critic(out.hidden).squeeze(-1)  # [b, w]
-                v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask,
-                                    s.value_clip, "token-mean")
-                loss = loss + s.value_coef * v_loss
-                sums["value_loss"] += float(v_loss.detach()) * float(mask.sum())
+        n_tok, stats, mismatch = 0.0, {}, [0.0, 0.0]
+        for k, mb in enumerate(mbs):
+            mask = batch.completion_mask[mb[1], :mb[2]]  # [b, w]
+            logp, loss, part, m = _micro_loss(policy, batch, s, mb, old_logp[k], ref_logp[k], critic, norm_length)
+            if old_logp[k] is None:
+                old_logp[k] = logp
+            if it == 0 and batch.sampler_logp is not None:
+                total, peak = _mismatch(logp, batch.sampler_logp[mb[1], :mb[2]], mask)
+                mismatch = [mismatch[0] + total, max(mismatch[1], peak)]
             loss = loss * _weight(mask, batch.completion_mask, s.aggregation)
             loss.backward()
             sums["loss"] += float(loss.detach())
+            for key, v in part.items():
+                sums[key] += v
             n_tok += float(mask.sum())
             for key, v in m.items():
                 stats.setdefault(key, []).append(float(v))
@@ -120,9 +174,12 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref=None, 
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics
             skipped += 1
             optimizer.zero_grad(set_to_none=True)
-        metrics = {"loss": sums["loss"], "grad_norm": grad_norm,
-                   "kl": sums["kl"] / max(n_tok, 1) if want_ref else None}
-        metrics["entropy"] = sums["entropy"] / max(n_tok, 1)
+        if it == 0 and batch.sampler_logp is not None:
+            metrics["rollout/logp_mismatch_mean_abs"] = mismatch[0] / max(n_tok, 1)
+            metrics["rollout/logp_mismatch_max"] = mismatch[1]
+        metrics.update({"loss": sums["loss"], "grad_norm": grad_norm,
+                        "kl": sums["kl"] / max(n_tok, 1) if want_ref else None,
+                        "entropy": sums["entropy"] / max(n_tok, 1)})
         if critic is not None:
             metrics["value_loss"] = sums["value_loss"] / max(n_tok, 1)
         metrics.update({k: sum(v) / len(v) for k, v in stats.items() if not k.startswith("ratio/m")})

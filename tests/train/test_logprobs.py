@@ -1,5 +1,6 @@
 import torch
 
+from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.engine import generate
 from rlvr.train.logprobs import completion_logprobs
 
@@ -48,3 +49,24 @@ def test_shared_prefix_gradient_equals_full(tiny):
     full_forward_logprobs(model, prompts, r, 3).sum().backward()
     for a, p in zip(shared, model.parameters()):
         assert torch.allclose(a, p.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(tiny):
+    model, tok = tiny
+    prompts, r = rollout(model, tok)
+    model.train()
+    results = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            enable_gradient_checkpointing(model)  # transformers then drops the cache: full rows are run
+        assert checkpointing_active(model) == checkpointing
+        model.zero_grad()
+        lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
+        (lp * torch.linspace(-1, 1, lp.numel()).view_as(lp)).sum().backward()
+        results.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))
+    (lp_a, g_a), (lp_b, g_b) = results
+    assert torch.allclose(lp_a, lp_b, atol=1e-5)
+    for a, b in zip(g_a, g_b):
+        assert torch.allclose(a, b, atol=1e-5)
+    with torch.no_grad():  # no backward to replay: the shared-prefix path again
+        assert not checkpointing_active(model)

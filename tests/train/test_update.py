@@ -1,9 +1,11 @@
 import copy
+import math
 
 import torch
 
+from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.engine import generate
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
 
 
 def make_batch(model, tok):
@@ -69,3 +71,94 @@ def test_non_finite_gradient_skips_the_step(tiny):
     m = policy_update(model, opt, batch, settings(tok))
     assert m["skipped_updates"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # the batch is fine again: training goes on from the same weights
+    batch.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, -2.0, 2.0])
+    m = policy_update(model, opt, batch, settings(tok))
+    assert m["skipped_updates"] == 0 and math.isfinite(m["grad_norm"]) and m["grad_norm"] > 0
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_inf_activation_skips_the_step_and_keeps_optimizer_state_empty(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    before = [p.clone() for p in model.parameters()]
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    hook = model.model.layers[1].mlp.register_forward_hook(lambda mod, inp, out: out * float("inf"))
+    m = policy_update(model, opt, batch, settings(tok))
+    hook.remove()
+    assert m["skipped_updates"] == 1 and not math.isfinite(m["grad_norm"])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters()) and not opt.state
+    m = policy_update(model, opt, batch, settings(tok))
+    assert m["skipped_updates"] == 0 and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_token_budget_groups_hand_computed():
+    # prompt lengths 3, 5, 2, 4; longest completion per group (G = 2) 4, 2, 6, 1
+    lengths = [[4, 1], [2, 2], [6, 3], [1, 0]]
+    mask = torch.tensor([[1.0] * n + [0.0] * (6 - n) for g in lengths for n in g])  # [8, 6]
+    batch = Batch([[7] * n for n in (3, 5, 2, 4)], torch.zeros(8, 6, dtype=torch.long), mask,
+                  torch.zeros(8), 2)
+    # [0, 1]: 2 * (5 + 2 * 4) = 26 <= 30; + group 2: 3 * (5 + 2 * 6) = 51; [2, 3]: 2 * (4 + 2 * 6) = 32
+    mbs = _micro_batches(batch, 4, 30)
+    assert [(sl.start, sl.stop, w) for _, sl, w in mbs] == [(0, 4, 4), (4, 6, 6), (6, 8, 1)]
+    assert [len(p) for p, _, _ in mbs] == [2, 1, 1]
+    # a group over the budget goes alone; no budget: micro_batch_prompts
+    assert [sl.stop for _, sl, _ in _micro_batches(batch, 4, 5)] == [2, 4, 6, 8]
+    assert [(sl.stop, w) for _, sl, w in _micro_batches(batch, 3, 0)] == [(6, 6), (8, 1)]
+
+
+def test_token_budget_micro_batches_accumulate_to_the_full_batch_gradient(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    assert len(_micro_batches(batch, 4, 40)) > 1
+    for agg in ("token-mean", "seq-mean-token-mean"):
+        full, m_full = one_step(model, tok, batch, aggregation=agg, micro_batch_prompts=4)
+        split, m_split = one_step(model, tok, batch, aggregation=agg, micro_batch_tokens=40)
+        for a, b in zip(full.parameters(), split.parameters()):
+            assert torch.allclose(a, b, atol=1e-6)
+        assert abs(m_full["grad_norm"] - m_split["grad_norm"]) < 1e-5
+
+
+def test_gradient_checkpointing_update_equals_plain(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    model.train()
+    plain, m_plain = one_step(model, tok, batch)
+    ckpt = copy.deepcopy(model)
+    enable_gradient_checkpointing(ckpt)
+    assert checkpointing_active(ckpt)
+    ckpt, m_ckpt = one_step(ckpt, tok, batch)
+    assert abs(m_plain["grad_norm"] - m_ckpt["grad_norm"]) < 1e-5
+    for a, b in zip(plain.parameters(), ckpt.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_bf16_autocast_is_close_to_fp32(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    fp32, m32 = one_step(model, tok, batch, iterations=2)
+    bf16, m16 = one_step(model, tok, batch, iterations=2, mixed_precision="bf16")
+    assert m16["grad_norm"] != m32["grad_norm"]  # autocast really ran in bf16
+    assert abs(m16["grad_norm"] - m32["grad_norm"]) < 0.01 * m32["grad_norm"]
+    assert abs(m16["loss"] - m32["loss"]) < 2e-3
+    assert abs(m16["entropy"] - m32["entropy"]) < 1e-3 * m32["entropy"]
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+
+
+def test_sampler_logprob_mismatch_is_reported_on_the_first_pass(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    _, m = one_step(model, tok, batch)
+    assert "rollout/logp_mismatch_max" not in m
+    prompts = [tok(t)["input_ids"] for t in ("1+1=", "2*3=", "40-8", "7")]
+    r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
+                 stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    batch.sampler_logp = r.sampler_logp.clone()
+    _, m = one_step(model, tok, batch, micro_batch_prompts=1, iterations=2)
+    assert m["rollout/logp_mismatch_max"] < 1e-5 and m["rollout/logp_mismatch_mean_abs"] < 1e-5
+    batch.sampler_logp[3, 0] -= 0.5  # one token off by 0.5
+    _, m = one_step(model, tok, batch, micro_batch_prompts=1)
+    n_tok = float(batch.completion_mask.sum())
+    assert abs(m["rollout/logp_mismatch_max"] - 0.5) < 1e-5
+    assert abs(m["rollout/logp_mismatch_mean_abs"] - 0.5 / n_tok) < 1e-5

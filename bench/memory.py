@@ -1,0 +1,96 @@
+"""Peak memory of a policy update: full fine-tuning vs LoRA, with and without gradient checkpointing.
+
+    python bench/memory.py [steps] [model]
+
+Each configuration runs in a fresh subprocess (torch's allocator never hands memory back, so one
+process cannot measure several), builds a demo-sized batch by hand (8 prompts x 8 completions x 24
+random tokens, 64-token prompts; the values do not matter, the tensor sizes do), runs `steps`
+policy_update calls with AdamW, and reports its peak resident memory (VmHWM) after loading the model
+and at the end, the trainable parameters and the optimizer state.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+CONFIGS = {  # name: (lora rank, gradient checkpointing, mixed precision)
+    "full": (0, False, "no"),
+    "full+ckpt": (0, True, "no"),
+    "full+bf16": (0, False, "bf16"),
+    "lora8": (8, False, "no"),
+    "lora8+ckpt": (8, True, "no"),
+}
+PROMPTS, GROUP, PROMPT_TOKENS, COMPLETION_TOKENS = 8, 8, 64, 24
+
+
+def vm_hwm_mib() -> float:
+    """Peak resident set size of this process so far, from /proc/self/status."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def measure(name: str, steps: int, model_name: str) -> dict:
+    """One configuration, in this (fresh) process."""
+    import torch
+
+    from rlvr.config import LoraConfig
+    from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
+    from rlvr.train.update import Batch, UpdateSettings, policy_update
+
+    rank, checkpointing, precision = CONFIGS[name]
+    torch.manual_seed(0)
+    policy, tok = load_model(model_name)
+    after_load = vm_hwm_mib()
+    if rank:
+        policy = apply_lora(policy, LoraConfig(r=rank, alpha=2 * rank))
+    if checkpointing:
+        enable_gradient_checkpointing(policy)
+    policy.train()
+    vocab = policy.config.vocab_size
+    b = PROMPTS * GROUP
+    batch = Batch([torch.randint(0, vocab, (PROMPT_TOKENS,)).tolist() for _ in range(PROMPTS)],
+                  torch.randint(0, vocab, (b, COMPLETION_TOKENS)), torch.ones(b, COMPLETION_TOKENS),
+                  torch.randn(b), GROUP)
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-5)
+    settings = UpdateSettings(micro_batch_prompts=4, mixed_precision=precision, pad_id=tok.pad_token_id)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        policy_update(policy, optimizer, batch, settings)
+    step_s = (time.perf_counter() - t0) / steps
+    state = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+                if torch.is_tensor(v))
+    return {"config": name, "peak_mib": vm_hwm_mib(), "after_load_mib": after_load, "step_s": step_s,
+            "trainable": sum(p.numel() for p in trainable),
+            "total": sum(p.numel() for p in policy.parameters()), "optimizer_mib": state / 2 ** 20}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--one":
+        print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
+        return
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    model_name = sys.argv[2] if len(sys.argv) > 2 else "smollm2-135m-instruct"
+    print(f"{model_name}: {PROMPTS} prompts x {GROUP} completions x {COMPLETION_TOKENS} tokens "
+          f"({PROMPT_TOKENS}-token prompts), micro-batches of 4 prompts, AdamW, {steps} steps")
+    print(f"{'config':<12} {'peak MiB':>9} {'load MiB':>9} {'train +MiB':>10} {'trainable':>12} "
+          f"{'optim MiB':>10} {'s/step':>7}")
+    for name in CONFIGS:
+        out = subprocess.run([sys.executable, __file__, "--one", name, str(steps), model_name],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"{name:<12} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name:<12} {r['peak_mib']:>9.0f} {r['after_load_mib']:>9.0f} "
+              f"{r['peak_mib'] - r['after_load_mib']:>10.0f} {r['trainable']:>12,} {r['optimizer_mib']:>10.1f} "
+              f"{r['step_s']:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()
