@@ -462,6 +462,8 @@ def validate(cfg: Config) -> None:
         (cfg.train.parallel in ("ddp", "fsdp"), "train.parallel must be ddp or fsdp"),
         (cfg.train.mixed_precision in ("no", "bf16"), "train.mixed_precision must be no or bf16"),
         (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
+        (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
+         "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
     ]
     for ok, message in checks:

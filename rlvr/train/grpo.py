@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import random
 import shutil
@@ -20,7 +19,7 @@ import torch
 
 from rlvr.config import Config, to_dict, to_yaml
 from rlvr.eval import evaluate
-from rlvr.models import load_model, stop_token_ids
+from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import before_after_table, format_samples, progress, say
 from rlvr.report.health import HealthMonitor, as_record
 from rlvr.report.html import write_report
@@ -34,7 +33,7 @@ from rlvr.tasks.curriculum import CurriculumSampler, build_sampler
 from rlvr.train.advantage import compute_advantages
 from rlvr.train.checkpoint import (CHECKPOINTS, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint,
                                    set_rng_state, truncate_jsonl)
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.sft import baseline_of
 from rlvr.train.update import Batch, UpdateSettings, policy_update
@@ -51,7 +50,7 @@ class Run:
     splits: Splits
     prompts: dict[str, list[list[int]]]  # split name -> encoded chat prompts
     rewards: list[RewardFunction]
-    ref: torch.nn.Module | None
+    ref: Reference | None
     critic: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     scheduler: object
@@ -95,15 +94,19 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
         torch.set_num_threads(cfg.train.threads)
     gen = seed_everything(cfg.train.seed)
     policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+    if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
+        policy = apply_lora(policy, cfg.model.lora)
+    if cfg.train.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
     splits = build_splits(cfg.task)
     for note in splits.notes:
         say(f"task: {note}")
     encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
     prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
     a = cfg.algo
-    ref = copy.deepcopy(policy).eval().requires_grad_(False) if a.beta > 0 else None
+    ref = Reference.of(policy) if a.beta > 0 else None
     critic = None
-    groups = [{"params": list(policy.parameters()), "lr": a.lr}]
+    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
     if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk, with its own learning rate
         critic = torch.nn.Linear(policy.config.hidden_size, 1)
         torch.nn.init.zeros_(critic.weight)
@@ -193,15 +196,16 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     ref_logp = values = None
     with torch.no_grad():
         if a.kl_in == "reward" and run.ref is not None:
-            ref_logp = completion_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                           r.group_size, run.pad_id, run.cfg.rollout.temperature)
+            ref_logp = reference_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
+                                          r.group_size, run.pad_id, run.cfg.rollout.temperature)
         if run.critic is not None:
             out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
                                       r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True)
             values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
     adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, r.completion_mask,
                                                r.sampler_logp, ref_logp, values)
-    batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values)
+    batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
+                  sampler_logp=r.sampler_logp)
     return batch, metrics
 
 
@@ -212,17 +216,18 @@ def update_settings(run: Run) -> UpdateSettings:
         aggregation=a.aggregation, norm_length=a.norm_length or run.cfg.rollout.max_new_tokens,
         iterations=a.iterations, beta=a.beta if a.kl_in == "loss" else 0.0, kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef, value_coef=a.value_coef, value_clip=a.value_clip,
-        micro_batch_prompts=a.micro_batch_prompts, max_grad_norm=a.max_grad_norm,
+        micro_batch_prompts=a.micro_batch_prompts, micro_batch_tokens=a.micro_batch_tokens,
+        mixed_precision=run.cfg.train.mixed_precision, max_grad_norm=a.max_grad_norm,
         temperature=run.cfg.rollout.temperature, pad_id=run.pad_id)
 
 
 def sync_reference(run: Run, step: int) -> None:
     """Every algo.ref_sync_every steps, ref <- mixup * policy + (1 - mixup) * ref."""
     a = run.cfg.algo
-    if run.ref is None or not a.ref_sync_every or step % a.ref_sync_every:
+    if run.ref is None or run.ref.adapters_off or not a.ref_sync_every or step % a.ref_sync_every:
         return
     with torch.no_grad():
-        for p_ref, p in zip(run.ref.parameters(), run.policy.parameters()):
+        for p_ref, p in zip(run.ref.model.parameters(), run.policy.parameters()):
             p_ref.mul_(1 - a.ref_mixup).add_(p.detach(), alpha=a.ref_mixup)
 
 
@@ -279,7 +284,7 @@ class Progress:
 def checkpoint_state(run: Run, p: Progress, train_seconds: float) -> dict:
     return {"step": p.step, "policy": run.policy.state_dict(),
             "critic": run.critic.state_dict() if run.critic is not None else None,
-            "ref": run.ref.state_dict() if run.ref is not None else None,
+            "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
             "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
             "sampler": run.sampler.state_dict(), "rng": rng_state(run.gen),
             "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds}}
@@ -290,7 +295,7 @@ def restore(run: Run, state: dict) -> Progress:
     if run.critic is not None:
         run.critic.load_state_dict(state["critic"])
     if run.ref is not None and state["ref"] is not None:
-        run.ref.load_state_dict(state["ref"])
+        run.ref.model.load_state_dict(state["ref"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.sampler.load_state_dict(state["sampler"])

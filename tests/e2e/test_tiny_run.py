@@ -92,3 +92,29 @@ def test_schedule_curriculum_moves_up_a_level_and_logs_it(tmp_path):
     for rec in read_jsonl(out / "samples.jsonl"):
         by_step.setdefault(rec["step"], set()).add(digits(rec["prompt"]))
     assert by_step[1] | by_step[2] == {1} and by_step[3] | by_step[4] == {2}
+
+
+def varied_reward(completions, **kw):
+    """Differs within every group on a random model, so there is a gradient."""
+    return [len(set(c)) / 10 for c in completions]
+
+
+def test_lora_run_trains_adapters_keeps_the_base_as_reference_and_saves_both(tmp_path):
+    pytest.importorskip("peft")
+    out = run(tmp_path, "lora", "--model.lora.r=4", "--model.lora.target_modules=[q_proj, v_proj]",
+              "--algo.beta=0.04", "--train.steps=3", "--algo.lr=1e-2",
+              "--rewards.weights={'tests.e2e.test_tiny_run:varied_reward': 1.0}")
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert metrics[0]["kl"] == 0.0 and metrics[-1]["kl"] > 0  # the base is the reference
+    assert (out / "final" / "adapter" / "adapter_config.json").is_file()
+    AutoModelForCausalLM.from_pretrained(out / "final")  # the merged model loads without peft
+    assert main(["train", "--resume", str(out), "--train.steps=4"]) == 0
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_memory_options_run_together(tmp_path):
+    out = run(tmp_path, "mem", "--train.gradient_checkpointing=true", "--train.mixed_precision=bf16",
+              "--algo.micro_batch_tokens=40")
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert all(m["skipped_updates"] == 0 for m in metrics)
+    assert "rollout/logp_mismatch_mean_abs" in metrics[0]
