@@ -28,6 +28,7 @@ from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json,
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
+from rlvr.rollout.hf_engine import generate as hf_generate
 from rlvr.tasks import Problem, Splits, build_splits, encode_prompt
 from rlvr.tasks.curriculum import CurriculumSampler, build_sampler
 from rlvr.train.advantage import compute_advantages
@@ -59,6 +60,7 @@ class Run:
     stop_ids: list[int]
     pad_id: int
     warned: set
+    engine: object = None  # rollout.engine=vllm: the VllmEngine holding a copy of the policy
 
 
 @dataclass
@@ -120,9 +122,14 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
         (out / f).unlink(missing_ok=True)
     if fresh:
         shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+    engine = None
+    if cfg.rollout.engine == "vllm":
+        from rlvr.rollout.vllm_engine import make_engine
+
+        engine = make_engine(cfg, policy, out)
     return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), gen, stop_token_ids(policy, tok),
-               tok.pad_token_id, set())
+               tok.pad_token_id, set(), engine)
 
 
 def _on_reward_error(run: Run):
@@ -147,10 +154,16 @@ def sample_and_score(run: Run, n_prompts: int, step: int) -> Collected:
     idx = run.sampler.next(n_prompts, step)
     problems = [run.splits.train[i] for i in idx]
     prompts = [run.prompts["train"][i] for i in idx]
-    with torch.no_grad():
-        rollout = generate(run.policy, prompts, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
-                           temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, stop_ids=run.stop_ids,
-                           pad_id=run.pad_id, generator=run.gen)
+    sampling = dict(group_size=r.group_size, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                    top_p=r.top_p, top_k=r.top_k, stop_ids=run.stop_ids, pad_id=run.pad_id)
+    if run.engine is not None:  # vLLM: seeded from the sampling generator, asleep while the trainer works
+        rollout = run.engine.generate(prompts, **sampling,
+                                      seed=int(torch.randint(0, 2**31 - 1, (1,), generator=run.gen)))
+        run.engine.sleep()
+    else:
+        engine = hf_generate if r.engine == "hf" else generate
+        with torch.no_grad():
+            rollout = engine(run.policy, prompts, **sampling, generator=run.gen)
     texts = run.tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
     columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
     columns["completion_ids"] = rollout.completion_token_lists()
@@ -218,7 +231,7 @@ def update_settings(run: Run) -> UpdateSettings:
         entropy_coef=a.entropy_coef, value_coef=a.value_coef, value_clip=a.value_clip,
         micro_batch_prompts=a.micro_batch_prompts, micro_batch_tokens=a.micro_batch_tokens,
         mixed_precision=run.cfg.train.mixed_precision, max_grad_norm=a.max_grad_norm,
-        temperature=run.cfg.rollout.temperature, pad_id=run.pad_id)
+        temperature=run.cfg.rollout.temperature, pad_id=run.pad_id, tis_cap=run.cfg.rollout.vllm.tis_cap)
 
 
 def sync_reference(run: Run, step: int) -> None:
@@ -349,6 +362,8 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic)  # 5. update
     run.scheduler.step()
     sync_reference(run, step)
+    if run.engine is not None:
+        run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
     m = step_metrics(step, collected, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)   # 6. report
     m.update(adv_metrics)

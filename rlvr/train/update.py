@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algo import aggregate, kl_estimate, policy_loss, value_loss
+from rlvr.rollout.vllm_engine import tis_weights
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
 
@@ -42,6 +43,7 @@ class UpdateSettings:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     pad_id: int = 0
+    tis_cap: float = 0.0  # > 0: truncated importance sampling, tokens weighted by min(pi_old / pi_sampler, cap)
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
@@ -101,7 +103,10 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
-    loss, stats = policy_loss(logp, old, _cut(batch.advantages, sl, w), mask, s.clip_low, s.clip_high,
+    adv = _cut(batch.advantages, sl, w)
+    if s.tis_cap > 0 and batch.sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
+        adv = (adv[:, None] if adv.dim() == 1 else adv) * tis_weights(old, batch.sampler_logp[sl, :w], mask, s.tis_cap)
+    loss, stats = policy_loss(logp, old, adv, mask, s.clip_low, s.clip_high,
                               s.dual_clip, s.ratio_level, s.aggregation, norm_length)
     sums = {"entropy": float((out.entropy.detach() * mask).sum())}
     if ref_logp is not None:

@@ -162,3 +162,21 @@ def test_sampler_logprob_mismatch_is_reported_on_the_first_pass(tiny):
     n_tok = float(batch.completion_mask.sum())
     assert abs(m["rollout/logp_mismatch_max"] - 0.5) < 1e-5
     assert abs(m["rollout/logp_mismatch_mean_abs"] - 0.5 / n_tok) < 1e-5
+
+
+def test_truncated_importance_sampling_weights_the_policy_gradient(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    prompts = [tok(t)["input_ids"] for t in ("1+1=", "2*3=", "40-8", "7")]
+    r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
+                 stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    batch.sampler_logp = r.sampler_logp.clone()  # sampler == trainer: every weight is 1
+    _, plain = one_step(model, tok, batch, aggregation="token-mean")
+    _, same = one_step(model, tok, batch, aggregation="token-mean", tis_cap=2.0)
+    assert abs(plain["loss"] - same["loss"]) < 1e-6
+    # the sampler gave every token of row 0 (advantage +1) log-prob 1 lower: weight min(e, 2) = 2
+    batch.sampler_logp[0] -= 1.0
+    _, tis = one_step(model, tok, batch, aggregation="token-mean", tis_cap=2.0)
+    n_tok, row0 = float(batch.completion_mask.sum()), float(batch.completion_mask[0].sum())
+    # ratio 1 on the first pass: loss = -sum(w * A) / n_tok, so row 0 adds -(2 - 1) * 1 * row0 / n_tok
+    assert abs(tis["loss"] - (plain["loss"] - row0 / n_tok)) < 1e-5

@@ -1,0 +1,90 @@
+"""Rollouts with plain Hugging Face `model.generate` (rollout.engine=hf).
+
+The reference the built-in engine is measured against (bench/rollout.py), and a fallback for a model
+the built-in engine cannot drive. Each prompt is repeated G times (as num_return_sequences would) and
+prefilled G times, and finished rows go on decoding padding until the whole batch stops: the costs
+the built-in engine's shared prefix and row dropping avoid. The sampler log-prob of each token is read
+from generate's processed scores, i.e. after temperature, top-k and top-p, the distribution the token
+was drawn from. Same signature and result as rlvr.rollout.engine.generate.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from transformers import GenerationConfig
+
+from rlvr.rollout.engine import Rollout, left_pad
+
+
+# generate fills every field left None from the model's generation_config.json; these get values at
+# which it adds no processor (min_p has none: 0 still adds a warper), so a shipped repetition penalty
+# or n-gram ban cannot change the distribution sampled from.
+_NEUTRAL = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0, "typical_p": 1.0,
+            "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+
+
+def _generation_config(max_new_tokens: int, temperature: float, top_p: float, top_k: int,
+                       stop_ids: list[int], pad_id: int) -> GenerationConfig:
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k} \
+        if temperature > 0 else {"do_sample": False}
+    return GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=list(stop_ids), pad_token_id=pad_id,
+                            use_cache=True, return_dict_in_generate=True, output_scores=True,
+                            **sampling, **_NEUTRAL)
+
+
+@contextlib.contextmanager
+def _seeded(generator: torch.Generator | None):
+    """generate samples from the global RNG: seed a forked copy from `generator` so runs repeat
+    without touching the caller's global state; with no generator, use the global RNG as it is."""
+    if generator is None:
+        yield
+        return
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+@torch.no_grad()
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    stop_ids: list[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample `group_size` completions for each prompt with model.generate (temperature 0: greedy)."""
+    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+    # What num_return_sequences does inside generate, done here because greedy decoding refuses it.
+    ids, mask = ids.repeat_interleave(group_size, dim=0), mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
+    config = _generation_config(max_new_tokens, temperature, top_p, top_k, stop_ids, pad_id)
+    with _seeded(generator):
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    new = out.sequences[:, ids.shape[1]:]  # [B, Tg], rows repeat_interleaved: row b is prompt b // G
+    n, width_gen = new.shape
+
+    # Pad may equal a stop token (SmolLM uses <|im_end|> for both): a row ends at its first stop.
+    is_stop = torch.isin(new, torch.tensor(stop_ids, dtype=torch.long))  # [B, Tg]
+    last = torch.where(is_stop.any(-1), is_stop.float().argmax(-1), width_gen - 1)  # [B]
+    comp_mask = torch.arange(width_gen)[None, :] <= last[:, None]  # [B, Tg]
+    logp = torch.zeros((n, width_gen))
+    for t, scores in enumerate(out.scores):  # one [B, V] fp32 tensor per step, after the warpers
+        logp[:, t] = scores.log_softmax(-1).gather(-1, new[:, t:t + 1]).squeeze(-1)
+    # A finished row's forced padding may lie outside top-k (-inf): select, never multiply.
+    logp = torch.where(comp_mask, logp, 0.0)
+    width = int(comp_mask.sum(-1).max()) if n else 0
+    return Rollout(
+        prompt_ids=[list(p) for p in prompts],
+        completion_ids=torch.where(comp_mask, new, pad_id)[:, :width],
+        completion_mask=comp_mask[:, :width].float(),
+        sampler_logp=logp[:, :width],
+        truncated=~is_stop.any(-1),
+        group_size=group_size,
+    )
