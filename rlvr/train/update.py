@@ -8,6 +8,7 @@ import torch
 
 from rlvr.algo import aggregate, kl_estimate, policy_loss, value_loss
 from rlvr.rollout.vllm_engine import tis_weights
+from rlvr.train import distributed as dd
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
 
@@ -72,15 +73,6 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
     return [(batch.prompts[a:b], slice(a * g, b * g), int(max(lengths[a:b]))) for a, b in bounds]
 
 
-def _weight(mask: torch.Tensor, full_mask: torch.Tensor, aggregation: str) -> float:
-    """Share of a micro-batch in the full-batch mean, so accumulated gradients equal one full pass."""
-    if aggregation == "token-mean":
-        return float(mask.sum() / full_mask.sum().clamp(min=1))
-    if aggregation == "seq-mean-token-mean":
-        return float((mask.sum(-1) > 0).sum() / (full_mask.sum(-1) > 0).sum().clamp(min=1))
-    return mask.shape[0] / full_mask.shape[0]
-
-
 def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None:
     if x is None:
         return None
@@ -129,19 +121,39 @@ def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Te
     return float(diff.sum()), float(diff.max()) if diff.numel() else 0.0
 
 
+def _reduce(sums: dict, n_tok: float, mismatch: list, stats: dict, dist: dd.Dist):
+    """Loss parts, token count and micro-batch stats summed (ratio range: min / max) over ranks."""
+    total = dd.allreduce_scalars({**{f"s/{k}": v for k, v in sums.items()}, "n_tok": n_tok,
+                                  "mismatch": mismatch[0], "n_mb": len(stats["ratio/min"]),
+                                  **{f"m/{k}": sum(v) for k, v in stats.items() if not k.startswith("ratio/m")}},
+                                 dist)
+    lo = dd.allreduce_scalars({"r": min(stats["ratio/min"])}, dist, "min")["r"]
+    hi = dd.allreduce_scalars({"r": max(stats["ratio/max"]), "m": mismatch[1]}, dist, "max")
+    n_mb = total["n_mb"]
+    stats = {k[2:]: [v / n_mb] for k, v in total.items() if k.startswith("m/")}
+    stats["ratio/min"], stats["ratio/max"] = [lo], [hi["r"]]
+    return ({k[2:]: v for k, v in total.items() if k.startswith("s/")}, total["n_tok"],
+            [total["mismatch"], hi["m"]], stats)
+
+
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
-                  critic=None) -> dict[str, float]:
+                  critic=None, dist: dd.Dist = dd.Dist()) -> dict[str, float]:
     """Clipped-surrogate update (+ beta * KL to `ref` in the loss, + entropy bonus, + value loss of
     `critic`, a head on the policy's hidden states). Returns step metrics as floats.
 
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
     is not finite is skipped (no optimizer step) and counted in skipped_updates.
+
+    Under torch.distributed (`dist`), `batch` is this rank's shard of whole groups: each micro-batch's
+    loss is weighted by its share of the GLOBAL batch and gradients are summed over ranks, so the step
+    equals one process on the global batch; the returned metrics are global too.
     """
     if isinstance(ref, torch.nn.Module):
         ref = Reference(ref)
     mbs = _micro_batches(batch, s.micro_batch_prompts, s.micro_batch_tokens)
     norm_length = s.norm_length or batch.completion_ids.shape[1]
+    denominator = dd.batch_denominator(batch.completion_mask, s.aggregation, dist)
     want_ref = s.beta > 0 and ref is not None
     ref_logp = [None] * len(mbs)
     if want_ref:
@@ -164,7 +176,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             if it == 0 and batch.sampler_logp is not None:
                 total, peak = _mismatch(logp, batch.sampler_logp[mb[1], :mb[2]], mask)
                 mismatch = [mismatch[0] + total, max(mismatch[1], peak)]
-            loss = loss * _weight(mask, batch.completion_mask, s.aggregation)
+            loss = loss * dd.loss_weight(mask, denominator, s.aggregation)
             loss.backward()
             sums["loss"] += float(loss.detach())
             for key, v in part.items():
@@ -172,8 +184,12 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             n_tok += float(mask.sum())
             for key, v in m.items():
                 stats.setdefault(key, []).append(float(v))
+        dd.allreduce_gradients(params, dist)
         limit = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+        grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
+                     else float(torch.nn.utils.clip_grad_norm_(params, limit)))
+        if dist.enabled:  # global sums before the finite check, so every rank makes the same decision
+            sums, n_tok, mismatch, stats = _reduce(sums, n_tok, mismatch, stats, dist)
         if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
             optimizer.step()
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics

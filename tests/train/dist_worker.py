@@ -1,18 +1,15 @@
 """One rank of tests/train/test_distributed.py: `python dist_worker.py OUT_DIR` under RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Trains this rank's shard of a fixed global batch with the
-distributed update (`distributed_update`, the policy_update patch proposed in the issue note) in ddp
-and fsdp mode and writes what it got to OUT_DIR/rank{R}.pt for the test to compare with one process."""
+real policy_update (dist=the process group) in ddp and fsdp mode and writes what it got to OUT_DIR/rank{R}.pt for the test to compare with one process."""
 from __future__ import annotations
 
 import sys
 
 import torch
 
-from rlvr.algo import policy_loss
 from rlvr.models import load_model
 from rlvr.train import distributed as dd
-from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch
+from rlvr.train.update import Batch, UpdateSettings, policy_update
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 GROUP, WIDTH, LR, ITERATIONS, MAX_GRAD_NORM = 2, 6, 1e-2, 2, 0.05
@@ -36,47 +33,9 @@ def shard(batch: Batch, rank: int, world: int) -> Batch:
                  batch.advantages[rows], batch.group_size)
 
 
-def distributed_update(model, optimizer, batch: Batch, aggregation: str, d: dd.Dist, global_norm: bool = True,
-                       micro_batch_prompts: int = 1, pad_id: int = 0) -> dict[str, float]:
-    """policy_update's loop (beta = 0, no critic) with the proposed change: micro-batch weights from the
-    GLOBAL denominator, gradients summed over ranks, global clipping norm, metrics reduced over ranks.
-    global_norm=False weights by this rank's own batch (the naive, wrong scheme) to show the test sees it."""
-    g = batch.group_size
-    if global_norm:
-        denominator = dd.batch_denominator(batch.completion_mask, aggregation, d)
-    else:
-        denominator = dd.batch_denominator(batch.completion_mask, aggregation, dd.Dist())
-    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-    old: dict[int, torch.Tensor] = {}
-    metrics: dict[str, float] = {}
-    for _ in range(ITERATIONS):
-        optimizer.zero_grad(set_to_none=True)
-        sums, ratio_min, ratio_max = {"loss": 0.0, "clip": 0.0, "n_mb": 0.0}, [], []
-        for k, i in enumerate(range(0, len(batch.prompts), micro_batch_prompts)):
-            rows = slice(i * g, (i + micro_batch_prompts) * g)
-            width = max(int(batch.completion_mask[rows].sum(-1).max()), 1)
-            mask = batch.completion_mask[rows, :width]
-            logp = completion_logprobs(model, batch.prompts[i:i + micro_batch_prompts],
-                                       batch.completion_ids[rows, :width], mask, g, pad_id)
-            old.setdefault(k, logp.detach())
-            loss, m = policy_loss(logp, old[k], batch.advantages[rows], mask, 0.2, 0.2, None, "token",
-                                  aggregation, WIDTH)
-            loss = loss * dd.loss_weight(mask, denominator, aggregation)
-            loss.backward()
-            sums["loss"] += float(loss.detach())
-            sums["clip"] += float(m["clip/high_frac"] + m["clip/low_frac"])
-            sums["n_mb"] += 1
-            ratio_min.append(float(m["ratio/min"]))
-            ratio_max.append(float(m["ratio/max"]))
-        dd.allreduce_gradients(params, d)
-        grad_norm = dd.clip_grad_norm(params, MAX_GRAD_NORM, d)
-        optimizer.step()
-        sums = dd.allreduce_scalars(sums, d)
-        metrics = {"loss": sums["loss"], "grad_norm": grad_norm, "clip_frac": sums["clip"] / sums["n_mb"],
-                   "ratio/min": dd.allreduce_scalars({"r": min(ratio_min)}, d, "min")["r"],
-                   "ratio/max": dd.allreduce_scalars({"r": max(ratio_max)}, d, "max")["r"]}
-    optimizer.zero_grad(set_to_none=True)
-    return metrics
+def settings(aggregation: str) -> UpdateSettings:
+    return UpdateSettings(aggregation=aggregation, norm_length=WIDTH, iterations=ITERATIONS, micro_batch_prompts=1,
+                          max_grad_norm=MAX_GRAD_NORM, pad_id=0)
 
 
 def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True) -> tuple[dict, dict]:
@@ -88,7 +47,8 @@ def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True
     with torch.no_grad(), dd.gathered(model):  # a rank-local "rollout" first, as in the loop
         for _ in range(d.rank + 1):
             model(input_ids=torch.tensor(local.prompts[0])[None])
-    metrics = distributed_update(model, opt, local, aggregation, d, global_norm)
+    # global_norm=False: each rank alone on its shard (no sync): the test shows this differs
+    metrics = policy_update(model, opt, local, settings(aggregation), dist=d if global_norm else dd.Dist())
     return metrics, dd.full_state_dict(model, d)
 
 
