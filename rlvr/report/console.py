@@ -6,12 +6,23 @@ import sys
 from tqdm import tqdm
 
 
-def progress(total: int, initial: int = 0):
-    return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """Silence `say` (the other ranks of a torchrun job: one process prints)."""
+    global _quiet
+    _quiet = quiet
+
+
+def progress(total: int, initial: int = 0, disable: bool = False):
+    return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr,
+                disable=disable)
 
 
 def say(text: str) -> None:
-    tqdm.write(text, file=sys.stderr)
+    if not _quiet:
+        tqdm.write(text, file=sys.stderr)
 
 
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:

@@ -94,3 +94,13 @@ class JsonlWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class NullWriter:
+    """A JsonlWriter that writes nothing: the sinks of the ranks that do not own the run directory."""
+
+    def write(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -6,17 +6,26 @@ so a crash mid-write leaves the previous checkpoint whole. Model and optimizer s
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import re
+import signal
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                     set_optimizer_state_dict)
+
 from rlvr.errors import RlvrError
+from rlvr.report.console import say
 from rlvr.report.sinks import atomic_write_text
+from rlvr.train.distributed import full_state_dict, gather_objects, load_full_state_dict, sampling_seed
 
 CHECKPOINTS = "checkpoints"
 _NAME = re.compile(r"^step_(\d{6,})\.pt$")
@@ -90,3 +99,109 @@ def truncate_jsonl(path: str | Path, last_step: int) -> None:
         if record.get("step", 0) <= last_step:
             kept.append(line + "\n")
     atomic_write_text(path, "".join(kept))
+
+
+# ---------------------------------------------------------------- the loop's state
+
+
+@dataclass
+class Progress:
+    """What the loop carries from step to step besides models and optimizer; all of it is checkpointed."""
+
+    step: int = 0
+    summary: dict = field(default_factory=lambda: {"steps": 0})
+    history: list[dict] = field(default_factory=list)  # metric rows, for the health rules
+    eval_rows: list[dict] = field(default_factory=list)
+    fired: set = field(default_factory=set)  # health rules that already fired
+    train_seconds: float = 0.0  # training time before this process (resumed runs)
+    eval_seconds: float = 0.0  # mid-run evaluation time, left out of train_seconds
+
+
+def _optimizer_state(run) -> dict:
+    """Keyed by parameter name (torch.distributed.checkpoint's full state), so it loads into a plain,
+    DDP or FSDP2 policy alike; a PPO critic (single process only) keeps the optimizer's own form."""
+    if run.critic is not None:
+        return {"format": "torch", "state": run.optimizer.state_dict()}
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return {"format": "full", "state": get_optimizer_state_dict(run.policy, run.optimizer, options=options)}
+
+
+def checkpoint_state(run, p: Progress, train_seconds: float) -> dict:
+    """The whole state, collected on every rank (FSDP gathers shards); only rank 0's is complete."""
+    d = run.dist
+    return {"step": p.step, "world": d.world, "policy": full_state_dict(run.policy, d),
+            "critic": run.critic.state_dict() if run.critic is not None else None,
+            "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
+            "optimizer": _optimizer_state(run), "scheduler": run.scheduler.state_dict(),
+            "sampler": run.sampler.state_dict(), "rng": gather_objects(rng_state(run.gen), d),
+            "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds}}
+
+
+def restore(run, state: dict) -> Progress:
+    """Load a checkpoint written by any number of processes. With the same world size every rank gets
+    its own generators back (exact); with another, rank r's sampling generator is reseeded from
+    (train.seed, step, r) and the others come from rank 0."""
+    d = run.dist
+    load_full_state_dict(run.policy, state["policy"], d)
+    if run.critic is not None:
+        run.critic.load_state_dict(state["critic"])
+    if run.ref is not None and state["ref"] is not None:
+        run.ref.model.load_state_dict(state["ref"])
+    opt = state["optimizer"]
+    if opt["format"] == "full":
+        set_optimizer_state_dict(run.policy, run.optimizer, optim_state_dict=opt["state"],
+                                 options=StateDictOptions(full_state_dict=True))
+    else:
+        run.optimizer.load_state_dict(opt["state"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.sampler.load_state_dict(state["sampler"])
+    rngs = state["rng"]
+    if len(rngs) == d.world:
+        set_rng_state(rngs[d.rank], run.gen)
+    else:
+        set_rng_state(rngs[0], run.gen)
+        run.gen.manual_seed(sampling_seed(run.cfg.train.seed + 1_000_003 * state["step"], d.rank))
+        say(f"checkpoint written by {len(rngs)} processes, resumed on {d.world}: sampling continues from "
+            "fresh per-process seeds")
+    p = Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
+    if d.is_main:
+        for name in ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl"):
+            truncate_jsonl(run.out / name, p.step)
+    return p
+
+
+def try_checkpoint(run, p: Progress, train_seconds: float) -> None:
+    """Every rank takes part (FSDP gathers); rank 0 writes. A failed write (disk full, permissions) is
+    reported and training goes on from memory."""
+    state = checkpoint_state(run, p, train_seconds)
+    if not run.dist.is_main:
+        return
+    try:
+        save_checkpoint(run.out, p.step, state, run.cfg.train.keep_checkpoints)
+    except OSError as e:
+        last = latest_checkpoint(run.out)
+        say(f"warning: checkpoint at step {p.step} could not be written ({e}); "
+            + (f"{last} is still whole and usable" if last else "there is no earlier checkpoint"))
+
+
+class StopOnSignal:
+    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old = {}
+
+    def _handle(self, signum, frame):
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
+
+    def __enter__(self) -> "StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)

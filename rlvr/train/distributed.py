@@ -364,6 +364,10 @@ def _full_options(**kw):
     return StateDictOptions(full_state_dict=True, cpu_offload=True, **kw)
 
 
+def is_fsdp(model: torch.nn.Module) -> bool:
+    return _fsdp(model)
+
+
 def _fsdp(model: torch.nn.Module) -> bool:
     return bool(_fsdp_modules(model))
 

@@ -18,13 +18,14 @@ import numpy as np
 import torch
 
 from rlvr.config import Config, to_dict, to_yaml
+from rlvr.errors import RlvrError
 from rlvr.eval import evaluate
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
-from rlvr.report.console import before_after_table, format_samples, progress, say
+from rlvr.report.console import before_after_table, format_samples, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor, as_record
 from rlvr.report.html import write_report
 from rlvr.report.trackers import open_trackers
-from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
+from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_save_model, atomic_write_json, atomic_write_text
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
@@ -32,8 +33,11 @@ from rlvr.rollout.hf_engine import generate as hf_generate
 from rlvr.tasks import Problem, Splits, build_splits, encode_prompt
 from rlvr.tasks.curriculum import CurriculumSampler, build_sampler
 from rlvr.train.advantage import compute_advantages
-from rlvr.train.checkpoint import (CHECKPOINTS, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint,
-                                   set_rng_state, truncate_jsonl)
+from rlvr.train.checkpoint import (CHECKPOINTS, Progress, StopOnSignal, latest_checkpoint, load_checkpoint, restore,
+                                   try_checkpoint)
+from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, full_state_dict, gather_objects,
+                                    gathered, init_distributed, is_fsdp, reduce_metrics, sampling_seed, shard_groups,
+                                    wrap_model)
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.sft import baseline_of
@@ -61,6 +65,7 @@ class Run:
     pad_id: int
     warned: set
     engine: object = None  # rollout.engine=vllm: the VllmEngine holding a copy of the policy
+    dist: Dist = field(default_factory=Dist)  # this process's place under torchrun
 
 
 @dataclass
@@ -87,14 +92,36 @@ def reward_functions(cfg: Config) -> list[RewardFunction]:
                          cfg.rewards.overlong_penalty)
 
 
-def setup(cfg: Config, fresh: bool = True) -> Run:
-    """Load models, tasks and optimizer. A fresh run clears the run directory's logs."""
+def check_distributed(cfg: Config, d: Dist) -> None:
+    """What runs under torchrun so far; the rest is refused up front rather than silently wrong."""
+    if not d.enabled:
+        return
+    a = cfg.algo
+    unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
+                   f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
+                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
+    if cfg.train.parallel == "fsdp":
+        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (a.micro_batch_tokens > 0,
+                        "algo.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
+                        (a.beta > 0 and a.ref_sync_every > 0, "algo.ref_sync_every")]
+    bad = [name for flag, name in unsupported if flag]
+    if bad:
+        raise RlvrError(f"not supported with {d.world} processes (train.parallel={cfg.train.parallel}) yet: "
+                        f"{', '.join(bad)}; run in one process or change these settings")
+    shard_groups(cfg.rollout.prompts_per_step, d.rank, d.world)  # raises unless it divides
+
+
+def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
+    """Load models, tasks and optimizer. A fresh run clears the run directory's logs (rank 0 writes)."""
+    check_distributed(cfg, d)
     out = Path(cfg.train.out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", to_yaml(cfg))
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "config.yaml", to_yaml(cfg))
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
-    gen = seed_everything(cfg.train.seed)
+    gen = seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
+    gen.manual_seed(sampling_seed(cfg.train.seed, d.rank))  # ranks sample different completions
     policy, tok = load_model(cfg.model.name, cfg.model.dtype)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
@@ -107,6 +134,8 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
     prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
     a = cfg.algo
     ref = Reference.of(policy) if a.beta > 0 else None
+    if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
+        policy = wrap_model(policy, cfg.train.parallel, d)
     critic = None
     groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
     if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk, with its own learning rate
@@ -118,9 +147,9 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
     warm = a.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
     for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
-              "health.jsonl") if fresh else ():
+              "health.jsonl") if fresh and d.is_main else ():
         (out / f).unlink(missing_ok=True)
-    if fresh:
+    if fresh and d.is_main:
         shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
     engine = None
     if cfg.rollout.engine == "vllm":
@@ -129,7 +158,7 @@ def setup(cfg: Config, fresh: bool = True) -> Run:
         engine = make_engine(cfg, policy, out)
     return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), gen, stop_token_ids(policy, tok),
-               tok.pad_token_id, set(), engine)
+               tok.pad_token_id, set(), engine, d)
 
 
 def _on_reward_error(run: Run):
@@ -150,10 +179,11 @@ def group_pass_rates(run: Run, scores: Scores) -> list[float]:
 
 def sample_and_score(run: Run, n_prompts: int, step: int) -> Collected:
     """Phases 1-3: draw prompts, sample G completions each, score them."""
-    r = run.cfg.rollout
-    idx = run.sampler.next(n_prompts, step)
-    problems = [run.splits.train[i] for i in idx]
-    prompts = [run.prompts["train"][i] for i in idx]
+    r, d = run.cfg.rollout, run.dist
+    idx = run.sampler.next(n_prompts, step)  # the same global batch on every rank
+    mine = idx[shard_groups(len(idx), d.rank, d.world)]  # this rank's whole groups
+    problems = [run.splits.train[i] for i in mine]
+    prompts = [run.prompts["train"][i] for i in mine]
     sampling = dict(group_size=r.group_size, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                     top_p=r.top_p, top_k=r.top_k, stop_ids=run.stop_ids, pad_id=run.pad_id)
     if run.engine is not None:  # vLLM: seeded from the sampling generator, asleep while the trainer works
@@ -162,13 +192,14 @@ def sample_and_score(run: Run, n_prompts: int, step: int) -> Collected:
         run.engine.sleep()
     else:
         engine = hf_generate if r.engine == "hf" else generate
-        with torch.no_grad():
+        with torch.no_grad(), gathered(run.policy):
             rollout = engine(run.policy, prompts, **sampling, generator=run.gen)
     texts = run.tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
     columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
     columns["completion_ids"] = rollout.completion_token_lists()
     scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))
-    run.sampler.observe(idx, group_pass_rates(run, scores), step)
+    passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
+    run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
     return Collected(problems, rollout, texts, scores, {})
 
 
@@ -194,12 +225,16 @@ def collect(run: Run, step: int) -> Collected:
         kept = [(last, i) for i in range(want)]
     kept = kept[:want]
     rows = lambda i: list(range(i * g, (i + 1) * g))
-    out = Collected([c.problems[i] for c, i in kept],
-                    concat_rollouts([select_groups(c.rollout, [i]) for c, i in kept], run.pad_id),
-                    [t for c, i in kept for t in (c.texts[j] for j in rows(i))],
-                    Scores.concat([c.scores.select(rows(i)) for c, i in kept]), {})
+    out = merge_collected([Collected([c.problems[i]], select_groups(c.rollout, [i]), [c.texts[j] for j in rows(i)],
+                                     c.scores.select(rows(i)), {}) for c, i in kept], run.pad_id)
     out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds}
     return out
+
+
+def merge_collected(parts: list[Collected], pad_id: int) -> Collected:
+    """One batch from several (groups kept by dynamic sampling, or every rank's shard)."""
+    return Collected([p for c in parts for p in c.problems], concat_rollouts([c.rollout for c in parts], pad_id),
+                     [t for c in parts for t in c.texts], Scores.concat([c.scores for c in parts]), {})
 
 
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
@@ -281,77 +316,6 @@ def live_postfix(m: dict, eval_rows: list[dict]) -> dict[str, str]:
     return post
 
 
-@dataclass
-class Progress:
-    """What the loop carries from step to step besides models and optimizer; all of it is checkpointed."""
-
-    step: int = 0
-    summary: dict = field(default_factory=lambda: {"steps": 0})
-    history: list[dict] = field(default_factory=list)  # metric rows, for the health rules
-    eval_rows: list[dict] = field(default_factory=list)
-    fired: set = field(default_factory=set)  # health rules that already fired
-    train_seconds: float = 0.0  # training time before this process (resumed runs)
-    eval_seconds: float = 0.0  # mid-run evaluation time, left out of train_seconds
-
-
-def checkpoint_state(run: Run, p: Progress, train_seconds: float) -> dict:
-    return {"step": p.step, "policy": run.policy.state_dict(),
-            "critic": run.critic.state_dict() if run.critic is not None else None,
-            "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
-            "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
-            "sampler": run.sampler.state_dict(), "rng": rng_state(run.gen),
-            "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds}}
-
-
-def restore(run: Run, state: dict) -> Progress:
-    run.policy.load_state_dict(state["policy"])
-    if run.critic is not None:
-        run.critic.load_state_dict(state["critic"])
-    if run.ref is not None and state["ref"] is not None:
-        run.ref.model.load_state_dict(state["ref"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    run.sampler.load_state_dict(state["sampler"])
-    set_rng_state(state["rng"], run.gen)
-    p = Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
-    for name in ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl"):
-        truncate_jsonl(run.out / name, p.step)
-    return p
-
-
-def try_checkpoint(run: Run, p: Progress, train_seconds: float) -> None:
-    """A failed write (disk full, permissions) is reported and training goes on from memory."""
-    try:
-        save_checkpoint(run.out, p.step, checkpoint_state(run, p, train_seconds), run.cfg.train.keep_checkpoints)
-    except OSError as e:
-        last = latest_checkpoint(run.out)
-        say(f"warning: checkpoint at step {p.step} could not be written ({e}); "
-            + (f"{last} is still whole and usable" if last else "there is no earlier checkpoint"))
-
-
-class StopOnSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
-
-    def __init__(self):
-        self.signal: str | None = None
-        self._old = {}
-
-    def _handle(self, signum, frame):
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
-
-    def __enter__(self) -> "StopOnSignal":
-        if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
-
-
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row."""
     t0 = time.perf_counter()
@@ -359,34 +323,62 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     t1 = time.perf_counter()
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     kl_ref = run.ref if run.cfg.algo.kl_in == "loss" else None
-    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic)  # 5. update
+    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist)  # 5.
     run.scheduler.step()
     sync_reference(run, step)
     if run.engine is not None:
         run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
-    m = step_metrics(step, collected, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)   # 6. report
+    whole = collected                                                     # 6. report, on the global batch
+    if run.dist.enabled:
+        whole = merge_collected(gather_objects(collected, run.dist), run.pad_id)
+        adv_metrics = reduce_metrics({**adv_metrics, **collected.metrics}, run.dist, len(collected.texts))
+    m = step_metrics(step, whole, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)
     m.update(adv_metrics)
-    m.update(collected.metrics)
+    m.update(collected.metrics if not run.dist.enabled else {})
     m.update(run.sampler.metrics())
     m["lr"] = run.scheduler.get_last_lr()[0]
-    return m, collected
+    return m, whole
+
+
+def eval_on_main(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -> dict:
+    """Greedy evaluation on rank 0 (the others get {}); under FSDP every rank helps gather the weights."""
+    with gathered(run.policy):
+        return run_eval(run, tag, splits) if run.dist.is_main else {}
+
+
+def save_final(run: Run) -> None:
+    """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
+    if not is_fsdp(run.policy):
+        if run.dist.is_main:
+            atomic_save_model(run.policy, run.tok, run.out / "final")
+        return
+    state = full_state_dict(run.policy, run.dist)  # every rank gathers; rank 0 gets the weights
+    if run.dist.is_main:
+        plain, _ = load_model(run.cfg.model.name, run.cfg.model.dtype)
+        plain.load_state_dict(state)
+        atomic_save_model(plain, run.tok, run.out / "final")
 
 
 def train(cfg: Config, resume: bool = False) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
-    continue from the run directory's newest checkpoint."""
+    continue from the run directory's newest checkpoint. Under torchrun every process runs this."""
     wall_start = time.perf_counter()
-    with StopOnSignal() as stop:
-        return _train(cfg, resume, stop, wall_start)
+    d = init_distributed()
+    set_quiet(not d.is_main)  # one rank prints
+    try:
+        with StopOnSignal() as stop:
+            return _train(cfg, resume, stop, wall_start, d)
+    finally:
+        close_distributed(d)
 
 
-def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> dict:
+def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: Dist) -> dict:
     last = latest_checkpoint(cfg.train.out) if resume else None
     if resume and last is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
         resume = False
-    run = setup(cfg, fresh=not resume)
+    run = setup(cfg, fresh=not resume, d=d)
     p = Progress()
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
@@ -394,22 +386,26 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> 
     if resume:
         p = restore(run, load_checkpoint(last))
         say(f"resuming {run.out} from step {p.step} ({last.name})")
-    evals, health = JsonlWriter(run.out / "evals.jsonl"), JsonlWriter(run.out / "health.jsonl")
+    sink = (lambda name: JsonlWriter(run.out / name)) if d.is_main else (lambda name: NullWriter())
+    evals, health = sink("evals.jsonl"), sink("health.jsonl")
     monitor = HealthMonitor()
     monitor.fired = p.fired
-    trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg))
+    trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg)) if d.is_main else []
     started = time.perf_counter() - p.train_seconds  # training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
+    stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
     if cfg.eval.before and not resume:
-        p.summary.update(run_eval(run, "before"))
+        p.summary.update(eval_on_main(run, "before"))
         p.eval_rows.append(log_eval(run, evals, 0, {k: v for k, v in p.summary.items() if k.endswith("_before")},
                                     "before", clock()))
-    metrics_sink, samples_sink = JsonlWriter(run.out / "metrics.jsonl"), JsonlWriter(run.out / "samples.jsonl")
+    metrics_sink, samples_sink = sink("metrics.jsonl"), sink("samples.jsonl")
     settings = update_settings(run)
-    bar = progress(cfg.train.steps, initial=p.step)
+    bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
     run.policy.train()
+    stopped = False
     for step in range(p.step + 1, cfg.train.steps + 1):
-        if stop.signal:  # arrived before this step began
+        if stopping():  # arrived before this step began
+            stopped = True
             try_checkpoint(run, p, clock())
             break
         m, collected = train_step(run, step, settings)
@@ -427,7 +423,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> 
             say(format_samples(step, records, cfg.rollout.group_size))
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
             te = time.perf_counter()
-            p.eval_rows.append(log_eval(run, evals, step, run_eval(run, "mid", ("heldout",)), "mid",
+            p.eval_rows.append(log_eval(run, evals, step, eval_on_main(run, "mid", ("heldout",)), "mid",
                                         clock() - p.eval_seconds))
             for t in trackers:
                 t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith("accuracy")})
@@ -437,20 +433,21 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> 
         bar.update(1)
         p.step = p.summary["steps"] = step
         every = cfg.train.save_every
-        if stop.signal or step == cfg.train.steps or (every and step % every == 0):
+        stopped = stopping()
+        if stopped or step == cfg.train.steps or (every and step % every == 0):
             try_checkpoint(run, p, clock())
-        if stop.signal:
+        if stopped:
             break
     bar.close()
     metrics_sink.close()
     samples_sink.close()
     summary = p.summary
     summary["train_seconds"] = clock() - p.eval_seconds
-    if stop.signal:
-        summary["interrupted"] = stop.signal
-        say(f"stopped at step {p.step} by {stop.signal}; continue with: rlvr train --resume {run.out}")
+    if stopped:
+        summary["interrupted"] = stop.signal or "a signal to another process"
+        say(f"stopped at step {p.step} by {summary['interrupted']}; continue with: rlvr train --resume {run.out}")
     elif cfg.eval.after:
-        after = run_eval(run, "after")
+        after = eval_on_main(run, "after")
         summary.update(after)
         p.eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", clock() - p.eval_seconds))
         for finding in monitor.check(p.history, p.eval_rows) if p.history else []:
@@ -460,10 +457,11 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float) -> 
     health.close()
     for t in trackers:
         t.close()
-    if not stop.signal:
-        atomic_save_model(run.policy, run.tok, run.out / "final")
+    if not stopped:
+        save_final(run)
     summary["wall_seconds"] = time.perf_counter() - wall_start
-    atomic_write_json(run.out / "summary.json", summary)
-    say(before_after_table(summary))
-    say(f"report: {write_report(run.out)}")
+    if d.is_main:
+        atomic_write_json(run.out / "summary.json", summary)
+        say(before_after_table(summary))
+        say(f"report: {write_report(run.out)}")
     return summary

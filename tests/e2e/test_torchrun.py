@@ -1,0 +1,49 @@
+"""torchrun with 2 CPU processes (gloo): one rank writes the run directory, metrics cover the global batch,
+and a checkpoint written by 2 processes resumes in 1."""
+import json
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from rlvr.cli import main
+
+RUN = ["--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4", "--rollout.prompts_per_step=2",
+       "--rollout.group_size=3", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=3",
+       "--train.save_every=2", "--train.samples_every=0", "--train.threads=1"]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def torchrun(*args):
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "-m", "rlvr", "train", *RUN, *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_processes_write_one_run_directory_that_resumes_in_one(tmp_path, parallel):
+    out = tmp_path / parallel
+    proc = torchrun(f"--train.out={out}", f"--train.parallel={parallel}")
+    assert proc.stderr.count("eval at step 0") == 1  # one rank prints
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all(m["completions"] == 2 * 3 for m in metrics)  # the global batch: both ranks' groups
+    assert len(read_jsonl(out / "samples.jsonl")) == 3 * 2 * 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 3 and "heldout_accuracy_after" in summary
+    AutoModelForCausalLM.from_pretrained(out / "final")
+    assert main(["train", "--resume", str(out), "--train.steps=5"]) == 0  # written by 2, resumed by 1
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+
+
+def test_prompts_must_split_into_whole_groups(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "-m", "rlvr", "train", *RUN, "--rollout.prompts_per_step=3", f"--train.out={tmp_path}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "rollout.prompts_per_step=3 is not divisible by the world size 2" in proc.stderr
