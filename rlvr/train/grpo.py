@@ -143,7 +143,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = torch.optim.AdamW(groups, weight_decay=a.weight_decay)
+    optimizer = torch.optim.AdamW(groups, weight_decay=a.weight_decay, fused=True)  # fused: 2-3x faster step
     warm = a.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
     for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",

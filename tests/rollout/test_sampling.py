@@ -39,3 +39,15 @@ def test_seeded_sampling_is_repeatable():
     a = sample_next(logits, 1.0, generator=torch.Generator().manual_seed(3))
     b = sample_next(logits, 1.0, generator=torch.Generator().manual_seed(3))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_inverse_cdf_draws_the_distribution_and_never_a_zero_probability_token():
+    from rlvr.rollout.sampling import inverse_cdf
+
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0]).repeat(20000, 1)  # [N, V]
+    draws = inverse_cdf(probs, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=6).float() / len(draws)
+    assert freq[[0, 2, 5]].sum() == 0
+    assert torch.allclose(freq, probs[0], atol=0.015)  # 4 standard errors at N = 20000
+    edge = torch.tensor([[0.0, 0.0, 1.0]])  # u = 0 must still land on the only live token
+    assert all(int(inverse_cdf(edge, torch.Generator().manual_seed(s))) == 2 for s in range(50))
