@@ -1,13 +1,17 @@
 """Per-token log-probabilities of completions under a causal LM, sharing each prompt across its group.
 
-The prompt of a group is run once (with gradient) and its KV cache is repeated G times, so the
-prompt's cost is paid once per prompt rather than once per completion; the result and its gradient
-are the same as running every prompt + completion pair in full (tests/train/test_logprobs.py).
-Log-probabilities are computed for real completion tokens only, in chunks, so the [B, T, vocab]
-logits are never held at once and padding never reaches the vocabulary projection.
+The prompt of a group is run once (with gradient) and its keys / values are shared by its G
+completions, so the prompt's cost is paid once per prompt rather than once per completion; the result
+and its gradient are the same as running every prompt + completion pair in full
+(tests/train/test_logprobs.py). Completions are run in a few buckets of similar length, each trimmed to
+its own width (plan_buckets), so the forward and backward follow the real tokens rather than the
+longest completion of the micro-batch. Log-probabilities are computed for real completion tokens
+only, in chunks, so the [B, T, vocab] logits are never held at once and padding never reaches the
+vocabulary projection.
 
 Under gradient checkpointing transformers drops the cache inside checkpointed layers, so each
-prompt + completion row is then run in full (same values and gradients, the prompt recomputed G times).
+prompt + completion row is then run in full, bucketed the same way (same values and gradients, the
+prompt recomputed G times).
 """
 from __future__ import annotations
 
@@ -16,9 +20,17 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
 
 from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.engine import left_pad, positions_from_mask
+
+MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
+# What one more forward call costs, in completion positions: each call reads every weight again and
+# accumulates every weight gradient again. On CPU (smollm2-135m, bench/train_forward.py) a 4th bucket
+# that saved 10 positions cost more than it saved, a 3rd that saved 32 broke even.
+BUCKET_OVERHEAD = 32
 
 
 @dataclass
@@ -49,19 +61,22 @@ def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Te
 
 def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor, group_size: int, pad_id: int,
-                        temperature: float = 1.0, with_hidden: bool = False, with_entropy: bool = False):
+                        temperature: float = 1.0, with_hidden: bool = False, with_entropy: bool = False,
+                        max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD):
     """log p(completion token | prompt, earlier tokens): [B, Tc], zero where completion_mask is 0.
 
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
-    row b continuing prompt b // group_size. With with_hidden or with_entropy, returns a ForwardOut.
+    row b continuing prompt b // group_size. With with_hidden or with_entropy, returns a ForwardOut
+    (hidden past a row's real tokens is unspecified: zero beyond its bucket's width). Rows run in up to max_buckets length buckets
+    (plan_buckets); max_buckets=1 pads every row to the longest.
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
     ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
-    if checkpointing_active(model):
-        hidden = _full_hidden(base, ids, mask, completion_ids, completion_mask, group_size)
-    else:
-        hidden = _shared_prefix_hidden(base, ids, mask, completion_ids, completion_mask, group_size)
+    plan = plan_buckets(_positions_needed(completion_mask), max_buckets, bucket_overhead)
+    run = _full_hidden if checkpointing_active(model) else _shared_prefix_hidden
+    pieces = run(base, ids, mask, completion_ids, completion_mask, group_size, plan)
+    hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
     logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy)
     logp = torch.zeros(completion_ids.shape, dtype=logp.dtype).masked_scatter(real, logp)  # [B, Tc]
@@ -72,30 +87,97 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
     return ForwardOut(logp, hidden if with_hidden else None, ent)
 
 
-def _shared_prefix_hidden(base, ids, mask, completion_ids, completion_mask, group_size) -> torch.Tensor:
-    """Prompts [P, Tp] run once, their cache repeated G times: the state predicting each completion
-    token [B, Tc, H] (token t from position t - 1, token 0 from the prompt's last position)."""
+def plan_buckets(lengths: list[int], max_buckets: int = MAX_BUCKETS,
+                 bucket_overhead: int = BUCKET_OVERHEAD) -> list[tuple[list[int], int]]:
+    """Rows grouped into at most max_buckets buckets [(row indices, width)], width the bucket's longest
+    length, minimising the positions computed plus bucket_overhead per bucket:
+    sum over buckets of len(rows) * width + bucket_overhead.
+
+    Exact DP over the rows sorted by length: some optimal grouping is contiguous in that order (give the
+    narrowest bucket the shortest rows and no bucket widens), and rows of equal length are never split.
+    Ties go to fewer buckets (each is one more forward call). Buckets come narrowest first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    s = [lengths[i] for i in order]
+    n = len(s)
+    if n == 0:
+        return []
+    cuts = [0] + [i for i in range(1, n) if s[i] != s[i - 1]] + [n]  # bucket edges worth considering
+    inf = float("inf")
+    best = [{0: 0}] + [{} for _ in range(max_buckets)]  # best[k][j]: min cost of sorted rows :j in k buckets
+    back: list[dict] = [{} for _ in range(max_buckets + 1)]
+    for k in range(1, max_buckets + 1):
+        for j in cuts[1:]:
+            for i, prev in best[k - 1].items():
+                if i < j and prev + (j - i) * s[j - 1] < best[k].get(j, inf):
+                    best[k][j], back[k][j] = prev + (j - i) * s[j - 1], i
+    k = min((k for k in range(1, max_buckets + 1) if n in best[k]), key=lambda k: (best[k][n] + k * bucket_overhead, k))
+    plan, j = [], n
+    while k > 0:
+        i = back[k][j]
+        plan.append((order[i:j], s[j - 1]))
+        j, k = i, k - 1
+    return plan[::-1]
+
+
+def _positions_needed(completion_mask: torch.Tensor) -> list[int]:
+    """Completion positions each row must run, [B] ints: all but its last real token, whose output
+    predicts nothing (token 0 is predicted from the prompt)."""
+    tc = completion_mask.shape[1]
+    last = (completion_mask.bool() * torch.arange(1, tc + 1, device=completion_mask.device)).amax(-1) if tc else \
+        completion_mask.new_zeros(completion_mask.shape[0])  # [B] index of the last real token + 1
+    return (last - 1).clamp(min=0).tolist()
+
+
+def _shared_prefix_hidden(base, ids, mask, completion_ids, completion_mask, group_size, plan) -> list[torch.Tensor]:
+    """Prompts [P, Tp] run once; each bucket of the plan then runs its completions [r, width] trimmed to
+    its width on a cache of its rows' prompt keys / values (row b reads prompt b // G; autograd sums the
+    buckets' gradients into the one prompt pass). Returns per bucket the states [r, 1 + width, H]
+    predicting completion tokens 0..width (token t from position t - 1, token 0 from the prompt's last)."""
     prompt_out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
                       use_cache=True)
-    cache = prompt_out.cache
-    cache.batch_repeat_interleave(group_size)
-    last_prompt_h = prompt_out.last_hidden_state[:, -1:].repeat_interleave(group_size, dim=0)  # [B, 1, H]
-    mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
-    positions = mask.sum(-1, keepdim=True) + torch.arange(completion_ids.shape[1])[None, :]  # [B, Tc]
-    comp_out = base(input_ids=completion_ids,
-                    attention_mask=torch.cat([mask, completion_mask.long()], dim=-1),
-                    position_ids=positions, cache=cache, use_cache=True)
-    return torch.cat([last_prompt_h, comp_out.last_hidden_state[:, :-1]], dim=1)
+    kv = [(layer.keys, layer.values) for layer in prompt_out.cache.layers]  # [P, heads, Tp, d] each
+    last_h = prompt_out.last_hidden_state[:, -1:]  # [P, 1, H]
+    prompt_len = mask.sum(-1)  # [P]
+    pieces = []
+    for rows, width in plan:
+        rows = torch.tensor(rows, device=completion_ids.device)
+        src = rows // group_size  # [r]
+        if width == 0:  # every row has at most one token: the prompt predicts it
+            pieces.append(last_h[src])
+            continue
+        cache = DynamicCache(ddp_cache_data=[(k[src], v[src]) for k, v in kv], config=base.config)
+        comp_out = base(input_ids=completion_ids[rows, :width],
+                        attention_mask=torch.cat([mask[src], completion_mask[rows, :width].long()], dim=-1),
+                        position_ids=prompt_len[src, None] + torch.arange(width, device=rows.device)[None, :],
+                        cache=cache, use_cache=True)
+        pieces.append(torch.cat([last_h[src], comp_out.last_hidden_state], dim=1))  # [r, 1 + width, H]
+    return pieces
 
 
-def _full_hidden(base, ids, mask, completion_ids, completion_mask, group_size) -> torch.Tensor:
-    """The same states [B, Tc, H] from one cache-free pass over each left-padded prompt + completion."""
+def _full_hidden(base, ids, mask, completion_ids, completion_mask, group_size, plan) -> list[torch.Tensor]:
+    """The same per-bucket states [r, 1 + width, H] from one cache-free pass per bucket over each
+    left-padded prompt + its completion trimmed to the bucket's width."""
     tp = ids.shape[1]
-    full_mask = torch.cat([mask.repeat_interleave(group_size, dim=0), completion_mask.long()], dim=-1)  # [B, T]
-    full_ids = torch.cat([ids.repeat_interleave(group_size, dim=0), completion_ids], dim=-1)  # [B, T]
-    out = base(input_ids=full_ids, attention_mask=full_mask, position_ids=positions_from_mask(full_mask),
-               use_cache=False)
-    return out.last_hidden_state[:, tp - 1:tp - 1 + completion_ids.shape[1]]
+    pieces = []
+    for rows, width in plan:
+        rows = torch.tensor(rows, device=completion_ids.device)
+        src = rows // group_size  # [r]
+        full_mask = torch.cat([mask[src], completion_mask[rows, :width].long()], dim=-1)  # [r, Tp + width]
+        full_ids = torch.cat([ids[src], completion_ids[rows, :width]], dim=-1)  # [r, Tp + width]
+        out = base(input_ids=full_ids, attention_mask=full_mask, position_ids=positions_from_mask(full_mask),
+                   use_cache=False)
+        pieces.append(out.last_hidden_state[:, tp - 1:])
+    return pieces
+
+
+def _unsort(pieces: list[torch.Tensor], plan, tc: int) -> torch.Tensor:
+    """Bucket states zero-padded to Tc and put back in row order: [B, Tc, H]."""
+    padded = [F.pad(p[:, :tc], (0, 0, 0, tc - min(p.shape[1], tc))) for p in pieces]
+    order = torch.tensor([b for rows, _ in plan for b in rows], device=pieces[0].device)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return torch.cat(padded)[inverse]
 
 
 @dataclass

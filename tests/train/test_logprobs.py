@@ -2,7 +2,7 @@ import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.engine import generate
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.logprobs import MAX_BUCKETS, _positions_needed, completion_logprobs, plan_buckets
 
 
 def rollout(model, tok, temperature=1.0):
@@ -70,3 +70,114 @@ def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(t
         assert torch.allclose(a, b, atol=1e-5)
     with torch.no_grad():  # no backward to replay: the shared-prefix path again
         assert not checkpointing_active(model)
+
+
+def ragged_batch(tok, lengths, group_size, seed=0):
+    """Prompts of different lengths and random completions right-padded to max(lengths)."""
+    texts = ["5+5=", "12*34-5=", "7", "(1+2)*3="]
+    prompts = [tok(texts[i % len(texts)])["input_ids"] for i in range(len(lengths) // group_size)]
+    tc = max(lengths)
+    ids = torch.randint(3, len(tok), (len(lengths), tc), generator=torch.Generator().manual_seed(seed))
+    mask = (torch.arange(tc)[None, :] < torch.tensor(lengths)[:, None]).long()  # [B, Tc]
+    return prompts, ids * mask + tok.pad_token_id * (1 - mask), mask
+
+
+def rows_forward_logprobs(model, prompts, ids, mask, g):
+    """Reference: each prompt + completion run alone, unpadded."""
+    out = torch.zeros(ids.shape)
+    for b in range(ids.shape[0]):
+        p, n = prompts[b // g], int(mask[b].sum())
+        logp = model(torch.tensor([p + ids[b, :n].tolist()])).logits[0].log_softmax(-1)
+        out[b, :n] = logp[len(p) - 1:len(p) - 1 + n].gather(-1, ids[b, :n, None]).squeeze(-1)
+    return out
+
+
+RAGGED = {1: [0, 12, 1, 3], 2: [5, 0, 12, 2, 1, 1], 4: [2, 12, 3, 3, 0, 1, 7, 12]}  # empty and full-width rows
+
+
+def test_plan_buckets_hand_computed():
+    assert plan_buckets([1, 1, 1, 10], bucket_overhead=0) == [([0, 1, 2], 1), ([3], 10)]  # 1 * 3 + 10 * 1 = 13
+    assert plan_buckets([10, 1, 1, 1], max_buckets=1) == [([1, 2, 3, 0], 10)]  # unbucketed: 40
+    # a second forward call must save more than it costs: 13 + 2 * 26 = 65 vs 40 + 26 = 66 splits, 27 not
+    assert plan_buckets([1, 1, 1, 10], bucket_overhead=26) == [([0, 1, 2], 1), ([3], 10)]
+    assert plan_buckets([1, 1, 1, 10], bucket_overhead=27) == [([0, 1, 2, 3], 10)]
+    assert plan_buckets([4, 4, 4], bucket_overhead=0) == [([0, 1, 2], 4)]  # equal lengths: not split
+    # sorted [0, 2, 3, 9, 11]: 4 buckets {0} {2,3} {9} {11} cost 0 + 6 + 9 + 11 = 26 beats the other
+    # 4-bucket plans (27, 27, 31) and every 3-bucket plan (best {0} {2,3} {9,11}: 28)
+    assert plan_buckets([9, 0, 3, 11, 2], bucket_overhead=0) == [([1], 0), ([4, 2], 3), ([0], 9), ([3], 11)]
+    assert plan_buckets([9, 0, 3, 11, 2], max_buckets=2, bucket_overhead=0) == [([1, 4, 2], 3), ([0, 3], 11)]  # 9 + 22 = 31
+    # overhead 2: 4 buckets 26 + 8 = 34 ties 3 buckets {0} {2,3} {9,11} 28 + 6 = 34 (fewer wins); 2: 31 + 4
+    assert plan_buckets([9, 0, 3, 11, 2], bucket_overhead=2) == [([1], 0), ([4, 2], 3), ([0, 3], 11)]
+    assert plan_buckets([]) == []
+
+
+def test_buckets_equal_full_rows_in_values_and_gradients(tiny):
+    model, tok = tiny
+    for g, lengths in RAGGED.items():
+        prompts, ids, mask = ragged_batch(tok, lengths, g)
+        assert len(plan_buckets(_positions_needed(mask), 4, 0)) >= 3  # several buckets really run
+        weights = torch.linspace(-1, 1, ids.numel()).view(ids.shape)
+        results = []
+        for run in ("buckets", "one bucket", "rows"):
+            model.zero_grad()
+            if run == "rows":
+                lp = rows_forward_logprobs(model, prompts, ids, mask, g)
+            else:
+                lp = completion_logprobs(model, prompts, ids, mask, g, tok.pad_token_id,
+                                         max_buckets=4 if run == "buckets" else 1, bucket_overhead=0)
+            (lp * weights).sum().backward()
+            results.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))
+        (lp_a, g_a), *others = results
+        assert (lp_a[mask == 0] == 0).all()
+        for lp_b, g_b in others:
+            assert torch.allclose(lp_a, lp_b, atol=1e-5)
+            for a, b in zip(g_a, g_b):
+                assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_buckets_under_gradient_checkpointing_equal_shared_prefix(tiny):
+    model, tok = tiny
+    prompts, ids, mask = ragged_batch(tok, RAGGED[2], 2)
+    model.train()
+    results = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+        model.zero_grad()
+        out = completion_logprobs(model, prompts, ids, mask, 2, tok.pad_token_id, with_hidden=True,
+                                  bucket_overhead=0)
+        (out.logp * torch.linspace(-1, 1, ids.numel()).view(ids.shape)).sum().backward()
+        results.append((out.logp.detach(), out.hidden.detach(), [p.grad.clone() for p in model.parameters()]))
+    (lp_a, h_a, g_a), (lp_b, h_b, g_b) = results
+    assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(h_a, h_b, atol=1e-5)
+    for a, b in zip(g_a, g_b):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_hidden_keeps_its_shape_and_real_states(tiny):
+    model, tok = tiny
+    prompts, ids, mask = ragged_batch(tok, RAGGED[4], 4)
+    with torch.no_grad():
+        a = completion_logprobs(model, prompts, ids, mask, 4, tok.pad_token_id, with_hidden=True, bucket_overhead=0)
+        b = completion_logprobs(model, prompts, ids, mask, 4, tok.pad_token_id, with_hidden=True, max_buckets=1)
+    assert a.hidden.shape == b.hidden.shape == (8, 12, model.config.hidden_size)
+    real = mask.bool()  # hidden[b, t] predicts completion token t; past the last real token it is not used
+    assert torch.allclose(a.hidden[real], b.hidden[real], atol=1e-5)
+    assert (a.hidden[4, 1:] == 0).all() and (a.hidden[4, 0] != 0).any()  # the empty row runs the prompt only
+
+
+def test_buckets_compute_fewer_positions(tiny):
+    model, tok = tiny
+    prompts = [tok("5+5=")["input_ids"]]  # 4 tokens
+    ids = torch.randint(3, len(tok), (8, 41), generator=torch.Generator().manual_seed(0))
+    mask = (torch.arange(41)[None, :] < torch.tensor([2] * 7 + [41])[:, None]).long()
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
+    try:
+        with torch.no_grad():
+            for max_buckets, expected in ((MAX_BUCKETS, 4 + 1 * 7 + 40 * 1), (1, 4 + 40 * 8)):
+                seen.clear()  # the prompt once, then each row's completion but its last token
+                completion_logprobs(model, prompts, ids, mask, 8, tok.pad_token_id, max_buckets=max_buckets)
+                assert sum(seen) == expected
+    finally:
+        hook.remove()
