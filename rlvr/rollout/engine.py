@@ -1,7 +1,8 @@
 """Built-in rollout engine for Hugging Face causal LMs.
 
 The G completions of a prompt share its prefix, so the prompt is prefilled once and its KV cache is
-repeated G times; finished sequences are dropped from the batch so they cost nothing further.
+repeated G times into a cache preallocated for the whole rollout; finished sequences are dropped from
+the batch so they cost nothing further.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.rollout.kvcache import preallocate
 from rlvr.rollout.sampling import sample_next
 
 
@@ -82,7 +84,7 @@ def generate(
     ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
                 use_cache=True, logits_to_keep=1)
-    cache = out.cache
+    cache = preallocate(out.cache, ids.shape[1] + max_new_tokens)  # decoding writes in place, no concatenation
     cache.batch_repeat_interleave(group_size)
     logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [B, V]
     mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]

@@ -1,0 +1,53 @@
+"""A preallocated KV cache for decoding: each step writes into a buffer sized for the whole rollout
+instead of concatenating (which copies the whole cache of every layer at every step)."""
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are views into buffers [B, H, capacity, D]."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
+        super().__init__()
+        b, h, t, d = keys.shape
+        self.buf_k = keys.new_empty((b, h, max(capacity, t), d))
+        self.buf_v = values.new_empty((b, h, max(capacity, t), values.shape[-1]))
+        self.buf_k[:, :, :t] = keys
+        self.buf_v[:, :, :t] = values
+        self.length, self.device, self.is_initialized = t, keys.device, True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = self.buf_k[:, :, :self.length], self.buf_v[:, :, :self.length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = key_states.shape[-2]
+        if self.length + n > self.buf_k.shape[2]:  # past the planned size: grow (not on the hot path)
+            grow = lambda buf: torch.cat([buf, buf.new_empty(buf.shape[:2] + (buf.shape[2] + n,) + buf.shape[3:])], 2)
+            self.buf_k, self.buf_v = grow(self.buf_k), grow(self.buf_v)
+        self.buf_k[:, :, self.length:self.length + n] = key_states
+        self.buf_v[:, :, self.length:self.length + n] = value_states
+        self.length += n
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.buf_k = self.buf_k.repeat_interleave(repeats, dim=0)
+        self.buf_v = self.buf_v.repeat_interleave(repeats, dim=0)
+        self._views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.buf_k, self.buf_v = self.buf_k[indices], self.buf_v[indices]
+        self._views()
+
+
+def preallocate(cache, capacity: int):
+    """Swap every layer of a prefilled DynamicCache for a PreallocatedLayer with room for `capacity`
+    positions (prompt + new tokens). Returns the same cache object."""
+    cache.layers = [PreallocatedLayer(layer.keys, layer.values, capacity) for layer in cache.layers]
+    return cache
