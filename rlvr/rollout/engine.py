@@ -66,6 +66,35 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def common_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with (the system prompt and few-shot turns, as a rule)."""
+    n = min(len(p) for p in prompts)
+    first = prompts[0]
+    for other in prompts[1:]:
+        n = next((i for i in range(n) if other[i] != first[i]), n)
+    return n
+
+
+def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8):
+    """Run the prompts; returns (model output with a cache and the last position's logits, attention
+    mask [P, Tp]). A prefix common to all prompts is run once and its cache shared, then the rest of
+    each prompt runs after it, left-padded, so padding sits between prefix and rest (masked out; the
+    positions skip it). Every prompt keeps at least its last token in the second pass."""
+    shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1) if len(prompts) > 1 else 0
+    if shared < min_shared:
+        ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                     use_cache=True, logits_to_keep=1), mask
+    head = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, logits_to_keep=1)
+    cache = head.cache
+    cache.batch_repeat_interleave(len(prompts))
+    ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_id)  # [P, Tr]
+    mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long), rest_mask], dim=-1)  # [P, Tp]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)[:, shared:],
+                cache=cache, use_cache=True, logits_to_keep=1)
+    return out, mask
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -81,10 +110,8 @@ def generate(
     generator: torch.Generator | None = None,
 ) -> Rollout:
     """Sample `group_size` completions for each prompt (temperature 0: greedy)."""
-    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
-                use_cache=True, logits_to_keep=1)
-    cache = preallocate(out.cache, ids.shape[1] + max_new_tokens)  # decoding writes in place, no concatenation
+    out, mask = prefill(model, prompts, pad_id)  # [P, Tp] mask
+    cache = preallocate(out.cache, mask.shape[1] + max_new_tokens)  # decoding writes in place, no concatenation
     cache.batch_repeat_interleave(group_size)
     logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [B, V]
     mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]

@@ -49,3 +49,21 @@ def test_seeded_generation_is_deterministic(tiny):
     b = generate(model, prompts_for(tok), generator=torch.Generator().manual_seed(1), **kw)
     assert torch.equal(a.completion_ids, b.completion_ids)
     assert torch.equal(a.sampler_logp, b.sampler_logp)
+
+
+def test_a_shared_prompt_prefix_is_prefilled_once_with_the_same_result(tiny):
+    from rlvr.rollout.engine import common_prefix_length, prefill
+
+    model, tok = tiny
+    head = tok("You are a careful calculator. Question: ")["input_ids"]
+    prompts = [head + tok(q)["input_ids"] for q in ("1+1=", "12*3=", "7")]
+    assert common_prefix_length(prompts) >= len(head)
+    with torch.no_grad():
+        shared, mask = prefill(model, prompts, tok.pad_token_id)
+        plain, plain_mask = prefill(model, prompts, tok.pad_token_id, min_shared=10**9)
+    assert torch.allclose(shared.logits[:, -1], plain.logits[:, -1], atol=1e-5)
+    assert mask.sum(-1).tolist() == plain_mask.sum(-1).tolist() == [len(p) for p in prompts]
+    kw = dict(group_size=2, max_new_tokens=5, temperature=0.0, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    together = generate(model, prompts, **kw).completion_token_lists()  # prefix shared
+    alone = [c for p in prompts for c in generate(model, [p], **kw).completion_token_lists()]  # one prompt: no sharing
+    assert together == alone
