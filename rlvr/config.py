@@ -141,8 +141,6 @@ class RolloutConfig:
     """Keep only the k most likely tokens; 0 keeps all."""
     engine: str = "builtin"
     """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (GPU, rlvr[vllm])."""
-    compile: bool = False
-    """builtin engine: torch.compile the decoding forward."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
