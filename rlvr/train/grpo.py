@@ -391,13 +391,13 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
     monitor = HealthMonitor()
     monitor.fired = p.fired
     trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg)) if d.is_main else []
-    started = time.perf_counter() - p.train_seconds  # training clock, carried over a resume
-    clock = lambda: time.perf_counter() - started
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
     if cfg.eval.before and not resume:
         p.summary.update(eval_on_main(run, "before"))
         p.eval_rows.append(log_eval(run, evals, 0, {k: v for k, v in p.summary.items() if k.endswith("_before")},
-                                    "before", clock()))
+                                    "before", 0.0))
+    started = time.perf_counter() - p.train_seconds  # training clock from here, carried over a resume
+    clock = lambda: time.perf_counter() - started
     metrics_sink, samples_sink = sink("metrics.jsonl"), sink("samples.jsonl")
     settings = update_settings(run)
     bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
