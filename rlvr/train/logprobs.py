@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from rlvr.models import checkpointing_active, is_peft, unwrap
-from rlvr.rollout.engine import left_pad, positions_from_mask
+from rlvr.rollout.engine import common_prefix_length, left_pad, positions_from_mask
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -74,8 +74,10 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
     base, head = inner.base_model, inner.get_output_embeddings()
     ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
     plan = plan_buckets(_positions_needed(completion_mask), max_buckets, bucket_overhead)
-    run = _full_hidden if checkpointing_active(model) else _shared_prefix_hidden
-    pieces = run(base, ids, mask, completion_ids, completion_mask, group_size, plan)
+    if checkpointing_active(model):
+        pieces = _full_hidden(base, ids, mask, completion_ids, completion_mask, group_size, plan)
+    else:
+        pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask, group_size, plan)
     hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
     logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy)
@@ -129,15 +131,32 @@ def _positions_needed(completion_mask: torch.Tensor) -> list[int]:
     return (last - 1).clamp(min=0).tolist()
 
 
-def _shared_prefix_hidden(base, ids, mask, completion_ids, completion_mask, group_size, plan) -> list[torch.Tensor]:
-    """Prompts [P, Tp] run once; each bucket of the plan then runs its completions [r, width] trimmed to
-    its width on a cache of its rows' prompt keys / values (row b reads prompt b // G; autograd sums the
-    buckets' gradients into the one prompt pass). Returns per bucket the states [r, 1 + width, H]
-    predicting completion tokens 0..width (token t from position t - 1, token 0 from the prompt's last)."""
-    prompt_out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
-                      use_cache=True)
-    kv = [(layer.keys, layer.values) for layer in prompt_out.cache.layers]  # [P, heads, Tp, d] each
-    last_h = prompt_out.last_hidden_state[:, -1:]  # [P, 1, H]
+def _prompt_pass(base, prompts: list[list[int]], pad_id: int, min_shared: int = 8):
+    """Run the prompts once, with gradient: (per-layer keys / values [P, heads, Tp, d], the last prompt
+    state [P, 1, H], the attention mask [P, Tp]). A prefix common to all prompts (system prompt,
+    few-shot turns) runs once and is shared; the rest of each prompt follows it left-padded."""
+    shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1) if len(prompts) > 1 else 0
+    if shared < min_shared:
+        ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+        out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=True)
+    else:
+        head = base(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True)
+        head.cache.batch_repeat_interleave(len(prompts))
+        ids, rest_mask = left_pad([q[shared:] for q in prompts], pad_id)  # [P, Tr]
+        mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long), rest_mask], dim=-1)  # [P, Tp]
+        out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)[:, shared:],
+                   cache=head.cache, use_cache=True)
+    return [(layer.keys, layer.values) for layer in out.cache.layers], out.last_hidden_state[:, -1:], mask
+
+
+def _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask, group_size,
+                          plan) -> list[torch.Tensor]:
+    """Prompts run once (_prompt_pass); each bucket of the plan then runs its completions [r, width]
+    trimmed to its width on a cache of its rows' prompt keys / values (row b reads prompt b // G;
+    autograd sums the buckets' gradients into the one prompt pass). Returns per bucket the states
+    [r, 1 + width, H] predicting completion tokens 0..width (token t from position t - 1, token 0 from
+    the prompt's last)."""
+    kv, last_h, mask = _prompt_pass(base, prompts, pad_id)
     prompt_len = mask.sum(-1)  # [P]
     pieces = []
     for rows, width in plan:

@@ -5,8 +5,9 @@ from rlvr.rollout.engine import generate
 from rlvr.train.logprobs import MAX_BUCKETS, _positions_needed, completion_logprobs, plan_buckets
 
 
-def rollout(model, tok, temperature=1.0):
-    prompts = [tok("5+5=")["input_ids"], tok("9*9")["input_ids"], tok("1")["input_ids"]]
+def rollout(model, tok, temperature=1.0, head=""):
+    """head: a prefix every prompt shares (a system prompt): it is then run once and shared."""
+    prompts = [tok(head + q)["input_ids"] for q in ("5+5=", "9*9", "1")]
     r = generate(model, prompts, group_size=3, max_new_tokens=10, temperature=temperature,
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     return prompts, r
@@ -24,11 +25,15 @@ def full_forward_logprobs(model, prompts, r, g, temperature=1.0):
     return out
 
 
+SYSTEM = "System: answer exactly.\nQ: "
+
+
 def test_shared_prefix_equals_full_forward(tiny):
     model, tok = tiny
-    prompts, r = rollout(model, tok)
-    lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
-    assert torch.allclose(lp, full_forward_logprobs(model, prompts, r, 3), atol=1e-5)
+    for head in ("", SYSTEM):
+        prompts, r = rollout(model, tok, head=head)
+        lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
+        assert torch.allclose(lp, full_forward_logprobs(model, prompts, r, 3), atol=1e-5)
 
 
 def test_sampler_logprobs_match_training_forward(tiny):
@@ -42,13 +47,15 @@ def test_sampler_logprobs_match_training_forward(tiny):
 
 def test_shared_prefix_gradient_equals_full(tiny):
     model, tok = tiny
-    prompts, r = rollout(model, tok)
-    completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id).sum().backward()
-    shared = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    full_forward_logprobs(model, prompts, r, 3).sum().backward()
-    for a, p in zip(shared, model.parameters()):
-        assert torch.allclose(a, p.grad, atol=1e-5, rtol=1e-4)
+    for head in ("", SYSTEM):
+        prompts, r = rollout(model, tok, head=head)
+        model.zero_grad()
+        completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id).sum().backward()
+        shared = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        full_forward_logprobs(model, prompts, r, 3).sum().backward()
+        for a, p in zip(shared, model.parameters()):
+            assert torch.allclose(a, p.grad, atol=1e-5, rtol=1e-4)
 
 
 def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(tiny):
