@@ -49,3 +49,14 @@ def before_after_table(summary: dict) -> str:
         change = f"{100 * (a - b):+7.1f}" if a is not None and b is not None else "      -"
         out.append(f"{label:20} {cell(key + '_before'):>7} {cell(key + '_after'):>7} {change:>8}")
     return "\n".join(out)
+
+
+def live_postfix(m: dict, eval_rows: list[dict]) -> dict[str, str]:
+    """What the progress bar shows after each step (tqdm adds the ETA)."""
+    post = {"reward": f"{m['reward/mean']:.3f}", "len": f"{m['completion/length_mean']:.1f}"}
+    acc = [e["heldout_accuracy"] for e in eval_rows if e.get("heldout_accuracy") is not None]
+    if acc:
+        post["heldout"] = f"{100 * acc[-1]:.0f}%"
+    if m.get("kl") is not None:
+        post["kl"] = f"{m['kl']:.3f}"
+    return post

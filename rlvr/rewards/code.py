@@ -4,14 +4,13 @@ The `tests` column holds a spec, as JSON text or an already-decoded dict:
     {"kind": "stdio", "cases": [{"stdin": "1 2", "stdout": "3"}], "hidden": [...]}
     {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "kwargs": {}, "expected": 2}]}
     {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(0) == 1"]}
-"hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails.
-Score 1 when every case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
+"hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails. Score 1 when every
+case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
 
-Nothing the program says about itself is trusted (see rlvr.rewards.harness): stdout is compared
-here, function results arrive as plain JSON tagged with a per-run secret and are compared here
-with a strict comparison, and the expected values never enter the sandbox. An assert of the form
-`assert expr == literal` is run the same way (the sandbox evaluates `expr`, the literal stays
-here); other asserts must report that they ran to completion.
+Nothing the program says about itself is trusted (see rlvr.rewards.harness): stdout is compared here, function
+results arrive as plain JSON tagged with a per-run secret and are compared here strictly, and the expected values
+never enter the sandbox. An assert `assert expr == literal` runs the same way (the sandbox evaluates `expr`, the
+literal stays here); other asserts must report that they ran to the end.
 """
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ _CLOSE_FENCE = re.compile(r"^[ \t]*```[ \t]*$")
 
 @dataclass(frozen=True)
 class Case:
-    """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: check and,
-    for a value check, expected."""
+    """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: check (+ expected)."""
 
     number: int
     hidden: bool

@@ -25,7 +25,10 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 from rlvr.errors import RlvrError
 from rlvr.report.console import say
 from rlvr.report.sinks import atomic_write_text
-from rlvr.train.distributed import full_state_dict, gather_objects, load_full_state_dict, sampling_seed
+from rlvr.models import load_model
+from rlvr.report.sinks import atomic_save_model
+from rlvr.train.distributed import (full_state_dict, gather_objects, is_fsdp, load_full_state_dict,
+                                    sampling_seed)
 
 CHECKPOINTS = "checkpoints"
 _NAME = re.compile(r"^step_(\d{6,})\.pt$")
@@ -182,6 +185,19 @@ def try_checkpoint(run, p: Progress, train_seconds: float) -> None:
         last = latest_checkpoint(run.out)
         say(f"warning: checkpoint at step {p.step} could not be written ({e}); "
             + (f"{last} is still whole and usable" if last else "there is no earlier checkpoint"))
+
+
+def save_final(run) -> None:
+    """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
+    if not is_fsdp(run.policy):
+        if run.dist.is_main:
+            atomic_save_model(run.policy, run.tok, run.out / "final")
+        return
+    state = full_state_dict(run.policy, run.dist)  # every rank gathers; rank 0 gets the weights
+    if run.dist.is_main:
+        plain, _ = load_model(run.cfg.model.name, run.cfg.model.dtype)
+        plain.load_state_dict(state)
+        atomic_save_model(plain, run.tok, run.out / "final")
 
 
 class StopOnSignal:

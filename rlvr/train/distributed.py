@@ -365,10 +365,6 @@ def _full_options(**kw):
 
 
 def is_fsdp(model: torch.nn.Module) -> bool:
-    return _fsdp(model)
-
-
-def _fsdp(model: torch.nn.Module) -> bool:
     return bool(_fsdp_modules(model))
 
 
@@ -376,7 +372,7 @@ def full_state_dict(model: torch.nn.Module, d: Dist) -> dict[str, torch.Tensor]:
     """The unsharded model state dict, as a plain Hugging Face model of the same class has it, on
     rank 0 (other ranks get {} in fsdp mode). Every rank must call it (fsdp gathers shards). A
     checkpoint saved from it loads into any number of processes, or none."""
-    if not _fsdp(model):
+    if not is_fsdp(model):
         return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if d.is_main else {}
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -392,7 +388,7 @@ def full_state_dict(model: torch.nn.Module, d: Dist) -> dict[str, torch.Tensor]:
 def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], d: Dist) -> None:
     """Load a `full_state_dict` into a (wrapped) model on every rank; in fsdp mode only rank 0 needs
     `state` (others may pass {}), in ddp mode every rank loads it."""
-    if not _fsdp(model):
+    if not is_fsdp(model):
         model.load_state_dict(state)
         return
     from torch.distributed.checkpoint.state_dict import set_model_state_dict

@@ -5,11 +5,8 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import shutil
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +16,12 @@ import torch
 
 from rlvr.config import Config, to_dict, to_yaml
 from rlvr.errors import RlvrError
-from rlvr.eval import evaluate
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
-from rlvr.report.console import before_after_table, format_samples, progress, say, set_quiet
+from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor, as_record
 from rlvr.report.html import write_report
 from rlvr.report.trackers import open_trackers
-from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_save_model, atomic_write_json, atomic_write_text
+from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json, atomic_write_text
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
@@ -34,10 +30,10 @@ from rlvr.tasks import Problem, Splits, build_splits, encode_prompt
 from rlvr.tasks.curriculum import CurriculumSampler, build_sampler
 from rlvr.train.advantage import compute_advantages
 from rlvr.train.checkpoint import (CHECKPOINTS, Progress, StopOnSignal, latest_checkpoint, load_checkpoint, restore,
-                                   try_checkpoint)
-from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, full_state_dict, gather_objects,
-                                    gathered, init_distributed, is_fsdp, reduce_metrics, sampling_seed, shard_groups,
-                                    wrap_model)
+                                   save_final, try_checkpoint)
+from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
+                                    init_distributed, reduce_metrics, sampling_seed, shard_groups, wrap_model)
+from rlvr.train.evaluation import eval_on_main, log_eval
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.sft import baseline_of
@@ -269,95 +265,30 @@ def update_settings(run: Run) -> UpdateSettings:
         temperature=run.cfg.rollout.temperature, pad_id=run.pad_id, tis_cap=run.cfg.rollout.vllm.tis_cap)
 
 
-def sync_reference(run: Run, step: int) -> None:
-    """Every algo.ref_sync_every steps, ref <- mixup * policy + (1 - mixup) * ref."""
-    a = run.cfg.algo
-    if run.ref is None or run.ref.adapters_off or not a.ref_sync_every or step % a.ref_sync_every:
-        return
-    with torch.no_grad():
-        for p_ref, p in zip(run.ref.model.parameters(), run.policy.parameters()):
-            p_ref.mul_(1 - a.ref_mixup).add_(p.detach(), alpha=a.ref_mixup)
-
-
-def run_eval(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -> dict:
-    result = {}
-    problems = {"heldout": run.splits.heldout, "ood": run.splits.ood}
-    for split in splits:
-        if not problems[split]:  # e.g. a file task with no OOD file
-            continue
-        r = evaluate(run.policy, run.tok, problems[split], run.prompts[split],
-                     max_new_tokens=run.cfg.eval.max_new_tokens, batch_size=run.cfg.eval.batch_size,
-                     stop_ids=run.stop_ids)
-        result[f"{split}_accuracy_{tag}"], result[f"{split}_format_{tag}"] = r.accuracy, r.format_rate
-        if tag in ("before", "after"):
-            with JsonlWriter(run.out / f"eval_{tag}.jsonl") as sink:
-                for rec in r.records:
-                    sink.write({"split": split, **rec})
-    return result
-
-
-def log_eval(run: Run, sink: JsonlWriter, step: int, result: dict, tag: str, train_seconds: float) -> dict:
-    row = {"step": step, "train_seconds": train_seconds}
-    row.update({k.removesuffix(f"_{tag}"): v for k, v in result.items()})
-    sink.write(row)
-    say(f"eval at step {step}: " + ", ".join(f"{k.removesuffix('_' + tag)} {100 * v:.1f}%"
-                                             for k, v in result.items() if "accuracy" in k))
-    return row
-
-
-def live_postfix(m: dict, eval_rows: list[dict]) -> dict[str, str]:
-    """What the progress bar shows after each step (tqdm adds the ETA)."""
-    post = {"reward": f"{m['reward/mean']:.3f}", "len": f"{m['completion/length_mean']:.1f}"}
-    acc = [e["heldout_accuracy"] for e in eval_rows if e.get("heldout_accuracy") is not None]
-    if acc:
-        post["heldout"] = f"{100 * acc[-1]:.0f}%"
-    if m.get("kl") is not None:
-        post["kl"] = f"{m['kl']:.3f}"
-    return post
-
-
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row."""
     t0 = time.perf_counter()
     collected = collect(run, step)                                        # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
-    kl_ref = run.ref if run.cfg.algo.kl_in == "loss" else None
+    a = run.cfg.algo
+    kl_ref = run.ref if a.kl_in == "loss" else None
     update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist)  # 5.
     run.scheduler.step()
-    sync_reference(run, step)
+    if run.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
+        run.ref.sync(run.policy, a.ref_mixup)
     if run.engine is not None:
         run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
-    whole = collected                                                     # 6. report, on the global batch
+    whole, extra = collected, {**adv_metrics, **collected.metrics}        # 6. report, on the global batch
     if run.dist.enabled:
         whole = merge_collected(gather_objects(collected, run.dist), run.pad_id)
-        adv_metrics = reduce_metrics({**adv_metrics, **collected.metrics}, run.dist, len(collected.texts))
+        extra = reduce_metrics(extra, run.dist, len(collected.texts))
     m = step_metrics(step, whole, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)
-    m.update(adv_metrics)
-    m.update(collected.metrics if not run.dist.enabled else {})
+    m.update(extra)
     m.update(run.sampler.metrics())
     m["lr"] = run.scheduler.get_last_lr()[0]
     return m, whole
-
-
-def eval_on_main(run: Run, tag: str, splits: tuple[str, ...] = ("heldout", "ood")) -> dict:
-    """Greedy evaluation on rank 0 (the others get {}); under FSDP every rank helps gather the weights."""
-    with gathered(run.policy):
-        return run_eval(run, tag, splits) if run.dist.is_main else {}
-
-
-def save_final(run: Run) -> None:
-    """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
-    if not is_fsdp(run.policy):
-        if run.dist.is_main:
-            atomic_save_model(run.policy, run.tok, run.out / "final")
-        return
-    state = full_state_dict(run.policy, run.dist)  # every rank gathers; rank 0 gets the weights
-    if run.dist.is_main:
-        plain, _ = load_model(run.cfg.model.name, run.cfg.model.dtype)
-        plain.load_state_dict(state)
-        atomic_save_model(plain, run.tok, run.out / "final")
 
 
 def train(cfg: Config, resume: bool = False) -> dict:

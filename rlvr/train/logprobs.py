@@ -214,6 +214,15 @@ class Reference:
             return cls(policy, adapters_off=True)
         return cls(copy.deepcopy(policy).eval().requires_grad_(False))
 
+    def sync(self, policy: torch.nn.Module, mixup: float) -> None:
+        """ref <- mixup * policy + (1 - mixup) * ref (algo.ref_sync_every); the frozen base of a LoRA
+        policy (adapters_off) never moves."""
+        if self.adapters_off:
+            return
+        with torch.no_grad():
+            for p_ref, p in zip(self.model.parameters(), policy.parameters()):
+                p_ref.mul_(1 - mixup).add_(p.detach(), alpha=mixup)
+
 
 def reference_logprobs(ref: Reference, prompts: list[list[int]], completion_ids: torch.Tensor,
                        completion_mask: torch.Tensor, group_size: int, pad_id: int,

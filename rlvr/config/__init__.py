@@ -1,0 +1,12 @@
+"""Run configuration: dataclass sections (sections.py) and how a config is built from defaults, a preset,
+YAML and command-line overrides (build.py)."""
+from rlvr.config.build import (build_config, describe, field_docs, load_yaml, parse_override, to_dict, to_yaml,
+                               valid_keys, validate)
+from rlvr.config.sections import (AlgoConfig, Config, ConfigError, CurriculumConfig, EvalConfig, LogConfig,
+                                  LoraConfig, ModelConfig, RewardsConfig, RolloutConfig, TaskConfig, TrainConfig,
+                                  VllmConfig)
+
+__all__ = ["AlgoConfig", "Config", "ConfigError", "CurriculumConfig", "EvalConfig", "LogConfig", "LoraConfig",
+           "ModelConfig", "RewardsConfig", "RolloutConfig", "TaskConfig", "TrainConfig", "VllmConfig",
+           "build_config", "describe", "field_docs", "load_yaml", "parse_override", "to_dict", "to_yaml",
+           "valid_keys", "validate"]
