@@ -127,10 +127,13 @@ def cmd_eval(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, help="problems per generation batch (default: eval.batch_size)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--out", default="runs/eval", help="where eval.json goes (default runs/eval)")
+    parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) greedily "
+                        "on the same problems and report which problems the model fixed and broke against it")
     args = parser.parse_args(rest)
     cfg = build_config(args.config, overrides)
     from rlvr.eval.sampled import SampleSettings
-    from rlvr.eval.suite import eval_json, evaluate_tasks, format_table, task_configs, write_outputs
+    from rlvr.eval.suite import (baseline_lines, compare_to_baseline, eval_json, evaluate_tasks, format_table,
+                                 task_configs, write_outputs)
     from rlvr.models import load_model, stop_token_ids
 
     tasks = task_configs(cfg.task, args.task or [cfg.task.name])
@@ -144,6 +147,14 @@ def cmd_eval(argv: list[str]) -> int:
     results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s)
     summaries = {label: summary for label, (summary, _) in results.items()}
     print(format_table(summaries, s.k))
+    if args.baseline:
+        del policy  # one model in memory at a time
+        base_policy, base_tok = load_model(args.baseline, cfg.model.dtype)
+        compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok), args.baseline,
+                                       tasks, args.split, args.n, s, results)
+        for label, base in compared.items():
+            summaries[label]["baseline"] = base
+            print("\n".join(baseline_lines(label, summaries[label], base)))
     path = write_outputs(args.out, eval_json(model, args.split, s, summaries),
                          {label: records for label, (_, records) in results.items()})
     print(f"wrote {path}")

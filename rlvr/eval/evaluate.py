@@ -1,8 +1,9 @@
-"""Greedy pass@1 of a policy on a split, scored with the task's verifiers."""
+"""Greedy pass@1 of a policy on a split, scored with the task's verifiers and graded format-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlvr.eval.lenient import lenient_verdict
 from rlvr.rewards import format_reward, math_accuracy
 from rlvr.rollout.engine import generate
 from rlvr.tasks import Problem
@@ -12,13 +13,15 @@ from rlvr.tasks import Problem
 class EvalResult:
     accuracy: float  # fraction whose one final answer is correct
     format_rate: float  # fraction in the stated answer format
+    lenient: float  # fraction right format-free (rlvr.eval.lenient): a diagnostic, never a reward
     n: int
     records: list[dict] = field(default_factory=list)
 
 
 def evaluate(policy, tok, problems: list[Problem], prompts: list[list[int]], *, max_new_tokens: int,
              batch_size: int, stop_ids: list[int]) -> EvalResult:
-    """Greedy completion per problem; accuracy is math_accuracy's verdict, format the format reward's."""
+    """Greedy completion per problem; accuracy is math_accuracy's verdict, format the format reward's,
+    lenient the format-free grade beside them."""
     was_training = policy.training
     policy.eval()
     records = []
@@ -30,10 +33,13 @@ def evaluate(policy, tok, problems: list[Problem], prompts: list[list[int]], *, 
         for p, text, trunc in zip(problems[start:start + batch_size], texts, r.truncated.tolist()):
             acc = math_accuracy.verdict(text, p.answer)
             fmt = format_reward.verdict(text)
+            free = lenient_verdict(text, p.answer)
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
                             "completion": text, "correct": acc.score, "reason": acc.reason,
-                            "format": fmt.score, "truncated": trunc})
+                            "format": fmt.score, "lenient": free.score, "lenient_answer": free.extracted,
+                            "truncated": trunc})
     policy.train(was_training)
     n = len(records)
-    return EvalResult(accuracy=sum(r["correct"] for r in records) / max(n, 1),
-                      format_rate=sum(r["format"] for r in records) / max(n, 1), n=n, records=records)
+    mean = lambda key: sum(r[key] for r in records) / max(n, 1)
+    return EvalResult(accuracy=mean("correct"), format_rate=mean("format"), lenient=mean("lenient"), n=n,
+                      records=records)

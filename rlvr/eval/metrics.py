@@ -77,16 +77,20 @@ def _natural(label: str) -> list:
 
 def summarize(records: list[dict], k: int) -> dict:
     """Means over problems of greedy pass@1, pass@k and maj@k. Each record holds `greedy_correct`
-    (0/1), `samples` and `correct` (counts of sampled completions) and `maj_correct` (0/1)."""
+    (0/1), `samples` and `correct` (counts of sampled completions) and `maj_correct` (0/1); with
+    `greedy_lenient` (0/1) in every record, also `format-free@1` (rlvr.eval.lenient)."""
     n = len(records)
     if n == 0:
         raise ValueError("summarize needs at least one record")
-    return {
+    out = {
         "pass@1": sum(r["greedy_correct"] for r in records) / n,
         f"pass@{k}": sum(pass_at_k(r["samples"], r["correct"], k) for r in records) / n,
         f"maj@{k}": sum(r["maj_correct"] for r in records) / n,
         "n": n,
     }
+    if all("greedy_lenient" in r for r in records):  # the greedy completion graded format-free
+        out["format-free@1"] = sum(r["greedy_lenient"] for r in records) / n
+    return out
 
 
 def summarize_by_difficulty(records: list[dict], k: int) -> dict:

@@ -61,6 +61,7 @@ def problem_record(p: Problem, greedy: dict, sampled: list[str], k: int) -> dict
     maj = 1.0 if voted is not None and check_answer(voted, p.answer)[0] else 0.0
     return {"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
             "greedy": greedy["completion"], "greedy_correct": greedy["correct"],
+            "greedy_lenient": greedy["lenient"],
             "samples": len(sampled), "correct": int(sum(scores)), "voted": voted, "maj_correct": maj,
             "sampled": sampled, "sampled_correct": scores}
 

@@ -8,7 +8,10 @@ scripts that evaluate one task, the first task's metrics again at the top level:
      "per_difficulty": {"d1-n2": {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50}},
      "tasks": {T1: {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50, "per_difficulty": {..}}, T2: ..}}
 
-pass@1 is greedy; pass@k and maj@k come from the sampled completions (rlvr.eval.metrics).
+pass@1 is greedy; `format-free@1` is the same greedy completion graded format-free (rlvr.eval.lenient);
+pass@k and maj@k come from the sampled completions (rlvr.eval.metrics). With `--baseline B`, each
+task's entry also holds "baseline": {"model": B, "pass@1", "format-free@1", "flips", "decomposition"},
+the per-problem comparison of B's greedy completions with the model's (rlvr.eval.flips).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from pathlib import Path
 
 from rlvr.config import TaskConfig
 from rlvr.errors import RlvrError
+from rlvr.eval.evaluate import evaluate
+from rlvr.eval.flips import decompose, describe, flips
 from rlvr.eval.metrics import summarize_by_difficulty
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled
 from rlvr.tasks import build_splits, encode_prompt
@@ -70,7 +75,8 @@ def _pct(x: float) -> str:
 
 def format_table(summaries: dict[str, dict], k: int) -> str:
     """One row per task (the transfer table); under a task with several difficulties, one row each."""
-    cols = ["pass@1", f"pass@{k}", f"maj@{k}"]
+    cols = ["pass@1"] + (["format-free@1"] if all("format-free@1" in s for s in summaries.values()) else [])
+    cols += [f"pass@{k}", f"maj@{k}"]
     rows = []
     for label, summary in summaries.items():
         rows.append([label, str(summary["n"])] + [_pct(summary[c]) for c in cols])
@@ -81,6 +87,39 @@ def format_table(summaries: dict[str, dict], k: int) -> str:
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def greedy_records(records: list[dict]) -> list[dict]:
+    """evaluate_sampled's records in the form rlvr.eval.flips reads (the greedy completion's grades)."""
+    return [{"question": r["question"], "answer": r["answer"], "completion": r["greedy"],
+             "correct": r["greedy_correct"], "lenient": r["greedy_lenient"]} for r in records]
+
+
+def compare_to_baseline(policy, tok, stop_ids: list[int], model: str, tasks: dict[str, TaskConfig], split: str,
+                        n: int | None, s: SampleSettings, results: dict) -> dict[str, dict]:
+    """label -> the baseline model's greedy pass@1 and format-free@1 on the same problems, and the
+    per-problem flips and decomposition from it to the evaluated model (results of evaluate_tasks)."""
+    out = {}
+    for label, task in tasks.items():
+        problems, few_shot = task_problems(task, split, n)
+        prompts = [encode_prompt(tok, p.question, few_shot, task.system_prompt) for p in problems]
+        base = evaluate(policy, tok, problems, prompts, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
+                        stop_ids=stop_ids)
+        after = greedy_records(results[label][1])
+        d = decompose(base.records, after)
+        out[label] = {"model": model, "pass@1": base.accuracy, "format-free@1": base.lenient,
+                      "flips": flips(base.records, after), "decomposition": {**d, "text": describe(d)}}
+    return out
+
+
+def baseline_lines(label: str, summary: dict, base: dict) -> list[str]:
+    f = base["flips"]
+    return [f"{label}: baseline {base['model']} -> this model: pass@1 {_pct(base['pass@1'])} -> "
+            f"{_pct(summary['pass@1'])}, format-free@1 {_pct(base['format-free@1'])} -> "
+            f"{_pct(summary['format-free@1'])}",
+            f"  problems (format-free): {f['fixed']} fixed, {f['broken']} broken, {f['kept']} kept, "
+            f"{f['never']} never right, of {f['n']}",
+            f"  {base['decomposition']['text']}"]
 
 
 def eval_json(model: str, split: str, s: SampleSettings, summaries: dict[str, dict]) -> dict:

@@ -34,20 +34,34 @@ def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) 
     return "\n".join(lines)
 
 
+ROWS = (("held-out accuracy", "heldout_accuracy"), ("held-out format-free", "heldout_lenient"),
+        ("held-out format", "heldout_format"), ("OOD accuracy", "ood_accuracy"),
+        ("OOD format-free", "ood_lenient"), ("OOD format", "ood_format"))
+
+
 def before_after_table(summary: dict) -> str:
+    """Strict accuracy, format-free accuracy and format rate before and after, then per split the
+    flips and the strict change in words (rlvr.eval.flips)."""
     def cell(key: str) -> str:
         v = summary.get(key)
         return "   -  " if v is None else f"{100 * v:5.1f}%"
 
-    rows = [("held-out accuracy", "heldout_accuracy"), ("held-out format", "heldout_format"),
-            ("OOD accuracy", "ood_accuracy"), ("OOD format", "ood_format")]
-    out = [f"{'':20} {'before':>7} {'after':>7} {'change':>8}"]
+    out = [f"{'':22} {'before':>7} {'after':>7} {'change':>8}"]
     if summary.get("sft"):
         out.insert(0, f"before = the SFT baseline ({summary['sft']['run']})")
-    for label, key in rows:
+    for label, key in ROWS:
         b, a = summary.get(f"{key}_before"), summary.get(f"{key}_after")
+        if b is None and a is None:
+            continue
         change = f"{100 * (a - b):+7.1f}" if a is not None and b is not None else "      -"
-        out.append(f"{label:20} {cell(key + '_before'):>7} {cell(key + '_after'):>7} {change:>8}")
+        out.append(f"{label:22} {cell(key + '_before'):>7} {cell(key + '_after'):>7} {change:>8}")
+    for split, label in (("heldout", "held-out"), ("ood", "OOD")):
+        f, d = summary.get("flips", {}).get(split), summary.get("decomposition", {}).get(split)
+        if f:
+            out.append(f"{label} problems (format-free): {f['fixed']} fixed, {f['broken']} broken, "
+                       f"{f['kept']} kept, {f['never']} never right, of {f['n']}")
+        if d:
+            out.append(f"{label}: {d['text']}")
     return "\n".join(out)
 
 

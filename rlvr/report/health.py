@@ -91,6 +91,45 @@ def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1) -> Fin
     return None
 
 
+def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0.05, min_broken: int = 3
+                     ) -> Finding | None:
+    """Skill lost while the score goes up (issue 17): format-free accuracy on a split down by `drop` or
+    more since the first evaluation, or at least `broken_share` of its problems (and `min_broken`)
+    right before training and wrong now, while strict accuracy or the training reward rose.
+
+    Greedy evaluation is deterministic, so every broken problem is a real change of the model; the
+    thresholds leave room for the churn of a sound run (at most 3 of 100 broken in the demo's
+    ablations with a KL term) and catch the demo that taught the answer line and broke 18."""
+    rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None]
+    reward_up = len(rewards) >= 4 and _half_change(rewards) > 0
+    for split, label in (("heldout", "held-out"), ("ood", "OOD")):
+        rows = [e for e in evals if e.get(f"{split}_lenient") is not None]
+        if len(rows) < 2:
+            continue
+        first, last = rows[0], rows[-1]
+        strict = (first[f"{split}_accuracy"], last[f"{split}_accuracy"])
+        if not (strict[1] > strict[0] or reward_up):
+            continue
+        free = (first[f"{split}_lenient"], last[f"{split}_lenient"])
+        broken, fixed = last.get(f"{split}_broken"), last.get(f"{split}_fixed")
+        n = sum(last.get(f"{split}_{k}") or 0 for k in ("fixed", "broken", "kept", "never"))
+        many_broken = broken is not None and broken >= max(min_broken, broken_share * n)
+        if free[1] - free[0] > -drop and not many_broken:
+            continue
+        flipped = f" ({broken} of {n} problems right before training are wrong now, {fixed} fixed)" \
+            if broken is not None else ""
+        return Finding(last["step"], "skill_regression",
+                       f"{label} accuracy graded format-free went from {100 * free[0]:.0f}% to {100 * free[1]:.0f}%"
+                       f"{flipped} while strict accuracy went from {100 * strict[0]:.0f}% to {100 * strict[1]:.0f}%"
+                       f"{' and the reward rose' if reward_up else ''}: the run is teaching the answer form and "
+                       "losing skill. Read the broken examples (summary.json `flips`, report.html); lower the "
+                       "format weight so a well-formed wrong answer does not outscore a right one, lower "
+                       "algo.lr, or add a KL term (algo.beta).",
+                       {"split": split, "lenient": list(free), "accuracy": list(strict), "broken": broken,
+                        "fixed": fixed, "n": n})
+    return None
+
+
 def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, entropy_min: float = 0.02
                 ) -> Finding | None:
     h = history[-1]
@@ -129,8 +168,8 @@ def reward_errors(history, evals, rate: float = 0.05) -> Finding | None:
     return None
 
 
-RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, instability, non_finite,
-                         reward_errors]
+RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, instability,
+                         non_finite, reward_errors]
 
 
 class HealthMonitor:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.report.compare import _jsonl
+from rlvr.report.console import ROWS
 from rlvr.report.plot import line_chart
 from rlvr.report.sinks import atomic_write_text
 
@@ -47,9 +48,10 @@ def _before_after(summary: dict) -> str:
     sft = summary.get("sft")
     cell = lambda v: "<td>-</td>" if v is None else f"<td>{100 * v:.1f}%</td>"
     rows = []
-    for label, key in (("held-out accuracy", "heldout_accuracy"), ("held-out format", "heldout_format"),
-                       ("OOD accuracy", "ood_accuracy"), ("OOD format", "ood_format")):
+    for label, key in ROWS:
         b, a = summary.get(f"{key}_before"), summary.get(f"{key}_after")
+        if b is None and a is None:
+            continue
         change = "-" if a is None or b is None else f"{100 * (a - b):+.1f}"
         base = cell(sft.get(f"base_{key}")) if sft else ""
         rows.append(f"<tr><td>{label}</td>{base}{cell(b)}{cell(a)}<td>{change}</td></tr>")
@@ -57,6 +59,27 @@ def _before_after(summary: dict) -> str:
     note = (f"<p class='sub'>Started from the SFT model of {html.escape(str(sft['run']))}; "
             "the change is what RL added on top of SFT.</p>" if sft else "")
     return (f"{note}<table><tr><th></th>{head}<th>after</th><th>change</th></tr>" + "".join(rows) + "</table>")
+
+
+def _flips(summary: dict) -> str:
+    """Per split: the strict change in words, the flip counts, and examples of fixed and broken problems."""
+    parts = []
+    for split, label in (("heldout", "Held-out"), ("ood", "OOD")):
+        f, d = summary.get("flips", {}).get(split), summary.get("decomposition", {}).get(split)
+        if not f:
+            continue
+        parts.append(f"<h3>{label}</h3><p>{html.escape(d['text']) if d else ''}</p><table><tr>"
+                     + "".join(f"<th>{k}</th>" for k in ("fixed", "broken", "kept", "never", "n")) + "</tr><tr>"
+                     + "".join(f"<td>{f[k]}</td>" for k in ("fixed", "broken", "kept", "never", "n")) + "</tr></table>")
+        for kind in ("broken", "fixed"):
+            for ex in f["examples"].get(kind, []):
+                parts.append(f"<div class='sample'><b>{kind}</b>: {html.escape(ex['question'])} (gold "
+                             f"{html.escape(str(ex['answer']))})<pre>before: {html.escape(ex['before'])}</pre>"
+                             f"<pre>after: {html.escape(ex['after'])}</pre></div>")
+    if not parts:
+        return "<p>No per-problem comparison (no evaluation before and after training).</p>"
+    return ("<p class='sub'>A problem is right when its answer is right format-free; fixed: wrong before "
+            "training, right after; broken: right before, wrong after.</p>" + "".join(parts))
 
 
 def _sample_html(s: dict) -> str:
@@ -72,8 +95,19 @@ def _samples(samples: list[dict], k: int = 4) -> str:
     last_step = samples[-1]["step"]
     recent = [s for s in samples if s["step"] >= last_step - 2] or samples
     ranked = sorted(recent, key=lambda s: s["reward"])
-    return ("<h3>Best (last steps)</h3>" + "".join(_sample_html(s) for s in ranked[::-1][:k]) +
-            "<h3>Worst (last steps)</h3>" + "".join(_sample_html(s) for s in ranked[:k]))
+    return ("<h3>Best (last steps)</h3>" + "".join(_sample_html(s) for s in _distinct(ranked[::-1], k)) +
+            "<h3>Worst (last steps)</h3>" + "".join(_sample_html(s) for s in _distinct(ranked, k)))
+
+
+def _distinct(samples: list[dict], k: int) -> list[dict]:
+    """The first k samples with different prompts (a group shares its prompt, so the best k would
+    otherwise often be one prompt's completions)."""
+    seen, out = set(), []
+    for s in samples:
+        if s["prompt"] not in seen:
+            seen.add(s["prompt"])
+            out.append(s)
+    return out[:k]
 
 
 def write_report(run_dir: str | Path) -> Path:
@@ -92,6 +126,7 @@ def write_report(run_dir: str | Path) -> Path:
 <h1>rlvr report: {html.escape(run_dir.name)}</h1>
 <p class="sub">{len(metrics)} steps{f", {secs:.0f} s of training" if secs else ""}; {html.escape(str(run_dir))}</p>
 <h2>Before and after</h2>{_before_after(summary)}
+<h2>What changed, problem by problem</h2>{_flips(summary)}
 <h2>Health</h2>{findings}
 <h2>Curves</h2><div class="charts">{"".join(f"<div>{c}</div>" for c in _charts(metrics, evals))}</div>
 <h2>Samples</h2>{_samples(samples)}

@@ -33,7 +33,7 @@ from rlvr.train.checkpoint import (CHECKPOINTS, Progress, StopOnSignal, latest_c
                                    save_final, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, sampling_seed, shard_groups, wrap_model)
-from rlvr.train.evaluation import eval_on_main, log_eval
+from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.sft import baseline_of
@@ -62,6 +62,7 @@ class Run:
     warned: set
     engine: object = None  # rollout.engine=vllm: the VllmEngine holding a copy of the policy
     dist: Dist = field(default_factory=Dist)  # this process's place under torchrun
+    baseline: dict = field(default_factory=dict)  # split -> greedy records before training (flips)
 
 
 @dataclass
@@ -291,6 +292,13 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     return m, whole
 
 
+def check_health(monitor: HealthMonitor, p: Progress, sink: JsonlWriter, when: str = "") -> None:
+    """Run the health rules on the history and evaluations so far; write and say what fired."""
+    for finding in monitor.check(p.history, p.eval_rows):
+        sink.write(as_record(finding))
+        say(f"health [{finding.rule}] {when or f'at step {finding.step}'}: {finding.message}")
+
+
 def train(cfg: Config, resume: bool = False) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
     continue from the run directory's newest checkpoint. Under torchrun every process runs this."""
@@ -316,6 +324,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
         p.summary["sft"] = sft
     if resume:
         p = restore(run, load_checkpoint(last))
+        run.baseline = read_records(run.out / "eval_before.jsonl")
         say(f"resuming {run.out} from step {p.step} ({last.name})")
     sink = (lambda name: JsonlWriter(run.out / name)) if d.is_main else (lambda name: NullWriter())
     evals, health = sink("evals.jsonl"), sink("health.jsonl")
@@ -324,9 +333,9 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
     trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg)) if d.is_main else []
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
     if cfg.eval.before and not resume:
-        p.summary.update(eval_on_main(run, "before"))
-        p.eval_rows.append(log_eval(run, evals, 0, {k: v for k, v in p.summary.items() if k.endswith("_before")},
-                                    "before", 0.0))
+        before, run.baseline = eval_on_main(run, "before")
+        p.summary.update(before)
+        p.eval_rows.append(log_eval(run, evals, 0, before, "before", 0.0))
     started = time.perf_counter() - p.train_seconds  # training clock from here, carried over a resume
     clock = lambda: time.perf_counter() - started
     metrics_sink, samples_sink = sink("metrics.jsonl"), sink("samples.jsonl")
@@ -344,9 +353,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
         for t in trackers:
             t.log(step, m)
         p.history.append(m)
-        for finding in monitor.check(p.history, p.eval_rows):
-            health.write(as_record(finding))
-            say(f"health [{finding.rule}] at step {finding.step}: {finding.message}")
+        check_health(monitor, p, health)
         records = sample_records(step, collected, run.rewards)
         for rec in records:
             samples_sink.write(rec)
@@ -354,10 +361,11 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
             say(format_samples(step, records, cfg.rollout.group_size))
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
             te = time.perf_counter()
-            p.eval_rows.append(log_eval(run, evals, step, eval_on_main(run, "mid", ("heldout",)), "mid",
+            p.eval_rows.append(log_eval(run, evals, step, eval_on_main(run, "mid", ("heldout",))[0], "mid",
                                         clock() - p.eval_seconds))
+            check_health(monitor, p, health)  # the skill rules read this evaluation
             for t in trackers:
-                t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith("accuracy")})
+                t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
             p.eval_seconds += time.perf_counter() - te
             run.policy.train()
         bar.set_postfix(live_postfix(m, p.eval_rows))
@@ -378,12 +386,13 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
         summary["interrupted"] = stop.signal or "a signal to another process"
         say(f"stopped at step {p.step} by {summary['interrupted']}; continue with: rlvr train --resume {run.out}")
     elif cfg.eval.after:
-        after = eval_on_main(run, "after")
+        after, records = eval_on_main(run, "after")
         summary.update(after)
+        if run.baseline:
+            summary.update(flip_summary(run.baseline, records))
         p.eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", clock() - p.eval_seconds))
-        for finding in monitor.check(p.history, p.eval_rows) if p.history else []:
-            health.write(as_record(finding))
-            say(f"health [{finding.rule}] at the end: {finding.message}")
+        if p.history:
+            check_health(monitor, p, health, "at the end")
     evals.close()
     health.close()
     for t in trackers:

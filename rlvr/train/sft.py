@@ -26,11 +26,11 @@ import torch
 
 from rlvr.config import Config, to_yaml
 from rlvr.errors import RlvrError
-from rlvr.eval import evaluate
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
 from rlvr.tasks import Problem, PromptSampler, build_splits, encode_prompt
+from rlvr.train.evaluation import eval_line, evaluate_splits, flip_summary, write_records
 
 IGNORE = -100
 
@@ -107,19 +107,13 @@ def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, m
     return {"loss": total, "tokens": tokens, "grad_norm": float(norm)}
 
 
-def evaluate_splits(policy, tok, splits, prompts: dict, cfg: Config, stop_ids: list[int], out: Path,
-                    tag: str) -> dict:
-    result = {}
-    with JsonlWriter(out / f"eval_{tag}.jsonl") as sink:
-        for split in ("heldout", "ood"):
-            r = evaluate(policy, tok, getattr(splits, split), prompts[split], max_new_tokens=cfg.eval.max_new_tokens,
-                         batch_size=cfg.eval.batch_size, stop_ids=stop_ids)
-            result[f"{split}_accuracy_{tag}"], result[f"{split}_format_{tag}"] = r.accuracy, r.format_rate
-            for rec in r.records:
-                sink.write({"split": split, **rec})
-    say(f"eval {tag}: " + ", ".join(f"{k.removesuffix('_' + tag)} {100 * v:.1f}%" for k, v in result.items()
-                                    if "accuracy" in k))
-    return result
+def evaluate_both(policy, tok, splits, prompts: dict, cfg: Config, stop_ids: list[int], out: Path, tag: str,
+                  baseline: dict | None = None) -> tuple[dict, dict]:
+    problems = {"heldout": splits.heldout, "ood": splits.ood}
+    result, records = evaluate_splits(policy, tok, problems, prompts, cfg.eval, stop_ids, tag, baseline)
+    write_records(out, tag, records)
+    say(f"eval {tag}: {eval_line(result, tag)}")
+    return result, records
 
 
 def sft(cfg: Config) -> dict:
@@ -145,8 +139,10 @@ def sft(cfg: Config) -> dict:
     encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
     prompts = {"heldout": encode(splits.heldout), "ood": encode(splits.ood)}
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
+    baseline: dict = {}
     if cfg.eval.before:
-        summary.update(evaluate_splits(policy, tok, splits, prompts, cfg, stop_ids, out, "before"))
+        before, baseline = evaluate_both(policy, tok, splits, prompts, cfg, stop_ids, out, "before")
+        summary.update(before)
     a = cfg.algo
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=a.lr,
                                   weight_decay=a.weight_decay)
@@ -170,7 +166,10 @@ def sft(cfg: Config) -> dict:
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
     if cfg.eval.after:
-        summary.update(evaluate_splits(policy, tok, splits, prompts, cfg, stop_ids, out, "after"))
+        after, records = evaluate_both(policy, tok, splits, prompts, cfg, stop_ids, out, "after", baseline)
+        summary.update(after)
+        if baseline:
+            summary.update(flip_summary(baseline, records))
     atomic_save_model(policy, tok, out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(out / "summary.json", summary)
@@ -181,7 +180,7 @@ def sft(cfg: Config) -> dict:
 
 def baseline_of(model_name: str) -> dict | None:
     """If `model_name` is the final/ directory of an `rlvr sft` run, that run's after-training accuracy
-    ({"run", "heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format"}) and the base model's
+    ({"run", "heldout_accuracy", "heldout_format", "heldout_lenient", "ood_...": the same}) and the base model's
     before it (the same keys prefixed base_); otherwise None."""
     path = Path(model_name).expanduser()
     summary_path = path.parent / "summary.json"
@@ -193,6 +192,6 @@ def baseline_of(model_name: str) -> dict | None:
         return None
     if not isinstance(summary, dict) or summary.get("kind") != "sft":
         return None
-    keys = ("heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format")
+    keys = ("heldout_accuracy", "heldout_format", "heldout_lenient", "ood_accuracy", "ood_format", "ood_lenient")
     return {"run": str(path.parent), **{k: summary.get(f"{k}_after") for k in keys},
             **{f"base_{k}": summary.get(f"{k}_before") for k in keys}}

@@ -39,6 +39,16 @@ def test_two_steps_write_the_run_directory(tmp_path):
               "steps", "train_seconds", "wall_seconds"):
         assert k in summary
     assert summary["steps"] == 2
+    for split, n in (("heldout", 6), ("ood", 4)):  # per-problem flips against the evaluation before training
+        f = summary["flips"][split]
+        assert f["n"] == n and f["fixed"] + f["broken"] + f["kept"] + f["never"] == n
+        assert 0 <= summary[f"{split}_lenient_after"] <= 1
+        assert summary["decomposition"][split]["text"].endswith(f"broken of {n})")
+    evals = read_jsonl(out / "evals.jsonl")
+    assert "heldout_lenient" in evals[0] and "heldout_broken" not in evals[0] and "heldout_broken" in evals[-1]
+    after = read_jsonl(out / "eval_after.jsonl")
+    assert {"lenient", "lenient_answer", "correct", "format"} <= set(after[0])
+    assert "What changed, problem by problem" in (out / "report.html").read_text()
     assert "group_size: 3" in (out / "config.yaml").read_text()
     AutoModelForCausalLM.from_pretrained(out / "final")
 

@@ -11,19 +11,35 @@ def test_eval_cli_writes_eval_json_and_table(tmp_path, capsys):
                "--max-new-tokens", "6", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "eval.json").read_text())
-    metrics = {"pass@1", "pass@2", "maj@2", "n", "per_difficulty"}
+    metrics = {"pass@1", "format-free@1", "pass@2", "maj@2", "n", "per_difficulty"}
     assert metrics <= set(doc)
     assert (doc["task"], doc["n"], doc["k"], doc["samples"], doc["split"]) == ("arithmetic", 4, 2, 2, "heldout")
     assert doc["tasks"]["arithmetic"] == {m: doc[m] for m in metrics}
-    for m in ("pass@1", "pass@2", "maj@2"):
+    for m in ("pass@1", "format-free@1", "pass@2", "maj@2"):
         assert 0.0 <= doc[m] <= 1.0
     assert list(doc["per_difficulty"]) == ["d1-n2"] and doc["per_difficulty"]["d1-n2"]["n"] == 4
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(len(r["sampled"]) == 2 for r in rows)
     assert doc["pass@1"] == sum(r["greedy_correct"] for r in rows) / 4
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].split() == ["task", "n", "pass@1", "pass@2", "maj@2"]
+    assert printed[0].split() == ["task", "n", "pass@1", "format-free@1", "pass@2", "maj@2"]
     assert printed[2].split()[:2] == ["arithmetic", "4"]
+
+
+def test_eval_cli_baseline_compares_problem_by_problem(tmp_path, capsys):
+    out = tmp_path / "ev"
+    rc = main(["eval", "--model", "tiny-random", "--baseline", "tiny-random", "--task", "arithmetic", "--n", "3",
+               "--k", "1", "--max-new-tokens", "4", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "eval.json").read_text())
+    base = doc["tasks"]["arithmetic"]["baseline"]
+    # the same model greedily on the same problems: nothing fixed or broken, the same pass@1
+    assert base["model"] == "tiny-random" and base["pass@1"] == doc["pass@1"]
+    f = base["flips"]
+    assert (f["fixed"], f["broken"], f["n"], f["kept"] + f["never"]) == (0, 0, 3, 3)
+    assert base["decomposition"]["strict"] == 0.0
+    printed = capsys.readouterr().out
+    assert "arithmetic: baseline tiny-random -> this model" in printed and "0 fixed, 0 broken" in printed
 
 
 def test_eval_cli_equals_forms_config_file_and_task_overrides(tmp_path):

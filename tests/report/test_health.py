@@ -1,6 +1,6 @@
 """Each health rule on synthetic metric streams: fires when it should, stays quiet when it should not."""
 from rlvr.report.health import (HealthMonitor, instability, length_trend, no_learning_signal, non_finite,
-                                reward_errors, reward_hacking, truncation)
+                                reward_errors, reward_hacking, skill_regression, truncation)
 
 
 def stream(**series):
@@ -41,6 +41,44 @@ def test_reward_hacking_by_heldout_and_by_format():
     honest = stream(reward__mean=[0.1, 0.1, 0.1, 0.4, 0.4, 0.4], reward__format__mean=[0.1, 0.1, 0.1, 0.9, 0.9, 0.9],
                     reward__correctness__mean=[0.3, 0.3, 0.3, 0.6, 0.6, 0.6])
     assert reward_hacking(honest, []) is None
+
+
+def ev(step, acc, free, fixed=None, broken=None, n=100, split="heldout"):
+    row = {"step": step, f"{split}_accuracy": acc, f"{split}_lenient": free}
+    if broken is not None:
+        row.update({f"{split}_fixed": fixed, f"{split}_broken": broken, f"{split}_kept": round(free * n) - fixed,
+                    f"{split}_never": n - round(free * n) - broken})
+    return row
+
+
+def test_skill_regression_fires_on_the_old_demo():
+    # the issue's demo: strict 41% -> 65%, format-free 79% -> 65%, 18 broken and 4 fixed of 100
+    flat = stream(reward__mean=[0.5] * 6)
+    f = skill_regression(flat, [ev(0, 0.41, 0.79), ev(20, 0.65, 0.65, fixed=4, broken=18)])
+    assert f.rule == "skill_regression" and f.step == 20
+    assert "79% to 65%" in f.message and "18 of 100" in f.message and "41% to 65%" in f.message
+    assert f.evidence["broken"] == 18
+
+
+def test_skill_regression_by_broken_alone_and_by_reward():
+    # format-free even (70% -> 70%) but 6 of 100 broken: at the 5% threshold
+    assert skill_regression([], [ev(0, 0.4, 0.7), ev(10, 0.6, 0.7, fixed=6, broken=6)]).rule == "skill_regression"
+    # strict flat, but the reward rose while format-free fell 4 points: fires
+    rising = stream(reward__mean=[0.1, 0.1, 0.2, 0.5, 0.6, 0.7])
+    assert skill_regression(rising, [ev(0, 0.4, 0.70), ev(6, 0.4, 0.66)]) is not None
+    # OOD regressing at the end is caught too
+    rows = [ev(0, 0.1, 0.3, split="ood"), ev(20, 0.3, 0.2, fixed=1, broken=11, split="ood")]
+    assert skill_regression([], rows).evidence["split"] == "ood"
+
+
+def test_skill_regression_quiet_on_a_real_gain():
+    assert skill_regression([], [ev(0, 0.41, 0.79), ev(20, 0.85, 0.88, fixed=11, broken=2)]) is None
+    # below both thresholds: format-free down 2 points, 4 of 100 broken
+    assert skill_regression([], [ev(0, 0.41, 0.79), ev(20, 0.70, 0.77, fixed=2, broken=4)]) is None
+    # skill down while strict and the reward fall too: a different problem (not form over skill)
+    falling = stream(reward__mean=[0.7, 0.6, 0.5, 0.4, 0.3, 0.2])
+    assert skill_regression(falling, [ev(0, 0.5, 0.8), ev(6, 0.4, 0.6, fixed=0, broken=20)]) is None
+    assert skill_regression([], [ev(0, 0.41, 0.79)]) is None  # one evaluation: nothing to compare
 
 
 def test_instability_rules():

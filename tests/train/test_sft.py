@@ -99,9 +99,12 @@ def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
         assert 0 <= summary[f"{k}_before"] <= 1 and 0 <= summary[f"{k}_after"] <= 1
     assert "prompts_per_step: 4" in (out / "config.yaml").read_text()
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == 2 + 1
+    flips = summary["flips"]["heldout"]
+    assert flips["n"] == 2 and flips["fixed"] + flips["broken"] + flips["kept"] + flips["never"] == 2
+    assert summary["decomposition"]["heldout"]["text"].endswith(f"broken of 2)")
     AutoModelForCausalLM.from_pretrained(out / "final")
     base = baseline_of(str(out / "final"))
-    keys = ("heldout_accuracy", "heldout_format", "ood_accuracy", "ood_format")
+    keys = ("heldout_accuracy", "heldout_format", "heldout_lenient", "ood_accuracy", "ood_format", "ood_lenient")
     assert base == {"run": str(out), **{k: summary[f"{k}_after"] for k in keys},
                     **{f"base_{k}": summary[f"{k}_before"] for k in keys}}
     grpo = tmp_path / "grpo"  # GRPO from the SFT model: its report shows the SFT baseline
