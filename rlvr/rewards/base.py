@@ -17,6 +17,19 @@ class Verdict:
     extracted: str | None = None
 
 
+MAX_REASON_CHARS = 300
+
+
+def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """Printable text of bounded length: a reason may quote a program's exception message, and
+    control characters (terminal escapes, carriage returns, bidi overrides) must not reach the
+    console, logs or report as themselves (issue 13). Each becomes its backslash escape."""
+    text = str(text)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def completion_text(completion) -> str:
     """TRL passes either a string or a list of chat messages; the last assistant content is scored."""
     if isinstance(completion, str):
@@ -103,7 +116,7 @@ def _run_one(rf: RewardFunction, completions: list[str], columns: dict[str, list
     verdicts = getattr(rf.fn, "verdicts", None)
     if verdicts is not None:
         vs = verdicts(completions, **columns)
-        return [v.score for v in vs], [v.reason for v in vs]
+        return [v.score for v in vs], [clean_reason(v.reason) for v in vs]
     values = rf.fn(completions, **columns)
     if not isinstance(values, (list, tuple)) or len(values) != len(completions):
         raise ValueError(f"returned {type(values).__name__} of length "
@@ -123,7 +136,7 @@ def score_batch(functions: list[RewardFunction], completions: list[str], columns
             errors[rf.name] = 0
         except Exception as e:  # a user's reward must not end the run
             per[rf.name] = [0.0] * len(completions)
-            reasons[rf.name] = [f"reward function raised {type(e).__name__}: {e}"] * len(completions)
+            reasons[rf.name] = [clean_reason(f"reward function raised {type(e).__name__}: {e}")] * len(completions)
             errors[rf.name] = len(completions)
             if on_error is not None:
                 on_error(rf.name, e)

@@ -7,14 +7,13 @@ The `tests` column holds a spec, as JSON text or an already-decoded dict:
 "hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails. Score 1 when every
 case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
 
-Nothing the program says about itself is trusted (see rlvr.rewards.harness): stdout is compared here, function
-results arrive as plain JSON tagged with a per-run secret and are compared here strictly, and the expected values
-never enter the sandbox. An assert `assert expr == literal` runs the same way (the sandbox evaluates `expr`, the
-literal stays here); other asserts must report that they ran to the end.
+The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
+plain data (rlvr.rewards.harness, rlvr.rewards.session); expected values, test sources and every
+comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run in this
+process with the candidate's functions as proxies (rlvr.rewards.checks). stdout is compared here.
 """
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -22,8 +21,11 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from rlvr.rewards.base import Verdict, batch_form
+from rlvr.rewards import harness
+from rlvr.rewards.base import Verdict, batch_form, clean_reason
+from rlvr.rewards.checks import Runner, TestCode, Undecidable, compile_test, run_test
 from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
+from rlvr.rewards.session import Session
 
 KINDS = ("stdio", "function", "assert")
 _KEYS = {"kind", "cases", "hidden", "entry_point", "asserts"}
@@ -34,7 +36,7 @@ _CLOSE_FENCE = re.compile(r"^[ \t]*```[ \t]*$")
 
 @dataclass(frozen=True)
 class Case:
-    """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: check (+ expected)."""
+    """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: test code."""
 
     number: int
     hidden: bool
@@ -43,7 +45,7 @@ class Case:
     args: list = field(default_factory=list)
     kwargs: dict = field(default_factory=dict)
     expected: object = None
-    check: tuple[str, str] | None = None   # ("value", expression) or ("stmt", assert source)
+    test: TestCode | None = None
 
 
 @dataclass(frozen=True)
@@ -101,16 +103,16 @@ def parse_spec(tests) -> Spec:
         raise ValueError(f"tests spec ({kind}) has unknown keys {sorted(unknown)}: allowed {sorted(_KEYS)}")
     shown_key = "asserts" if kind == "assert" else "cases"
     shown, hidden = _list(tests, shown_key, kind, required=True), _list(tests, "hidden", kind)
+    entry = tests.get("entry_point")
+    if kind == "function" and (not isinstance(entry, str) or not entry.isidentifier()):
+        raise ValueError("tests spec (function) is missing key 'entry_point' (a function name)")
+    if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
+        raise ValueError(f"tests spec ({kind}) key 'entry_point' must be a function name")
     make = {"stdio": _stdio_case, "function": _function_case, "assert": _assert_case}[kind]
-    cases = tuple(make(item, n, n > len(shown), kind)
+    cases = tuple(make(item, n, n > len(shown), kind, entry)
                   for n, item in enumerate(shown + hidden, start=1))
     if not cases:
         raise ValueError(f"tests spec ({kind}) has no cases")
-    entry = None
-    if kind == "function":
-        entry = tests.get("entry_point")
-        if not isinstance(entry, str) or not entry.isidentifier():
-            raise ValueError("tests spec (function) is missing key 'entry_point' (a function name)")
     return Spec(kind, cases, entry)
 
 
@@ -133,7 +135,7 @@ def _fields(item, n: int, kind: str, required: tuple[str, ...]) -> dict:
     return item
 
 
-def _stdio_case(item, n: int, hidden: bool, kind: str) -> Case:
+def _stdio_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
     item = _fields(item, n, kind, ("stdout",))
     stdin, stdout = item.get("stdin", ""), item["stdout"]
     if not isinstance(stdin, str) or not isinstance(stdout, str):
@@ -141,7 +143,7 @@ def _stdio_case(item, n: int, hidden: bool, kind: str) -> Case:
     return Case(n, hidden, stdin=stdin, stdout=stdout)
 
 
-def _function_case(item, n: int, hidden: bool, kind: str) -> Case:
+def _function_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
     item = _fields(item, n, kind, ("expected",))
     args, kwargs = item.get("args", []), item.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -149,70 +151,29 @@ def _function_case(item, n: int, hidden: bool, kind: str) -> Case:
     return Case(n, hidden, args=args, kwargs=kwargs, expected=item["expected"])
 
 
-def _assert_case(item, n: int, hidden: bool, kind: str) -> Case:
+def _assert_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
     if not isinstance(item, str):
         raise ValueError(f"tests spec (assert) case {n} must be a string of Python")
     try:
-        tree = ast.parse(item)
+        test = compile_test(item, f"tests spec (assert) case {n}", entry)
     except SyntaxError as e:
         raise ValueError(f"tests spec (assert) case {n} does not parse: {e.msg}") from None
-    mode, code, expected = assert_check(tree, item)
-    return Case(n, hidden, expected=expected, check=(mode, code))
-
-
-_NOT_LITERAL = object()
-
-
-def assert_check(tree: ast.Module, source: str) -> tuple[str, str, object]:
-    """`assert expr == literal` (or `literal == expr`, `expr is None/True/False`) becomes a value
-    check: the sandbox evaluates expr and the literal stays with the parent, so no forged 'ok' can
-    pass it. Anything else runs as a statement that must report completion."""
-    stmt = tree.body[0] if len(tree.body) == 1 else None
-    if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1:
-        op, left, right = stmt.test.ops[0], stmt.test.left, stmt.test.comparators[0]
-        if isinstance(op, ast.Eq):
-            for expr, lit in ((left, right), (right, left)):
-                value = _json_literal(lit)
-                if value is not _NOT_LITERAL:
-                    return "value", ast.unparse(expr), value
-        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and type(right.value) in (type(None), bool):
-            return "value", ast.unparse(left), right.value
-    return "stmt", source, None
-
-
-def _json_literal(node: ast.expr):
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _NOT_LITERAL
-    return value if _is_plain(value) else _NOT_LITERAL
-
-
-def _is_plain(v) -> bool:
-    """What survives a JSON round trip unchanged (so tuples, sets and int keys do not)."""
-    if v is None or type(v) in (bool, int, str):
-        return True
-    if type(v) is float:
-        return v == v and v not in (float("inf"), float("-inf"))
-    if type(v) is list:
-        return all(_is_plain(x) for x in v)
-    if type(v) is dict:
-        return all(type(k) is str and _is_plain(x) for k, x in v.items())
-    return False
+    return Case(n, hidden, test=test)
 
 
 # ---- comparison --------------------------------------------------------------------------------
 
 def same(expected, got) -> bool:
-    """Strict equality on plain JSON data: bools are not numbers, 1 == 1.0, lists and dicts by
-    content. Both sides are data the parent decoded, so no user `__eq__` is ever called."""
+    """Strict equality on decoded plain data: bools are not numbers, 1 == 1.0, a tuple is not a
+    list, lists and dicts by content. Both sides are data the parent built, so no user `__eq__`
+    is ever called."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(expected) is type(got) and expected == got
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
         return expected == got
     if type(expected) is not type(got):
         return False
-    if isinstance(expected, list):
+    if isinstance(expected, (list, tuple)):
         return len(expected) == len(got) and all(same(a, b) for a, b in zip(expected, got))
     if isinstance(expected, dict):
         return expected.keys() == got.keys() and all(same(expected[k], got[k]) for k in expected)
@@ -222,16 +183,6 @@ def same(expected, got) -> bool:
 def normalise_output(text: str) -> str:
     """Trailing whitespace at line ends and at the end is the only leniency."""
     return "\n".join(line.rstrip() for line in text.split("\n")).rstrip()
-
-
-def decode_result(text: str):
-    """Parse a reported value; raises ValueError for anything but strict JSON data (no NaN)."""
-    def reject(name: str):
-        raise ValueError(f"{name} is not JSON data")
-    try:
-        return json.loads(text, parse_constant=reject)
-    except RecursionError:
-        raise ValueError("nested too deep") from None
 
 
 def _clip(s: str, n: int = 60) -> str:
@@ -258,80 +209,84 @@ def _stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tupl
     return outcomes
 
 
-def _reported_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
-    """One run for all function calls or asserts; each case is judged from its tagged line."""
-    payload = {"kind": spec.kind, "source": program}
-    if spec.kind == "function":
-        payload.update(entry_point=spec.entry_point, calls=[[c.args, c.kwargs] for c in spec.cases])
-    else:
-        payload["checks"] = [list(c.check) for c in spec.cases]
-    r = run_harness(payload, None, cfg.limits, cfg.sandbox)
-    whole = r.failure(cfg.limits)
-    if r.output_too_large:
-        return [(False, whole)] * len(spec.cases)
-    load = r.reports.get("load")
-    if load is not None:
-        whole = _err_reason(load[1], None)
+def _session_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+    """One sandbox for the program; every call over its pipes, every check decided here."""
+    with Session(program, cfg.limits, cfg.sandbox) as session:
+        if session.load_error is not None:
+            return [(False, _load_reason(*session.load_error))] * len(spec.cases)
+        if spec.kind == "function":
+            return _function_outcomes(session, spec)
+        runner = Runner(session, [c for case in spec.cases for c in case.test.prefetch])
+        outcomes = []
+        for case in spec.cases:
+            try:
+                ok, why = run_test(case.test, runner, spec.entry_point)
+            except Undecidable as e:
+                raise ValueError(f"tests spec (assert) case {case.number} cannot be decided outside the "
+                                 f"sandbox: it {e.args[0]}; rewrite it as calls on plain data") from None
+            outcomes.append((True, "") if ok else (False, _case_reason(case, why)))
+            if not ok and not cfg.partial:
+                break
+        return outcomes
+
+
+def _function_outcomes(session: Session, spec: Spec) -> list[tuple[bool, str]]:
+    name = spec.entry_point
+    replies = session.call([[name, harness.encode(c.args), harness.encode(c.kwargs)] for c in spec.cases])
     outcomes = []
-    for i, case in enumerate(spec.cases):
-        key = str(i)
-        if key in r.duplicates:
-            outcomes.append((False, f"failed case {case.number}: reported twice (forged result)"))
-        elif key not in r.reports:
-            outcomes.append((False, whole or f"failed case {case.number}: no result (the program "
-                                              "exited before reporting)"))
+    for case, reply in zip(spec.cases, replies):
+        tag = reply[0]
+        if tag == "v":
+            ok = same(case.expected, reply[1])
+            outcomes.append((True, "") if ok else (False, _mismatch(case, case.expected, reply[1])))
+        elif tag == "e":
+            why = "memory limit" if reply[2] == "MemoryError" else \
+                "raised " + (f"{reply[1]}: {reply[3]}" if reply[3] else reply[1])
+            outcomes.append((False, _case_reason(case, why)))
+        elif tag == "n":
+            outcomes.append((False, _case_reason(case, f"returned a {reply[1]}, not plain data")))
+        elif tag == "m":
+            outcomes.append((False, f"no function named {name}"))
         else:
-            outcomes.append(_judge_report(case, *r.reports[key]))
+            outcomes.append((False, _case_reason(case, reply[1])))
     return outcomes
 
 
-def _judge_report(case: Case, status: str, text: str) -> tuple[bool, str]:
-    value_check = case.check is None or case.check[0] == "value"
-    if status == "ok" and not value_check:
-        return True, ""
-    if status == "err":
-        return False, _err_reason(text, case.number)
-    if status != "value" or not value_check:
-        return False, f"failed case {case.number}: malformed result"
-    try:
-        got = decode_result(text)
-    except ValueError:
-        return False, f"failed case {case.number}: result is not JSON data"
-    try:
-        ok = same(case.expected, got)
-    except RecursionError:
-        ok = False
-    return (True, "") if ok else (False, _mismatch(case, case.expected, got))
-
-
-def _err_reason(text: str, number: int | None) -> str:
-    if text.startswith("MemoryError"):
+def _load_reason(type_name: str, base: str, message: str) -> str:
+    if base == "MemoryError":
         return "memory limit"
-    if number is None:
-        return text if text.startswith("no function named") else f"crashed: {text}"
-    if text.startswith("not JSON data: "):
-        return f"failed case {number}: result is not JSON data ({text[15:]})"
-    if text == "assertion failed":
-        return f"failed case {number}: assertion failed"
-    return f"failed case {number}: raised {text}"
+    return "crashed: " + (f"{type_name}: {message}" if message else type_name)
+
+
+_WHOLE_RUN = ("timed out", "memory limit", "output too large", "crashed", "no function named",
+              "malformed answer")
+
+
+def _case_reason(case: Case, why: str) -> str:
+    """Hidden cases' reasons carry no exception message: it could quote the hidden inputs."""
+    if why.startswith(_WHOLE_RUN):
+        return why
+    if case.hidden and why.startswith(("raised ", "test raised ")):
+        why = why.split(":", 1)[0]
+    return f"failed case {case.number}{' (hidden)' if case.hidden else ''}: {why}"
 
 
 def _mismatch(case: Case, want, got, text: bool = False) -> str:
     if case.hidden:  # reasons are logged with samples; keep hidden answers out of them
         return f"failed case {case.number} (hidden): wrong answer"
-    show = (lambda v: repr(_clip(v))) if text else (lambda v: _clip(json.dumps(v)))
+    show = (lambda v: repr(_clip(v))) if text else (lambda v: _clip(repr(v)))
     return f"failed case {case.number}: expected {show(want)}, got {show(got)}"
 
 
 def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
     """Score one extracted program against a parsed spec."""
-    run = _stdio_outcomes if spec.kind == "stdio" else _reported_outcomes
+    run = _stdio_outcomes if spec.kind == "stdio" else _session_outcomes
     outcomes = run(program, spec, cfg)
     n = len(spec.cases)
     passed = sum(ok for ok, _ in outcomes)
     if passed == n:
         return Verdict(1.0, f"passed {n}/{n}", program)
-    first = next(why for ok, why in outcomes if not ok)  # runs stop only after a failure
+    first = clean_reason(next(why for ok, why in outcomes if not ok))  # runs stop only after a failure
     if cfg.partial:
         return Verdict(passed / n, f"passed {passed}/{n}; {first}", program)
     return Verdict(0.0, first, program)

@@ -16,20 +16,25 @@ Layers, each with the threat it answers:
   it counts every process of the host uid, so one fork bomb stopped parallel sandboxes starting;
 - a wall-clock deadline after which the process group gets SIGKILL, which cannot be caught or
   ignored; bwrap's pid namespace takes down every descendant, even one that left the group;
+- a seccomp filter (rlvr.rewards.seccomp) denying the keyring, SysV IPC, memfd, ptrace and the
+  other calls container runtimes deny, and a fresh session keyring joined before bwrap starts;
+- a per-run cgroup (rlvr.rewards.cgroup) capping the run's total memory (no swap) and tasks; where
+  none can be made, the process limit shrinks so that processes x address space fits the same
+  budget; and oom_score_adj 1000, so a machine-wide OOM takes the sandbox, never the trainer;
 - stdout and the result pipe are read to a cap, so a flood costs bounded memory.
 Without bubblewrap the run is refused unless unsafe mode is asked for; rlimits and the wall-clock
 kill still apply then, the namespaces do not.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import logging
 import math
 import os
+import platform
 import resource
-import secrets
-import selectors
 import shutil
 import signal
 import subprocess
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.errors import RlvrError
-from rlvr.rewards import harness
+from rlvr.rewards import cgroup, collect, harness, seccomp
 
 MiB = 1 << 20
 UNSAFE_ENV = "RLVR_UNSAFE_NO_SANDBOX"
@@ -48,10 +53,13 @@ INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 HARNESS_SOURCE = Path(harness.__file__).read_text(encoding="utf-8")
 _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
-_STDERR_TAIL = 8192
-_DRAIN_GRACE_S = 0.5   # after the program exits, how long its pipes may take to drain
 _log = logging.getLogger(__name__)
 _warned_unsafe = False
+_warned_no_cgroup = False
+# Resolved before any fork: the child must not load libraries between fork and exec.
+_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+_KEYCTL_JOIN_SESSION_KEYRING = 1
 
 
 class SandboxUnavailable(RlvrError):
@@ -60,11 +68,13 @@ class SandboxUnavailable(RlvrError):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per program run. nproc counts processes and threads of the sandbox user."""
+    """Per program run. memory_bytes is each process's address space; run_memory_bytes the whole
+    run's (cgroup, no swap). max_procs counts processes and threads of the run."""
 
     wall_s: float = 2.0
     cpu_s: float = 2.0
     memory_bytes: int = 512 * MiB
+    run_memory_bytes: int = 2048 * MiB
     max_procs: int = 64
     stdout_bytes: int = 1 * MiB
     file_bytes: int = 16 * MiB
@@ -95,31 +105,39 @@ class Sandbox:
 class RunResult:
     stdout: bytes
     stderr_tail: str
-    reports: dict        # case -> (status, text), from lines tagged with this run's secret
-    duplicates: set      # cases reported more than once: a forgery attempt
     exit_code: int | None
     timed_out: bool
     output_too_large: bool
     wall_s: float
+    oom_killed: bool = False   # the run's cgroup went over its memory
 
     def failure(self, limits: SandboxLimits) -> str | None:
         """Why the run failed as a whole (a short reason), or None when it exited cleanly."""
-        if self.output_too_large:
-            return "output too large"
-        if self.timed_out:
-            return f"timed out after {limits.wall_s:.1f}s"
-        last = next((ln.strip() for ln in reversed(self.stderr_tail.splitlines()) if ln.strip()), "")
-        if "MemoryError" in last:
-            return "memory limit"
-        rc = self.exit_code or 0
-        sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0   # bwrap reports a signal as 128 + n
-        if sig == signal.SIGXCPU:
-            return "cpu time limit"
-        if rc and not last and sig in signal.valid_signals():
-            return f"crashed: killed by {signal.Signals(sig).name}"
-        if rc:
-            return f"crashed: {last[:200]}" if last else f"crashed: exit code {rc}"
-        return None
+        return exit_reason(self.exit_code, self.stderr_tail, limits, self.timed_out,
+                           self.output_too_large, self.oom_killed)
+
+
+def exit_reason(exit_code: int | None, stderr_tail: str, limits: SandboxLimits, timed_out: bool = False,
+                too_large: bool = False, oom_killed: bool = False) -> str | None:
+    """Why a run failed as a whole (a short reason), or None when it exited cleanly."""
+    if too_large:
+        return "output too large"
+    if timed_out:
+        return f"timed out after {limits.wall_s:.1f}s"
+    if oom_killed:
+        return "memory limit (whole run)"
+    last = next((ln.strip() for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
+    if "MemoryError" in last:
+        return "memory limit"
+    rc = exit_code or 0
+    sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0   # bwrap reports a signal as 128 + n
+    if sig == signal.SIGXCPU:
+        return "cpu time limit"
+    if rc and not last and sig in signal.valid_signals():
+        return f"crashed: killed by {signal.Signals(sig).name}"
+    if rc:
+        return f"crashed: {last[:200]}" if last else f"crashed: exit code {rc}"
+    return None
 
 
 def default_python() -> str:
@@ -164,17 +182,17 @@ def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
     return argv
 
 
-def _rlimits(limits: SandboxLimits, nproc: bool) -> list[tuple[int, int, int]]:
+def _rlimits(limits: SandboxLimits, nproc: int | None) -> list[tuple[int, int, int]]:
     """(resource, soft, hard), hard never above what we hold (raising it would fail unprivileged).
-    nproc=False leaves the process limit to the harness, inside the sandbox's user namespace."""
+    nproc=None leaves the process limit to the harness, inside the sandbox's user namespace."""
     cpu = max(1, math.ceil(limits.cpu_s))
     wanted = [(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
               (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at soft, SIGKILL at hard
               (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
               (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
               (resource.RLIMIT_CORE, 0, 0)]
-    if nproc:
-        wanted.append((resource.RLIMIT_NPROC, limits.max_procs, limits.max_procs))
+    if nproc is not None:
+        wanted.append((resource.RLIMIT_NPROC, nproc, nproc))
     out = []
     for res, soft, hard in wanted:
         held = resource.getrlimit(res)[1]
@@ -183,13 +201,109 @@ def _rlimits(limits: SandboxLimits, nproc: bool) -> list[tuple[int, int, int]]:
     return out
 
 
-def _limiter(rlimits: list[tuple[int, int, int]]):
-    """preexec_fn: runs in the forked child before exec. It only calls setrlimit, which takes no
-    Python-level locks, so the usual preexec_fn-with-threads deadlock does not apply."""
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _child_setup(rlimits: list[tuple[int, int, int]], cgroup_files: tuple[str, ...], uid: int | None):
+    """preexec_fn: runs in the forked child before it executes bubblewrap. It calls only os-level
+    functions and a libc function resolved at import, which take no Python-level locks, so the
+    usual preexec_fn-with-threads deadlock does not apply. Order matters:
+    - join the run's cgroup first, so every process the sandbox ever makes is inside it;
+    - oom_score_adj 1000 while we may still write our /proc entry (raising it needs no privilege);
+    - drop to the unprivileged uid (root-run bwrap would map the sandbox user to host root);
+    - a fresh, empty session keyring owned by that uid, so the caller's keys are out of reach even
+      if seccomp is unavailable (where keyctl is already denied to us, it is denied to the child);
+    - the rlimits last, after the uid change."""
     def apply():
+        for path in cgroup_files:
+            _write_file(path, b"0")
+        _write_file("/proc/self/oom_score_adj", b"1000")
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        if _KEYCTL_NR is not None:
+            _syscall(_KEYCTL_NR, _KEYCTL_JOIN_SESSION_KEYRING, None)
         for res, soft, hard in rlimits:
             resource.setrlimit(res, (soft, hard))
     return apply
+
+
+def fallback_procs(limits: SandboxLimits) -> int:
+    """Without a run cgroup the total is bounded by processes x address space: cap the processes
+    so that the product stays within run_memory_bytes (never below 4, so the harness, bwrap's init
+    and a child or two fit)."""
+    return min(limits.max_procs, max(4, limits.run_memory_bytes // limits.memory_bytes))
+
+
+def _warn_no_cgroup(limits: SandboxLimits) -> None:
+    global _warned_no_cgroup
+    if not _warned_no_cgroup:
+        _warned_no_cgroup = True
+        _log.warning("no per-run cgroup can be made here (needs a writable cgroup tree: root or a "
+                     "delegated subtree); each sandboxed run is held to %d processes/threads of at "
+                     "most %d MiB address space each instead", fallback_procs(limits),
+                     limits.memory_bytes // MiB)
+
+
+@dataclass
+class Spawned:
+    """A started sandbox: the process (its own session and group), its run cgroup, its start time."""
+
+    proc: subprocess.Popen
+    cgroup: cgroup.RunCgroup | None
+    started: float
+
+    def finish(self) -> bool:
+        """Kill whatever is left, reap it, remove the cgroup; True when the cgroup OOM-killed."""
+        if self.proc.returncode is None:   # once reaped, its pid may belong to someone else
+            collect.kill_group(self.proc.pid)
+            self.proc.wait()
+        if self.cgroup is None:
+            return False
+        oom = self.cgroup.oom_killed()
+        self.cgroup.remove()
+        return oom
+
+
+def spawn(payload: dict, extra_args: list[str], limits: SandboxLimits, sandbox: Sandbox, *,
+          stdin, stdout, stderr, pass_fds: tuple[int, ...] = ()) -> Spawned:
+    """Start `python -I -c HARNESS PAYLOAD_FD *extra_args` isolated and limited (see the module
+    docstring). The caller closes its own copies of pass_fds once this returns."""
+    prefix = launcher(sandbox, limits)
+    python = sandbox.python or default_python()
+    cg = cgroup.create(limits.run_memory_bytes, limits.max_procs)
+    if cg is None:
+        _warn_no_cgroup(limits)
+    procs = limits.max_procs if cg is not None else fallback_procs(limits)
+    filter_fd = None
+    if prefix and "--seccomp" in bwrap_options(prefix[0]):
+        rules = seccomp.deny_filter()
+        if rules is not None:
+            filter_fd = _memfile(rules)
+            prefix = prefix[:1] + ["--seccomp", str(filter_fd)] + prefix[1:]
+    payload_fd = _memfile(_json_bytes({**payload, "max_procs": procs if prefix else None}))
+    argv = prefix + [python, "-I", "-c", HARNESS_SOURCE, str(payload_fd), *extra_args]
+    fds = tuple(fd for fd in (payload_fd, filter_fd) if fd is not None)
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds + tuple(pass_fds),
+            env=_CHILD_ENV, start_new_session=True, cwd="/" if prefix else tempfile.gettempdir(),
+            preexec_fn=_child_setup(_rlimits(limits, None if prefix else procs),
+                                    cg.procs_files if cg else (), _host_uid(sandbox)))
+    except BaseException:
+        if cg is not None:
+            cg.remove()
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return Spawned(proc, cg, time.monotonic())
 
 
 @functools.lru_cache(maxsize=8)
@@ -197,8 +311,16 @@ def _probe(bwrap: str, python: str, uid: int | None) -> None:
     """Start one empty sandbox, so a bwrap that cannot work here (no user namespaces, say) is an
     error now, not a silent 0 for every completion."""
     argv = bwrap_argv(bwrap, python, SandboxLimits()) + [python, "-I", "-c", "pass"]
-    r = subprocess.run(argv, capture_output=True, env=_CHILD_ENV, cwd="/", timeout=30,
-                       start_new_session=True, **_identity(uid))
+    rules = seccomp.deny_filter() if "--seccomp" in bwrap_options(bwrap) else None
+    fds = () if rules is None else (_memfile(rules),)
+    if fds:
+        argv[1:1] = ["--seccomp", str(fds[0])]
+    try:
+        r = subprocess.run(argv, capture_output=True, env=_CHILD_ENV, cwd="/", timeout=30, pass_fds=fds,
+                           start_new_session=True, **_identity(uid))
+    finally:
+        for fd in fds:
+            os.close(fd)
     if r.returncode != 0:
         err = r.stderr.decode("utf-8", "replace").strip()[-500:]
         raise SandboxUnavailable(f"bubblewrap at {bwrap} could not start a sandbox "
@@ -259,123 +381,24 @@ def _memfile(data: bytes) -> int:
 
 def run_harness(payload: dict, stdin: bytes | None = None, limits: SandboxLimits = SandboxLimits(),
                 sandbox: Sandbox = Sandbox()) -> RunResult:
-    """Run the harness on payload (see rlvr.rewards.harness) once, isolated and limited.
-
-    A secret made for this run tags the harness's result lines; the parent keeps only those.
-    """
-    token = secrets.token_hex(16)
-    prefix = launcher(sandbox, limits)
-    python = sandbox.python or default_python()
-    inner_nproc = limits.max_procs if prefix else None
-    read_end, write_end = os.pipe()
-    payload_fd = _memfile(_json_bytes({**payload, "token": token, "max_procs": inner_nproc}))
+    """Run the harness in stdio mode on payload (see rlvr.rewards.harness) once; the program's
+    stdout is the result, judged by the caller."""
     stdin_fd = _memfile(stdin) if stdin is not None else subprocess.DEVNULL
-    argv = prefix + [python, "-I", "-c", HARNESS_SOURCE, str(write_end), str(payload_fd)]
-    started = time.monotonic()
     try:
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_end, payload_fd), env=_CHILD_ENV, start_new_session=True,
-                cwd="/" if prefix else tempfile.gettempdir(),
-                preexec_fn=_limiter(_rlimits(limits, nproc=not prefix)), **_identity(_host_uid(sandbox)))
-        finally:
-            # Our copies must go, or the result pipe never reaches end-of-file.
-            for fd in (write_end, payload_fd, stdin_fd):
-                if fd >= 0:
-                    os.close(fd)
-        out, err, chan, timed_out, too_large = _collect(proc, read_end, limits, started)
+        run = spawn(payload, [], limits, sandbox, stdin=stdin_fd, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)
     finally:
-        os.close(read_end)
-    reports, dupes = harness.parse_reports(chan, token)
-    return RunResult(stdout=out, stderr_tail=err.decode("utf-8", "replace"), reports=reports,
-                     duplicates=dupes, exit_code=proc.returncode, timed_out=timed_out,
-                     output_too_large=too_large, wall_s=time.monotonic() - started)
+        if stdin_fd != subprocess.DEVNULL:
+            os.close(stdin_fd)
+    try:
+        out, err, timed_out, too_large = collect.collect(run.proc, limits.wall_s, limits.stdout_bytes,
+                                                         run.started)
+    finally:
+        oom = run.finish()
+    return RunResult(stdout=out, stderr_tail=err.decode("utf-8", "replace"), exit_code=run.proc.returncode,
+                     timed_out=timed_out, output_too_large=too_large,
+                     wall_s=time.monotonic() - run.started, oom_killed=oom)
 
 
 def _json_bytes(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=True, allow_nan=False).encode("ascii")
-
-
-def _exited(pid: int) -> bool:
-    """Has pid exited? WNOWAIT leaves the zombie in place, so its pid (and process group id)
-    cannot be reused before we have killed the group."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL cannot be caught or ignored; the group holds every descendant that stayed in it,
-    and in bwrap mode killing bwrap ends the pid namespace, which takes the rest."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _collect(proc: subprocess.Popen, chan_fd: int, limits: SandboxLimits, started: float):
-    """Read stdout, stderr and the result pipe until the program has exited and its pipes are
-    drained, the wall clock runs out, or a cap is passed. The group is dead when this returns.
-
-    Returns (stdout, stderr tail, channel, timed_out, output_too_large).
-    """
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    caps = {out_fd: limits.stdout_bytes, chan_fd: limits.channel_bytes, err_fd: None}
-    bufs = {fd: bytearray() for fd in caps}
-    sel = selectors.DefaultSelector()
-    for fd in caps:
-        sel.register(fd, selectors.EVENT_READ)
-    pidfd = _open_pidfd(proc.pid)
-    if pidfd is not None:
-        sel.register(pidfd, selectors.EVENT_READ)  # readable once the process exits
-    deadline, exited_at = started + limits.wall_s, None
-    timed_out = too_large = False
-    try:
-        while not too_large and (exited_at is None or any(fd in caps for fd in sel.get_map())):
-            now = time.monotonic()
-            if exited_at is None and _exited(proc.pid):
-                exited_at = now
-                _kill_group(proc.pid)  # leftovers holding our pipes open die now
-                continue
-            end = deadline if exited_at is None else exited_at + _DRAIN_GRACE_S
-            if now >= end:
-                timed_out = exited_at is None
-                break
-            wait = end - now if pidfd is not None else min(end - now, 0.01)
-            too_large = _read_ready(sel.select(wait), sel, bufs, caps, pidfd)
-    finally:
-        sel.close()
-        if pidfd is not None:
-            os.close(pidfd)
-        _kill_group(proc.pid)
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), bytes(bufs[chan_fd]), timed_out, too_large
-
-
-def _read_ready(events, sel, bufs: dict, caps: dict, pidfd: int | None) -> bool:
-    """Read what is ready into bufs; True when a capped buffer went over its cap."""
-    too_large = False
-    for key, _ in events:
-        if key.fd == pidfd:
-            sel.unregister(pidfd)  # it stays readable; the loop now sees the exit itself
-            continue
-        chunk = os.read(key.fd, 1 << 16)
-        if not chunk:
-            sel.unregister(key.fd)
-            continue
-        buf, cap = bufs[key.fd], caps[key.fd]
-        buf += chunk
-        if cap is None:
-            del buf[:-_STDERR_TAIL]     # stderr: only its end matters (the last line)
-        elif len(buf) > cap:
-            del buf[cap:]               # read at most the cap; the flood is a failure
-            too_large = True
-    return too_large
-
-
-def _open_pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # Python < 3.9 or Linux < 5.3: poll instead
-        return None

@@ -110,8 +110,8 @@ def test_partial_scoring_gives_the_exact_fraction():
 
 @pytest.mark.parametrize("src, reason", [
     ("def f(a, b=0):\n    return a - b", "failed case 1: expected 3, got -1"),
-    ("def f(a, b=0):\n    return str(a + b)", 'failed case 1: expected 3, got "3"'),
-    ("def f(a, b=0):\n    return a + b == 3", "failed case 1: expected 3, got true"),
+    ("def f(a, b=0):\n    return str(a + b)", "failed case 1: expected 3, got '3'"),
+    ("def f(a, b=0):\n    return a + b == 3", "failed case 1: expected 3, got True"),
     ("def g(a, b):\n    return a + b", "no function named f"),
     ("def f(a, b):\n    return 1 / 0", "failed case 1: raised ZeroDivisionError: division by zero"),
     ("def f(a, b) return", "crashed: SyntaxError: "),
@@ -157,9 +157,9 @@ def test_attack_scores_zero_within_its_limit(name):
     ("memory-bomb-list", "memory limit"),
     ("huge-output", "output too large"),
     ("hard-coded-visible-answers", "failed case 2 (hidden): wrong answer"),
-    ("frame-walk-calls-harness-report", "failed case 1: reported twice (forged result)"),
-    ("always-equal-object", "failed case 1: result is not JSON data (Eq)"),
-    ("int-subclass-equal", "failed case 1: result is not JSON data (I)"),
+    ("frame-walk-calls-harness-report", "failed case 1: expected 3, got 0"),   # nothing to forge
+    ("always-equal-object", "failed case 1: returned a Eq, not plain data"),
+    ("int-subclass-equal", "failed case 1: returned a I, not plain data"),
     ("os-exit-before-results", "failed case 1: no result (the program exited before reporting)"),
 ])
 def test_attack_reasons(name, reason):
@@ -304,13 +304,15 @@ def test_malformed_specs_raise_clearly(spec, message):
         reward([block("print(1)")], tests=[spec])
 
 
-def test_asserts_of_the_form_expr_equals_literal_keep_the_literal_out_of_the_sandbox():
+def test_assert_tests_are_compiled_for_the_parent_with_literal_calls_prefetched():
     spec = parse_spec({"kind": "assert", "asserts": ["assert f(1) == [1, {'a': None}]", "assert 2 == g()",
-                                                     "assert h() is None", "assert f(1) > 0",
-                                                     "assert f(1) == (1, 2)"]})
-    checks = [(c.check, c.expected) for c in spec.cases]
-    assert checks[:3] == [(("value", "f(1)"), [1, {"a": None}]), (("value", "g()"), 2), (("value", "h()"), None)]
-    assert checks[3][0][0] == "stmt" and checks[4][0][0] == "stmt"   # not a comparison; a tuple is not JSON
+                                                     "assert abs(f(2, k=(1, 2)) - 1.4) < 1e-9",
+                                                     "import math\nassert math.isclose(f(x), 2)"]})
+    tests = [c.test for c in spec.cases]
+    assert [sorted(t.names) for t in tests] == [["f"], ["g"], ["f"], ["f", "x"]]
+    assert tests[0].prefetch == ('["f",[1],{"d":[]}]',) and tests[1].prefetch == ('["g",[],{"d":[]}]',)
+    assert tests[2].prefetch == ('["f",[2],{"d":[["k",{"t":[1,2]}]]}]',)   # the tuple stays a tuple
+    assert tests[3].prefetch == ()                                          # x is not a literal
 
 
 # ---- the missing-bubblewrap refusal and unsafe mode --------------------------------------------
