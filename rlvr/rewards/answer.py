@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import re
 
-_ANSWER_LINE = re.compile(r"^[ \t]*answer[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+# "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
+# answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
+_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _INTEGER = re.compile(r"^[+-]?\d{1,3}(,\d{3})+$|^[+-]?\d+$")
 

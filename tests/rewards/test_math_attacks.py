@@ -12,6 +12,10 @@ ATTACKS = [
     ("equation-chain-x", "Answer: x = 5 = 3", "3"),
     ("two-boxes", "\\boxed{3} \\boxed{5}", "3"),
     ("box-and-line", "\\boxed{4}\nAnswer: 3", "3"),
+    # issue 13, class 5: two final answers in different forms on one line, either order
+    ("box-then-answer-same-line", "\\boxed{7} Answer: 8", "7"),
+    ("answer-then-box-same-line", "So the result is Answer: 8 and \\boxed{7}", "7"),
+    ("tag-and-inline-answer", "<answer>7</answer> final answer: 8", "7"),
     ("two-answer-lines", "Answer: 3\nAnswer: 4", "3"),
     ("boxed-set-as-answers", "\\boxed{\\{3, 5\\}}", "3"),
     ("comma-list", "Answer: 3, 5", "3"),
@@ -61,6 +65,7 @@ CONTROLS = [
     ("pi-rounded-gold", "\\boxed{\\frac{\\pi}{4}}", "0.785"),
     ("after-think", "<think>maybe 4</think>\nAnswer: 3", "3"),
     ("same-answer-twice", "\\boxed{3}\nAnswer: 3", "3"),
+    ("inline-answer-agrees-with-box", "\\boxed{3} so the final answer: 3", "3"),
     ("interval", "\\boxed{(0, 1]}", "(0, 1]"),
     ("symbolic", "\\boxed{2x + 1}", "1 + 2x"),
     ("text-unit", "\\boxed{12\\text{}}", "12"),
