@@ -227,7 +227,10 @@ def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[b
         outcome = False, ""
     except AssertionError as e:
         outcome = False, _candidate_raised(e) or "assertion failed"
-    except Exception as e:  # noqa: BLE001 - whatever the test raised fails it
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: B036 - whatever the test raised fails it (pytest.raises'
+        # "DID NOT RAISE" is a BaseException)
         outcome = False, _candidate_raised(e) or f"test raised {type(e).__name__}: {e}"
     if isinstance(runner.failure, Undecidable):
         raise runner.failure

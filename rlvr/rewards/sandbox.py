@@ -120,12 +120,12 @@ class RunResult:
 def exit_reason(exit_code: int | None, stderr_tail: str, limits: SandboxLimits, timed_out: bool = False,
                 too_large: bool = False, oom_killed: bool = False) -> str | None:
     """Why a run failed as a whole (a short reason), or None when it exited cleanly."""
+    if oom_killed:   # first: what follows from it (a time-out, a crash) says less
+        return "memory limit (whole run)"
     if too_large:
         return "output too large"
     if timed_out:
         return f"timed out after {limits.wall_s:.1f}s"
-    if oom_killed:
-        return "memory limit (whole run)"
     last = next((ln.strip() for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
     if "MemoryError" in last:
         return "memory limit"
