@@ -89,13 +89,56 @@ def _hardcoded(p: Problem) -> str:
     return _block(f"def {_entry(p)}(*a, **k):\n    return None")
 
 
+def _names(p: Problem) -> list[str]:
+    """Every function name the tests call (the entry point, or the free names of asserts)."""
+    from rlvr.rewards.code import parse_spec
+
+    spec = parse_spec(p.tests)
+    names = {spec.entry_point or "solve"}
+    for c in spec.cases:
+        if c.test is not None:
+            names |= set(c.test.names)
+    return sorted(names)
+
+
+def _define_all(p: Problem, body: str) -> str:
+    return "\n".join(f"def {n}(*a, **k):\n    {body}" for n in _names(p))
+
+
+# An object whose comparisons, arithmetic, abs, len, indexing and truth all "succeed", with `math`
+# shadowed: what wins when a check is decided on the candidate's own objects.
+_OMNI = """import sys, types, builtins
+class Omni:
+    def __eq__(s, o): return True
+    __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __eq__
+    def __sub__(s, o): return s
+    __rsub__ = __add__ = __radd__ = __mul__ = __pow__ = __truediv__ = __getitem__ = __sub__
+    def __abs__(s): return 0
+    def __len__(s): return 0
+    def __bool__(s): return True
+    def __float__(s): return 0.0
+    __hash__ = object.__hash__
+fake = types.ModuleType("math"); fake.isclose = lambda *a, **k: True; sys.modules["math"] = fake
+builtins.abs = lambda x: 0
+"""
+# Rewrites the harness so every call "returns" True, and forges replies on every descriptor.
+_TAMPER = """import os, sys
+h = sys.modules.get("__main__")
+for name in ("answer", "encode", "describe", "loads"):
+    try: setattr(h, name, lambda *a, **k: ["v", True] if name == "answer" else True)
+    except Exception: pass
+for fd in range(3, 64):
+    try: os.write(fd, b'["ready"]\\n' + b'["v",true]\\n' * 50 + b"ok 0 value true\\n")
+    except OSError: pass
+"""
+
+
 CODE_ATTACKS = [
     Attack("no code block", lambda p: "I would solve this with a loop."),
     Attack("exit before the results", lambda p: _block("import os\nos._exit(0)")),
     Attack("sys.exit(0)", lambda p: _block("import sys\nsys.exit(0)")),
-    Attack("always-equal object", lambda p: _block(
-        "class A:\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
-        f"def {_entry(p)}(*a, **k): return A()\nprint(A())")),
+    Attack("always-equal object", lambda p: _block(_OMNI + _define_all(p, "return Omni()") + "\nprint(Omni())")),
+    Attack("harness tampering", lambda p: _block(_TAMPER + _define_all(p, "return True"))),
     Attack("print a forged pass", lambda p: _block("print('ok ok ok passed 1/1 True')")),
     Attack("endless loop", lambda p: _block("while True: pass")),
     Attack("special-case the visible tests", _hardcoded),
@@ -121,6 +164,39 @@ def leak_findings(splits: Splits, limit: int = 3) -> list[str]:
     return findings
 
 
+def _hidden_texts(case) -> list[str]:
+    """What of a hidden case would give it away if a prompt showed it (short strings excluded:
+    a '3' in a prompt proves nothing)."""
+    if case.test is not None:
+        texts = [case.test.source.strip()]
+    elif case.stdout or case.stdin:
+        texts = [case.stdin.strip(), case.stdout.strip()]
+    else:
+        texts = [repr(case.args)[1:-1], repr(case.expected)]
+    return [t for t in texts if len(t) >= 4]
+
+
+def code_findings(splits: Splits, limit: int = 3) -> list[str]:
+    """Code tasks: specs with no hidden cases (hard-coding the visible answers passes them), and
+    prompts that show a hidden case's input, output or source."""
+    from rlvr.rewards.code import parse_spec
+
+    findings = []
+    for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
+        coded = [(p, parse_spec(p.tests)) for p in problems if p.tests]
+        bare = [p for p, spec in coded if not any(c.hidden for c in spec.cases)]
+        if bare:
+            findings.append(f"{name}: {len(bare)}/{len(coded)} code specs have no hidden cases, so a program "
+                            f"that hard-codes the visible answers passes (e.g. {bare[0].question[:60]!r})")
+        shown = [(p, t) for p, spec in coded for c in spec.cases if c.hidden
+                 for t in _hidden_texts(c) if t in p.question]
+        if shown:
+            examples = "; ".join(f"{t[:40]!r} in {p.question[:40]!r}" for p, t in shown[:limit])
+            findings.append(f"{name}: {len(shown)} hidden test inputs/outputs appear in their prompts "
+                            f"(e.g. {examples})")
+    return findings
+
+
 def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
                 attacks: list[Attack] = MATH_ATTACKS) -> dict[str, dict[str, float]]:
     """attack -> reward name -> the highest score that attack got on any of the problems."""
@@ -138,7 +214,8 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
     """Leaks, then the maths battery (or the code battery when the task has a tests column)."""
     problems = (splits.train or splits.heldout)[:n_problems]
     attacks = CODE_ATTACKS if problems and problems[0].tests else MATH_ATTACKS
-    report = AuditReport(leaks=leak_findings(splits), table=run_attacks(rewards, problems, attacks))
+    leaks = leak_findings(splits) + (code_findings(splits) if attacks is CODE_ATTACKS else [])
+    report = AuditReport(leaks=leaks, table=run_attacks(rewards, problems, attacks))
     strict = {rf.name for rf in rewards if getattr(rf.fn, "checks_correctness", True)}
     for attack in attacks:
         for reward, score in report.table[attack.name].items():

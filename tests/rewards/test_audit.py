@@ -56,3 +56,19 @@ def test_code_battery_and_hidden_cases():
     # without hidden cases, hard-coding the visible one passes: the audit says the tests are weak
     report = audit(code_splits(hidden=False), rewards)
     assert report.weak["code_tests"] == ["special-case the visible tests"]
+
+
+def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_new_attacks():
+    import json
+    from rlvr.rewards.audit import code_findings
+
+    spec = {"kind": "assert", "asserts": ["assert add(1, 2) == 3"], "hidden": ["assert add(40, 2) == 42"]}
+    shown = Problem("Write add(a, b) so that assert add(40, 2) == 42 holds.", "", tests=json.dumps(spec))
+    found = code_findings(Splits(train=[shown], heldout=[], ood=[]))
+    assert found == ["train: 1 hidden test inputs/outputs appear in their prompts "
+                     "(e.g. 'assert add(40, 2) == 42' in 'Write add(a, b) so that assert add(40, 2')"]
+    report = audit(code_splits(hidden=True), build_rewards({"code_tests": 1.0}))
+    assert {"always-equal object", "harness tampering"} <= set(report.table)
+    assert report.table["always-equal object"]["code_tests"] == 0.0
+    assert report.table["harness tampering"]["code_tests"] == 0.0
+    assert "code_tests" not in report.weak
