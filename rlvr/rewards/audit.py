@@ -149,8 +149,8 @@ def leak_findings(splits: Splits, limit: int = 3) -> list[str]:
     """Gold answers that appear verbatim in their prompts, and prompts shared between splits."""
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
-        leaked = [p for p in problems
-                  if re.search(rf"(?<![\d.]){re.escape(p.answer)}(?![\d.])", p.question)]
+        leaked = [p for p in problems if p.answer   # code tasks have no gold answer to leak
+                  and re.search(rf"(?<![\d.]){re.escape(p.answer)}(?![\d.])", p.question)]
         if leaked:
             examples = "; ".join(f"{p.question!r} -> {p.answer}" for p in leaked[:limit])
             findings.append(f"{name}: gold answer appears in {len(leaked)}/{len(problems)} prompts "
