@@ -40,6 +40,20 @@ def pool_rate(batch: int) -> float:
     return batch / elapsed
 
 
+ASSERT_SPEC = {"kind": "assert", "asserts": [f"assert sq({i}) == {i * i}" for i in range(8)],
+               "hidden": ["assert abs(sq(1.5) - 2.25) < 1e-9"]}
+
+
+def assert_rate(batch: int) -> float:
+    """Programs/s for function-call tests: every call answered by the sandbox, decided here."""
+    completion = "```python\ndef sq(x):\n    return x * x\n```"
+    t = time.perf_counter()
+    scores = code_tests([completion] * batch, tests=[ASSERT_SPEC] * batch)
+    elapsed = time.perf_counter() - t
+    assert scores == [1.0] * batch, scores
+    return batch / elapsed
+
+
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     logging.getLogger("rlvr.rewards.sandbox").setLevel(logging.ERROR)  # the bare run's warning
@@ -59,6 +73,7 @@ def main() -> None:
     print(f"{'overhead':18} {overhead:+6.1f} ms per program   ({verdict} the {TARGET_MS:.0f} ms target)")
     workers = min(32, max(2, os.cpu_count() or 2))
     print(f"{'pool, batch of 32':18} {pool_rate(32):6.1f} programs/s   (sandboxed, {workers} workers)")
+    print(f"{'asserts, batch 32':18} {assert_rate(32):6.1f} programs/s   (9 asserts each, {workers} workers)")
 
 
 if __name__ == "__main__":
