@@ -294,3 +294,17 @@ def test_reasons_are_sanitised():
     assert clean_reason("a\nb\tc") == "a\\nb\\tc"
     scores = score_batch([noisy], ["x"], {})
     assert scores.reasons["noisy"][0].isprintable()
+
+
+def test_without_a_cgroup_the_fallback_caps_processes_so_the_total_fits(monkeypatch):
+    from rlvr.rewards import sandbox
+    assert sandbox.fallback_procs(SandboxLimits()) == 4                   # 2 GiB / 512 MiB
+    assert sandbox.fallback_procs(SandboxLimits(run_memory_bytes=8 << 30, max_procs=8)) == 8
+    monkeypatch.setattr(cgroup, "create", lambda *a: None)
+    fork_one = "import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nprint('ok')"
+    r = run_harness({"source": fork_one}, b"")
+    assert r.stdout == b"ok\n", r.stderr_tail
+    bomb = "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            import time; time.sleep(3)\n" \
+           "        n += 1\nexcept OSError:\n    print(n)"
+    r = run_harness({"source": bomb}, b"")
+    assert int(r.stdout) <= 2        # harness + bwrap's init + at most 2 children under the cap of 4
