@@ -116,7 +116,9 @@ def test_forgeries_earn_no_more_than_the_values_they_answer(name):
     v = verdict(FORGERIES[name], FORMS, partial)
     if name in ("rebind-harness-and-tables", "forge-replies-and-exit"):
         honest = verdict(CONSTANT, FORMS, partial)
-        assert (v.score, honest.score) == (2 / 8, 2 / 8), (v.reason, honest.reason)
+        # never more than the honest constant program (the forged replies may also be lost
+        # when the forger exits before the parent's request arrives)
+        assert honest.score == 2 / 8 and v.score <= honest.score, (v.reason, honest.reason)
     else:
         assert v.score == 0.0, v.reason
     assert verdict(FORGERIES[name], FORMS).score == 0.0     # and the default reward gives 0
