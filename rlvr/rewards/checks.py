@@ -133,8 +133,11 @@ def _prefetchable(tree: ast.AST, names: frozenset, alias: dict) -> list[str]:
 
 
 def _encode_call(name: str, args: list, kwargs: dict) -> str:
-    return json.dumps([name, harness.encode(list(args)), harness.encode(dict(kwargs))],
-                      separators=(",", ":"))
+    # CALL_DEPTH, not MAX_DEPTH: a value the candidate returned (up to MAX_DEPTH deep, enforced
+    # when its reply is decoded) fed back into a call must never make the test Undecidable, which
+    # would fail the whole batch.
+    return json.dumps([name, harness.encode(list(args), limit=harness.CALL_DEPTH),
+                       harness.encode(dict(kwargs), limit=harness.CALL_DEPTH)], separators=(",", ":"))
 
 
 class Runner:

@@ -30,7 +30,10 @@ import resource
 import sys
 import types
 
-MAX_DEPTH = 60
+MAX_DEPTH = 60          # the deepest value a call may return
+CALL_DEPTH = 4 * MAX_DEPTH   # the deepest arguments the parent ships in: a returned value fed back
+                             # into another call (`dec(enc(s))`) must always fit (issue 13)
+MAX_SAME_HASH = 8       # set elements or dict keys sharing one hash: more is a collision flood
 _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 _type_name = type.__dict__["__name__"].__get__   # a metaclass cannot fake the class name
 
@@ -41,10 +44,10 @@ class NotPlain(Exception):
 
 # ---- the codec (both sides) ---------------------------------------------------------------------
 
-def encode(value, depth: int = 0):
+def encode(value, depth: int = 0, limit: int = MAX_DEPTH):
     """A JSON-ready structure for plain data; NotPlain names the first type that is not."""
-    if depth > MAX_DEPTH:
-        raise NotPlain("nesting deeper than %d" % MAX_DEPTH)
+    if depth > limit:
+        raise NotPlain("nesting deeper than %d" % limit)
     t = type(value)
     if value is None or t is bool or t is int or t is str:
         return value
@@ -53,17 +56,18 @@ def encode(value, depth: int = 0):
             return {"f": "nan" if value != value else ("inf" if value > 0 else "-inf")}
         return value
     if t is list:
-        return [encode(v, depth + 1) for v in value]
+        return [encode(v, depth + 1, limit) for v in value]
     if t is tuple:
-        return {"t": [encode(v, depth + 1) for v in value]}
+        return {"t": [encode(v, depth + 1, limit) for v in value]}
     if t is set or t is frozenset:
-        return {"s" if t is set else "z": [encode(v, depth + 1) for v in value]}
+        return {"s" if t is set else "z": [encode(v, depth + 1, limit) for v in value]}
     if t is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(value)]}
+        return {"d": [[encode(k, depth + 1, limit), encode(v, depth + 1, limit)]
+                      for k, v in dict.items(value)]}
     if t is bytes:
         return {"b": bytes.hex(value)}
     if t is complex:
-        return {"c": [encode(value.real, depth + 1), encode(value.imag, depth + 1)]}
+        return {"c": [encode(value.real, depth + 1, limit), encode(value.imag, depth + 1, limit)]}
     raise NotPlain(_type_name(t))
 
 
@@ -73,6 +77,40 @@ def dumps(value) -> str:
 
 def _number(v) -> bool:
     return type(v) in (int, float)
+
+
+def _spread(keys) -> None:
+    """Refuse set elements or dict keys that share a hash beyond MAX_SAME_HASH: building a set
+    from n colliding ints (all multiples of 2**61 - 1 hash alike) takes O(n^2) time, holding the
+    GIL, in the process that decodes it. Sorting the hashes costs O(n log n) and hashes nothing."""
+    hashes = sorted(map(hash, keys))   # TypeError for an unhashable key: rejected by loads
+    run = 1
+    for a, b in zip(hashes, hashes[1:]):
+        run = run + 1 if a == b else 1
+        if run > MAX_SAME_HASH:
+            raise ValueError("too many keys with one hash")
+
+
+def _within(value, limit: int) -> None:
+    """ValueError when a decoded value nests deeper than encode(limit=limit) would allow."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        t = type(v)
+        if t is dict:
+            children = [x for kv in dict.items(v) for x in kv]
+        elif t in (list, tuple, set, frozenset):
+            children = v
+        elif t is complex:
+            children = (0.0,)
+        else:
+            continue
+        if children and depth + 1 > limit:
+            raise ValueError("nesting deeper than %d" % limit)
+        stack.extend((c, depth + 1) for c in children if type(c) in _CONTAINERS)
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict, complex)
 
 
 def _tagged(pairs):
@@ -88,27 +126,32 @@ def _tagged(pairs):
         raise ValueError("malformed tagged value %r" % tag)
     if tag == "t":
         return tuple(body)
-    if tag == "s":
-        return set(body)        # TypeError for an unhashable element: rejected by the caller
-    if tag == "z":
-        return frozenset(body)
+    if tag == "s" or tag == "z":
+        _spread(body)           # TypeError for an unhashable element: rejected by the caller
+        return set(body) if tag == "s" else frozenset(body)
     if tag == "d":
         if not all(type(p) is list and len(p) == 2 for p in body):
             raise ValueError("malformed dict")
+        _spread(p[0] for p in body)
         return dict(body)
     if tag == "c" and len(body) == 2 and all(map(_number, body)):
         return complex(body[0], body[1])
     raise ValueError("unknown tag %r" % tag)
 
 
-def loads(text):
-    """Strict decoder: JSON plus the tags above, nothing executed; ValueError for anything else."""
+def loads(text, max_depth: int | None = None):
+    """Strict decoder: JSON plus the tags above, nothing executed; ValueError for anything else,
+    including a value nesting deeper than max_depth (the parent reads replies with it, so what it
+    decodes can always be shipped back in as an argument)."""
     def reject(name):
         raise ValueError(name + " is not allowed")
     try:
-        return json.loads(text, object_pairs_hook=_tagged, parse_constant=reject)
+        value = json.loads(text, object_pairs_hook=_tagged, parse_constant=reject)
     except (RecursionError, TypeError, OverflowError) as e:   # too deep, unhashable, too big
         raise ValueError("not plain data: " + type(e).__name__) from None
+    if max_depth is not None:
+        _within(value, max_depth)
+    return value
 
 
 # ---- inside the sandbox -------------------------------------------------------------------------

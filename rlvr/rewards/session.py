@@ -31,7 +31,9 @@ class Session:
 
     A reply is ["v", value], ["e", type, builtin base, message], ["n", type], ["m"], or, once the
     sandbox has ended (crashed, timed out, flooded), ["x", why] for every call from then on.
-    `load_error` is set when the program did not load. The run's wall clock covers the session.
+    `load_error` is set when the program did not load. The run's wall clock covers the session,
+    and `limits.channel_bytes` caps everything read from the sandbox over the whole session (not per
+    line: decoded replies are held until judged, and `[[],[],...]` decodes to ~20x its size).
     """
 
     def __init__(self, source: str, limits: SandboxLimits, sandbox: Sandbox):
@@ -39,6 +41,7 @@ class Session:
         self.ended: str | None = None
         self.load_error: list | None = None
         self._buf = bytearray()
+        self._received = 0
         req_r, self._req = os.pipe()
         self._resp, resp_w = os.pipe()
         try:
@@ -104,7 +107,7 @@ class Session:
             self.ended = "malformed answer from the sandbox"
         elif time.monotonic() >= self.deadline:
             self.ended = f"timed out after {self.limits.wall_s:.1f}s"
-        elif len(self._buf) > self.limits.channel_bytes:
+        elif self._received > self.limits.channel_bytes:
             self.ended = "output too large"
         else:
             try:   # it has closed the pipe; give it a moment to exit so the exit code says why
@@ -138,11 +141,12 @@ class Session:
 
     def _reply(self):
         """The next line, decoded (typed plain data); None at end-of-file, past the deadline or
-        past the channel cap; a line that does not decode counts as malformed (not None)."""
+        past the channel cap; a line that does not decode, or nests deeper than a call may return,
+        counts as malformed (not None)."""
         with selectors.DefaultSelector() as sel:
             sel.register(self._resp, selectors.EVENT_READ)
             while b"\n" not in self._buf:
-                if len(self._buf) > self.limits.channel_bytes:
+                if self._received > self.limits.channel_bytes:
                     return None
                 left = self.deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
@@ -150,11 +154,12 @@ class Session:
                 chunk = os.read(self._resp, 1 << 16)
                 if not chunk:
                     return None
+                self._received += len(chunk)
                 self._buf += chunk
         i = self._buf.index(b"\n")
         line = bytes(self._buf[:i])
         del self._buf[:i + 1]
         try:
-            return harness.loads(line)
+            return harness.loads(line, max_depth=harness.MAX_DEPTH + 1)   # ["v", value]
         except ValueError:
             return ["malformed"]
