@@ -6,7 +6,6 @@ import re
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
 _ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _INTEGER = re.compile(r"^[+-]?\d{1,3}(,\d{3})+$|^[+-]?\d+$")
 
 
@@ -21,6 +20,21 @@ def boxed_contents(text: str) -> list[str]:
         if depth == 0:
             found.append(text[i + len("\\boxed{"):j - 1])
         start = j
+    return found
+
+
+def answer_tags(text: str) -> list[str]:
+    """Contents of every closed <answer>...</answer>, as `re.finditer(r"<answer>(.*?)</answer>",
+    re.DOTALL)` would give them, in linear time: that regex retries from every unclosed <answer>
+    and scans to the end each time, so a completion of repeated `<answer>` cost the trainer
+    quadratic time (80 kB: ~6 s)."""
+    found, start = [], 0
+    while (i := text.find("<answer>", start)) != -1:
+        j = text.find("</answer>", i + len("<answer>"))
+        if j == -1:          # no close after this one: none after any later one either
+            break
+        found.append(text[i + len("<answer>"):j])
+        start = j + len("</answer>")
     return found
 
 
@@ -39,7 +53,7 @@ def final_answers(text: str) -> list[str]:
     if body is None:
         return []
     cands = [m.group(1) for m in _ANSWER_LINE.finditer(body)]
-    cands += [m.group(1) for m in _ANSWER_TAG.finditer(body)]
+    cands += answer_tags(body)
     cands += boxed_contents(body)
     return [c.strip() for c in cands]
 

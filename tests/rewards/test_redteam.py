@@ -115,3 +115,15 @@ def test_many_large_replies_stop_at_the_channel_budget():
     # Before the fix every reply under the per-line cap was decoded and held: 32 x 2.5 MB here,
     # and 4 MiB x cases at the default limits.
     assert tags.count("v") <= 5 and s.ended == "output too large", (tags, s.ended)
+
+
+# ---- maths: repeated unclosed <answer> tags ------------------------------------------------------
+
+def test_unclosed_answer_tags_cost_linear_time():
+    from rlvr.rewards.answer import final_answers
+    from rlvr.rewards.math import math_accuracy_verdict
+    flood = "<answer>" * 10000                      # 80 kB; the old regex took ~6 s on it
+    t = time.monotonic()
+    v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
+    assert time.monotonic() - t < 0.5 and v.score == 1.0, v
+    assert final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]
