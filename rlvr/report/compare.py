@@ -1,5 +1,6 @@
 """`rlvr compare`: runs side by side, a table and plots of reward and held-out accuracy against
-step and against training time, one line per run."""
+step and against training time, one line per run. The table holds strict and format-free ("free")
+accuracy before and after, and the problems broken (rlvr.eval.flips), so it is an ablation table."""
 from __future__ import annotations
 
 import html
@@ -56,17 +57,20 @@ def _train_time(metrics: list[dict]) -> list[float]:
 
 def table(runs: list[RunData]) -> str:
     cols = ["run", "preset", "steps", "train s", "s/step", "reward first", "reward last", "held-out before",
-            "held-out after", "OOD before", "OOD after"]
+            "held-out after", "free before", "free after", "broken", "OOD before", "OOD after", "OOD free before",
+            "OOD free after", "OOD broken"]
     rows = []
     for r in runs:
         s, m = r.summary, r.metrics
         pct = lambda k: f"{100 * s[k]:.1f}%" if s.get(k) is not None else "-"
+        broken = lambda split: str(s["flips"][split]["broken"]) if split in s.get("flips", {}) else "-"
         steps = len(m)
         train_s = s.get("train_seconds", sum(x.get("time/step_s", 0) for x in m))
         rows.append([r.name, r.preset, str(steps), f"{train_s:.0f}", f"{train_s / max(steps, 1):.1f}",
                      f"{m[0]['reward/mean']:.3f}" if m else "-", f"{m[-1]['reward/mean']:.3f}" if m else "-",
-                     pct("heldout_accuracy_before"), pct("heldout_accuracy_after"),
-                     pct("ood_accuracy_before"), pct("ood_accuracy_after")])
+                     pct("heldout_accuracy_before"), pct("heldout_accuracy_after"), pct("heldout_lenient_before"),
+                     pct("heldout_lenient_after"), broken("heldout"), pct("ood_accuracy_before"),
+                     pct("ood_accuracy_after"), pct("ood_lenient_before"), pct("ood_lenient_after"), broken("ood")])
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     fmt = lambda row: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
     return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])

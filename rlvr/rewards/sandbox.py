@@ -173,6 +173,8 @@ def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
     if not prefix.startswith("/usr"):
         argv += ["--ro-bind", prefix, prefix]
+    # Local configuration (package-manager tokens such as npmrc) lives under /usr/local/etc: empty it.
+    argv += ["--tmpfs", "/usr/local/etc"] if os.path.isdir("/usr/local/etc") else []
     def size(n: int) -> list[str]:  # without --size a tmpfs is bounded by RLIMIT_FSIZE per file only
         return ["--size", str(n)] if "--size" in known else []
     # /dev is a bwrap tmpfs: make it read-only, with a small /dev/shm for multiprocessing locks.

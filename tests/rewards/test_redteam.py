@@ -127,3 +127,12 @@ def test_unclosed_answer_tags_cost_linear_time():
     v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
     assert time.monotonic() - t < 0.5 and v.score == 1.0, v
     assert final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]
+
+
+# ---- local configuration under /usr (package-manager tokens) is not visible ---------------------
+
+def test_usr_local_etc_is_empty_inside():
+    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [], "expected": []}]}
+    src = "import os\ndef f():\n    d = '/usr/local/etc'\n    return sorted(os.listdir(d)) if os.path.isdir(d) else []"
+    v = reward.verdicts([block(src)], tests=[spec])[0]
+    assert v.score == 1.0, v
