@@ -3,7 +3,7 @@ demo's batch, bf16 against fp32 for the built-in engine (speed and agreement), a
 
     python bench/rollout.py [--repeats 2] [--lengths 24 64] [--threads 1] [--no-bf16] [--compile-timeout 180]
 
-The batch is the demo's: 8 arithmetic prompts x G=8 at temperature 1 (configs/demo.yaml). Each
+The batch is the demo's: 8 arithmetic prompts x G=8 at temperature 1 (configs/arithmetic.yaml). Each
 engine is warmed up once, then the engines alternate `repeats` times so that machine noise falls on
 both alike; tokens/s counts generated tokens (stop token included, padding not). The engines sample
 different completions, so their token counts differ; tokens/s is the comparable figure.
@@ -37,7 +37,7 @@ TARGET = 4.0
 
 def demo_batch(tok, n_prompts: int) -> tuple[list[list[int]], int, float]:
     """The demo's first `n_prompts` training prompts, its group size and temperature."""
-    cfg = build_config(ROOT / "configs" / "demo.yaml")
+    cfg = build_config(ROOT / "configs" / "arithmetic.yaml")
     splits = build_splits(cfg.task)
     prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
                for p in splits.train[:n_prompts]]

@@ -7,7 +7,7 @@ from rlvr.models import load_model, stop_token_ids
 from rlvr.tasks import build_splits, encode_prompt
 from rlvr.rollout.engine import generate
 import rlvr.train.logprobs as L
-cfg = build_config("configs/demo.yaml")
+cfg = build_config("configs/arithmetic.yaml")
 m, tok = load_model("smollm2-135m-instruct")
 sp = build_splits(cfg.task)
 prompts = [encode_prompt(tok, p.question, sp.few_shot, "") for p in sp.train[:8]]

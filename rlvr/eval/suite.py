@@ -76,7 +76,7 @@ def _pct(x: float) -> str:
 def format_table(summaries: dict[str, dict], k: int) -> str:
     """One row per task (the transfer table); under a task with several difficulties, one row each."""
     cols = ["pass@1"] + (["format-free@1"] if all("format-free@1" in s for s in summaries.values()) else [])
-    cols += [f"pass@{k}", f"maj@{k}"]
+    cols = list(dict.fromkeys(cols + [f"pass@{k}", f"maj@{k}"]))  # k = 1: pass@1 once
     rows = []
     for label, summary in summaries.items():
         rows.append([label, str(summary["n"])] + [_pct(summary[c]) for c in cols])

@@ -1,5 +1,5 @@
 """Supervised fine-tuning on worked solutions: the baseline a GRPO run is measured against, and a warm
-start for one (`rlvr train --model.name=runs/sft/final`).
+start for one (`rlvr train configs/arithmetic.yaml --model.name=runs/sft/final`).
 
 Each train problem with a non-empty `solution` becomes one example: the chat prompt GRPO would see
 (same few-shot turns and system prompt), then the solution and the end-of-turn token as the target.
