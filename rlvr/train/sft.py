@@ -174,7 +174,7 @@ def sft(cfg: Config) -> dict:
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(out / "summary.json", summary)
     say(before_after_table(summary))
-    say(f"model: {out / 'final'}  (start GRPO from it: rlvr train --model.name={out / 'final'})")
+    say(f"model: {out / 'final'}  (start GRPO from it: rlvr train configs/arithmetic.yaml --model.name={out / 'final'})")
     return summary
 
 
