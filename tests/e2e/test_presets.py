@@ -1,14 +1,15 @@
 """Every algorithm preset runs end to end on tiny-random; presets resolve and yield to explicit keys."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
 from rlvr.algo.presets import PRESETS
-from rlvr.cli import DEMO_CONFIG, main
+from rlvr.cli import main
 from rlvr.config import ConfigError, build_config
 
-from tests.e2e.test_tiny_run import SMOKE
+from tests.e2e.test_tiny_run import ARITHMETIC, SMOKE
 
 
 def test_preset_then_explicit_keys(tmp_path):
@@ -30,7 +31,7 @@ def test_preset_runs_end_to_end(tmp_path, preset):
     assert main(["train", *SMOKE, f"--train.out={out}", f"--algo.preset={preset}", "--algo.iterations=2",
                  "--eval.before=false", f"--algo.beta={PRESETS[preset]['beta']}"]) == 0
     written = yaml.safe_load((out / "config.yaml").read_text())["algo"]
-    explicit = yaml.safe_load(DEMO_CONFIG.read_text())["algo"]  # `rlvr train` with no file reads it
+    explicit = yaml.safe_load(Path(ARITHMETIC).read_text())["algo"]  # the config SMOKE names
     explicit.pop("beta", None)  # given on the command line above
     for key, value in PRESETS[preset].items():
         assert written[key] == explicit.get(key, value), key

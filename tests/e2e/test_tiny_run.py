@@ -1,12 +1,15 @@
 """Whole runs on tiny-random through the command line: the run-directory contract, determinism, bad input."""
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM
 
 from rlvr.cli import main
 
-SMOKE = ["--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4",
+# The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
+ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
+SMOKE = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4",
          "--rollout.prompts_per_step=2", "--rollout.group_size=3", "--rollout.max_new_tokens=6",
          "--eval.max_new_tokens=6", "--train.steps=2"]
 

@@ -1,6 +1,7 @@
 """torchrun with 2 CPU processes (gloo): one rank writes the run directory, metrics cover the global batch,
 and a checkpoint written by 2 processes resumes in 1."""
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -9,7 +10,9 @@ from transformers import AutoModelForCausalLM
 
 from rlvr.cli import main
 
-RUN = ["--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4", "--rollout.prompts_per_step=2",
+# The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
+ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
+RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4", "--rollout.prompts_per_step=2",
        "--rollout.group_size=3", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=3",
        "--train.save_every=2", "--train.samples_every=0", "--train.threads=1"]
 
