@@ -47,6 +47,17 @@ def ranks(tmp_path_factory):
 
 @functools.lru_cache(maxsize=None)
 def single_process(aggregation: str):
+    # One thread, as each rank has (OMP_NUM_THREADS=1): another thread count sums in another order,
+    # and AdamW turns those last-bit differences in near-zero gradients into differences of order lr.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _single_process(aggregation)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _single_process(aggregation: str):
     torch.manual_seed(0)
     model, _ = load_model("tiny-random")
     opt = torch.optim.AdamW(model.parameters(), lr=worker.LR, weight_decay=0.01)
