@@ -341,7 +341,9 @@ def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
     assert v.score == 1.0
     assert any("UNSAFE" in r.message and "apt-get install bubblewrap" in r.message for r in caplog.records)
     v, elapsed = verdict_of(*reversed(ATTACKS["endless-loop"]), rw)
-    assert v.reason == "timed out after 1.0s" and elapsed < LIMIT_S + SLACK_S
+    # RLIMIT_CPU (1 s) and the wall clock (1 s) race for a busy loop: either one stopping it is the limit
+    assert v.score == 0.0 and v.reason in ("timed out after 1.0s", "failed case 1: cpu time limit"), v
+    assert elapsed < LIMIT_S + SLACK_S
     assert verdict_of(*reversed(ATTACKS["memory-bomb"]), rw)[0].reason == "memory limit"
 
 
