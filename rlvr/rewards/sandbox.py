@@ -27,14 +27,10 @@ kill still apply then, the namespaces do not.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import logging
-import math
 import os
-import platform
-import resource
 import shutil
 import signal
 import subprocess
@@ -46,6 +42,7 @@ from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.rewards import cgroup, collect, harness, seccomp
+from rlvr.rewards.confine import child_setup, rlimits_for
 
 MiB = 1 << 20
 UNSAFE_ENV = "RLVR_UNSAFE_NO_SANDBOX"
@@ -54,12 +51,8 @@ HARNESS_SOURCE = Path(harness.__file__).read_text(encoding="utf-8")
 _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _log = logging.getLogger(__name__)
-_warned_unsafe = False
-_warned_no_cgroup = False
+_warned: set[str] = set()  # warnings said once per process: 'unsafe', 'no_cgroup'
 # Resolved before any fork: the child must not load libraries between fork and exec.
-_syscall = ctypes.CDLL(None, use_errno=True).syscall
-_KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
-_KEYCTL_JOIN_SESSION_KEYRING = 1
 
 
 class SandboxUnavailable(RlvrError):
@@ -184,58 +177,6 @@ def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
     return argv
 
 
-def _rlimits(limits: SandboxLimits, nproc: int | None) -> list[tuple[int, int, int]]:
-    """(resource, soft, hard), hard never above what we hold (raising it would fail unprivileged).
-    nproc=None leaves the process limit to the harness, inside the sandbox's user namespace."""
-    cpu = max(1, math.ceil(limits.cpu_s))
-    wanted = [(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
-              (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at soft, SIGKILL at hard
-              (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
-              (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
-              (resource.RLIMIT_CORE, 0, 0)]
-    if nproc is not None:
-        wanted.append((resource.RLIMIT_NPROC, nproc, nproc))
-    out = []
-    for res, soft, hard in wanted:
-        held = resource.getrlimit(res)[1]
-        cap = hard if held == resource.RLIM_INFINITY else min(hard, held)
-        out.append((res, min(soft, cap), cap))
-    return out
-
-
-def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def _child_setup(rlimits: list[tuple[int, int, int]], cgroup_files: tuple[str, ...], uid: int | None):
-    """preexec_fn: runs in the forked child before it executes bubblewrap. It calls only os-level
-    functions and a libc function resolved at import, which take no Python-level locks, so the
-    usual preexec_fn-with-threads deadlock does not apply. Order matters:
-    - join the run's cgroup first, so every process the sandbox ever makes is inside it;
-    - oom_score_adj 1000 while we may still write our /proc entry (raising it needs no privilege);
-    - drop to the unprivileged uid (root-run bwrap would map the sandbox user to host root);
-    - a fresh, empty session keyring owned by that uid, so the caller's keys are out of reach even
-      if seccomp is unavailable (where keyctl is already denied to us, it is denied to the child);
-    - the rlimits last, after the uid change."""
-    def apply():
-        for path in cgroup_files:
-            _write_file(path, b"0")
-        _write_file("/proc/self/oom_score_adj", b"1000")
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        if _KEYCTL_NR is not None:
-            _syscall(_KEYCTL_NR, _KEYCTL_JOIN_SESSION_KEYRING, None)
-        for res, soft, hard in rlimits:
-            resource.setrlimit(res, (soft, hard))
-    return apply
-
-
 def fallback_procs(limits: SandboxLimits) -> int:
     """Without a run cgroup the total is bounded by processes x address space: cap the processes
     so that the product stays within run_memory_bytes (never below 4, so the harness, bwrap's init
@@ -243,14 +184,16 @@ def fallback_procs(limits: SandboxLimits) -> int:
     return min(limits.max_procs, max(4, limits.run_memory_bytes // limits.memory_bytes))
 
 
+def _warn_once(key: str, message: str, *args) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        _log.warning(message, *args)
+
+
 def _warn_no_cgroup(limits: SandboxLimits) -> None:
-    global _warned_no_cgroup
-    if not _warned_no_cgroup:
-        _warned_no_cgroup = True
-        _log.warning("no per-run cgroup can be made here (needs a writable cgroup tree: root or a "
-                     "delegated subtree); each sandboxed run is held to %d processes/threads of at "
-                     "most %d MiB address space each instead", fallback_procs(limits),
-                     limits.memory_bytes // MiB)
+    _warn_once("no_cgroup", "no per-run cgroup can be made here (needs a writable cgroup tree: root or a "
+               "delegated subtree); each sandboxed run is held to %d processes/threads of at most %d MiB "
+               "address space each instead", fallback_procs(limits), limits.memory_bytes // MiB)
 
 
 @dataclass
@@ -296,8 +239,8 @@ def spawn(payload: dict, extra_args: list[str], limits: SandboxLimits, sandbox: 
         proc = subprocess.Popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds + tuple(pass_fds),
             env=_CHILD_ENV, start_new_session=True, cwd="/" if prefix else tempfile.gettempdir(),
-            preexec_fn=_child_setup(_rlimits(limits, None if prefix else procs),
-                                    cg.procs_files if cg else (), _host_uid(sandbox)))
+            preexec_fn=child_setup(rlimits_for(limits, None if prefix else procs),
+                                   cg.procs_files if cg else (), _host_uid(sandbox)))
     except BaseException:
         if cg is not None:
             cg.remove()
@@ -334,12 +277,8 @@ def _identity(uid: int | None) -> dict:
 
 
 def _warn_unsafe(why: str) -> None:
-    global _warned_unsafe
-    if not _warned_unsafe:
-        _warned_unsafe = True
-        _log.warning("UNSAFE: running untrusted code WITHOUT a sandbox (%s). It can read your "
-                     "files and use the network; only rlimits and the wall-clock kill apply. "
-                     "To fix it, %s.", why, INSTALL_HINT)
+    _warn_once("unsafe", "UNSAFE: running untrusted code WITHOUT a sandbox (%s). It can read your files and "
+               "use the network; only rlimits and the wall-clock kill apply. To fix it, %s.", why, INSTALL_HINT)
 
 
 def launcher(sandbox: Sandbox, limits: SandboxLimits) -> list[str]:

@@ -329,7 +329,7 @@ def test_missing_bubblewrap_is_refused_with_an_install_hint(monkeypatch):
 
 @pytest.mark.parametrize("how", ["env", "parameter"])
 def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
-    monkeypatch.setattr(sandbox, "_warned_unsafe", False)
+    monkeypatch.setattr(sandbox, "_warned", set())
     if how == "env":
         monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
         box = Sandbox(bwrap="/nonexistent/bwrap")
