@@ -10,6 +10,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from rlvr.report.console import say
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -190,6 +192,12 @@ class HealthMonitor:
                 new.append(f)
         self.findings += new
         return new
+
+    def report(self, history: list[dict], evals: list[dict], sink, when: str = "") -> None:
+        """check(), then write each new finding to `sink` (health.jsonl) and say it on the console."""
+        for f in self.check(history, evals):
+            sink.write(as_record(f))
+            say(f"health [{f.rule}] {when or f'at step {f.step}'}: {f.message}")
 
 
 def as_record(f: Finding) -> dict:

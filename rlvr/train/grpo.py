@@ -18,7 +18,7 @@ from rlvr.config import Config, to_dict, to_yaml
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
-from rlvr.report.health import HealthMonitor, as_record
+from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
 from rlvr.report.trackers import open_trackers
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json, atomic_write_text
@@ -292,13 +292,6 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     return m, whole
 
 
-def check_health(monitor: HealthMonitor, p: Progress, sink: JsonlWriter, when: str = "") -> None:
-    """Run the health rules on the history and evaluations so far; write and say what fired."""
-    for finding in monitor.check(p.history, p.eval_rows):
-        sink.write(as_record(finding))
-        say(f"health [{finding.rule}] {when or f'at step {finding.step}'}: {finding.message}")
-
-
 def train(cfg: Config, resume: bool = False) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
     continue from the run directory's newest checkpoint. Under torchrun every process runs this."""
@@ -353,7 +346,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
         for t in trackers:
             t.log(step, m)
         p.history.append(m)
-        check_health(monitor, p, health)
+        monitor.report(p.history, p.eval_rows, health)
         records = sample_records(step, collected, run.rewards)
         for rec in records:
             samples_sink.write(rec)
@@ -363,7 +356,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
             te = time.perf_counter()
             p.eval_rows.append(log_eval(run, evals, step, eval_on_main(run, "mid", ("heldout",))[0], "mid",
                                         clock() - p.eval_seconds))
-            check_health(monitor, p, health)  # the skill rules read this evaluation
+            monitor.report(p.history, p.eval_rows, health)  # the skill rules read this evaluation
             for t in trackers:
                 t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
             p.eval_seconds += time.perf_counter() - te
@@ -392,7 +385,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
             summary.update(flip_summary(run.baseline, records))
         p.eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", clock() - p.eval_seconds))
         if p.history:
-            check_health(monitor, p, health, "at the end")
+            monitor.report(p.history, p.eval_rows, health, "at the end")
     evals.close()
     health.close()
     for t in trackers:
