@@ -17,3 +17,11 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") ->
     if kind == "k3":
         return diff.exp() - diff - 1
     raise ValueError(f"kind must be k1, k2 or k3, got {kind!r}")
+
+
+def split_beta(beta: float, kl_in: str) -> tuple[float, float]:
+    """algo.beta and algo.kl_in -> (the KL coefficient in the loss, the one in the reward): the one
+    place where kl_in is read."""
+    if kl_in not in ("loss", "reward"):
+        raise ValueError(f"kl_in must be loss or reward, got {kl_in!r}")
+    return (beta, 0.0) if kl_in == "loss" else (0.0, beta)

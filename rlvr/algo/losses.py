@@ -1,28 +1,50 @@
-"""Clipped surrogate policy loss, value loss and loss aggregation: tensors in, tensors out."""
+"""Clipped surrogate policy loss, value loss, loss aggregation and its normaliser, truncated importance
+weights: tensors in, tensors out."""
 from __future__ import annotations
 
 import torch
 
 
-def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: int | None = None) -> torch.Tensor:
-    """Reduce a per-token loss [B, T] under mask [B, T] to a scalar.
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
-    token-mean: sum over unmasked tokens / their count (DAPO).
-    seq-mean-token-mean: mean over each sequence's tokens, then over sequences that have any (GRPO).
-    seq-mean-token-sum-norm: each sequence's token sum / norm_length (default T), mean over sequences (Dr. GRPO).
-    """
-    mask = mask.to(loss.dtype)
+
+def loss_units(mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """What `mode` averages over in mask [B, T]: its real tokens (token-mean), or its sequences with at
+    least one real token (both seq-mean modes). A 0-dim float tensor."""
     if mode == "token-mean":
-        return (loss * mask).sum() / mask.sum().clamp(min=1)
-    if mode == "seq-mean-token-mean":
-        tokens = mask.sum(-1)  # [B]
-        seq = (loss * mask).sum(-1) / tokens.clamp(min=1)  # [B]
-        has = (tokens > 0).to(loss.dtype)
-        return (seq * has).sum() / has.sum().clamp(min=1)
-    if mode == "seq-mean-token-sum-norm":
-        length = norm_length if norm_length is not None else loss.shape[-1]
-        return ((loss * mask).sum(-1) / length).mean()
+        return mask.float().sum()
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        return (mask.sum(-1) > 0).float().sum()
     raise ValueError(f"unknown aggregation {mode!r}")
+
+
+def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: int | None = None,
+              units: float | torch.Tensor | None = None) -> torch.Tensor:
+    """Reduce a per-token loss [B, T] under mask [B, T] to a scalar: a sum over this batch divided by `units`.
+
+    token-mean: sum over real tokens / their number (DAPO).
+    seq-mean-token-mean: each sequence's mean over its tokens, then the mean over sequences (GRPO).
+    seq-mean-token-sum-norm: each sequence's token sum / norm_length (default T), then the mean over
+    sequences (Dr. GRPO). verl's agg_loss in its first form divides the sum over all rows by the mask's
+    width and not by their number, so its scale grows with the batch; here it does not.
+    Both seq-mean modes count only sequences with a real token: a fully masked row (a truncated
+    completion under algo.mask_truncated) neither adds to nor dilutes the mean.
+
+    units: the whole batch's `loss_units` when `loss` is one part of it (a micro-batch, one rank's
+    shard), as torchtitan passes the global token count: the parts' results then sum to the whole
+    batch's. Default: this batch's own units.
+    """
+    m = mask.to(loss.dtype)
+    if mode == "token-mean":
+        total = (loss * m).sum()
+    elif mode == "seq-mean-token-mean":
+        total = ((loss * m).sum(-1) / m.sum(-1).clamp(min=1)).sum()
+    elif mode == "seq-mean-token-sum-norm":
+        total = (loss * m).sum() / (norm_length if norm_length is not None else loss.shape[-1])
+    else:
+        raise ValueError(f"unknown aggregation {mode!r}")
+    units = loss_units(mask, mode) if units is None else units
+    return total / max(float(units), 1.0)
 
 
 def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -36,13 +58,15 @@ def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None,
                 ratio_level: str = "token", aggregation: str = "token-mean",
-                norm_length: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                norm_length: int | None = None, units: float | torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate, max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), aggregated to a scalar.
 
     logp, old_logp, mask: [B, T]; advantages: [B] (broadcast over tokens) or [B, T].
     dual_clip=c bounds the loss of negative-advantage tokens by -A c (Ye et al. 2020).
-    ratio_level="sequence" is GSPO. Metrics (0-dim tensors): clip fractions (low, high, dual),
-    approximate KL to the old policy, ratio mean / min / max.
+    ratio_level="sequence" is GSPO. units: see `aggregate`. Metrics (0-dim tensors): clip fractions
+    (low, high, dual), approximate KL to the old policy and ratio mean, each over this batch's real
+    tokens (weight by their number to combine batches), and ratio min / max.
     """
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logp)  # [B, T]
@@ -71,20 +95,33 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
             "ratio/mean": r.mean(), "ratio/min": r.min(), "ratio/max": r.max(),
             "approx_kl_old": (0.5 * (logp - old_logp).pow(2) * m).sum() / n,
         }
-    return aggregate(loss, mask, aggregation, norm_length), metrics
+    return aggregate(loss, mask, aggregation, norm_length, units), metrics
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               clip: float | None = 0.2, aggregation: str = "token-mean") -> torch.Tensor:
-    """Clipped value loss (PPO): 0.5 max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2). [B, T] -> scalar."""
+               clip: float | None = 0.2, units: float | torch.Tensor | None = None) -> torch.Tensor:
+    """Clipped value loss (PPO): 0.5 max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2), the mean over
+    real tokens whatever the policy's aggregation (units: the whole batch's token count, see aggregate).
+    [B, T] -> scalar."""
     err = (values - returns).pow(2)
     if clip is not None:
         clipped = old_values + (values - old_values).clamp(-clip, clip)
         err = torch.maximum(err, (clipped - returns).pow(2))
-    return aggregate(0.5 * err, mask, aggregation)
+    return aggregate(0.5 * err, mask, "token-mean", units=units)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of each row's categorical distribution: [..., V] -> [...]."""
     logp = logits.float().log_softmax(-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def tis_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                cap: float) -> torch.Tensor:
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"): min(pi_trainer / pi_sampler, cap) per token, 0 off the mask, no gradient.
+    All inputs [B, T]; trainer_logp is the behaviour policy as the trainer computes it (old_logp)."""
+    if cap <= 0:
+        raise ValueError(f"tis cap must be > 0, got {cap}")
+    w = torch.exp(trainer_logp.detach().float() - sampler_logp.detach().float()).clamp(max=cap)  # [B, T]
+    return w * mask.to(w.dtype)

@@ -3,7 +3,8 @@
 vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`); while
 the trainer updates, vLLM sleeps (level 1: weights offloaded to CPU, KV cache freed). Everything
 that does not need vLLM or a GPU is a pure function here and is tested on CPU:
-`outputs_to_rollout`, `vllm_weight_items`, `logprob_mismatch`, `tis_weights`.
+`outputs_to_rollout`, `vllm_weight_items`. Truncated importance sampling against vLLM's log-probs
+(rollout.vllm.tis_cap) is `rlvr.algo.tis_weights`.
 
 vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
 - `logprobs_mode="processed_logprobs"`: the returned log-probs are of the distribution actually
@@ -200,37 +201,6 @@ def policy_weight_items(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor
     tied = bool(getattr(config, "tie_word_embeddings", False))
     return vllm_weight_items(policy.state_dict().items(), tie_word_embeddings=tied,
                              lora_scaling=lora_scalings(policy))
-
-
-# ---------------------------------------------------------------- sampler/trainer mismatch
-
-
-def logprob_mismatch(sampler_logp: torch.Tensor, trainer_logp: torch.Tensor,
-                     mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """How far vLLM's sampling log-probs are from the trainer's for the same tokens (0-dim tensors).
-
-    sampler_logp, trainer_logp, mask: [B, T]. d = trainer - sampler per token; logp_mismatch_mean_abs is
-    mean |d|, logp_mismatch_max max |d|, prob_ratio_mean mean exp(d) (1 when they agree), and
-    kl_sampler_trainer the k3 estimate of KL(sampler || trainer): mean(exp(d) - 1 - d).
-    """
-    m = mask.bool()
-    d = (trainer_logp - sampler_logp).detach().float()[m]  # [N]
-    if d.numel() == 0:
-        d = d.new_zeros(1)
-    ratio = d.exp()
-    return {"rollout/logp_mismatch_mean_abs": d.abs().mean(), "rollout/logp_mismatch_max": d.abs().max(),
-            "rollout/prob_ratio_mean": ratio.mean(), "rollout/kl_sampler_trainer": (ratio - 1 - d).mean()}
-
-
-def tis_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                cap: float) -> torch.Tensor:
-    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
-    off-policy RL training"): min(pi_trainer / pi_sampler, cap) per token, 0 off the mask, no gradient.
-    All inputs [B, T]; trainer_logp is the behaviour policy as the trainer computes it (old_logp)."""
-    if cap <= 0:
-        raise ValueError(f"tis cap must be > 0, got {cap}")
-    w = torch.exp(trainer_logp.detach().float() - sampler_logp.detach().float()).clamp(max=cap)  # [B, T]
-    return w * mask.to(w.dtype)
 
 
 # ---------------------------------------------------------------- the engine

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo import gae, group_advantages, kl_estimate, rloo_advantages, token_returns, whiten
+from rlvr.algo import gae, group_advantages, kl_estimate, rloo_advantages, split_beta, token_returns, whiten
 from rlvr.config import AlgoConfig
 
 
@@ -17,9 +17,10 @@ def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, ma
     """
     metrics = {}
     token_r = torch.zeros_like(mask)
-    if a.kl_in == "reward" and a.beta > 0 and ref_logp is not None:
+    beta = split_beta(a.beta, a.kl_in)[1]
+    if beta > 0 and ref_logp is not None:
         kl = kl_estimate(logp, ref_logp, a.kl_estimator) * mask  # [B, T]
-        token_r = -a.beta * kl
+        token_r = -beta * kl
         metrics["kl_reward"] = float(kl.sum() / mask.sum().clamp(min=1))
     if a.adv_estimator in ("group", "rloo"):
         total = rewards + token_r.sum(-1)  # [B] sequence reward with the KL folded in

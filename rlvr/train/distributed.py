@@ -2,9 +2,10 @@
 
 Every rank draws the same global batch of prompts (one prompt sampler, one seed), takes its shard of
 whole groups (`shard_groups`), samples with its own generator (`sampling_seed`), and trains on its
-shard. Gradients equal the single-process ones because each rank weights its micro-batches by the
-GLOBAL batch's normaliser (`batch_denominator`, `loss_weight`) and the gradients are then SUMMED over
-ranks (`allreduce_gradients`), the same sum a single process accumulates over micro-batches.
+shard. Gradients equal the single-process ones because each rank divides its micro-batches' losses by
+the GLOBAL batch's units (`rlvr.algo.loss_units`, summed over ranks by `allreduce_scalars` in
+rlvr/train/update.py) and the gradients are then SUMMED over ranks (`allreduce_gradients`), the same
+sum a single process accumulates over micro-batches.
 
 Why no DistributedDataParallel wrapper: the training forward (rlvr/train/logprobs.py) calls the trunk
 (`model.base_model`) and the head separately, so `DDP.forward`, whose hooks arm the gradient
@@ -231,27 +232,7 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float, d: Dist) -> floa
     return norm
 
 
-# ---------------------------------------------------------------- loss normalisation and statistics
-
-def _local_denominator(mask: torch.Tensor, aggregation: str) -> float:
-    if aggregation == "token-mean":
-        return float(mask.sum())
-    if aggregation == "seq-mean-token-mean":
-        return float((mask.sum(-1) > 0).sum())
-    return float(mask.shape[0])
-
-
-def batch_denominator(mask: torch.Tensor, aggregation: str, d: Dist) -> float:
-    """What the whole (global) batch's loss is divided by: real tokens (token-mean), sequences with
-    any real token (seq-mean-token-mean), rows (seq-mean-token-sum-norm). mask: this rank's [B, T]."""
-    return allreduce_scalars({"n": _local_denominator(mask, aggregation)}, d)["n"]
-
-
-def loss_weight(mask: torch.Tensor, denominator: float, aggregation: str) -> float:
-    """Share of a micro-batch (mask [b, T]) in the global batch's mean: the factor its mean loss is
-    multiplied by before backward, so summed gradients equal one pass over the global batch."""
-    return _local_denominator(mask, aggregation) / max(denominator, 1.0)
-
+# ---------------------------------------------------------------- reductions and statistics
 
 def allreduce_scalars(values: dict[str, float], d: Dist, op: str = "sum") -> dict[str, float]:
     """Reduce a dict of floats over ranks in one collective (op: sum, min or max). Every rank must pass

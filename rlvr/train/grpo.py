@@ -254,18 +254,6 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     return batch, metrics
 
 
-def update_settings(run: Run) -> UpdateSettings:
-    a = run.cfg.algo
-    return UpdateSettings(
-        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, ratio_level=a.ratio_level,
-        aggregation=a.aggregation, norm_length=a.norm_length or run.cfg.rollout.max_new_tokens,
-        iterations=a.iterations, beta=a.beta if a.kl_in == "loss" else 0.0, kl_estimator=a.kl_estimator,
-        entropy_coef=a.entropy_coef, value_coef=a.value_coef, value_clip=a.value_clip,
-        micro_batch_prompts=a.micro_batch_prompts, micro_batch_tokens=a.micro_batch_tokens,
-        mixed_precision=run.cfg.train.mixed_precision, max_grad_norm=a.max_grad_norm,
-        temperature=run.cfg.rollout.temperature, pad_id=run.pad_id, tis_cap=run.cfg.rollout.vllm.tis_cap)
-
-
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row."""
     t0 = time.perf_counter()
@@ -332,7 +320,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: 
     started = time.perf_counter() - p.train_seconds  # training clock from here, carried over a resume
     clock = lambda: time.perf_counter() - started
     metrics_sink, samples_sink = sink("metrics.jsonl"), sink("samples.jsonl")
-    settings = update_settings(run)
+    settings = UpdateSettings.of(cfg, run.pad_id)
     bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
     run.policy.train()
     stopped = False

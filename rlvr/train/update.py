@@ -6,10 +6,13 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo import aggregate, kl_estimate, policy_loss, value_loss
-from rlvr.rollout.vllm_engine import tis_weights
+from rlvr.algo import aggregate, kl_estimate, loss_units, policy_loss, split_beta, tis_weights, value_loss
+from rlvr.config import AlgoConfig, Config
 from rlvr.train import distributed as dd
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
+
+# policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
+TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old")
 
 
 @dataclass
@@ -24,27 +27,31 @@ class Batch:
     sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
 
 
-@dataclass
+@dataclass(frozen=True)
 class UpdateSettings:
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = None
-    ratio_level: str = "token"
-    aggregation: str = "seq-mean-token-mean"
-    norm_length: int | None = None  # for seq-mean-token-sum-norm; None: the batch's width
-    iterations: int = 1
-    beta: float = 0.0  # KL coefficient in the loss (KL in the reward is folded into the advantages)
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    value_clip: float | None = 0.2
-    micro_batch_prompts: int = 4
-    micro_batch_tokens: int = 0  # > 0: fill micro-batches by this token budget instead (see _micro_batches)
-    mixed_precision: str = "no"  # bf16: autocast the policy (and reference) forwards to bfloat16
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0
-    pad_id: int = 0
-    tis_cap: float = 0.0  # > 0: truncated importance sampling, tokens weighted by min(pi_old / pi_sampler, cap)
+    """The algo section as configured, and what the rest of the run fixes for the update."""
+
+    algo: AlgoConfig
+    pad_id: int
+    temperature: float = 1.0  # rollout.temperature: training log-probs are tempered like the samples
+    mixed_precision: str = "no"  # train.mixed_precision; bf16 autocasts the policy and reference forwards
+    tis_cap: float = 0.0  # rollout.vllm.tis_cap
+    max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
+
+    @staticmethod
+    def of(cfg: Config, pad_id: int) -> UpdateSettings:
+        r = cfg.rollout
+        return UpdateSettings(cfg.algo, pad_id, r.temperature, cfg.train.mixed_precision, r.vllm.tis_cap,
+                              r.max_new_tokens)
+
+    @property
+    def loss_beta(self) -> float:
+        return split_beta(self.algo.beta, self.algo.kl_in)[0]
+
+    @property
+    def norm_length(self) -> int | None:
+        """algo.norm_length, else rollout.max_new_tokens, else (None) the batch's width."""
+        return self.algo.norm_length or self.max_new_tokens
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
@@ -85,9 +92,12 @@ def _autocast(policy, s: UpdateSettings):
     return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=s.mixed_precision == "bf16")
 
 
-def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, norm_length):
-    """Forward one micro-batch; returns (new log-probs [b, w] detached, unweighted loss, sums, stats)."""
+def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
+    """Forward one micro-batch. Its loss is already divided by the whole batch's units, so the
+    micro-batches' losses (and gradients) sum to the batch's. Returns (new log-probs [b, w] detached,
+    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max)."""
     prompts, sl, w = mb
+    a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
@@ -98,21 +108,25 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     adv = _cut(batch.advantages, sl, w)
     if s.tis_cap > 0 and batch.sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
         adv = (adv[:, None] if adv.dim() == 1 else adv) * tis_weights(old, batch.sampler_logp[sl, :w], mask, s.tis_cap)
-    loss, stats = policy_loss(logp, old, adv, mask, s.clip_low, s.clip_high,
-                              s.dual_clip, s.ratio_level, s.aggregation, norm_length)
-    sums = {"entropy": float((out.entropy.detach() * mask).sum())}
+    policy_units = units["policy"]
+    loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
+                              a.aggregation, norm, policy_units)
+    n_tok = float(mask.sum())
+    sums = {k: float(stats[k]) * n_tok for k in TOKEN_MEANS}
+    sums["entropy"] = float((out.entropy.detach() * mask).sum())
     if ref_logp is not None:
-        kl = kl_estimate(logp, ref_logp, s.kl_estimator)  # [b, w]
-        loss = loss + s.beta * aggregate(kl, mask, s.aggregation, norm_length)
+        kl = kl_estimate(logp, ref_logp, a.kl_estimator)  # [b, w]
+        loss = loss + s.loss_beta * aggregate(kl, mask, a.aggregation, norm, policy_units)
         sums["kl"] = float((kl.detach() * mask).sum())
-    if s.entropy_coef != 0:
-        loss = loss - s.entropy_coef * aggregate(out.entropy, mask, s.aggregation, norm_length)
-    if values is not None:
-        v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask,
-                            s.value_clip, "token-mean")
-        loss = loss + s.value_coef * v_loss
-        sums["value_loss"] = float(v_loss.detach()) * float(mask.sum())
-    return logp.detach(), loss, sums, stats
+    if a.entropy_coef != 0:
+        loss = loss - a.entropy_coef * aggregate(out.entropy, mask, a.aggregation, norm, policy_units)
+    if values is not None:  # a token mean over the whole batch, whatever the policy's aggregation
+        v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, a.value_clip,
+                            units["tokens"])
+        loss = loss + a.value_coef * v_loss
+        sums["value_loss"] = float(v_loss.detach())  # already a share of the batch's mean
+    extremes = {"ratio/min": float(stats["ratio/min"]), "ratio/max": float(stats["ratio/max"])} if n_tok else {}
+    return logp.detach(), loss, sums, extremes
 
 
 def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
@@ -121,40 +135,44 @@ def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Te
     return float(diff.sum()), float(diff.max()) if diff.numel() else 0.0
 
 
-def _reduce(sums: dict, n_tok: float, mismatch: list, stats: dict, dist: dd.Dist):
-    """Loss parts, token count and micro-batch stats summed (ratio range: min / max) over ranks."""
-    total = dd.allreduce_scalars({**{f"s/{k}": v for k, v in sums.items()}, "n_tok": n_tok,
-                                  "mismatch": mismatch[0], "n_mb": len(stats["ratio/min"]),
-                                  **{f"m/{k}": sum(v) for k, v in stats.items() if not k.startswith("ratio/m")}},
-                                 dist)
-    lo = dd.allreduce_scalars({"r": min(stats["ratio/min"])}, dist, "min")["r"]
-    hi = dd.allreduce_scalars({"r": max(stats["ratio/max"]), "m": mismatch[1]}, dist, "max")
-    n_mb = total["n_mb"]
-    stats = {k[2:]: [v / n_mb] for k, v in total.items() if k.startswith("m/")}
-    stats["ratio/min"], stats["ratio/max"] = [lo], [hi["r"]]
-    return ({k[2:]: v for k, v in total.items() if k.startswith("s/")}, total["n_tok"],
-            [total["mismatch"], hi["m"]], stats)
+def _batch_units(mask: torch.Tensor, aggregation: str, dist: dd.Dist) -> dict[str, float]:
+    """What the whole (global) batch's losses divide by: the policy aggregation's units and real tokens."""
+    return dd.allreduce_scalars({"policy": float(loss_units(mask, aggregation)), "tokens": float(mask.sum())}, dist)
+
+
+def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -> dict[str, float]:
+    """One pass's metrics from its global sums: token means, the KL only with a reference, the value
+    loss only with a critic; ratio min / max over the real tokens (1.0 when there are none)."""
+    per_token = lambda k: sums[k] / max(n_tok, 1.0)
+    m = {"loss": sums["loss"], "kl": per_token("kl") if want_ref else None, "entropy": per_token("entropy"),
+         **{k: per_token(k) for k in TOKEN_MEANS}}
+    m["ratio/min"] = extremes.get("ratio/min", 1.0)
+    m["ratio/max"] = extremes.get("ratio/max", 1.0)
+    if critic is not None:
+        m["value_loss"] = sums["value_loss"]
+    return m
 
 
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
                   critic=None, dist: dd.Dist = dd.Dist()) -> dict[str, float]:
-    """Clipped-surrogate update (+ beta * KL to `ref` in the loss, + entropy bonus, + value loss of
-    `critic`, a head on the policy's hidden states). Returns step metrics as floats.
+    """Clipped-surrogate update (+ loss beta * KL to `ref`, + entropy bonus, + value loss of `critic`, a
+    head on the policy's hidden states). Returns the last pass's metrics as floats.
 
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
     is not finite is skipped (no optimizer step) and counted in skipped_updates.
 
-    Under torch.distributed (`dist`), `batch` is this rank's shard of whole groups: each micro-batch's
-    loss is weighted by its share of the GLOBAL batch and gradients are summed over ranks, so the step
-    equals one process on the global batch; the returned metrics are global too.
+    Every micro-batch's loss is divided by the units of the whole batch (`aggregate`'s units), summed
+    over ranks under torch.distributed (`dist`, where `batch` is this rank's shard of whole groups), and
+    gradients are summed over micro-batches and ranks: the step equals one process on the whole batch
+    in one pass, and so do the returned metrics.
     """
     if isinstance(ref, torch.nn.Module):
         ref = Reference(ref)
-    mbs = _micro_batches(batch, s.micro_batch_prompts, s.micro_batch_tokens)
-    norm_length = s.norm_length or batch.completion_ids.shape[1]
-    denominator = dd.batch_denominator(batch.completion_mask, s.aggregation, dist)
-    want_ref = s.beta > 0 and ref is not None
+    a = s.algo
+    mbs = _micro_batches(batch, a.micro_batch_prompts, a.micro_batch_tokens)
+    units = _batch_units(batch.completion_mask, a.aggregation, dist)
+    want_ref = s.loss_beta > 0 and ref is not None
     ref_logp = [None] * len(mbs)
     if want_ref:
         with _autocast(policy, s):  # the same precision as the policy, so KL is 0 at equal weights
@@ -164,48 +182,42 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
     skipped = 0
-    for it in range(s.iterations):
+    for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "value_loss": 0.0}
-        n_tok, stats, mismatch = 0.0, {}, [0.0, 0.0]
-        for k, mb in enumerate(mbs):
-            mask = batch.completion_mask[mb[1], :mb[2]]  # [b, w]
-            logp, loss, part, m = _micro_loss(policy, batch, s, mb, old_logp[k], ref_logp[k], critic, norm_length)
+        sums: dict[str, float] = dict.fromkeys(("loss", "kl", "entropy", "value_loss", "mismatch", *TOKEN_MEANS), 0.0)
+        low, high, peak = math.inf, -math.inf, 0.0  # ratio range; the largest sampler mismatch
+        for k, (prompts, sl, w) in enumerate(mbs):
+            logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
+                                                     critic, units)
             if old_logp[k] is None:
                 old_logp[k] = logp
-            if it == 0 and batch.sampler_logp is not None:
-                total, peak = _mismatch(logp, batch.sampler_logp[mb[1], :mb[2]], mask)
-                mismatch = [mismatch[0] + total, max(mismatch[1], peak)]
-            loss = loss * dd.loss_weight(mask, denominator, s.aggregation)
             loss.backward()
-            sums["loss"] += float(loss.detach())
+            part["loss"] = float(loss.detach())
+            if it == 0 and batch.sampler_logp is not None:
+                part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
+                peak = max(peak, mb_peak)
             for key, v in part.items():
                 sums[key] += v
-            n_tok += float(mask.sum())
-            for key, v in m.items():
-                stats.setdefault(key, []).append(float(v))
+            low = min(low, extremes.get("ratio/min", math.inf))
+            high = max(high, extremes.get("ratio/max", -math.inf))
         dd.allreduce_gradients(params, dist)
-        limit = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
+        limit = a.max_grad_norm if a.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
                      else float(torch.nn.utils.clip_grad_norm_(params, limit)))
-        if dist.enabled:  # global sums before the finite check, so every rank makes the same decision
-            sums, n_tok, mismatch, stats = _reduce(sums, n_tok, mismatch, stats, dist)
+        # global sums before the finite check, so every rank makes the same decision
+        sums = dd.allreduce_scalars(sums, dist)
+        low = dd.allreduce_scalars({"r": low}, dist, "min")["r"]
+        top = dd.allreduce_scalars({"r": high, "m": peak}, dist, "max")
         if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
             optimizer.step()
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics
             skipped += 1
             optimizer.zero_grad(set_to_none=True)
+        extremes = {k: v for k, v in (("ratio/min", low), ("ratio/max", top["r"])) if math.isfinite(v)}
+        metrics.update(_metrics(sums, extremes, units["tokens"], want_ref, critic), grad_norm=grad_norm)
         if it == 0 and batch.sampler_logp is not None:
-            metrics["rollout/logp_mismatch_mean_abs"] = mismatch[0] / max(n_tok, 1)
-            metrics["rollout/logp_mismatch_max"] = mismatch[1]
-        metrics.update({"loss": sums["loss"], "grad_norm": grad_norm,
-                        "kl": sums["kl"] / max(n_tok, 1) if want_ref else None,
-                        "entropy": sums["entropy"] / max(n_tok, 1)})
-        if critic is not None:
-            metrics["value_loss"] = sums["value_loss"] / max(n_tok, 1)
-        metrics.update({k: sum(v) / len(v) for k, v in stats.items() if not k.startswith("ratio/m")})
-        metrics["ratio/min"] = min(stats["ratio/min"])
-        metrics["ratio/max"] = max(stats["ratio/max"])
+            metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
+            metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
     optimizer.zero_grad(set_to_none=True)
     return metrics

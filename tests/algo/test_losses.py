@@ -1,8 +1,10 @@
 import math
 
+import pytest
 import torch
 
-from rlvr.algo import aggregate, entropy_from_logits, kl_estimate, policy_loss, value_loss
+from rlvr.algo import (AGGREGATIONS, aggregate, entropy_from_logits, kl_estimate, loss_units, policy_loss, tis_weights,
+                       value_loss)
 
 RATIOS = torch.tensor([[1.5, 0.5, 1.1, 0.9]])
 
@@ -63,12 +65,27 @@ def test_aggregations_hand_computed():
     assert math.isclose(float(aggregate(loss, mask, "token-mean")), 10 / 4)
     # sequence means 2 and 4; the empty third sequence is left out
     assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-mean")), 3.0)
-    # sums 6, 4, 0 over T = 3, mean over 3 sequences
-    assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm")), (2 + 4 / 3 + 0) / 3, rel_tol=1e-6)
-    assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm", norm_length=2)), 5 / 3, rel_tol=1e-6)
+    # sums 6 and 4 over T = 3, mean over the 2 sequences with tokens (issue 14: the empty one was counted)
+    assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm")), (2 + 4 / 3) / 2, rel_tol=1e-6)
+    assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm", norm_length=2)), 5 / 2, rel_tol=1e-6)
     empty = torch.zeros(2, 3)
-    assert float(aggregate(loss[:2], empty, "token-mean")) == 0.0
-    assert float(aggregate(loss[:2], empty, "seq-mean-token-mean")) == 0.0
+    for mode in AGGREGATIONS:
+        assert float(aggregate(loss[:2], empty, mode)) == 0.0
+
+
+def test_loss_units_and_parts_summing_to_the_whole():
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0], [9.0, 9.0, 9.0], [5.0, 7.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    assert float(loss_units(mask, "token-mean")) == 6.0
+    assert float(loss_units(mask, "seq-mean-token-mean")) == 3.0  # the empty row is not a unit
+    assert float(loss_units(mask, "seq-mean-token-sum-norm")) == 3.0
+    # token-mean of the whole: (6 + 4 + 12) / 6; two halves given the whole's units sum to it
+    for mode, whole in (("token-mean", 22 / 6), ("seq-mean-token-mean", (2 + 4 + 6) / 3),
+                        ("seq-mean-token-sum-norm", (6 + 4 + 12) / 3 / 3)):
+        assert math.isclose(float(aggregate(loss, mask, mode)), whole, rel_tol=1e-6)
+        units = loss_units(mask, mode)
+        parts = aggregate(loss[:2], mask[:2], mode, units=units) + aggregate(loss[2:], mask[2:], mode, units=units)
+        assert math.isclose(float(parts), whole, rel_tol=1e-6)
 
 
 def test_value_loss_clipping():
@@ -91,3 +108,16 @@ def test_kl_estimators():
 
 def test_entropy():
     assert math.isclose(float(entropy_from_logits(torch.zeros(4))), math.log(4), rel_tol=1e-6)
+
+
+def test_tis_weights_hand_values():
+    trainer = torch.tensor([[-1.0, -0.5, -2.0], [-1.0, -1.0, -1.0]], requires_grad=True)
+    sampler = torch.tensor([[-1.0, -1.5, -1.0], [-4.0, -1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    w = tis_weights(trainer, sampler, mask, cap=2.0)
+    expected = torch.tensor([[1.0, 2.0, math.exp(-1.0)], [2.0, 1.0, 0.0]])  # e^1 and e^3 capped at 2
+    torch.testing.assert_close(w, expected, rtol=0, atol=1e-6)
+    assert not w.requires_grad
+    torch.testing.assert_close(tis_weights(trainer, sampler, mask, cap=10.0)[0, 1], torch.tensor(math.e))
+    with pytest.raises(ValueError, match="cap must be > 0"):
+        tis_weights(trainer, sampler, mask, cap=0.0)

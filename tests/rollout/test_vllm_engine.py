@@ -1,6 +1,5 @@
 """vLLM engine pieces that run without vLLM or a GPU: output conversion, weight naming and LoRA
 merging, log-prob mismatch and TIS weights, import guards, and the engine's call order (fake LLM)."""
-import math
 import sys
 import types
 from types import SimpleNamespace
@@ -163,36 +162,6 @@ def test_lora_without_scale_or_with_dora_is_an_error():
     assert list(merged) == ["x.weight"]
     with pytest.raises(RlvrError, match="DoRA"):
         ve.vllm_weight_items([("x.lora_magnitude_vector.default.weight", a)], tie_word_embeddings=False)
-
-
-# ---------------------------------------------------------------- mismatch and TIS
-
-def test_logprob_mismatch_hand_values():
-    sampler = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -9.0, -9.0]])
-    trainer = torch.tensor([[-1.0, -1.5, -3.5], [-1.5, 0.0, 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    m = ve.logprob_mismatch(sampler, trainer, mask)
-    d = [0.0, 0.5, -0.5, -1.0]  # trainer - sampler on the 4 real tokens
-    assert m["rollout/logp_mismatch_mean_abs"].item() == pytest.approx(2.0 / 4, abs=1e-7)
-    assert m["rollout/logp_mismatch_max"].item() == pytest.approx(1.0, abs=1e-7)
-    assert m["rollout/prob_ratio_mean"].item() == pytest.approx(sum(math.exp(x) for x in d) / 4, abs=1e-6)
-    assert m["rollout/kl_sampler_trainer"].item() == pytest.approx(
-        sum(math.exp(x) - 1 - x for x in d) / 4, abs=1e-6)
-    same = ve.logprob_mismatch(sampler, sampler, mask)
-    assert same["rollout/logp_mismatch_mean_abs"].item() == 0 and same["rollout/prob_ratio_mean"].item() == 1
-
-
-def test_tis_weights_hand_values():
-    trainer = torch.tensor([[-1.0, -0.5, -2.0], [-1.0, -1.0, -1.0]], requires_grad=True)
-    sampler = torch.tensor([[-1.0, -1.5, -1.0], [-4.0, -1.0, -1.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    w = ve.tis_weights(trainer, sampler, mask, cap=2.0)
-    expected = torch.tensor([[1.0, 2.0, math.exp(-1.0)], [2.0, 1.0, 0.0]])  # e^1 and e^3 capped at 2
-    torch.testing.assert_close(w, expected, rtol=0, atol=1e-6)
-    assert not w.requires_grad
-    torch.testing.assert_close(ve.tis_weights(trainer, sampler, mask, cap=10.0)[0, 1], torch.tensor(math.e))
-    with pytest.raises(ValueError, match="cap must be > 0"):
-        ve.tis_weights(trainer, sampler, mask, cap=0.0)
 
 
 # ---------------------------------------------------------------- guards

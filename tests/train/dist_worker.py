@@ -7,6 +7,7 @@ import sys
 
 import torch
 
+from rlvr.config import AlgoConfig
 from rlvr.models import load_model
 from rlvr.train import distributed as dd
 from rlvr.train.update import Batch, UpdateSettings, policy_update
@@ -34,8 +35,9 @@ def shard(batch: Batch, rank: int, world: int) -> Batch:
 
 
 def settings(aggregation: str) -> UpdateSettings:
-    return UpdateSettings(aggregation=aggregation, norm_length=WIDTH, iterations=ITERATIONS, micro_batch_prompts=1,
-                          max_grad_norm=MAX_GRAD_NORM, pad_id=0)
+    algo = AlgoConfig(aggregation=aggregation, norm_length=WIDTH, iterations=ITERATIONS, micro_batch_prompts=1,
+                      max_grad_norm=MAX_GRAD_NORM)
+    return UpdateSettings(algo, pad_id=0)
 
 
 def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True) -> tuple[dict, dict]:

@@ -3,7 +3,7 @@ import sys
 import pytest
 import torch
 
-from rlvr.config import LoraConfig
+from rlvr.config import AlgoConfig, LoraConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.report.sinks import atomic_save_model
@@ -22,10 +22,8 @@ def rollout_batch(model, tok):
     return Batch(prompts, r.completion_ids, r.completion_mask, adv, 2, sampler_logp=r.sampler_logp)
 
 
-def settings(tok, **kw):
-    base = dict(iterations=1, beta=0.0, micro_batch_prompts=2, max_grad_norm=0.0, pad_id=tok.pad_token_id)
-    base.update(kw)
-    return UpdateSettings(**base)
+def settings(tok, **algo):
+    return UpdateSettings(AlgoConfig(**{"micro_batch_prompts": 2, "max_grad_norm": 0.0, **algo}), tok.pad_token_id)
 
 
 def logp(model, batch, pad_id):

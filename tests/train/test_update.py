@@ -3,8 +3,10 @@ import math
 
 import torch
 
+from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.engine import generate
+from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
 
 
@@ -16,17 +18,17 @@ def make_batch(model, tok):
     return Batch(prompts, r.completion_ids, r.completion_mask, adv, 2)
 
 
-def settings(tok, **kw):
-    base = dict(clip_low=0.2, clip_high=0.2, iterations=1, beta=0.0, aggregation="seq-mean-token-mean",
-                micro_batch_prompts=4, max_grad_norm=0.0, temperature=1.0, pad_id=tok.pad_token_id)
-    base.update(kw)
-    return UpdateSettings(**base)
+def settings(tok, mixed_precision="no", tis_cap=0.0, **algo):
+    """Algo keys as given, else these: AlgoConfig's defaults without a preset (beta 0, seq-mean-token-mean)."""
+    base = dict(micro_batch_prompts=4, max_grad_norm=0.0)
+    return UpdateSettings(AlgoConfig(**{**base, **algo}), tok.pad_token_id, mixed_precision=mixed_precision,
+                          tis_cap=tis_cap)
 
 
-def one_step(model, tok, batch, **kw):
+def one_step(model, tok, batch, lr=0.1, ref=None, **kw):
     model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    m = policy_update(model, opt, batch, settings(tok, **kw))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    m = policy_update(model, opt, batch, settings(tok, **kw), ref=ref)
     return model, m
 
 
@@ -51,15 +53,56 @@ def test_first_iteration_ratio_is_one_and_loss_is_minus_mean_advantage(tiny):
     assert m["kl"] is None
 
 
-def test_several_iterations_move_the_ratio_and_kl_is_logged(tiny):
+def test_second_iteration_ratio_is_the_first_step_s_probability_ratio(tiny):
     model, tok = tiny
     batch = make_batch(model, tok)
     ref = copy.deepcopy(model).requires_grad_(False)
-    m_model = copy.deepcopy(model)
-    opt = torch.optim.SGD(m_model.parameters(), lr=0.5)
-    m = policy_update(m_model, opt, batch, settings(tok, iterations=3, beta=0.1), ref=ref)
-    assert m["ratio/max"] > 1.0 or m["ratio/min"] < 1.0
-    assert m["kl"] is not None and m["kl"] > 0
+    kw = dict(beta=0.1)
+    stepped, _ = one_step(model, tok, batch, lr=0.5, ref=ref, **kw)  # what the first of two passes does
+    mask = batch.completion_mask.bool()
+    logp = lambda m: completion_logprobs(m, batch.prompts, batch.completion_ids, batch.completion_mask, 2,
+                                         tok.pad_token_id).detach()
+    ratio = (logp(stepped) - logp(model)).exp()[mask]  # pi_after_one_step / pi_old on every real token
+    _, m = one_step(model, tok, batch, lr=0.5, ref=ref, iterations=2, **kw)
+    assert math.isclose(m["ratio/max"], float(ratio.max()), rel_tol=1e-5)
+    assert math.isclose(m["ratio/min"], float(ratio.min()), rel_tol=1e-5)
+    assert math.isclose(m["ratio/mean"], float(ratio.mean()), rel_tol=1e-5)  # issue 14: it reaches the metrics
+    assert float(ratio.max()) > 1.01 and m["kl"] is not None and m["kl"] > 0
+
+
+def test_clip_fractions_and_ratio_mean_are_batch_wide_whatever_the_micro_batches(tiny):
+    """Issue 14: clip fractions were unweighted means over micro-batches; they are token-weighted now,
+    so micro_batch_prompts=1 (micro-batches with different token counts) gives the one-pass values."""
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    assert len(set(batch.completion_mask.sum(-1).tolist())) > 2  # rows of several lengths
+    _, whole = one_step(model, tok, batch, lr=2.0, iterations=2, micro_batch_prompts=4)
+    _, split = one_step(model, tok, batch, lr=2.0, iterations=2, micro_batch_prompts=1)
+    assert whole["clip/low_frac"] + whole["clip/high_frac"] > 0.05  # the second pass really clips
+    for key in ("clip/low_frac", "clip/high_frac", "ratio/mean", "approx_kl_old", "entropy", "loss"):
+        assert math.isclose(whole[key], split[key], rel_tol=1e-4, abs_tol=1e-6), key
+
+
+def test_value_loss_gradient_does_not_depend_on_micro_batches(tiny):
+    """Issue 14: the value loss was a token mean per micro-batch weighted by the policy aggregation's
+    share, so with seq-mean-token-mean its gradient changed with micro_batch_prompts."""
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    batch.returns = torch.randn(batch.completion_mask.shape, generator=torch.Generator().manual_seed(3))
+    batch.returns = batch.returns * batch.completion_mask
+    batch.old_values = torch.zeros_like(batch.returns)
+    heads, metrics = [], []
+    for mb in (4, 1):
+        torch.manual_seed(0)
+        critic = torch.nn.Linear(model.config.hidden_size, 1)
+        policy = copy.deepcopy(model)
+        opt = torch.optim.SGD([*policy.parameters(), *critic.parameters()], lr=0.1)
+        metrics.append(policy_update(policy, opt, batch, settings(tok, micro_batch_prompts=mb, value_clip=None),
+                                     critic=critic))
+        heads.append(critic.weight.detach().clone())
+    torch.testing.assert_close(heads[0], heads[1], rtol=0, atol=1e-6)
+    assert math.isclose(metrics[0]["value_loss"], metrics[1]["value_loss"], rel_tol=1e-5)
+    assert not torch.allclose(heads[0], torch.nn.Linear(model.config.hidden_size, 1).weight)
 
 
 def test_non_finite_gradient_skips_the_step(tiny):
