@@ -1,38 +1,72 @@
-"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...]."""
+"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...], and audit, compare, report, eval, sft.
+
+One rule for every command: `--section.key=value` (a dotted key with '=') is a config override; every
+other argument is the command's own and may be spelled `--flag value` or `--flag=value`."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from rlvr.config import build_config, describe
+from rlvr.config import build_config, describe, valid_keys
 from rlvr.errors import RlvrError
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
-def _split_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    overrides = [a for a in argv if a.startswith("--") and "=" in a]
-    rest = [a for a in argv if a not in overrides]
-    return rest, overrides
+def is_override(arg: str) -> bool:
+    """`--section.key=value`: a dotted key path before an '=' is a config override. Everything else
+    (`--resume DIR`, `--resume=DIR`, `--n=5`) is the command's own: no command flag has a dot."""
+    key, eq, _ = arg.partition("=")
+    return arg.startswith("--") and eq == "=" and "." in key
 
 
-def cmd_train(argv: list[str]) -> int:
-    rest, overrides = _split_args(argv)
+def _hint(arg: str) -> str:
+    key = arg[2:].split("=", 1)[0]
+    if "." in key:
+        return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
+    return " or ".join(f"--{k}=..." for k in valid_keys() if k.rsplit(".", 1)[-1] == key)
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The command's own arguments (parsed) and the config overrides (as given)."""
+    overrides = [a for a in argv if is_override(a)]
+    args, extra = parser.parse_known_args([a for a in argv if not is_override(a)])
+    if extra:
+        hints = [h for h in map(_hint, [a for a in extra if a.startswith("--")]) if h]
+        raise RlvrError(f"{parser.prog}: unrecognised arguments: {' '.join(extra)}"
+                        + (f"; did you mean {', '.join(hints)}?" if hints else "")
+                        + " (config keys: --section.key=value; --help lists them)")
+    return args, overrides
+
+
+def _keys_epilog(title: str, keep=lambda key: True) -> str:
+    return f"{title}:\n" + "\n".join(f"  --{k}={d}\n      {doc}" for k, d, doc in describe() if keep(k))
+
+
+def train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr train", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Train with GRPO. Any config key can be overridden as --section.key=value.",
-        epilog="config keys (default):\n" + "\n".join(
-            f"  --{k}={d}\n      {doc}" for k, d, doc in describe()))
+        description="Train with GRPO. Any config key can be overridden as --section.key=value. "
+        "A config file's algo keys belong to its preset: --algo.preset=X with another preset replaces the "
+        "file's values for the keys X sets.",
+        epilog=_keys_epilog("config keys (default, with the grpo preset applied)"))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint, "
                         "with its config.yaml (overrides still apply, e.g. --train.steps=40 to go further)")
-    args = parser.parse_args(rest)
+    return parser
+
+
+def cmd_train(argv: list[str]) -> int:
+    args, overrides = parse(train_parser(), argv)
     path = args.config
     if args.resume:
         if path is not None:
             raise RlvrError("give either a config or --resume RUN_DIR, not both")
         path = Path(args.resume) / "config.yaml"
+        if not path.is_file():
+            raise RlvrError(f"--resume {args.resume}: no config.yaml there; give a run directory that "
+                            "rlvr train wrote")
         overrides = [*overrides, f"--train.out={args.resume}"]
     elif path is None and DEMO_CONFIG.is_file():
         path = DEMO_CONFIG
@@ -43,14 +77,17 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
-def cmd_audit(argv: list[str]) -> int:
-    rest, overrides = _split_args(argv)
+def audit_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr audit", description="Scan a task for leaks and run reward hacks against its rewards. "
         "Exits 1 when a reward function is weak.")
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
     parser.add_argument("--n", type=int, default=20, help="problems to attack (default 20)")
-    args = parser.parse_args(rest)
+    return parser
+
+
+def cmd_audit(argv: list[str]) -> int:
+    args, overrides = parse(audit_parser(), argv)
     cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
     from rlvr.rewards import build_rewards
     from rlvr.rewards.audit import audit, format_report
@@ -63,17 +100,18 @@ def cmd_audit(argv: list[str]) -> int:
     return 1 if report.weak else 0
 
 
-def cmd_compare(argv: list[str]) -> int:
-    rest, overrides = _split_args(argv)
-    rest += [a for a in overrides if a.startswith("--out=")]
-    overrides = [a for a in overrides if not a.startswith("--out=")]
+def compare_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr compare", description="Run each config (or read existing run directories) and write a "
         "table and plots of reward and held-out accuracy against step and training time. "
         "--section.key=value overrides apply to every config that is run.")
     parser.add_argument("runs", nargs="+", help="YAML configs to run, or run directories to read")
     parser.add_argument("--out", default="runs/compare", help="where runs and compare.html go")
-    args = parser.parse_args(rest)
+    return parser
+
+
+def cmd_compare(argv: list[str]) -> int:
+    args, overrides = parse(compare_parser(), argv)
     from rlvr.report.compare import load_run, table, write_comparison
 
     loaded = []
@@ -95,20 +133,23 @@ def cmd_compare(argv: list[str]) -> int:
     return 0
 
 
-def cmd_report(argv: list[str]) -> int:
+def report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr report", description="Write RUN_DIR/report.html.")
     parser.add_argument("run_dir")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def cmd_report(argv: list[str]) -> int:
+    args, overrides = parse(report_parser(), argv)
+    if overrides:
+        raise RlvrError(f"rlvr report takes no config overrides, got {' '.join(overrides)}")
     from rlvr.report.html import write_report
 
     print(write_report(args.run_dir))
     return 0
 
 
-def cmd_eval(argv: list[str]) -> int:
-    # --task.digits=2 is a config override; --task=NAME (no dot in the key) is this command's option.
-    is_override = lambda a: a.startswith("--") and "=" in a and "." in a.split("=", 1)[0]
-    overrides, rest = [a for a in argv if is_override(a)], [a for a in argv if not is_override(a)]
+def eval_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr eval", description="Greedy pass@1, pass@k (unbiased estimator of Chen et al. 2021) and "
         "maj@k (majority vote of k sampled answers) per task and difficulty; writes OUT/eval.json and "
@@ -129,7 +170,11 @@ def cmd_eval(argv: list[str]) -> int:
     parser.add_argument("--out", default="runs/eval", help="where eval.json goes (default runs/eval)")
     parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) greedily "
                         "on the same problems and report which problems the model fixed and broke against it")
-    args = parser.parse_args(rest)
+    return parser
+
+
+def cmd_eval(argv: list[str]) -> int:
+    args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.digits=2 a config key
     cfg = build_config(args.config, overrides)
     from rlvr.eval.sampled import SampleSettings
     from rlvr.eval.suite import (baseline_lines, compare_to_baseline, eval_json, evaluate_tasks, format_table,
@@ -167,8 +212,7 @@ SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.wa
             "train.threads")
 
 
-def cmd_sft(argv: list[str]) -> int:
-    rest, overrides = _split_args(argv)
+def sft_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
@@ -176,11 +220,14 @@ def cmd_sft(argv: list[str]) -> int:
         "rlvr train --model.name=RUN_DIR/final. There is no sft section: the keys below are used, with "
         "rollout.prompts_per_step as the examples per step and algo.micro_batch_prompts as the examples per "
         "forward pass; other keys are accepted and ignored.",
-        epilog="config keys used (default):\n" + "\n".join(
-            f"  --{k}={d}\n      {doc}" for k, d, doc in describe()
-            if k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
+        epilog=_keys_epilog("config keys used (default)",
+                            lambda k: k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")
-    args = parser.parse_args(rest)
+    return parser
+
+
+def cmd_sft(argv: list[str]) -> int:
+    args, overrides = parse(sft_parser(), argv)
     path = args.config
     if path is None and SFT_CONFIG.is_file():
         path = SFT_CONFIG
@@ -191,6 +238,8 @@ def cmd_sft(argv: list[str]) -> int:
     return 0
 
 
+PARSERS = {"train": train_parser, "audit": audit_parser, "compare": compare_parser, "report": report_parser,
+           "eval": eval_parser, "sft": sft_parser}
 COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
             "eval": cmd_eval, "sft": cmd_sft}
 

@@ -1,6 +1,10 @@
+import re
+from pathlib import Path
+
 import pytest
 
-from rlvr.config import Config, ConfigError, build_config, describe, parse_override, to_yaml
+from rlvr.config import (Config, ConfigError, TrainConfig, VllmConfig, build_config, describe, field_docs,
+                         parse_override, to_yaml)
 
 
 def write(tmp_path, text):
@@ -75,3 +79,69 @@ def test_every_key_documented_and_yaml_round_trip(tmp_path):
     assert all(doc for _, _, doc in rows), [k for k, _, doc in rows if not doc]
     p = write(tmp_path, to_yaml(Config()))
     assert build_config(p) == Config()
+
+
+# ---------------------------------------------------------------- presets against a config file (issue 14)
+
+DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+
+
+def test_command_line_preset_replaces_the_files_pins(capsys):
+    cfg = build_config(DEMO, ["--algo.preset=rloo"])  # demo.yaml pins beta 0.0 for grpo
+    assert (cfg.algo.beta, cfg.algo.kl_in, cfg.algo.kl_estimator) == (0.05, "reward", "k1")
+    assert cfg.algo.lr == 2e-5  # a file key the preset does not set still holds
+    assert "algo.beta=0.0" in capsys.readouterr().err
+    assert build_config(DEMO, ["--algo.preset=ppo"]).algo.beta == 0.05
+    assert build_config(DEMO, ["--algo.preset=rloo", "--algo.beta=0.0"]).algo.beta == 0.0  # the command line wins
+
+
+def test_files_pins_hold_with_its_own_preset(tmp_path, capsys):
+    assert build_config(DEMO).algo.beta == 0.0
+    assert build_config(DEMO, ["--algo.preset=grpo"]).algo.beta == 0.0
+    p = write(tmp_path, "algo:\n  beta: 0.1\n")  # no preset named: written for the default, grpo
+    assert build_config(p, ["--algo.preset=grpo"]).algo.beta == 0.1
+    assert build_config(p, ["--algo.preset=reinforce_pp"]).algo.beta == 0.01
+    assert build_config(None).algo.beta == 0.04
+    p = write(tmp_path, "algo:\n  preset: rloo\n  lr: 1.0e-4\n")  # nothing pinned: no note
+    capsys.readouterr()
+    assert build_config(p, ["--algo.preset=grpo"]).algo.beta == 0.04
+    assert capsys.readouterr().err == ""
+
+
+def test_describe_shows_defaults_after_the_preset():
+    rows = {k: d for k, d, _ in describe()}
+    assert (rows["algo.beta"], rows["algo.preset"]) == ("0.04", "'grpo'")
+    rows = {k: d for k, d, _ in describe(build_config(None, ["--algo.preset=dapo"]))}
+    assert (rows["algo.clip_high"], rows["algo.dynamic_sampling"]) == ("0.28", "True")
+
+
+# ---------------------------------------------------------------- docstrings and validation
+
+def test_docstrings_say_what_the_code_does():
+    parallel = field_docs(TrainConfig)["parallel"]
+    assert "all-reduce (sum) per step" in parallel and "ddp (DistributedDataParallel)" not in parallel
+    assert "serve-rollouts" not in field_docs(VllmConfig)["server_url"]
+
+
+@pytest.mark.parametrize("override, key", [
+    ("--rollout.vllm.server_url=http://localhost:8000", "rollout.vllm.server_url"),
+    ("--rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
+    ("--rollout.vllm.tis_cap=-1", "rollout.vllm.tis_cap"),
+    ("--rollout.top_k=-1", "rollout.top_k"),
+    ("--algo.beta=-0.1", "algo.beta"),
+    ("--algo.clip_low=-0.1", "algo.clip_low"),
+    ("--algo.clip_high=-0.2", "algo.clip_high"),
+    ("--algo.dual_clip=0.5", "algo.dual_clip"),
+    ("--algo.lr=-1e-5", "algo.lr"),
+    ("--algo.gamma=1.5", "algo.gamma"),
+    ("--algo.lam=-0.1", "algo.lam"),
+    ("--algo.micro_batch_tokens=-1", "algo.micro_batch_tokens"),
+    ("--train.save_every=-1", "train.save_every"),
+    ("--task.heldout_size=-1", "task.heldout_size"),
+    ("--curriculum.smoothing=0", "curriculum.smoothing"),
+    ("--eval.batch_size=0", "eval.batch_size"),
+    ("--eval.max_new_tokens=0", "eval.max_new_tokens"),
+])
+def test_validation_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        build_config(None, [override])

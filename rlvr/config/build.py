@@ -1,5 +1,14 @@
 """Building a config: defaults, then the algo preset, then a YAML file, then dotted command-line
-overrides (`--rollout.group_size=16`). Unknown keys and wrongly typed values are errors that name the key.
+overrides (`--rollout.group_size=16`), each over the one before. Unknown keys and wrongly typed values are
+errors that name the key; validate.py checks ranges and choices.
+
+Presets (issue 14). The preset is the command line's `algo.preset`, else the file's, else grpo. A
+config file's algo keys are written for the file's preset (its `algo.preset`, or grpo when it names
+none): so when the command line picks a different preset, the file's values for the keys that preset
+sets are dropped, with a note on stderr naming them, and the preset's values hold. The file's other
+keys (lr, warmup_steps, ...) still apply, and a key given on the command line always wins. So
+`rlvr train configs/demo.yaml` keeps the demo's pinned beta 0, while `--algo.preset=rloo` on it gets
+rloo's beta 0.05 and KL in the reward, as `build_config(None, ["--algo.preset=rloo"])` does.
 """
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import sys
 import textwrap
 import types
 import typing
@@ -15,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from rlvr.config.sections import Config, ConfigError
+from rlvr.config.validate import validate
 
 
 def _hints(cls) -> dict[str, object]:
@@ -140,19 +151,49 @@ def parse_override(arg: str) -> tuple[str, object]:
     return key, value
 
 
+def _file_algo(data: dict) -> dict:
+    """The file's algo keys, from its `algo:` section and any top-level `algo.<key>:` entries."""
+    algo = dict(data["algo"]) if isinstance(data.get("algo"), dict) else {}
+    algo.update({str(k)[5:]: v for k, v in data.items() if str(k).startswith("algo.")})
+    return algo
+
+
+def _without_algo_keys(data: dict, keys: set[str]) -> dict:
+    out = {k: v for k, v in data.items() if not (str(k).startswith("algo.") and str(k)[5:] in keys)}
+    if isinstance(out.get("algo"), dict):
+        out["algo"] = {k: v for k, v in out["algo"].items() if k not in keys}
+    return out
+
+
+def _preset_replaces(data: dict, preset: str, where: str) -> dict:
+    """The file's data, less the algo keys that `preset` sets when the file was written for another
+    preset (see the module docstring); says on stderr which values it dropped."""
+    from rlvr.algo.presets import PRESETS
+
+    algo = _file_algo(data)
+    written_for = algo.get("preset", Config().algo.preset)
+    dropped = sorted(set(algo) & set(PRESETS[preset])) if preset != written_for else []
+    if dropped:
+        values = ", ".join(f"algo.{k}={algo[k]!r}" for k in dropped)
+        print(f"note: algo.preset={preset} from the command line replaces {values} set by {where} "
+              f"(written for preset {written_for}); give them on the command line to keep them", file=sys.stderr)
+    return _without_algo_keys(data, set(dropped))
+
+
 def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    """Defaults, then the algo preset's knobs, then the YAML file, then the command line."""
+    """Defaults, then the algo preset's knobs, then the YAML file, then the command line; a preset given
+    on the command line also replaces the file's values for the keys it sets (module docstring)."""
     from rlvr.algo.presets import PRESETS
 
     cfg = Config()
     data = load_yaml(path) if path is not None else {}
     parsed = [parse_override(arg) for arg in overrides]
-    preset = cfg.algo.preset
-    if isinstance(data.get("algo"), dict) and "preset" in data["algo"]:
-        preset = data["algo"]["preset"]
-    preset = next((v for k, v in reversed(parsed) if k == "algo.preset"), preset)
+    preset = next((v for k, v in reversed(parsed) if k == "algo.preset"), None)
+    if preset is None:
+        preset = _file_algo(data).get("preset", cfg.algo.preset)
     if preset not in PRESETS:
         raise ConfigError(f"unknown algo.preset '{preset}': one of {', '.join(PRESETS)}")
+    data = _preset_replaces(data, preset, str(path))
     for key, value in PRESETS[preset].items():
         _set(cfg, f"algo.{key}", value, f"preset {preset}")
     for key, value in data.items():
@@ -161,44 +202,6 @@ def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> C
         _set(cfg, key, value, "command line")
     validate(cfg)
     return cfg
-
-
-def validate(cfg: Config) -> None:
-    checks = [
-        (cfg.rollout.group_size >= 2, "rollout.group_size must be at least 2 (GRPO compares within a group)"),
-        (cfg.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be at least 1"),
-        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be at least 1"),
-        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts"),
-        (0 < cfg.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
-        (cfg.algo.iterations >= 1, "algo.iterations must be at least 1"),
-        (cfg.algo.micro_batch_prompts >= 1, "algo.micro_batch_prompts must be at least 1"),
-        (cfg.algo.aggregation in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
-         f"algo.aggregation '{cfg.algo.aggregation}' is not token-mean, seq-mean-token-mean or "
-         "seq-mean-token-sum-norm"),
-        (cfg.model.dtype in ("float32", "bfloat16"), "model.dtype must be float32 or bfloat16"),
-        (cfg.algo.adv_estimator in ("group", "rloo", "reinforce_pp", "gae"),
-         f"algo.adv_estimator '{cfg.algo.adv_estimator}' is not group, rloo, reinforce_pp or gae"),
-        (cfg.algo.adv_scale in ("group", "batch", "none"), "algo.adv_scale must be group, batch or none"),
-        (cfg.algo.ratio_level in ("token", "sequence"), "algo.ratio_level must be token or sequence"),
-        (cfg.algo.kl_in in ("loss", "reward"), "algo.kl_in must be loss or reward"),
-        (cfg.algo.kl_estimator in ("k1", "k2", "k3"), "algo.kl_estimator must be k1, k2 or k3"),
-        (0 < cfg.algo.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
-        (cfg.train.steps >= 0, "train.steps must be >= 0"),
-        (cfg.curriculum.mode in ("none", "schedule", "adaptive"),
-         "curriculum.mode must be none, schedule or adaptive"),
-        (0 <= cfg.curriculum.band_low < cfg.curriculum.band_high <= 1,
-         "curriculum.band_low and band_high must satisfy 0 <= band_low < band_high <= 1"),
-        (cfg.rollout.engine in ("builtin", "hf", "vllm"), "rollout.engine must be builtin, hf or vllm"),
-        (cfg.train.parallel in ("ddp", "fsdp"), "train.parallel must be ddp or fsdp"),
-        (cfg.train.mixed_precision in ("no", "bf16"), "train.mixed_precision must be no or bf16"),
-        (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
-        (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
-         "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
-        (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
 
 
 def to_dict(cfg) -> dict:
@@ -220,15 +223,16 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
-def describe(cls=Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(key, default, doc) for every leaf key: what `rlvr train --help` prints."""
+def describe(cfg=None, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, value, doc) for every leaf key of `cfg`: what `rlvr train --help` prints. The default is
+    build_config(None): the dataclass defaults with the default preset (grpo) applied."""
+    cfg = build_config(None) if cfg is None else cfg
+    docs = field_docs(type(cfg))
     rows = []
-    defaults = cls()
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        t = _hints(cls)[f.name]
-        if dataclasses.is_dataclass(t):
-            rows += describe(t, f"{prefix}{f.name}.")
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += describe(value, f"{prefix}{f.name}.")
         else:
-            rows.append((f"{prefix}{f.name}", repr(getattr(defaults, f.name)), docs.get(f.name, "")))
+            rows.append((f"{prefix}{f.name}", repr(value), docs.get(f.name, "")))
     return rows

@@ -108,7 +108,8 @@ class VllmConfig:
     tis_cap: float = 0.0
     """Truncated importance sampling: weight tokens by min(pi_train / pi_vllm, cap); 0 disables."""
     server_url: str = ""
-    """Server mode: address of `rlvr serve-rollouts`; empty runs vLLM in the training process."""
+    """Reserved for a server mode (vLLM in its own process), which is not implemented: must stay empty,
+    and vLLM runs in the training process."""
 
 
 @dataclass
@@ -144,7 +145,10 @@ class RewardsConfig:
 @dataclass
 class AlgoConfig:
     preset: str = "grpo"
-    """Named set of the knobs below (grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp, ppo); explicit keys override it."""
+    """Named set of the knobs below (grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp, ppo, in
+    rlvr/algo/presets.py); explicit keys override it. A config file's algo keys belong to the file's preset:
+    a different preset given on the command line replaces the file's values for the keys it sets (a note
+    names them); keys also given on the command line still win."""
     lr: float = 2e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -228,7 +232,10 @@ class TrainConfig:
     keep_checkpoints: int = 2
     """Checkpoints kept in RUN_DIR/checkpoints; older ones are deleted."""
     parallel: str = "ddp"
-    """Under torchrun: ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)."""
+    """Under torchrun: ddp (each rank holds the whole model, a plain module, not torch's
+    DistributedDataParallel: weights are broadcast from rank 0 at the start, then gradients get one
+    all-reduce (sum) per step after the last micro-batch; see rlvr/train/distributed.py) or fsdp
+    (FSDP2 fully_shard: parameters sharded, gradients reduce-scattered as sums)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     mixed_precision: str = "no"

@@ -1,0 +1,79 @@
+"""Checks on a built config that types alone cannot make: ranges, choices, and combinations. Each message
+names the key and what it must be."""
+from __future__ import annotations
+
+from rlvr.config.sections import Config, ConfigError
+
+
+def _one_of(value: str, key: str, choices: tuple[str, ...]) -> tuple[bool, str]:
+    return value in choices, f"{key} '{value}' is not one of {', '.join(choices)}"
+
+
+def _rollout(cfg: Config) -> list[tuple[bool, str]]:
+    r, v = cfg.rollout, cfg.rollout.vllm
+    return [
+        (r.group_size >= 2, "rollout.group_size must be at least 2 (GRPO compares within a group)"),
+        (r.prompts_per_step >= 1, "rollout.prompts_per_step must be at least 1"),
+        (r.max_new_tokens >= 1, "rollout.max_new_tokens must be at least 1"),
+        (r.temperature > 0, "rollout.temperature must be > 0 for training rollouts"),
+        (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+        (r.top_k >= 0, "rollout.top_k must be >= 0 (0 keeps all tokens)"),
+        _one_of(r.engine, "rollout.engine", ("builtin", "hf", "vllm")),
+        (0 < v.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization must be in (0, 1)"),
+        (v.tis_cap >= 0, "rollout.vllm.tis_cap must be >= 0 (0 disables)"),
+        (not v.server_url, "rollout.vllm.server_url: server mode is not implemented; leave it empty"),
+    ]
+
+
+def _algo(cfg: Config) -> list[tuple[bool, str]]:
+    a = cfg.algo
+    return [
+        (a.lr >= 0, "algo.lr must be >= 0"),
+        (a.iterations >= 1, "algo.iterations must be at least 1"),
+        (a.micro_batch_prompts >= 1, "algo.micro_batch_prompts must be at least 1"),
+        (a.micro_batch_tokens >= 0, "algo.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
+        _one_of(a.aggregation, "algo.aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")),
+        _one_of(a.adv_estimator, "algo.adv_estimator", ("group", "rloo", "reinforce_pp", "gae")),
+        _one_of(a.adv_scale, "algo.adv_scale", ("group", "batch", "none")),
+        _one_of(a.ratio_level, "algo.ratio_level", ("token", "sequence")),
+        _one_of(a.kl_in, "algo.kl_in", ("loss", "reward")),
+        _one_of(a.kl_estimator, "algo.kl_estimator", ("k1", "k2", "k3")),
+        (a.clip_low >= 0 and a.clip_high >= 0, "algo.clip_low and algo.clip_high must be >= 0"),
+        (a.dual_clip is None or a.dual_clip > 1, "algo.dual_clip must be null or > 1 (Ye et al. 2020)"),
+        (a.beta >= 0, "algo.beta must be >= 0"),
+        (a.norm_length >= 0 and a.max_refill >= 0, "algo.norm_length and algo.max_refill must be >= 0"),
+        (a.ref_sync_every >= 0, "algo.ref_sync_every must be >= 0 (0: never)"),
+        (0 < a.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
+        (0 <= a.gamma <= 1 and 0 <= a.lam <= 1, "algo.gamma and algo.lam must be in [0, 1]"),
+    ]
+
+
+def _rest(cfg: Config) -> list[tuple[bool, str]]:
+    t, c, task = cfg.train, cfg.curriculum, cfg.task
+    return [
+        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16")),
+        (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
+        (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
+         "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
+        (min(task.heldout_size, task.ood_size, task.train_size, task.few_shot) >= 0,
+         "task.heldout_size, task.ood_size, task.train_size and task.few_shot must be >= 0"),
+        _one_of(c.mode, "curriculum.mode", ("none", "schedule", "adaptive")),
+        (0 <= c.band_low < c.band_high <= 1,
+         "curriculum.band_low and band_high must satisfy 0 <= band_low < band_high <= 1"),
+        (0 < c.smoothing <= 1, "curriculum.smoothing must be in (0, 1]"),
+        (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
+        (t.steps >= 0, "train.steps must be >= 0"),
+        (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
+         "train.save_every, train.eval_every, train.samples_every and train.threads must be >= 0"),
+        _one_of(t.parallel, "train.parallel", ("ddp", "fsdp")),
+        _one_of(t.mixed_precision, "train.mixed_precision", ("no", "bf16")),
+        (cfg.eval.max_new_tokens >= 1 and cfg.eval.batch_size >= 1,
+         "eval.max_new_tokens and eval.batch_size must be at least 1"),
+    ]
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError naming the first key whose value cannot work."""
+    for ok, message in _rollout(cfg) + _algo(cfg) + _rest(cfg):
+        if not ok:
+            raise ConfigError(message)

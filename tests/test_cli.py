@@ -1,0 +1,122 @@
+"""The command line: a command's own flags in both spellings, dotted config overrides, help text (issue 14)."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import rlvr.cli as cli
+from rlvr.cli import main
+from rlvr.config import build_config, to_yaml
+
+SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+
+
+def both(flag, value):
+    """The two spellings of an option with a value: ['--flag=value'] and ['--flag', 'value']."""
+    return [[f"{flag}={value}"], [flag, str(value)]]
+
+
+def test_no_command_flag_has_a_dot():  # a dotted --key=value is always a config override
+    for name, make in cli.PARSERS.items():
+        flags = [s for action in make()._actions for s in action.option_strings]
+        assert flags and not [s for s in flags if "." in s], name
+
+
+@pytest.fixture
+def captured_train(monkeypatch):
+    import rlvr.train.grpo
+
+    calls = []
+    monkeypatch.setattr(rlvr.train.grpo, "train", lambda cfg, resume=False: calls.append((cfg, resume)))
+    return calls
+
+
+@pytest.mark.parametrize("spelling", [0, 1])
+def test_train_resume_both_spellings(tmp_path, captured_train, spelling):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(build_config(SMOKE, ["--train.steps=3"])))
+    assert main(["train", *both("--resume", run)[spelling], "--train.steps=5"]) == 0
+    (cfg, resume), = captured_train
+    assert resume and cfg.train.out == str(run) and cfg.train.steps == 5 and cfg.model.name == "tiny-random"
+
+
+@pytest.mark.parametrize("spelling", [0, 1])
+def test_train_resume_without_a_run_directory(tmp_path, captured_train, capsys, spelling):
+    assert main(["train", *both("--resume", tmp_path)[spelling]]) == 2
+    err = capsys.readouterr().err
+    assert f"--resume {tmp_path}: no config.yaml there" in err and "unknown config key" not in err
+    assert captured_train == []
+
+
+def test_train_without_config_keeps_the_presets_knobs(captured_train):
+    assert main(["train", "--algo.preset=rloo"]) == 0  # configs/demo.yaml pins beta 0.0 for grpo only
+    (cfg, resume), = captured_train
+    assert (cfg.algo.beta, cfg.algo.kl_in, resume) == (0.05, "reward", False)
+
+
+def test_unknown_flag_names_the_config_key(capsys):
+    assert main(["train", SMOKE, "--steps=40"]) == 2
+    assert "--steps=40" in capsys.readouterr().err
+    assert main(["train", SMOKE, "--algo.preset", "rloo"]) == 2
+    assert "--algo.preset=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, first", [("train", "--algo.beta=0.04"), ("sft", "--algo.lr=2e-05")])
+def test_help_prints_defaults_after_the_preset(capsys, command, first):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert first in out and "--algo.beta=0.0\n" not in out
+
+
+@pytest.mark.parametrize("spelling", [0, 1])
+def test_audit_n_both_spellings(monkeypatch, spelling):
+    import rlvr.rewards.audit as audit
+
+    seen = []
+    monkeypatch.setattr(audit, "audit", lambda splits, rewards, n: seen.append(n) or audit.AuditReport())
+    assert main(["audit", SMOKE, *both("--n", 2)[spelling], "--task.heldout_size=4"]) == 0
+    assert seen == [2]
+
+
+@pytest.mark.parametrize("spelling", [0, 1])
+def test_compare_out_both_spellings(tmp_path, monkeypatch, spelling):
+    import rlvr.report.compare as compare
+
+    written = []
+    monkeypatch.setattr(compare, "load_run", lambda path, name=None: path)
+    monkeypatch.setattr(compare, "table", lambda runs: "table")
+    monkeypatch.setattr(compare, "write_comparison", lambda runs, out: written.append((runs, out)) or "page")
+    assert main(["compare", str(tmp_path), *both("--out", tmp_path / "cmp")[spelling]]) == 0
+    assert written == [([tmp_path], str(tmp_path / "cmp"))]
+
+
+@pytest.mark.parametrize("spelling", [0, 1])
+def test_eval_flags_both_spellings(tmp_path, spelling):
+    flags = {"--model": "tiny-random", "--task": "arithmetic", "--split": "ood", "--n": 2, "--k": 2,
+             "--samples": 3, "--temperature": 0.5, "--max-new-tokens": 4, "--batch-size": 2, "--seed": 1,
+             "--out": tmp_path, "--baseline": "tiny-random"}
+    argv = [a for flag, value in flags.items() for a in both(flag, value)[spelling]]
+    assert main(["eval", *argv, "--task.ood_operands=3"]) == 0
+    doc = json.loads((tmp_path / "eval.json").read_text())
+    assert {k: doc[k] for k in ("model", "split", "k", "samples", "temperature", "max_new_tokens", "seed", "n")} \
+        == {"model": "tiny-random", "split": "ood", "k": 2, "samples": 3, "temperature": 0.5, "max_new_tokens": 4,
+            "seed": 1, "n": 2}
+    assert list(doc["per_difficulty"]) == ["d2-n3"] and "baseline" in doc["tasks"]["arithmetic"]
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(len(r["sampled"]) == 3 for r in rows)
+
+
+def test_report_takes_no_overrides(tmp_path, capsys):
+    assert main(["report", str(tmp_path), "--train.steps=3"]) == 2
+    assert "rlvr report takes no config overrides" in capsys.readouterr().err
+
+
+def test_written_config_round_trips(tmp_path):  # what --resume reads back
+    cfg = build_config(SMOKE, ["--algo.preset=dapo"])
+    p = tmp_path / "config.yaml"
+    p.write_text(to_yaml(cfg))
+    assert yaml.safe_load(p.read_text())["algo"]["preset"] == "dapo" and build_config(p) == cfg
