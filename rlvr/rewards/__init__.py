@@ -3,7 +3,8 @@
 Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`, whose reason is
 kept with the sample.
 """
-from rlvr.rewards.base import RewardFunction, Scores, Verdict, completion_text, resolve, score_batch
+from rlvr.rewards.base import (RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
+                               strict_rewards)
 from rlvr.rewards.code import code_tests, make_code_tests
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
@@ -24,4 +25,4 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
 
 __all__ = ["BUILTINS", "code_tests", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
            "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
-           "score_batch"]
+           "score_batch", "strict_rewards"]

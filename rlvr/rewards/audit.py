@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from rlvr.rewards.base import RewardFunction, score_batch
+from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
 from rlvr.tasks import Problem, Splits, normalise
 
 
@@ -216,7 +216,7 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
     attacks = CODE_ATTACKS if problems and problems[0].tests else MATH_ATTACKS
     leaks = leak_findings(splits) + (code_findings(splits) if attacks is CODE_ATTACKS else [])
     report = AuditReport(leaks=leaks, table=run_attacks(rewards, problems, attacks))
-    strict = {rf.name for rf in rewards if getattr(rf.fn, "checks_correctness", True)}
+    strict = {rf.name for rf in strict_rewards(rewards, unknown_is_strict=True)}
     for attack in attacks:
         for reward, score in report.table[attack.name].items():
             if score > 0 and (reward in strict or not attack.well_formed):

@@ -75,25 +75,35 @@ class RewardFunction:
 
 @dataclass
 class Scores:
-    """Per-function scores and reasons for B completions, their weighted total and error counts."""
+    """Per-function scores and reasons for B completions, their weighted total, and which completions
+    each function failed on (raised). Errors are kept per completion so that selecting rows (dynamic
+    sampling keeps some groups of a round) counts exactly the selected rows' errors."""
 
     per_function: dict[str, list[float]]
     reasons: dict[str, list[str]]
     total: list[float]
-    errors: dict[str, int]
+    failed: dict[str, list[bool]]
+
+    @property
+    def errors(self) -> dict[str, int]:
+        """Completions each function failed on: reward/<name>/errors."""
+        return {k: sum(v) for k, v in self.failed.items()}
 
     def select(self, rows: list[int]) -> "Scores":
-        return Scores({k: [v[i] for i in rows] for k, v in self.per_function.items()},
-                      {k: [v[i] for i in rows] for k, v in self.reasons.items()},
-                      [self.total[i] for i in rows], dict(self.errors))
+        pick = lambda d: {k: [v[i] for i in rows] for k, v in d.items()}
+        return Scores(pick(self.per_function), pick(self.reasons), [self.total[i] for i in rows], pick(self.failed))
 
     @staticmethod
     def concat(parts: list["Scores"]) -> "Scores":
-        keys = parts[0].per_function.keys()
-        return Scores({k: [x for p in parts for x in p.per_function[k]] for k in keys},
-                      {k: [x for p in parts for x in p.reasons[k]] for k in keys},
-                      [x for p in parts for x in p.total],
-                      {k: sum(p.errors[k] for p in parts) for k in keys})
+        join = lambda field: {k: [x for p in parts for x in getattr(p, field)[k]] for k in parts[0].per_function}
+        return Scores(join("per_function"), join("reasons"), [x for p in parts for x in p.total], join("failed"))
+
+
+def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
+    """The rewards that check correctness (`fn.checks_correctness`), in order: the first one is what
+    pass rates and the curriculum read. A function that does not say is strict only when
+    `unknown_is_strict` (rlvr audit holds unknown user functions to every attack)."""
+    return [rf for rf in rewards if getattr(rf.fn, "checks_correctness", unknown_is_strict)]
 
 
 def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFunction:
@@ -128,17 +138,17 @@ def _run_one(rf: RewardFunction, completions: list[str], columns: dict[str, list
 def score_batch(functions: list[RewardFunction], completions: list[str], columns: dict[str, list],
                 on_error: Callable[[str, Exception], None] | None = None) -> Scores:
     """Score every completion with every function. A function that raises scores the whole batch 0
-    and is counted in `errors`; training goes on."""
-    per, reasons, errors = {}, {}, {}
+    and each of its completions is marked in `failed`; training goes on."""
+    per, reasons, failed = {}, {}, {}
     for rf in functions:
         try:
             per[rf.name], reasons[rf.name] = _run_one(rf, completions, columns)
-            errors[rf.name] = 0
+            failed[rf.name] = [False] * len(completions)
         except Exception as e:  # a user's reward must not end the run
             per[rf.name] = [0.0] * len(completions)
             reasons[rf.name] = [clean_reason(f"reward function raised {type(e).__name__}: {e}")] * len(completions)
-            errors[rf.name] = len(completions)
+            failed[rf.name] = [True] * len(completions)
             if on_error is not None:
                 on_error(rf.name, e)
     total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(len(completions))]
-    return Scores(per, reasons, total, errors)
+    return Scores(per, reasons, total, failed)

@@ -11,7 +11,7 @@ import string
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
-from rlvr.tasks.base import Problem, PromptSampler, Splits, chat_messages, encode_prompt, normalise
+from rlvr.tasks.base import Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
 from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 
@@ -107,4 +107,4 @@ def build_splits(task) -> Splits:
     return finalise(splits, task.prompt_template)
 
 
-__all__ = ["Problem", "PromptSampler", "Splits", "build_splits", "chat_messages", "encode_prompt", "normalise"]
+__all__ = ["Epochs", "Problem", "Splits", "build_splits", "chat_messages", "encode_prompt", "normalise"]

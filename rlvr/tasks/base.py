@@ -49,25 +49,29 @@ def encode_prompt(tok, question: str, few_shot: list[tuple[str, str]], system_pr
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-class PromptSampler:
-    """Draws training problems in seeded epochs: every problem once before any repeats."""
+class Epochs:
+    """Seeded epochs over a fixed pool of indices: every item once before any repeats. rlvr sft draws its
+    examples this way, and the curriculum its prompts (mode none over all of train, else one per level)."""
 
-    def __init__(self, n: int, seed: int):
-        self.n, self.rng = n, random.Random(seed)
+    def __init__(self, pool: range | list[int], seed: int | str):
+        self.pool, self.rng = list(pool), random.Random(seed)
         self.order: list[int] = []
 
-    def next(self, k: int) -> list[int]:
+    def take(self, k: int) -> list[int]:
         picked = []
         while len(picked) < k:
             if not self.order:
-                self.order = list(range(self.n))
+                self.order = list(self.pool)
                 self.rng.shuffle(self.order)
             picked.append(self.order.pop())
         return picked
 
     def state_dict(self) -> dict:
-        return {"rng": self.rng.getstate(), "order": list(self.order)}
+        """Plain lists and numbers (safe for torch.load(weights_only=True) and JSON)."""
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "order": list(self.order)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.rng.setstate(state["rng"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
         self.order = list(state["order"])

@@ -18,11 +18,10 @@ learning happens at the edge of ability).
 from __future__ import annotations
 
 import bisect
-import random
 import re
 
 from rlvr.errors import RlvrError
-from rlvr.tasks.base import Problem
+from rlvr.tasks.base import Epochs, Problem
 
 
 def natural_key(label: str) -> list:
@@ -64,33 +63,6 @@ def adaptive_counts(rates: list[float | None], unlocked: int, k: int, band_low: 
     return counts
 
 
-class Epochs:
-    """Seeded epochs over a fixed pool: every item once before any repeats. With pool range(n) and an
-    int seed it draws exactly what rlvr.tasks.PromptSampler(n, seed) draws."""
-
-    def __init__(self, pool: list[int], seed: int | str):
-        self.pool, self.rng = list(pool), random.Random(seed)
-        self.order: list[int] = []
-
-    def take(self, k: int) -> list[int]:
-        picked = []
-        while len(picked) < k:
-            if not self.order:
-                self.order = list(self.pool)
-                self.rng.shuffle(self.order)
-            picked.append(self.order.pop())
-        return picked
-
-    def state_dict(self) -> dict:
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss], "order": list(self.order)}
-
-    def load_state_dict(self, state: dict) -> None:
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-        self.order = list(state["order"])
-
-
 def resolve_levels(problems: list[Problem], levels: list[str]) -> list[str]:
     """curriculum.levels checked against the train labels, or the labels in natural order."""
     present = {p.difficulty for p in problems}
@@ -112,7 +84,7 @@ def resolve_levels(problems: list[Problem], levels: list[str]) -> list[str]:
 class CurriculumSampler:
     """One sampler for every mode; the mode decides only how many prompts each level gets per step.
 
-    none: seeded epochs over the whole train split, ignoring levels (exactly PromptSampler's order);
+    none: seeded epochs over the whole train split, ignoring levels (Epochs(range(n), seed));
         pass rates per level are still tracked, for the report.
     schedule: every prompt of a step comes from the one level open at that step; earlier levels are
         not mixed back in (the adaptive mode revisits unmastered ones).

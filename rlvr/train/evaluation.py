@@ -4,16 +4,32 @@ to eval_before/after.jsonl). Under torchrun it runs on rank 0. `rlvr sft` uses t
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.eval import evaluate
 from rlvr.eval.flips import decompose, describe, flips
 from rlvr.report.console import say
 from rlvr.report.sinks import JsonlWriter
-from rlvr.train.distributed import gathered
+from rlvr.train.distributed import Dist, gathered
 
 METRICS = (("accuracy", "accuracy"), ("format", "format_rate"), ("lenient", "lenient"))
 SPLITS = ("heldout", "ood")
+
+
+@dataclass
+class EvalTarget:
+    """What an evaluation reads of a run. rlvr train passes its Run, which has these fields too."""
+
+    policy: object
+    tok: object
+    splits: object  # rlvr.tasks.Splits
+    prompts: dict[str, list[list[int]]]  # split name -> encoded chat prompts
+    cfg: object  # rlvr.config.Config
+    stop_ids: list[int]
+    out: Path
+    baseline: dict = field(default_factory=dict)  # split -> records before training (flips)
+    dist: Dist = field(default_factory=Dist)
 
 
 def evaluate_splits(policy, tok, problems: dict, prompts: dict, eval_cfg, stop_ids: list[int], tag: str,

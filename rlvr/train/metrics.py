@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from rlvr.rewards import math_worker
+from rlvr.rewards import math_worker, strict_rewards
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
 SELF_VERIFICATION = re.compile(r"\b(wait|let me check|let me verify|verify|double[- ]check)\b", re.IGNORECASE)
@@ -46,7 +46,7 @@ def sample_records(step, collected, rewards) -> list[dict]:
 
 def pass_rates(collected, rewards) -> dict:
     """pass_rate/<difficulty>: mean score of the first correctness-checking reward, per difficulty."""
-    strict = [rf for rf in rewards if getattr(rf.fn, "checks_correctness", False)]
+    strict = strict_rewards(rewards)
     if not strict:
         return {}
     scores, g = collected.scores.per_function[strict[0].name], collected.rollout.group_size

@@ -29,10 +29,9 @@ from rlvr.errors import RlvrError
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
-from rlvr.tasks import Problem, PromptSampler, build_splits, encode_prompt
-from rlvr.train.evaluation import eval_line, evaluate_splits, flip_summary, write_records
-
-IGNORE = -100
+from rlvr.tasks import Epochs, Problem, build_splits, encode_prompt
+from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
+from rlvr.train.optim import adamw, warmup_scheduler
 
 
 @dataclass
@@ -107,15 +106,6 @@ def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, m
     return {"loss": total, "tokens": tokens, "grad_norm": float(norm)}
 
 
-def evaluate_both(policy, tok, splits, prompts: dict, cfg: Config, stop_ids: list[int], out: Path, tag: str,
-                  baseline: dict | None = None) -> tuple[dict, dict]:
-    problems = {"heldout": splits.heldout, "ood": splits.ood}
-    result, records = evaluate_splits(policy, tok, problems, prompts, cfg.eval, stop_ids, tag, baseline)
-    write_records(out, tag, records)
-    say(f"eval {tag}: {eval_line(result, tag)}")
-    return result, records
-
-
 def sft(cfg: Config) -> dict:
     """Fine-tune cfg.model on the task's worked solutions; write the run directory; return the summary."""
     wall_start = time.perf_counter()
@@ -138,17 +128,17 @@ def sft(cfg: Config) -> dict:
                 for p in with_solutions(splits.train, cfg.task.name)]
     encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
     prompts = {"heldout": encode(splits.heldout), "ood": encode(splits.ood)}
+    target = EvalTarget(policy, tok, splits, prompts, cfg, stop_ids, out)
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
-    baseline: dict = {}
     if cfg.eval.before:
-        before, baseline = evaluate_both(policy, tok, splits, prompts, cfg, stop_ids, out, "before")
+        before, target.baseline = eval_on_main(target, "before")
+        say(f"eval before: {eval_line(before, 'before')}")
         summary.update(before)
     a = cfg.algo
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=a.lr,
-                                  weight_decay=a.weight_decay)
-    warm = a.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
-    sampler = PromptSampler(len(examples), cfg.train.seed)
+    optimizer = adamw([{"params": [p for p in policy.parameters() if p.requires_grad], "lr": a.lr}],
+                      a.weight_decay)
+    scheduler = warmup_scheduler(optimizer, a.warmup_steps)
+    sampler = Epochs(range(len(examples)), cfg.train.seed)
     bar = progress(cfg.train.steps)
     train_start = time.perf_counter()
     policy.train()
@@ -156,7 +146,7 @@ def sft(cfg: Config) -> dict:
         for step in range(1, cfg.train.steps + 1):
             t0 = time.perf_counter()
             lr = scheduler.get_last_lr()[0]
-            batch = [examples[i] for i in sampler.next(cfg.rollout.prompts_per_step)]
+            batch = [examples[i] for i in sampler.take(cfg.rollout.prompts_per_step)]
             m = sft_step(policy, optimizer, batch, tok.pad_token_id, a.micro_batch_prompts, a.max_grad_norm)
             scheduler.step()
             sink.write({"step": step, **m, "lr": lr, "time/step_s": time.perf_counter() - t0})
@@ -166,10 +156,11 @@ def sft(cfg: Config) -> dict:
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
     if cfg.eval.after:
-        after, records = evaluate_both(policy, tok, splits, prompts, cfg, stop_ids, out, "after", baseline)
+        after, records = eval_on_main(target, "after")
+        say(f"eval after: {eval_line(after, 'after')}")
         summary.update(after)
-        if baseline:
-            summary.update(flip_summary(baseline, records))
+        if target.baseline:
+            summary.update(flip_summary(target.baseline, records))
     atomic_save_model(policy, tok, out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(out / "summary.json", summary)

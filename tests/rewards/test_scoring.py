@@ -1,8 +1,8 @@
 import pytest
 
 from rlvr.errors import RlvrError
-from rlvr.rewards import build_rewards, score_batch
-from rlvr.rewards.base import RewardFunction
+from rlvr.rewards import build_rewards, score_batch, strict_rewards
+from rlvr.rewards.base import RewardFunction, Scores
 
 
 def length_reward(completions, **kw):
@@ -11,6 +11,12 @@ def length_reward(completions, **kw):
 
 def broken_reward(completions, **kw):
     raise RuntimeError("boom")
+
+
+def picky_reward(completions, **kw):
+    if any("x" in c for c in completions):
+        raise ValueError("x")
+    return [1.0] * len(completions)
 
 
 def partial_reward(completions, **kw):
@@ -23,6 +29,7 @@ def test_weighted_sum_and_reasons():
     assert s.total == [1.5, 0.0]
     assert s.reasons["correctness"] == ["correct", "no final answer"]
     assert s.errors == {"correctness": 0, "format": 0}
+    assert s.failed == {"correctness": [False, False], "format": [False, False]}
 
 
 def test_custom_functions_by_import_path():
@@ -36,7 +43,8 @@ def test_raising_reward_scores_zero_and_is_counted():
     fns = [RewardFunction("broken", 1.0, broken_reward), RewardFunction("len", 1.0, length_reward)]
     s = score_batch(fns, ["ab", "abcd"], {}, on_error=lambda name, e: seen.append((name, str(e))))
     assert s.per_function["broken"] == [0.0, 0.0]
-    assert s.errors["broken"] == 2
+    assert s.errors == {"broken": 2, "len": 0}
+    assert s.failed["broken"] == [True, True]
     assert s.total == [0.2, 0.4]
     assert seen == [("broken", "boom")]
     assert "RuntimeError: boom" in s.reasons["broken"][0]
@@ -53,3 +61,28 @@ def test_unknown_reward_names_builtins():
         build_rewards({"corectness": 1.0})
     with pytest.raises(RlvrError, match="cannot load reward function 'no_such_mod:f'"):
         build_rewards({"no_such_mod:f": 1.0})
+
+
+def test_selected_groups_count_only_their_own_errors():
+    # dynamic sampling keeps some groups (G = 2) of each round and concatenates them: the errors are
+    # those of the kept completions, never a whole round's count once per kept group
+    fns = [RewardFunction("picky", 1.0, picky_reward)]
+    a = score_batch(fns, ["x", "b", "c", "d"], {})  # raises: all 4 of round a fail
+    b = score_batch(fns, ["e", "f", "g", "h"], {})  # no error in round b
+    assert a.errors == {"picky": 4} and b.errors == {"picky": 0}
+    kept = Scores.concat([a.select([2, 3]), b.select([0, 1]), b.select([2, 3])])
+    assert kept.errors == {"picky": 2}  # 2 of the 6 kept completions come from round a (was 4)
+    assert kept.failed["picky"] == [True, True, False, False, False, False]
+    assert kept.total == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    both = Scores.concat([a.select([0, 1]), a.select([2, 3])])
+    assert both.errors == {"picky": 4}  # every group of round a kept: 4 errors in 4 completions (was 8)
+
+
+def test_strict_rewards_are_those_that_check_correctness():
+    fns = build_rewards({"format": 0.5, "correctness": 1.0, "tests.rewards.test_scoring:length_reward": 1.0,
+                         "code_tests": 1.0})
+    names = lambda rs: [rf.name for rf in rs]
+    # code_tests does not say (so counts as strict only for the audit); format says it is not strict
+    assert names(strict_rewards(fns)) == ["correctness"]
+    assert names(strict_rewards(fns, unknown_is_strict=True)) == [
+        "correctness", "tests.rewards.test_scoring:length_reward", "code_tests"]

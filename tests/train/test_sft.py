@@ -11,6 +11,7 @@ from rlvr.cli import main
 from rlvr.models import stop_token_ids
 from rlvr.tasks.base import Problem, Splits
 from rlvr.train import sft as sft_module
+from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.sft import baseline_of, collate, end_of_turn_id, make_example, sft_step, target_nll
 
 SOLVED = [Problem(f"What is {a} + {b}?", str(a + b), "d1", solution=f"{a} + {b} = {a + b}\nAnswer: {a + b}")
@@ -75,6 +76,21 @@ def test_a_few_steps_lower_the_loss(tiny):
     for _ in range(8):
         sft_step(model, optimizer, examples, 0, micro=2, max_grad_norm=1.0)
     assert batch_loss(model, examples, 0) < 0.7 * before
+
+
+def test_warmup_is_linear_then_constant_per_group():
+    w, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = adamw([{"params": [w], "lr": 0.3}, {"params": [b], "lr": 0.03}], weight_decay=0.1)
+    assert optimizer.defaults["weight_decay"] == 0.1 and optimizer.defaults["fused"]
+    scheduler = warmup_scheduler(optimizer, 3)
+    lrs = []
+    for _ in range(5):
+        lrs.append(scheduler.get_last_lr())
+        optimizer.step()
+        scheduler.step()
+    # step s runs at min(1, (s + 1) / 3) of each group's lr
+    assert lrs == [pytest.approx(x) for x in ([0.1, 0.01], [0.2, 0.02], [0.3, 0.03], [0.3, 0.03], [0.3, 0.03])]
+    assert warmup_scheduler(adamw([{"params": [w], "lr": 0.3}], 0.0), 0).get_last_lr() == [0.3]
 
 
 SMALL = ["--model.name=tiny-random", "--train.steps=3", "--rollout.prompts_per_step=4", "--algo.micro_batch_prompts=2",
