@@ -79,10 +79,8 @@ def test_selected_groups_count_only_their_own_errors():
 
 
 def test_strict_rewards_are_those_that_check_correctness():
-    fns = build_rewards({"format": 0.5, "correctness": 1.0, "tests.rewards.test_scoring:length_reward": 1.0,
-                         "code_tests": 1.0})
+    fns = build_rewards({"format": 0.5, "correctness": 1.0, "tests.rewards.test_scoring:length_reward": 1.0})
     names = lambda rs: [rf.name for rf in rs]
-    # code_tests does not say (so counts as strict only for the audit); format says it is not strict
+    # format says it is not strict; length_reward does not say, so it is strict only for the audit
     assert names(strict_rewards(fns)) == ["correctness"]
-    assert names(strict_rewards(fns, unknown_is_strict=True)) == [
-        "correctness", "tests.rewards.test_scoring:length_reward", "code_tests"]
+    assert names(strict_rewards(fns, unknown_is_strict=True)) == ["correctness", "tests.rewards.test_scoring:length_reward"]
