@@ -110,12 +110,6 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     return aggregate(0.5 * err, mask, "token-mean", units=units)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of each row's categorical distribution: [..., V] -> [...]."""
-    logp = logits.float().log_softmax(-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def tis_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
                 cap: float) -> torch.Tensor:
     """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you

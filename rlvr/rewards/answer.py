@@ -6,7 +6,6 @@ import re
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
 _ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
-_INTEGER = re.compile(r"^[+-]?\d{1,3}(,\d{3})+$|^[+-]?\d+$")
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -56,11 +55,3 @@ def final_answers(text: str) -> list[str]:
     cands += answer_tags(body)
     cands += boxed_contents(body)
     return [c.strip() for c in cands]
-
-
-def parse_integer(text: str) -> int | None:
-    """'1,000' -> 1000, '+7' -> 7, '7.' -> 7; anything else -> None."""
-    text = text.strip().removesuffix(".").replace(" ", "")
-    if _INTEGER.match(text):
-        return int(text.replace(",", ""))
-    return None

@@ -335,6 +335,7 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
     verdict.__doc__ = code_tests_verdict.__doc__
     reward = batch_form(verdict, ("tests",), verdicts_fn=verdicts)
     reward.config = cfg
+    reward.checks_correctness = True  # pass rates and the curriculum read it (rlvr.rewards.strict_rewards)
     return reward
 
 
@@ -351,5 +352,6 @@ def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
 
 
 code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts)
+code_tests.checks_correctness = True
 __all__ = ["CodeTestsConfig", "Spec", "code_tests", "code_tests_verdict", "last_code_block",
            "make_code_tests", "parse_spec", "same"]

@@ -50,12 +50,6 @@ _AARCH64 = {
 }
 # machine -> (AUDIT_ARCH_*, table, has the x32 ABI)
 ARCHES = {"x86_64": (0xC000003E, _X86_64, True), "aarch64": (0xC00000B7, _AARCH64, False)}
-DENIED = tuple(sorted(_X86_64))
-
-
-def syscall_numbers(machine: str | None = None) -> dict[str, int]:
-    """name -> number on this machine; KeyError for an architecture without a table here."""
-    return ARCHES[machine or platform.machine()][1]
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.rollout.kvcache import preallocate
-from rlvr.rollout.sampling import sample_next
+from rlvr.rollout.sampling import sample_next, uniforms
 
 
 @dataclass
@@ -75,23 +75,25 @@ def common_prefix_length(prompts: list[list[int]]) -> int:
     return n
 
 
-def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8):
-    """Run the prompts; returns (model output with a cache and the last position's logits, attention
-    mask [P, Tp]). A prefix common to all prompts is run once and its cache shared, then the rest of
-    each prompt runs after it, left-padded, so padding sits between prefix and rest (masked out; the
-    positions skip it). Every prompt keeps at least its last token in the second pass."""
+def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8, **kwargs):
+    """Run the prompts once with a cache: returns (the model's output, attention mask [P, Tp]). A prefix
+    common to all prompts (system prompt, few-shot turns) is run once and its cache shared, then the
+    rest of each prompt runs after it, left-padded, so padding sits between prefix and rest (masked
+    out; the positions skip it). Every prompt keeps at least its last token in the second pass.
+    `model` is a causal LM (rollouts: kwargs logits_to_keep=1) or its trunk (the training forward,
+    rlvr/train/logprobs.py, which reads the cache and the last hidden state, with gradient)."""
     shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1) if len(prompts) > 1 else 0
     if shared < min_shared:
         ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
-                     use_cache=True, logits_to_keep=1), mask
-    head = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, logits_to_keep=1)
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=True,
+                     **kwargs), mask
+    head = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, **kwargs)
     cache = head.cache
     cache.batch_repeat_interleave(len(prompts))
     ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_id)  # [P, Tr]
     mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long), rest_mask], dim=-1)  # [P, Tp]
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)[:, shared:],
-                cache=cache, use_cache=True, logits_to_keep=1)
+                cache=cache, use_cache=True, **kwargs)
     return out, mask
 
 
@@ -108,9 +110,11 @@ def generate(
     stop_ids: list[int],
     pad_id: int,
     generator: torch.Generator | None = None,
+    seeds: list[int] | None = None,
 ) -> Rollout:
-    """Sample `group_size` completions for each prompt (temperature 0: greedy)."""
-    out, mask = prefill(model, prompts, pad_id)  # [P, Tp] mask
+    """Sample `group_size` completions for each prompt (temperature 0: greedy). The draws come from
+    `seeds`, one per prompt (rlvr.rollout.sampling.group_seed), when given, else from `generator`."""
+    out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp] mask
     cache = preallocate(out.cache, mask.shape[1] + max_new_tokens)  # decoding writes in place, no concatenation
     cache.batch_repeat_interleave(group_size)
     logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [B, V]
@@ -118,13 +122,14 @@ def generate(
     next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first completion token
 
     n = len(prompts) * group_size
+    u = uniforms(n, max_new_tokens, group_size, seeds, generator) if temperature > 0 else None  # [B, Tc]
     tokens_out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
     logp_out = torch.zeros((n, max_new_tokens))
     done = torch.zeros(n, dtype=torch.bool)
     active = torch.arange(n)  # rows of the full batch that are still generating
     stop = torch.tensor(stop_ids, dtype=torch.long)
     for t in range(max_new_tokens):
-        tok, logp = sample_next(logits, temperature, top_p, top_k, generator)  # [A], [A]
+        tok, logp = sample_next(logits, temperature, top_p, top_k, None if u is None else u[active, t])  # [A]
         tokens_out[active, t] = tok
         logp_out[active, t] = logp
         finished = torch.isin(tok, stop)  # [A]
@@ -142,16 +147,24 @@ def generate(
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
 
-    # Pad may equal a stop token (SmolLM uses <|im_end|> for both): a row ends at its first stop.
-    is_stop = torch.isin(tokens_out, stop)  # [B, Tc]
-    last = torch.where(is_stop.any(-1), is_stop.float().argmax(-1), max_new_tokens - 1)  # [B]
-    comp_mask = (torch.arange(max_new_tokens)[None, :] <= last[:, None]).float()  # [B, Tc]
-    width = int(comp_mask.sum(-1).max().item()) if n else 0
+    return end_at_first_stop(prompts, tokens_out, logp_out, group_size, stop_ids, pad_id)
+
+
+def end_at_first_stop(prompts: list[list[int]], tokens: torch.Tensor, logp: torch.Tensor, group_size: int,
+                      stop_ids: list[int], pad_id: int) -> Rollout:
+    """Sampled rows tokens, logp [B, T] -> a Rollout: each row ends at its first stop token (kept; the
+    pad id may equal a stop token, as SmolLM's <|im_end|>), pad_id and log-prob 0 after it, truncated
+    where a row has none, every row trimmed to the longest. Both local engines end with it."""
+    n, width_gen = tokens.shape
+    is_stop = torch.isin(tokens, torch.tensor(stop_ids, dtype=torch.long))  # [B, T]
+    last = torch.where(is_stop.any(-1), is_stop.float().argmax(-1), width_gen - 1)  # [B]
+    mask = torch.arange(width_gen)[None, :] <= last[:, None]  # [B, T]
+    width = int(mask.sum(-1).max()) if n else 0
     return Rollout(
         prompt_ids=[list(p) for p in prompts],
-        completion_ids=tokens_out[:, :width],
-        completion_mask=comp_mask[:, :width],
-        sampler_logp=logp_out[:, :width] * comp_mask[:, :width],
-        truncated=~done,
+        completion_ids=torch.where(mask, tokens, pad_id)[:, :width],
+        completion_mask=mask[:, :width].float(),
+        sampler_logp=torch.where(mask, logp, 0.0)[:, :width],  # select: forced padding may have logp -inf
+        truncated=~is_stop.any(-1),
         group_size=group_size,
     )

@@ -14,7 +14,7 @@ import contextlib
 import torch
 from transformers import GenerationConfig
 
-from rlvr.rollout.engine import Rollout, left_pad
+from rlvr.rollout.engine import Rollout, concat_rollouts, end_at_first_stop, left_pad
 
 
 # generate fills every field left None from the model's generation_config.json; these get values at
@@ -59,8 +59,16 @@ def generate(
     stop_ids: list[int],
     pad_id: int,
     generator: torch.Generator | None = None,
+    seeds: list[int] | None = None,
 ) -> Rollout:
-    """Sample `group_size` completions for each prompt with model.generate (temperature 0: greedy)."""
+    """Sample `group_size` completions for each prompt with model.generate (temperature 0: greedy). With
+    `seeds` (one per prompt) each prompt is generated on its own from its seed, so its completions do
+    not depend on the batch; otherwise the whole batch at once from `generator`."""
+    if seeds is not None:
+        parts = [generate(model, [p], group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_p=top_p, top_k=top_k, stop_ids=stop_ids, pad_id=pad_id,
+                          generator=torch.Generator().manual_seed(s)) for p, s in zip(prompts, seeds)]
+        return concat_rollouts(parts, pad_id)
     ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
     # What num_return_sequences does inside generate, done here because greedy decoding refuses it.
     ids, mask = ids.repeat_interleave(group_size, dim=0), mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
@@ -70,21 +78,7 @@ def generate(
     new = out.sequences[:, ids.shape[1]:]  # [B, Tg], rows repeat_interleaved: row b is prompt b // G
     n, width_gen = new.shape
 
-    # Pad may equal a stop token (SmolLM uses <|im_end|> for both): a row ends at its first stop.
-    is_stop = torch.isin(new, torch.tensor(stop_ids, dtype=torch.long))  # [B, Tg]
-    last = torch.where(is_stop.any(-1), is_stop.float().argmax(-1), width_gen - 1)  # [B]
-    comp_mask = torch.arange(width_gen)[None, :] <= last[:, None]  # [B, Tg]
     logp = torch.zeros((n, width_gen))
     for t, scores in enumerate(out.scores):  # one [B, V] fp32 tensor per step, after the warpers
         logp[:, t] = scores.log_softmax(-1).gather(-1, new[:, t:t + 1]).squeeze(-1)
-    # A finished row's forced padding may lie outside top-k (-inf): select, never multiply.
-    logp = torch.where(comp_mask, logp, 0.0)
-    width = int(comp_mask.sum(-1).max()) if n else 0
-    return Rollout(
-        prompt_ids=[list(p) for p in prompts],
-        completion_ids=torch.where(comp_mask, new, pad_id)[:, :width],
-        completion_mask=comp_mask[:, :width].float(),
-        sampler_logp=logp[:, :width],
-        truncated=~is_stop.any(-1),
-        group_size=group_size,
-    )
+    return end_at_first_stop(prompts, new, logp, group_size, stop_ids, pad_id)

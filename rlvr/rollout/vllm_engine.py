@@ -223,17 +223,18 @@ class VllmEngine:
         self.sleep_enabled = sleep
         self.asleep = False
 
-    def generate(self, prompts: list[list[int]], *, group_size: int, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, top_k: int = 0, stop_ids: list[int], pad_id: int,
-                 seed: int | None = None) -> Rollout:
-        """Sample group_size completions per token-id prompt. seed None draws from the engine's own
-        stream (seeded once from train.seed); a seed gives prompt i the seeds seed + i * G + j."""
+    def generate(self, prompts: list[list[int]], *, seeds: list[int] | None = None, group_size: int,
+                 max_new_tokens: int, temperature: float, top_p: float = 1.0, top_k: int = 0, stop_ids: list[int],
+                 pad_id: int) -> Rollout:
+        """Sample group_size completions per token-id prompt. seeds None draws from the engine's own
+        stream (seeded once from train.seed); seeds[i] seeds prompt i's request (vLLM seeds its n
+        completions seed + j)."""
         from vllm import SamplingParams
 
         self.wake()
         common = dict(group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
                       top_p=top_p, top_k=top_k, stop_ids=stop_ids)
-        params = [SamplingParams(**sampling_kwargs(**common, seed=None if seed is None else seed + i * group_size))
+        params = [SamplingParams(**sampling_kwargs(**common, seed=None if seeds is None else seeds[i]))
                   for i in range(len(prompts))]
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         tokens, logps, reasons = request_outputs_to_lists(outputs)
@@ -282,7 +283,7 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
     front when vllm or a GPU is missing, or for settings not supported yet."""
     v = cfg.rollout.vllm
     if v.server_url:
-        raise RlvrError("rollout.vllm.server_url: server mode (rlvr serve-rollouts) is not available yet; "
+        raise RlvrError("rollout.vllm.server_url: server mode (vLLM in a separate server) is not implemented; "
                         "leave it empty to run vLLM in the training process")
     check_vllm_usable()
     if torch.distributed.is_available() and torch.distributed.is_initialized() \

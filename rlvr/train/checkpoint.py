@@ -13,7 +13,6 @@ import random
 import re
 import signal
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,24 +26,23 @@ from rlvr.report.console import say
 from rlvr.report.sinks import atomic_write_text
 from rlvr.models import load_model
 from rlvr.report.sinks import atomic_save_model
-from rlvr.train.distributed import (full_state_dict, gather_objects, is_fsdp, load_full_state_dict,
-                                    sampling_seed)
+from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
+from rlvr.train.state import Progress, Run
 
 CHECKPOINTS = "checkpoints"
 _NAME = re.compile(r"^step_(\d{6,})\.pt$")
 
 
-def rng_state(gen: torch.Generator) -> dict:
-    """Every random generator a step draws from: Python, NumPy, torch's global one, the sampling one."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "sampling": gen.get_state()}
+def rng_state() -> dict:
+    """The global random generators: Python, NumPy, torch. Rollouts draw from per-group seeds
+    (rlvr.rollout.sampling.group_seed), which need no state."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
-def set_rng_state(state: dict, gen: torch.Generator) -> None:
+def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    gen.set_state(state["sampling"])
 
 
 def checkpoints(run_dir: str | Path) -> list[Path]:
@@ -104,23 +102,7 @@ def truncate_jsonl(path: str | Path, last_step: int) -> None:
     atomic_write_text(path, "".join(kept))
 
 
-# ---------------------------------------------------------------- the loop's state
-
-
-@dataclass
-class Progress:
-    """What the loop carries from step to step besides models and optimizer; all of it is checkpointed."""
-
-    step: int = 0
-    summary: dict = field(default_factory=lambda: {"steps": 0})
-    history: list[dict] = field(default_factory=list)  # metric rows, for the health rules
-    eval_rows: list[dict] = field(default_factory=list)
-    fired: set = field(default_factory=set)  # health rules that already fired
-    train_seconds: float = 0.0  # training time before this process (resumed runs)
-    eval_seconds: float = 0.0  # mid-run evaluation time, left out of train_seconds
-
-
-def _optimizer_state(run) -> dict:
+def _optimizer_state(run: Run) -> dict:
     """Keyed by parameter name (torch.distributed.checkpoint's full state), so it loads into a plain,
     DDP or FSDP2 policy alike; a PPO critic (single process only) keeps the optimizer's own form."""
     if run.critic is not None:
@@ -129,18 +111,18 @@ def _optimizer_state(run) -> dict:
     return {"format": "full", "state": get_optimizer_state_dict(run.policy, run.optimizer, options=options)}
 
 
-def checkpoint_state(run, p: Progress, train_seconds: float) -> dict:
+def checkpoint_state(run: Run, p: Progress, train_seconds: float) -> dict:
     """The whole state, collected on every rank (FSDP gathers shards); only rank 0's is complete."""
     d = run.dist
     return {"step": p.step, "world": d.world, "policy": full_state_dict(run.policy, d),
             "critic": run.critic.state_dict() if run.critic is not None else None,
             "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
             "optimizer": _optimizer_state(run), "scheduler": run.scheduler.state_dict(),
-            "sampler": run.sampler.state_dict(), "rng": gather_objects(rng_state(run.gen), d),
+            "sampler": run.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
             "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds}}
 
 
-def restore(run, state: dict) -> Progress:
+def restore(run: Run, state: dict) -> Progress:
     """Load a checkpoint written by any number of processes. With the same world size every rank gets
     its own generators back (exact); with another, rank r's sampling generator is reseeded from
     (train.seed, step, r) and the others come from rank 0."""
@@ -158,14 +140,8 @@ def restore(run, state: dict) -> Progress:
         run.optimizer.load_state_dict(opt["state"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.sampler.load_state_dict(state["sampler"])
-    rngs = state["rng"]
-    if len(rngs) == d.world:
-        set_rng_state(rngs[d.rank], run.gen)
-    else:
-        set_rng_state(rngs[0], run.gen)
-        run.gen.manual_seed(sampling_seed(run.cfg.train.seed + 1_000_003 * state["step"], d.rank))
-        say(f"checkpoint written by {len(rngs)} processes, resumed on {d.world}: sampling continues from "
-            "fresh per-process seeds")
+    rngs = state["rng"]  # one per rank that wrote it; on another number of ranks, rank 0's
+    set_rng_state(rngs[d.rank] if len(rngs) == d.world else rngs[0])
     p = Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
     if d.is_main:
         for name in ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl"):
@@ -173,7 +149,7 @@ def restore(run, state: dict) -> Progress:
     return p
 
 
-def try_checkpoint(run, p: Progress, train_seconds: float) -> None:
+def try_checkpoint(run: Run, p: Progress, train_seconds: float) -> None:
     """Every rank takes part (FSDP gathers); rank 0 writes. A failed write (disk full, permissions) is
     reported and training goes on from memory."""
     state = checkpoint_state(run, p, train_seconds)
@@ -187,7 +163,7 @@ def try_checkpoint(run, p: Progress, train_seconds: float) -> None:
             + (f"{last} is still whole and usable" if last else "there is no earlier checkpoint"))
 
 
-def save_final(run) -> None:
+def save_final(run: Run) -> None:
     """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
     if not is_fsdp(run.policy):
         if run.dist.is_main:

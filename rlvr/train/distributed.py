@@ -245,32 +245,6 @@ def allreduce_scalars(values: dict[str, float], d: Dist, op: str = "sum") -> dic
     return dict(zip(keys, t.tolist()))
 
 
-def allreduce_mean_std(x: torch.Tensor, mask: torch.Tensor, d: Dist) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and unbiased std of x over the unmasked entries of every rank's batch (two passes, so the
-    variance is exact to rounding). x, mask: same shape. Returns 0-dim tensors."""
-    m = mask.to(torch.float64)
-    xd = x.to(torch.float64)
-    s = allreduce_scalars({"n": float(m.sum()), "sum": float((xd * m).sum())}, d)
-    mean = s["sum"] / max(s["n"], 1.0)
-    ss = allreduce_scalars({"ss": float(((xd - mean).pow(2) * m).sum())}, d)["ss"]
-    std = math.sqrt(ss / max(s["n"] - 1.0, 1.0))
-    return torch.tensor(mean, dtype=x.dtype, device=x.device), torch.tensor(std, dtype=x.dtype, device=x.device)
-
-
-def whiten(x: torch.Tensor, mask: torch.Tensor, d: Dist, eps: float = 1e-8) -> torch.Tensor:
-    """rlvr.algo.whiten over the global batch: (x - mean) / (std + eps) * mask. [B, T] -> [B, T]."""
-    mean, std = allreduce_mean_std(x, mask, d)
-    return (x - mean) / (std + eps) * mask.to(x.dtype)
-
-
-def batch_scaled_group_advantages(rewards: torch.Tensor, d: Dist, eps: float = 1e-6) -> torch.Tensor:
-    """group_advantages(rewards, "batch") with the std of ALL ranks' rewards. rewards [P, G] -> [P, G]."""
-    if rewards.shape[1] < 2:
-        return torch.zeros_like(rewards)
-    _, std = allreduce_mean_std(rewards, torch.ones_like(rewards), d)
-    return (rewards - rewards.mean(dim=1, keepdim=True)) / (std + eps)
-
-
 # ---------------------------------------------------------------- metrics and objects
 
 def _rule(key: str) -> str:
@@ -326,15 +300,6 @@ def reduce_metrics(metrics: dict, d: Dist, weight: float) -> dict:
         return dict(metrics)
     gathered_ = gather_objects((metrics, float(weight)), d)
     return combine_metrics([m for m, _ in gathered_], [w for _, w in gathered_])
-
-
-def broadcast_object(obj, d: Dist, src: int = 0):
-    """Rank src's obj on every rank: for anything one rank decides (a resume step, a stop signal)."""
-    if not d.enabled:
-        return obj
-    box = [obj]
-    tdist.broadcast_object_list(box, src=src)
-    return box[0]
 
 
 # ---------------------------------------------------------------- portable checkpoints

@@ -12,6 +12,7 @@ from rlvr.eval.flips import decompose, describe, flips
 from rlvr.report.console import say
 from rlvr.report.sinks import JsonlWriter
 from rlvr.train.distributed import Dist, gathered
+from rlvr.train.state import Run
 
 METRICS = (("accuracy", "accuracy"), ("format", "format_rate"), ("lenient", "lenient"))
 SPLITS = ("heldout", "ood")
@@ -99,7 +100,7 @@ def eval_line(result: dict, tag: str) -> str:
     return "; ".join(parts)
 
 
-def run_eval(run, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
+def run_eval(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     problems = {s: getattr(run.splits, s) for s in splits}
     result, records = evaluate_splits(run.policy, run.tok, problems, run.prompts, run.cfg.eval, run.stop_ids,
                                       tag, None if tag == "before" else run.baseline)
@@ -108,7 +109,7 @@ def run_eval(run, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dic
     return result, records
 
 
-def log_eval(run, sink: JsonlWriter, step: int, result: dict, tag: str, train_seconds: float) -> dict:
+def log_eval(run: Run | EvalTarget, sink: JsonlWriter, step: int, result: dict, tag: str, train_seconds: float) -> dict:
     row = {"step": step, "train_seconds": train_seconds}
     row.update({k.removesuffix(f"_{tag}"): v for k, v in result.items()})
     sink.write(row)
@@ -116,7 +117,7 @@ def log_eval(run, sink: JsonlWriter, step: int, result: dict, tag: str, train_se
     return row
 
 
-def eval_on_main(run, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
+def eval_on_main(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation on rank 0 (the others get {}, {}); under FSDP every rank helps gather the weights."""
     with gathered(run.policy):
         return run_eval(run, tag, splits) if run.dist.is_main else ({}, {})

@@ -2,161 +2,44 @@
 
     tasks -> prompts;  rollout -> G completions each;  rewards -> scores;
     algo -> advantages and loss;  train -> optimizer step;  report -> metrics, samples, summary
+
+`train` -> `_train`: start (setup or resume), evaluate before, then per step `train_step` (collect,
+make_batch, policy_update), `log_step`, `evaluate_mid` when due, `checkpoint_if_due`; then `finish`.
 """
 from __future__ import annotations
 
-import random
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-import numpy as np
 import torch
 
-from rlvr.config import Config, to_dict, to_yaml
-from rlvr.errors import RlvrError
-from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.config import Config, to_dict
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
+from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
 from rlvr.report.trackers import open_trackers
-from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json, atomic_write_text
-from rlvr.rewards import build_rewards, score_batch
-from rlvr.rewards.base import RewardFunction, Scores
-from rlvr.rollout.engine import Rollout, concat_rollouts, generate, select_groups
-from rlvr.rollout.hf_engine import generate as hf_generate
-from rlvr.tasks import Problem, Splits, build_splits, encode_prompt
-from rlvr.tasks.curriculum import CurriculumSampler, build_sampler
+from rlvr.rewards import score_batch, strict_rewards
+from rlvr.rewards.base import Scores
+from rlvr.rollout.engine import select_groups
+from rlvr.rollout.sampling import group_seed
 from rlvr.train.advantage import compute_advantages
-from rlvr.train.checkpoint import (CHECKPOINTS, Progress, StopOnSignal, latest_checkpoint, load_checkpoint, restore,
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, latest_checkpoint, load_checkpoint, restore,
                                    save_final, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
-                                    init_distributed, reduce_metrics, sampling_seed, shard_groups, wrap_model)
+                                    init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
-from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
+from rlvr.train.logprobs import completion_logprobs, reference_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
+from rlvr.train.setup import setup
 from rlvr.train.sft import baseline_of
+from rlvr.train.state import Collected, Progress, Run, merge_collected
 from rlvr.train.update import Batch, UpdateSettings, policy_update
 
 
-@dataclass
-class Run:
-    """Everything a run holds between steps."""
-
-    cfg: Config
-    out: Path
-    policy: torch.nn.Module
-    tok: object
-    splits: Splits
-    prompts: dict[str, list[list[int]]]  # split name -> encoded chat prompts
-    rewards: list[RewardFunction]
-    ref: Reference | None
-    critic: torch.nn.Module | None
-    optimizer: torch.optim.Optimizer
-    scheduler: object
-    sampler: CurriculumSampler
-    gen: torch.Generator
-    stop_ids: list[int]
-    pad_id: int
-    warned: set
-    engine: object = None  # rollout.engine=vllm: the VllmEngine holding a copy of the policy
-    dist: Dist = field(default_factory=Dist)  # this process's place under torchrun
-    baseline: dict = field(default_factory=dict)  # split -> greedy records before training (flips)
-
-
-@dataclass
-class Collected:
-    problems: list[Problem]
-    rollout: Rollout
-    texts: list[str]
-    scores: Scores
-    metrics: dict
-
-
-def seed_everything(seed: int) -> torch.Generator:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    return torch.Generator().manual_seed(seed)
-
-
-def reward_functions(cfg: Config) -> list[RewardFunction]:
-    weights = dict(cfg.rewards.weights)
-    if cfg.algo.soft_overlong and "length" not in weights:
-        weights["length"] = 1.0
-    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                         cfg.rewards.overlong_penalty)
-
-
-def check_distributed(cfg: Config, d: Dist) -> None:
-    """What runs under torchrun so far; the rest is refused up front rather than silently wrong."""
-    if not d.enabled:
-        return
-    a = cfg.algo
-    unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
-                   f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
-                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
-    if cfg.train.parallel == "fsdp":
-        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (a.micro_batch_tokens > 0,
-                        "algo.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
-                        (a.beta > 0 and a.ref_sync_every > 0, "algo.ref_sync_every")]
-    bad = [name for flag, name in unsupported if flag]
-    if bad:
-        raise RlvrError(f"not supported with {d.world} processes (train.parallel={cfg.train.parallel}) yet: "
-                        f"{', '.join(bad)}; run in one process or change these settings")
-    shard_groups(cfg.rollout.prompts_per_step, d.rank, d.world)  # raises unless it divides
-
-
-def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
-    """Load models, tasks and optimizer. A fresh run clears the run directory's logs (rank 0 writes)."""
-    check_distributed(cfg, d)
-    out = Path(cfg.train.out)
-    if d.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "config.yaml", to_yaml(cfg))
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
-    gen = seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
-    gen.manual_seed(sampling_seed(cfg.train.seed, d.rank))  # ranks sample different completions
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype)
-    if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
-        policy = apply_lora(policy, cfg.model.lora)
-    if cfg.train.gradient_checkpointing:
-        enable_gradient_checkpointing(policy)
-    splits = build_splits(cfg.task)
-    for note in splits.notes:
-        say(f"task: {note}")
-    encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
-    prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
-    a = cfg.algo
-    ref = Reference.of(policy) if a.beta > 0 else None
-    if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
-        policy = wrap_model(policy, cfg.train.parallel, d)
-    critic = None
-    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
-    if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk, with its own learning rate
-        critic = torch.nn.Linear(policy.config.hidden_size, 1)
-        torch.nn.init.zeros_(critic.weight)
-        torch.nn.init.zeros_(critic.bias)
-        groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = torch.optim.AdamW(groups, weight_decay=a.weight_decay, fused=True)  # fused: 2-3x faster step
-    warm = a.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
-    for f in ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
-              "health.jsonl") if fresh and d.is_main else ():
-        (out / f).unlink(missing_ok=True)
-    if fresh and d.is_main:
-        shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
-    engine = None
-    if cfg.rollout.engine == "vllm":
-        from rlvr.rollout.vllm_engine import make_engine
-
-        engine = make_engine(cfg, policy, out)
-    return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
-               build_sampler(cfg.curriculum, splits.train, cfg.train.seed), gen, stop_token_ids(policy, tok),
-               tok.pad_token_id, set(), engine, d)
-
+# ---------------------------------------------------------------- one step: collect, advantages, update
 
 def _on_reward_error(run: Run):
     def warn(name: str, e: Exception) -> None:
@@ -169,28 +52,25 @@ def _on_reward_error(run: Run):
 
 def group_pass_rates(run: Run, scores: Scores) -> list[float]:
     """Mean of the strict correctness reward (else the total) over each group: what the curriculum sees."""
-    strict = [rf.name for rf in run.rewards if getattr(rf.fn, "checks_correctness", False)]
-    values = scores.per_function[strict[0]] if strict else scores.total
+    strict = strict_rewards(run.rewards)
+    values = scores.per_function[strict[0].name] if strict else scores.total
     return torch.tensor(values, dtype=torch.float64).view(-1, run.cfg.rollout.group_size).mean(1).tolist()
 
 
-def sample_and_score(run: Run, n_prompts: int, step: int) -> Collected:
-    """Phases 1-3: draw prompts, sample G completions each, score them."""
+def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Collected:
+    """Phases 1-3: draw prompts, sample G completions each, score them. Group i of the global batch
+    samples from group_seed(train.seed, step, round * n_prompts + i), whichever rank holds it."""
     r, d = run.cfg.rollout, run.dist
     idx = run.sampler.next(n_prompts, step)  # the same global batch on every rank
-    mine = idx[shard_groups(len(idx), d.rank, d.world)]  # this rank's whole groups
-    problems = [run.splits.train[i] for i in mine]
-    prompts = [run.prompts["train"][i] for i in mine]
-    sampling = dict(group_size=r.group_size, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                    top_p=r.top_p, top_k=r.top_k, stop_ids=run.stop_ids, pad_id=run.pad_id)
-    if run.engine is not None:  # vLLM: seeded from the sampling generator, asleep while the trainer works
-        rollout = run.engine.generate(prompts, **sampling,
-                                      seed=int(torch.randint(0, 2**31 - 1, (1,), generator=run.gen)))
-        run.engine.sleep()
-    else:
-        engine = hf_generate if r.engine == "hf" else generate
-        with torch.no_grad(), gathered(run.policy):
-            rollout = engine(run.policy, prompts, **sampling, generator=run.gen)
+    mine = shard_groups(len(idx), d.rank, d.world)  # this rank's whole groups
+    problems = [run.splits.train[i] for i in idx[mine]]
+    seeds = [group_seed(run.cfg.train.seed, step, round_ * n_prompts + i) for i in range(mine.start, mine.stop)]
+    with gathered(run.policy):  # FSDP: this rank holds the full weights while it samples
+        rollout = run.engine.generate([run.prompts["train"][i] for i in idx[mine]], seeds=seeds,
+                                      group_size=r.group_size, max_new_tokens=r.max_new_tokens,
+                                      temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                      stop_ids=run.stop_ids, pad_id=run.pad_id)
+    run.engine.sleep()
     texts = run.tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
     columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
     columns["completion_ids"] = rollout.completion_token_lists()
@@ -210,7 +90,7 @@ def collect(run: Run, step: int) -> Collected:
     dropped = rounds = 0
     last = None
     while len(kept) < want and rounds <= run.cfg.algo.max_refill:
-        last = sample_and_score(run, want, step)
+        last = sample_and_score(run, want, step, rounds)
         rewards = torch.tensor(last.scores.total).view(-1, g)  # [P, G]
         for i, row in enumerate(rewards):
             if bool((row != row[0]).any()):
@@ -228,12 +108,6 @@ def collect(run: Run, step: int) -> Collected:
     return out
 
 
-def merge_collected(parts: list[Collected], pad_id: int) -> Collected:
-    """One batch from several (groups kept by dynamic sampling, or every rank's shard)."""
-    return Collected([p for c in parts for p in c.problems], concat_rollouts([c.rollout for c in parts], pad_id),
-                     [t for c in parts for t in c.texts], Scores.concat([c.scores for c in parts]), {})
-
-
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
     a, r = run.cfg.algo, c.rollout
@@ -247,27 +121,26 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
             out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
                                       r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True)
             values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
-    adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, r.completion_mask,
-                                               r.sampler_logp, ref_logp, values)
+    adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, mask,
+                                               r.sampler_logp, ref_logp, values)  # whitened over trained tokens
     batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
                   sampler_logp=r.sampler_logp)
     return batch, metrics
 
 
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
-    """Phases 1-6 of one step; returns its metrics row."""
+    """Phases 1-6 of one step; returns its metrics row and the global batch."""
     t0 = time.perf_counter()
     collected = collect(run, step)                                        # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     a = run.cfg.algo
-    kl_ref = run.ref if a.kl_in == "loss" else None
+    kl_ref = run.ref if settings.loss_beta > 0 else None
     update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist)  # 5.
     run.scheduler.step()
     if run.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
         run.ref.sync(run.policy, a.ref_mixup)
-    if run.engine is not None:
-        run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
+    run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics}        # 6. report, on the global batch
     if run.dist.enabled:
@@ -280,6 +153,97 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     return m, whole
 
 
+# ---------------------------------------------------------------- the run: start, log, evaluate, checkpoint, finish
+
+@dataclass
+class Outputs:
+    """Where a run's records go: JSONL files on rank 0 (null writers elsewhere), trackers, health rules."""
+
+    metrics: object
+    samples: object
+    evals: object
+    health: object
+    trackers: list = field(default_factory=list)
+    monitor: HealthMonitor = field(default_factory=HealthMonitor)
+
+    @staticmethod
+    def open(run: Run, p: Progress) -> Outputs:
+        main = run.dist.is_main
+        sink = (lambda name: JsonlWriter(run.out / name)) if main else (lambda name: NullWriter())
+        trackers = open_trackers(run.cfg.log.trackers, run.out, run.cfg.log.project, to_dict(run.cfg)) if main else []
+        out = Outputs(sink("metrics.jsonl"), sink("samples.jsonl"), sink("evals.jsonl"), sink("health.jsonl"), trackers)
+        out.monitor.fired = p.fired
+        return out
+
+    def close(self) -> None:
+        for w in (self.metrics, self.samples, self.evals, self.health, *self.trackers):
+            w.close()
+
+
+def start(cfg: Config, resume: bool, d: Dist) -> tuple[Run, Progress, bool]:
+    """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed)."""
+    last = latest_checkpoint(cfg.train.out) if resume else None
+    if resume and last is None:
+        say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
+    run = setup(cfg, fresh=last is None, d=d)
+    p = Progress()
+    sft = baseline_of(cfg.model.name)
+    if sft is not None:  # started from an SFT model: its accuracy is the baseline
+        p.summary["sft"] = sft
+    if last is not None:
+        p = restore(run, load_checkpoint(last))
+        run.baseline = read_records(run.out / "eval_before.jsonl")
+        say(f"resuming {run.out} from step {p.step} ({last.name})")
+    return run, p, last is not None
+
+
+def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
+    """The step's metrics row to metrics.jsonl, trackers and health rules; its samples to samples.jsonl."""
+    out.metrics.write(m)
+    for t in out.trackers:
+        t.log(step, m)
+    p.history.append(m)
+    out.monitor.report(p.history, p.eval_rows, out.health)
+    records = sample_records(step, collected, run.rewards)
+    for rec in records:
+        out.samples.write(rec)
+    if run.cfg.train.samples_every and step % run.cfg.train.samples_every == 0:
+        say(format_samples(step, records, run.cfg.rollout.group_size))
+
+
+def evaluate_mid(run: Run, p: Progress, out: Outputs, step: int, clock: Callable[[], float]) -> None:
+    """Held-out greedy evaluation during the run (train.eval_every), then the skill health rules."""
+    t0 = time.perf_counter()
+    result, _ = eval_on_main(run, "mid", ("heldout",))
+    p.eval_rows.append(log_eval(run, out.evals, step, result, "mid", clock() - p.eval_seconds))
+    out.monitor.report(p.history, p.eval_rows, out.health)  # the skill rules read this evaluation
+    for t in out.trackers:
+        t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
+    p.eval_seconds += time.perf_counter() - t0
+    run.policy.train()
+
+
+def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_seconds: float) -> dict:
+    """The final evaluation (unless interrupted), flips, health, final model, summary.json, report.html."""
+    summary = p.summary
+    summary["train_seconds"] = train_seconds - p.eval_seconds
+    if interrupted:
+        summary["interrupted"] = interrupted
+        say(f"stopped at step {p.step} by {interrupted}; continue with: rlvr train --resume {run.out}")
+    elif run.cfg.eval.after:
+        after, records = eval_on_main(run, "after")
+        summary.update(after)
+        if run.baseline:
+            summary.update(flip_summary(run.baseline, records))
+        p.eval_rows.append(log_eval(run, out.evals, summary["steps"], after, "after", train_seconds - p.eval_seconds))
+        if p.history:
+            out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
+    out.close()
+    if not interrupted:
+        save_final(run)
+    return summary
+
+
 def train(cfg: Config, resume: bool = False) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
     continue from the run directory's newest checkpoint. Under torchrun every process runs this."""
@@ -288,101 +252,48 @@ def train(cfg: Config, resume: bool = False) -> dict:
     set_quiet(not d.is_main)  # one rank prints
     try:
         with StopOnSignal() as stop:
-            return _train(cfg, resume, stop, wall_start, d)
+            summary = _train(cfg, resume, stop, d)
     finally:
         close_distributed(d)
+    summary["wall_seconds"] = time.perf_counter() - wall_start
+    if d.is_main:
+        atomic_write_json(Path(cfg.train.out) / "summary.json", summary)
+        say(before_after_table(summary))
+        say(f"report: {write_report(cfg.train.out)}")
+    return summary
 
 
-def _train(cfg: Config, resume: bool, stop: StopOnSignal, wall_start: float, d: Dist) -> dict:
-    last = latest_checkpoint(cfg.train.out) if resume else None
-    if resume and last is None:
-        say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
-        resume = False
-    run = setup(cfg, fresh=not resume, d=d)
-    p = Progress()
-    sft = baseline_of(cfg.model.name)
-    if sft is not None:  # started from an SFT model: its accuracy is the baseline
-        p.summary["sft"] = sft
-    if resume:
-        p = restore(run, load_checkpoint(last))
-        run.baseline = read_records(run.out / "eval_before.jsonl")
-        say(f"resuming {run.out} from step {p.step} ({last.name})")
-    sink = (lambda name: JsonlWriter(run.out / name)) if d.is_main else (lambda name: NullWriter())
-    evals, health = sink("evals.jsonl"), sink("health.jsonl")
-    monitor = HealthMonitor()
-    monitor.fired = p.fired
-    trackers = open_trackers(cfg.log.trackers, run.out, cfg.log.project, to_dict(cfg)) if d.is_main else []
+def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist) -> dict:
+    run, p, resumed = start(cfg, resume, d)
+    out = Outputs.open(run, p)
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
-    if cfg.eval.before and not resume:
+    if cfg.eval.before and not resumed:
         before, run.baseline = eval_on_main(run, "before")
         p.summary.update(before)
-        p.eval_rows.append(log_eval(run, evals, 0, before, "before", 0.0))
-    started = time.perf_counter() - p.train_seconds  # training clock from here, carried over a resume
+        p.eval_rows.append(log_eval(run, out.evals, 0, before, "before", 0.0))
+    started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
-    metrics_sink, samples_sink = sink("metrics.jsonl"), sink("samples.jsonl")
     settings = UpdateSettings.of(cfg, run.pad_id)
     bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
     run.policy.train()
     stopped = False
     for step in range(p.step + 1, cfg.train.steps + 1):
-        if stopping():  # arrived before this step began
-            stopped = True
+        if stopped := stopping():  # arrived before this step began
             try_checkpoint(run, p, clock())
             break
         m, collected = train_step(run, step, settings)
-        metrics_sink.write(m)
-        for t in trackers:
-            t.log(step, m)
-        p.history.append(m)
-        monitor.report(p.history, p.eval_rows, health)
-        records = sample_records(step, collected, run.rewards)
-        for rec in records:
-            samples_sink.write(rec)
-        if cfg.train.samples_every and step % cfg.train.samples_every == 0:
-            say(format_samples(step, records, cfg.rollout.group_size))
+        log_step(run, p, out, step, m, collected)
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
-            te = time.perf_counter()
-            p.eval_rows.append(log_eval(run, evals, step, eval_on_main(run, "mid", ("heldout",))[0], "mid",
-                                        clock() - p.eval_seconds))
-            monitor.report(p.history, p.eval_rows, health)  # the skill rules read this evaluation
-            for t in trackers:
-                t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
-            p.eval_seconds += time.perf_counter() - te
-            run.policy.train()
+            evaluate_mid(run, p, out, step, clock)
         bar.set_postfix(live_postfix(m, p.eval_rows))
         bar.update(1)
         p.step = p.summary["steps"] = step
-        every = cfg.train.save_every
         stopped = stopping()
+        every = cfg.train.save_every
         if stopped or step == cfg.train.steps or (every and step % every == 0):
             try_checkpoint(run, p, clock())
         if stopped:
             break
     bar.close()
-    metrics_sink.close()
-    samples_sink.close()
-    summary = p.summary
-    summary["train_seconds"] = clock() - p.eval_seconds
-    if stopped:
-        summary["interrupted"] = stop.signal or "a signal to another process"
-        say(f"stopped at step {p.step} by {summary['interrupted']}; continue with: rlvr train --resume {run.out}")
-    elif cfg.eval.after:
-        after, records = eval_on_main(run, "after")
-        summary.update(after)
-        if run.baseline:
-            summary.update(flip_summary(run.baseline, records))
-        p.eval_rows.append(log_eval(run, evals, summary["steps"], after, "after", clock() - p.eval_seconds))
-        if p.history:
-            monitor.report(p.history, p.eval_rows, health, "at the end")
-    evals.close()
-    health.close()
-    for t in trackers:
-        t.close()
-    if not stopped:
-        save_final(run)
-    summary["wall_seconds"] = time.perf_counter() - wall_start
-    if d.is_main:
-        atomic_write_json(run.out / "summary.json", summary)
-        say(before_after_table(summary))
-        say(f"report: {write_report(run.out)}")
-    return summary
+    interrupted = (stop.signal or "a signal to another process") if stopped else None
+    return finish(run, p, out, interrupted, clock())

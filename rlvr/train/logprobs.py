@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from rlvr.models import checkpointing_active, is_peft, unwrap
-from rlvr.rollout.engine import common_prefix_length, left_pad, positions_from_mask
+from rlvr.rollout.engine import left_pad, positions_from_mask, prefill
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -131,21 +131,10 @@ def _positions_needed(completion_mask: torch.Tensor) -> list[int]:
     return (last - 1).clamp(min=0).tolist()
 
 
-def _prompt_pass(base, prompts: list[list[int]], pad_id: int, min_shared: int = 8):
-    """Run the prompts once, with gradient: (per-layer keys / values [P, heads, Tp, d], the last prompt
-    state [P, 1, H], the attention mask [P, Tp]). A prefix common to all prompts (system prompt,
-    few-shot turns) runs once and is shared; the rest of each prompt follows it left-padded."""
-    shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1) if len(prompts) > 1 else 0
-    if shared < min_shared:
-        ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
-        out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=True)
-    else:
-        head = base(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True)
-        head.cache.batch_repeat_interleave(len(prompts))
-        ids, rest_mask = left_pad([q[shared:] for q in prompts], pad_id)  # [P, Tr]
-        mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long), rest_mask], dim=-1)  # [P, Tp]
-        out = base(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)[:, shared:],
-                   cache=head.cache, use_cache=True)
+def _prompt_pass(base, prompts: list[list[int]], pad_id: int):
+    """Run the prompts once, with gradient (rlvr.rollout.engine.prefill on the trunk): (per-layer keys /
+    values [P, heads, Tp, d], the last prompt state [P, 1, H], the attention mask [P, Tp])."""
+    out, mask = prefill(base, prompts, pad_id)
     return [(layer.keys, layer.values) for layer in out.cache.layers], out.last_hidden_state[:, -1:], mask
 
 

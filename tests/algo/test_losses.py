@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rlvr.algo import (AGGREGATIONS, aggregate, entropy_from_logits, kl_estimate, loss_units, policy_loss, tis_weights,
+from rlvr.algo import (AGGREGATIONS, aggregate, kl_estimate, loss_units, policy_loss, tis_weights,
                        value_loss)
 
 RATIOS = torch.tensor([[1.5, 0.5, 1.1, 0.9]])
@@ -104,10 +104,6 @@ def test_kl_estimators():
     assert math.isclose(float(kl_estimate(logp, ref, "k2")), d * d / 2, rel_tol=1e-6)
     assert math.isclose(float(kl_estimate(logp, ref, "k3")), 0.5 + math.log(2) - 1, rel_tol=1e-5)
     assert float(kl_estimate(ref, ref, "k3")) == 0.0
-
-
-def test_entropy():
-    assert math.isclose(float(entropy_from_logits(torch.zeros(4))), math.log(4), rel_tol=1e-6)
 
 
 def test_tis_weights_hand_values():

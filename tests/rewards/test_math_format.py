@@ -1,7 +1,7 @@
 import pytest
 
 from rlvr.rewards import format_reward, make_format_reward, make_overlong_reward, math_accuracy, overlong_score
-from rlvr.rewards.answer import boxed_contents, parse_integer
+from rlvr.rewards.answer import boxed_contents
 
 
 @pytest.mark.parametrize("text, gold, score", [
@@ -65,5 +65,3 @@ def test_overlong_soft_punishment():
 
 def test_helpers():
     assert boxed_contents("\\boxed{\\frac{1}{2}} and \\boxed{3") == ["\\frac{1}{2}"]
-    assert parse_integer("+1,234") == 1234
-    assert parse_integer("12.5") is None

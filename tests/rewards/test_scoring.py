@@ -84,3 +84,12 @@ def test_strict_rewards_are_those_that_check_correctness():
     # format says it is not strict; length_reward does not say, so it is strict only for the audit
     assert names(strict_rewards(fns)) == ["correctness"]
     assert names(strict_rewards(fns, unknown_is_strict=True)) == ["correctness", "tests.rewards.test_scoring:length_reward"]
+
+
+def test_code_tests_count_as_the_strict_reward():
+    """Training reads pass rates (and the curriculum its signal) from the strict reward; the code reward
+    did not say it checks correctness, so code tasks had no pass_rate/* metrics."""
+    from rlvr.rewards import build_rewards, strict_rewards
+
+    rewards = build_rewards({"code_tests": 1.0, "format": 0.2}, 64, 8, 1.0)
+    assert [rf.name for rf in strict_rewards(rewards)] == ["code_tests"]

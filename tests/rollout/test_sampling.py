@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from rlvr.rollout.sampling import sample_next
+from rlvr.rollout.sampling import group_seed, inverse_cdf, sample_next, uniforms
 
 
 def test_greedy_reports_untempered_logprob():
@@ -15,10 +15,9 @@ def test_greedy_reports_untempered_logprob():
 
 def test_top_p_keeps_the_nucleus_and_renormalises():
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    g = torch.Generator().manual_seed(0)
     seen = set()
-    for _ in range(300):
-        tok, logp = sample_next(probs.log(), temperature=1.0, top_p=0.7, generator=g)
+    for u in torch.rand(300, 1, generator=torch.Generator().manual_seed(0)):
+        tok, logp = sample_next(probs.log(), temperature=1.0, top_p=0.7, u=u)
         seen.add(int(tok))
         # nucleus {0, 1}: mass before token 2 is 0.8 >= 0.7; renormalised 0.625 / 0.375
         assert math.isclose(float(logp.exp()), [0.625, 0.375][int(tok)], rel_tol=1e-5)
@@ -27,27 +26,34 @@ def test_top_p_keeps_the_nucleus_and_renormalises():
 
 def test_top_k_and_temperature():
     logits = torch.tensor([[2.0, 1.0, 0.0]])
-    g = torch.Generator().manual_seed(0)
-    tok, logp = sample_next(logits, temperature=2.0, top_k=2, generator=g)
+    tok, logp = sample_next(logits, temperature=2.0, top_k=2, u=torch.tensor([0.9]))
     z = math.exp(1.0) + math.exp(0.5)  # logits / 2 over the top 2
     assert math.isclose(float(logp.exp()), [math.exp(1.0) / z, math.exp(0.5) / z][int(tok)], rel_tol=1e-5)
-    assert int(tok) in (0, 1)
+    assert int(tok) == 1  # u = 0.9 lies past token 0's mass e / z = 0.62
 
 
-def test_seeded_sampling_is_repeatable():
-    logits = torch.randn(4, 50)
-    a = sample_next(logits, 1.0, generator=torch.Generator().manual_seed(3))
-    b = sample_next(logits, 1.0, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+def test_a_row_s_token_depends_on_its_own_draw_only():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(3))
+    u = torch.rand(4, generator=torch.Generator().manual_seed(4))
+    whole = sample_next(logits, 1.0, u=u)
+    rows = [sample_next(logits[i:i + 1], 1.0, u=u[i:i + 1]) for i in range(4)]
+    assert torch.equal(whole[0], torch.cat([t for t, _ in rows]))
+
+
+def test_group_seeds_are_stable_and_distinct():
+    assert group_seed(0, 1, 0) == group_seed(0, 1, 0)
+    seeds = {group_seed(s, step, g) for s in range(3) for step in range(3) for g in range(8)}
+    assert len(seeds) == 72 and all(0 <= x < 2**63 for x in seeds)
+    u = uniforms(4, 5, 2, [group_seed(0, 1, 0), group_seed(0, 1, 1)])
+    assert torch.equal(u[2:], uniforms(2, 5, 2, [group_seed(0, 1, 1)]))  # a group's draws are its own
 
 
 def test_inverse_cdf_draws_the_distribution_and_never_a_zero_probability_token():
-    from rlvr.rollout.sampling import inverse_cdf
-
     probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0]).repeat(20000, 1)  # [N, V]
-    draws = inverse_cdf(probs, torch.Generator().manual_seed(0))
+    draws = inverse_cdf(probs, torch.rand(20000, generator=torch.Generator().manual_seed(0)))
     freq = torch.bincount(draws, minlength=6).float() / len(draws)
     assert freq[[0, 2, 5]].sum() == 0
     assert torch.allclose(freq, probs[0], atol=0.015)  # 4 standard errors at N = 20000
     edge = torch.tensor([[0.0, 0.0, 1.0]])  # u = 0 must still land on the only live token
-    assert all(int(inverse_cdf(edge, torch.Generator().manual_seed(s))) == 2 for s in range(50))
+    assert int(inverse_cdf(edge, torch.zeros(1))) == 2
+    assert [int(inverse_cdf(probs[:1], torch.tensor([u]))) for u in (0.0, 0.49, 0.5, 0.79, 0.8, 0.999)] == [1, 1, 3, 3, 4, 4]

@@ -253,7 +253,7 @@ def test_generate_builds_requests_and_rollout(monkeypatch):
     engine = fake_engine(llm, sleep=True)
     engine.asleep = True
     r = engine.generate([[1, 4]], group_size=2, max_new_tokens=2, temperature=0.8, top_p=0.95, top_k=0,
-                        stop_ids=[2], pad_id=0, seed=10)
+                        stop_ids=[2], pad_id=0, seeds=[10])
     assert llm.calls[0] == ("wake_up",)
     _, prompts, params = llm.calls[1]
     assert prompts == [{"prompt_token_ids": [1, 4]}]

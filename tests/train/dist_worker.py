@@ -7,12 +7,12 @@ import sys
 
 import torch
 
+from rlvr.algo import AGGREGATIONS
 from rlvr.config import AlgoConfig
 from rlvr.models import load_model
 from rlvr.train import distributed as dd
 from rlvr.train.update import Batch, UpdateSettings, policy_update
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 GROUP, WIDTH, LR, ITERATIONS, MAX_GRAD_NORM = 2, 6, 1e-2, 2, 0.05
 
 
@@ -83,16 +83,10 @@ def main(out: str) -> None:
     written = result["fsdp", "token-mean"][1]
     dd.load_full_state_dict(fresh, written if d.is_main else {}, d)
     result["reloaded"] = dd.full_state_dict(fresh, d)
-    # statistics and metrics over ranks
-    x = torch.arange(12, dtype=torch.float32).view(4, 3) ** 1.5  # this rank's rows of a [8, 3] whole
-    x = x + 10 * d.rank
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]).float() if d.rank == 0 else torch.ones(4, 3)
-    result["whiten"] = dd.whiten(x, mask, d)
-    result["batch_adv"] = dd.batch_scaled_group_advantages(x, d)
+    # metrics over ranks
     local_metrics = {"step": 3, "completions": 4, "reward/mean": 0.25 + d.rank, "reward/fmt/errors": d.rank,
                      "kl": None, f"pass_rate/level{d.rank}": 0.5, "time/step_s": 1.0 + d.rank}
     result["metrics"] = dd.reduce_metrics(local_metrics, d, weight=4 + 4 * d.rank)
-    result["broadcast"] = dd.broadcast_object({"from": d.rank}, d)
     torch.save(result, f"{out}/rank{d.rank}.pt")
     dd.close_distributed(d)
 

@@ -1,0 +1,62 @@
+"""The rollout engine protocol: what the training loop samples through, whatever does the sampling.
+
+    engine.generate(prompts, seeds=..., **sampling) -> Rollout   G completions per prompt
+    engine.sleep()                                                free memory while the trainer updates
+    engine.sync_weights(policy)                                   sample from the updated policy next
+
+The built-in engine (rollout.engine=builtin, rlvr/rollout/engine.py) and plain Hugging Face generate
+(hf, rlvr/rollout/hf_engine.py) run the training policy itself, so sleep and sync have nothing to do;
+vLLM (rlvr/rollout/vllm_engine.py) holds its own copy of the weights and implements both.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+
+from rlvr.rollout.engine import Rollout
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[list[int]], *, seeds: list[int] | None, group_size: int, max_new_tokens: int,
+                 temperature: float, top_p: float, top_k: int, stop_ids: list[int], pad_id: int) -> Rollout:
+        """group_size completions of each token-id prompt; prompt i's draws come from seeds[i]."""
+
+    def sleep(self) -> None:
+        """Free what the engine holds (KV cache, weights) while the trainer updates."""
+
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        """Make the next generate sample from the policy's current weights."""
+
+
+class PolicyEngine:
+    """An engine that samples with the training policy itself (builtin, hf): nothing to free or sync."""
+
+    def __init__(self, policy: torch.nn.Module, generate: Callable[..., Rollout]):
+        self.policy, self._generate = policy, generate
+
+    def generate(self, prompts: list[list[int]], **sampling) -> Rollout:
+        with torch.no_grad():
+            return self._generate(self.policy, prompts, **sampling)
+
+    def sleep(self) -> None:
+        pass
+
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        pass
+
+
+def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> RolloutEngine:
+    """The engine rollout.engine names, sampling from `policy` (cfg: a rlvr Config)."""
+    if cfg.rollout.engine == "vllm":
+        from rlvr.rollout.vllm_engine import make_engine as make_vllm_engine
+
+        return make_vllm_engine(cfg, policy, workdir)
+    if cfg.rollout.engine == "hf":
+        from rlvr.rollout.hf_engine import generate as hf_generate
+
+        return PolicyEngine(policy, hf_generate)
+    from rlvr.rollout.engine import generate
+
+    return PolicyEngine(policy, generate)

@@ -1,0 +1,110 @@
+"""Building a `Run` from a config: models, tasks, rewards, optimizer, prompt sampler, rollout engine."""
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlvr.config import Config, to_yaml
+from rlvr.errors import RlvrError
+from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.report.console import say
+from rlvr.report.sinks import atomic_write_text
+from rlvr.rewards import build_rewards
+from rlvr.rewards.base import RewardFunction
+from rlvr.rollout.protocol import make_engine
+from rlvr.tasks import build_splits, encode_prompt
+from rlvr.tasks.curriculum import build_sampler
+from rlvr.train.checkpoint import CHECKPOINTS
+from rlvr.train.distributed import Dist, shard_groups, wrap_model
+from rlvr.train.logprobs import Reference
+from rlvr.train.optim import adamw, warmup_scheduler
+from rlvr.train.state import Run
+
+RUN_LOGS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl")
+
+
+def seed_everything(seed: int) -> None:
+    """The global generators (weight init of a critic, anything a reward function draws); rollouts
+    draw from per-group seeds instead (rlvr.rollout.sampling.group_seed)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def reward_functions(cfg: Config) -> list[RewardFunction]:
+    weights = dict(cfg.rewards.weights)
+    if cfg.algo.soft_overlong and "length" not in weights:
+        weights["length"] = 1.0
+    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
+                         cfg.rewards.overlong_penalty)
+
+
+def check_distributed(cfg: Config, d: Dist) -> None:
+    """What runs under torchrun so far; the rest is refused up front rather than silently wrong."""
+    if not d.enabled:
+        return
+    a = cfg.algo
+    unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
+                   f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
+                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
+    if cfg.train.parallel == "fsdp":
+        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (a.micro_batch_tokens > 0,
+                        "algo.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
+                        (a.beta > 0 and a.ref_sync_every > 0, "algo.ref_sync_every")]
+    bad = [name for flag, name in unsupported if flag]
+    if bad:
+        raise RlvrError(f"not supported with {d.world} processes (train.parallel={cfg.train.parallel}) yet: "
+                        f"{', '.join(bad)}; run in one process or change these settings")
+    shard_groups(cfg.rollout.prompts_per_step, d.rank, d.world)  # raises unless it divides
+
+
+def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimizer, object, torch.nn.Module | None]:
+    """AdamW over the trainable policy weights (and PPO's value head, at its own learning rate), its
+    linear warm-up schedule, and the value head (None unless algo.adv_estimator is gae)."""
+    a = cfg.algo
+    critic = None
+    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
+    if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk
+        critic = torch.nn.Linear(policy.config.hidden_size, 1)
+        torch.nn.init.zeros_(critic.weight)
+        torch.nn.init.zeros_(critic.bias)
+        groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
+    optimizer = adamw(groups, a.weight_decay)
+    return optimizer, warmup_scheduler(optimizer, a.warmup_steps), critic
+
+
+def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
+    """Load models, tasks and optimizer. A fresh run clears the run directory's logs (rank 0 writes)."""
+    check_distributed(cfg, d)
+    out = Path(cfg.train.out)
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "config.yaml", to_yaml(cfg))
+        for name in RUN_LOGS if fresh else ():
+            (out / name).unlink(missing_ok=True)
+        if fresh:
+            shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+    if cfg.train.threads > 0:
+        torch.set_num_threads(cfg.train.threads)
+    seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+    if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
+        policy = apply_lora(policy, cfg.model.lora)
+    if cfg.train.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    splits = build_splits(cfg.task)
+    for note in splits.notes:
+        say(f"task: {note}")
+    encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
+    prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
+    ref = Reference.of(policy) if cfg.algo.beta > 0 else None
+    if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
+        policy = wrap_model(policy, cfg.train.parallel, d)
+    optimizer, scheduler, critic = _optimizer(cfg, policy)
+    return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
+               build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out),
+               stop_token_ids(policy, tok), tok.pad_token_id, d)
