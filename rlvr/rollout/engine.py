@@ -125,7 +125,6 @@ def generate(
     u = uniforms(n, max_new_tokens, group_size, seeds, generator) if temperature > 0 else None  # [B, Tc]
     tokens_out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
     logp_out = torch.zeros((n, max_new_tokens))
-    done = torch.zeros(n, dtype=torch.bool)
     active = torch.arange(n)  # rows of the full batch that are still generating
     stop = torch.tensor(stop_ids, dtype=torch.long)
     for t in range(max_new_tokens):
@@ -133,7 +132,6 @@ def generate(
         tokens_out[active, t] = tok
         logp_out[active, t] = logp
         finished = torch.isin(tok, stop)  # [A]
-        done[active[finished]] = True
         if t == max_new_tokens - 1 or bool(finished.all()):
             break
         if bool(finished.any()):

@@ -293,5 +293,6 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
         raise RlvrError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {v.gpu_memory_utilization}")
     engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=cfg.model.dtype,
                         gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.train.seed)
-    engine.sync_weights(policy)  # LoRA, resumed or tiny random weights: the trainer's copy is the truth
+    engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
+    # resume the loop syncs again, once the checkpoint is restored)
     return engine

@@ -124,8 +124,8 @@ def checkpoint_state(run: Run, p: Progress, train_seconds: float) -> dict:
 
 def restore(run: Run, state: dict) -> Progress:
     """Load a checkpoint written by any number of processes. With the same world size every rank gets
-    its own generators back (exact); with another, rank r's sampling generator is reseeded from
-    (train.seed, step, r) and the others come from rank 0."""
+    its own global generators back (Python, NumPy, torch); with another, all take rank 0's. Rollouts
+    need no generator state: they draw from per-group seeds (rlvr.rollout.sampling.group_seed)."""
     d = run.dist
     load_full_state_dict(run.policy, state["policy"], d)
     if run.critic is not None:

@@ -1,8 +1,8 @@
 """Multi-process training on torch.distributed: `torchrun --nproc-per-node=N -m rlvr train ...`.
 
 Every rank draws the same global batch of prompts (one prompt sampler, one seed), takes its shard of
-whole groups (`shard_groups`), samples with its own generator (`sampling_seed`), and trains on its
-shard. Gradients equal the single-process ones because each rank divides its micro-batches' losses by
+whole groups (`shard_groups`), samples each group from the group's own seed
+(`rlvr.rollout.sampling.group_seed`, the same on any number of ranks), and trains on its shard. Gradients equal the single-process ones because each rank divides its micro-batches' losses by
 the GLOBAL batch's units (`rlvr.algo.loss_units`, summed over ranks by `allreduce_scalars` in
 rlvr/train/update.py) and the gradients are then SUMMED over ranks (`allreduce_gradients`), the same
 sum a single process accumulates over micro-batches.
@@ -78,12 +78,6 @@ def init_distributed(env: dict | None = None) -> Dist:
 def close_distributed(d: Dist) -> None:
     if d.enabled and tdist.is_initialized():
         tdist.destroy_process_group()
-
-
-def sampling_seed(seed: int, rank: int) -> int:
-    """Seed of a rank's rollout generator: ranks must sample different completions. The prompt
-    sampler keeps the plain seed on every rank, so all ranks agree on the global batch of prompts."""
-    return seed + rank
 
 
 def shard_groups(n_prompts: int, rank: int, world: int) -> slice:

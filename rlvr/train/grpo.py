@@ -4,7 +4,7 @@
     algo -> advantages and loss;  train -> optimizer step;  report -> metrics, samples, summary
 
 `train` -> `_train`: start (setup or resume), evaluate before, then per step `train_step` (collect,
-make_batch, policy_update), `log_step`, `evaluate_mid` when due, `checkpoint_if_due`; then `finish`.
+make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when due; then `finish`.
 """
 from __future__ import annotations
 
@@ -192,6 +192,7 @@ def start(cfg: Config, resume: bool, d: Dist) -> tuple[Run, Progress, bool]:
         p.summary["sft"] = sft
     if last is not None:
         p = restore(run, load_checkpoint(last))
+        run.engine.sync_weights(run.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
         say(f"resuming {run.out} from step {p.step} ({last.name})")
     return run, p, last is not None

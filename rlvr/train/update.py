@@ -37,6 +37,7 @@ class UpdateSettings:
     mixed_precision: str = "no"  # train.mixed_precision; bf16 autocasts the policy and reference forwards
     tis_cap: float = 0.0  # rollout.vllm.tis_cap
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
+    # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
 
     @staticmethod
     def of(cfg: Config, pad_id: int) -> UpdateSettings:
@@ -153,6 +154,30 @@ def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -
     return m
 
 
+def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_logp: list, critic, units: dict,
+              compare: bool) -> tuple[dict[str, float], float, float, float]:
+    """Forward and backward every micro-batch (gradients accumulate); the first pass fills old_logp.
+    Returns this rank's sums (loss, token-weighted metrics, sampler mismatch when `compare`), the ratio's
+    min and max, and the largest sampler mismatch."""
+    sums: dict[str, float] = dict.fromkeys(("loss", "kl", "entropy", "value_loss", "mismatch", *TOKEN_MEANS), 0.0)
+    low, high, peak = math.inf, -math.inf, 0.0
+    for k, (prompts, sl, w) in enumerate(mbs):
+        logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
+                                                 critic, units)
+        if old_logp[k] is None:
+            old_logp[k] = logp
+        loss.backward()
+        part["loss"] = float(loss.detach())
+        if compare and batch.sampler_logp is not None:
+            part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
+            peak = max(peak, mb_peak)
+        for key, v in part.items():
+            sums[key] += v
+        low = min(low, extremes.get("ratio/min", math.inf))
+        high = max(high, extremes.get("ratio/max", -math.inf))
+    return sums, low, high, peak
+
+
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
                   critic=None, dist: dd.Dist = dd.Dist()) -> dict[str, float]:
     """Clipped-surrogate update (+ loss beta * KL to `ref`, + entropy bonus, + value loss of `critic`, a
@@ -184,22 +209,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     skipped = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = dict.fromkeys(("loss", "kl", "entropy", "value_loss", "mismatch", *TOKEN_MEANS), 0.0)
-        low, high, peak = math.inf, -math.inf, 0.0  # ratio range; the largest sampler mismatch
-        for k, (prompts, sl, w) in enumerate(mbs):
-            logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
-                                                     critic, units)
-            if old_logp[k] is None:
-                old_logp[k] = logp
-            loss.backward()
-            part["loss"] = float(loss.detach())
-            if it == 0 and batch.sampler_logp is not None:
-                part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
-                peak = max(peak, mb_peak)
-            for key, v in part.items():
-                sums[key] += v
-            low = min(low, extremes.get("ratio/min", math.inf))
-            high = max(high, extremes.get("ratio/max", -math.inf))
+        sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
         dd.allreduce_gradients(params, dist)
         limit = a.max_grad_norm if a.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled

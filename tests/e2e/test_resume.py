@@ -116,3 +116,34 @@ def test_truncate_jsonl_drops_later_steps_and_a_torn_line(tmp_path):
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "x"')
     truncate_jsonl(path, 2)
     assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monkeypatch):
+    """An engine holding its own weights (vLLM) is built, and synced, before the checkpoint is restored;
+    the loop must sync it again before the first rollout, or that rollout samples the old weights."""
+    import shutil
+
+    import torch
+
+    import rlvr.train.setup as setup_module
+    from rlvr.rollout.protocol import PolicyEngine, make_engine
+
+    calls = []
+
+    class Recording(PolicyEngine):
+        def generate(self, prompts, **sampling):
+            calls.append("generate")
+            return super().generate(prompts, **sampling)
+
+        def sync_weights(self, policy):
+            calls.append(("sync", float(sum(v.double().sum() for v in policy.state_dict().values()))))
+
+    monkeypatch.setattr(setup_module, "make_engine",
+                        lambda cfg, policy, out: Recording(policy, make_engine(cfg, policy, out)._generate))
+    out = tmp_path / "run"
+    shutil.copytree(alone, out)
+    assert main(["train", "--resume", str(out), "--train.steps=7"]) == 0
+    state = torch.load(checkpoints(out)[0], weights_only=False)  # step 6, where the resume started
+    first = calls[:calls.index("generate")]
+    assert first and first[-1][0] == "sync"
+    assert first[-1][1] == pytest.approx(float(sum(v.double().sum() for v in state["policy"].values())), rel=1e-9)
