@@ -173,8 +173,26 @@ def reward_errors(history, evals, rate: float = 0.05) -> Finding | None:
     return None
 
 
+def special_casing(history, evals, window: int = 3, rise: float = 0.1, floor: float = 0.2
+                        ) -> Finding | None:
+    """Code: the share of completions that pass every visible example of the prompt but fail a hidden
+    test (code/visible_only_frac) rose by `rise` or more, first window to last, and is at least `floor`."""
+    vals = [h["code/visible_only_frac"] for h in history if h.get("code/visible_only_frac") is not None]
+    if len(vals) < 2 * window:
+        return None
+    first, last = statistics.fmean(vals[:window]), statistics.fmean(vals[-window:])
+    if last - first < rise or last < floor:
+        return None
+    return Finding(history[-1]["step"], "test_special_casing",
+                   f"{100 * last:.0f}% of completions now pass the visible examples but fail a hidden test (was "
+                   f"{100 * first:.0f}%): the model may be special-casing the examples in the prompt instead of "
+                   "solving the problem. Read samples.jsonl for branches on the example inputs; show fewer or "
+                   "varied examples, keep more cases hidden, and check held-out pass@1 (hidden tests only).",
+                   {"first_window_mean": first, "last_window_mean": last})
+
+
 RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, instability,
-                         non_finite, reward_errors]
+                         non_finite, reward_errors, special_casing]
 
 
 class HealthMonitor:

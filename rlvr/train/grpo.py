@@ -74,10 +74,12 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
     texts = run.tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
     columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
     columns["completion_ids"] = rollout.completion_token_lists()
-    scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))
+    t0 = time.perf_counter()
+    scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))  # code: across the sandbox pool
+    reward_s = time.perf_counter() - t0
     passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
     run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
-    return Collected(problems, rollout, texts, scores, {})
+    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s})
 
 
 def collect(run: Run, step: int) -> Collected:
@@ -88,9 +90,10 @@ def collect(run: Run, step: int) -> Collected:
         return sample_and_score(run, want, step)
     kept: list[tuple[Collected, int]] = []
     dropped = rounds = 0
-    last = None
+    last, reward_s = None, 0.0
     while len(kept) < want and rounds <= run.cfg.algo.max_refill:
         last = sample_and_score(run, want, step, rounds)
+        reward_s += last.metrics["time/reward_s"]
         rewards = torch.tensor(last.scores.total).view(-1, g)  # [P, G]
         for i, row in enumerate(rewards):
             if bool((row != row[0]).any()):
@@ -104,7 +107,7 @@ def collect(run: Run, step: int) -> Collected:
     rows = lambda i: list(range(i * g, (i + 1) * g))
     out = merge_collected([Collected([c.problems[i]], select_groups(c.rollout, [i]), [c.texts[j] for j in rows(i)],
                                      c.scores.select(rows(i)), {}) for c, i in kept], run.pad_id)
-    out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds}
+    out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s}
     return out
 
 
@@ -149,6 +152,7 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     m = step_metrics(step, whole, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)
     m.update(extra)
     m.update(run.sampler.metrics())
+    m["time/reward_share"] = m["time/reward_s"] / max(m["time/step_s"], 1e-9)  # of the step, in scoring
     m["lr"] = run.scheduler.get_last_lr()[0]
     return m, whole
 

@@ -1,6 +1,8 @@
 """Each health rule on synthetic metric streams: fires when it should, stays quiet when it should not."""
+import pytest
+
 from rlvr.report.health import (HealthMonitor, instability, length_trend, no_learning_signal, non_finite,
-                                reward_errors, reward_hacking, skill_regression, truncation)
+                                reward_errors, reward_hacking, skill_regression, special_casing, truncation)
 
 
 def stream(**series):
@@ -104,3 +106,15 @@ def test_monitor_fires_each_rule_once():
         history.append({"step": i + 1, "frac_zero_std_groups": 1.0})
         fired += m.check(history, [])
     assert [f.rule for f in fired] == ["no_learning_signal"] and fired[0].step == 3
+
+
+def test_special_casing_fires_when_visible_only_passes_rise():
+    rows = lambda vals: [{"step": i + 1, "code/visible_only_frac": v} for i, v in enumerate(vals)]
+    # first window mean 0.1, last 0.3: rose by 0.2 and above the 0.2 floor
+    f = special_casing(rows([0.1, 0.1, 0.1, 0.3, 0.3, 0.3]), [])
+    assert f is not None and f.rule == "test_special_casing" and f.step == 6
+    assert f.evidence == pytest.approx({"first_window_mean": 0.1, "last_window_mean": 0.3})
+    assert special_casing(rows([0.1, 0.1, 0.1, 0.15, 0.15, 0.15]), []) is None  # rose 0.05 only
+    assert special_casing(rows([0.0, 0.0, 0.0, 0.15, 0.15, 0.15]), []) is None  # below the floor
+    assert special_casing(rows([0.1, 0.1, 0.3, 0.3, 0.3]), []) is None  # too few steps
+    assert special_casing([{"step": 1, "reward/mean": 0.5}] * 8, []) is None  # not a code run
