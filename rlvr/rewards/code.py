@@ -262,6 +262,32 @@ _WHOLE_RUN = ("timed out", "memory limit", "output too large", "crashed", "no fu
               "malformed answer")
 
 
+CODE_OUTCOMES = ("passed", "wrong", "visible_only", "no_code", "syntax_error", "timeout", "sandbox_error")
+_SANDBOX = ("memory limit", "output too large", "malformed answer", "no result", "crashed: killed by")
+
+
+def code_outcome(reason: str) -> str:
+    """What happened to one completion, read from its verdict's reason (the first failure decides):
+    passed; visible_only (every visible case passed, a hidden one failed: what special-casing the
+    examples looks like); no_code; syntax_error; timeout (wall clock or CPU limit); sandbox_error (a
+    limit or an abnormal end: memory, output size, killed, no or malformed answer); wrong (any other
+    failed case, exception or missing function)."""
+    if reason.startswith("passed") and ";" not in reason:
+        return "passed"
+    first = reason.split("; ", 1)[1] if reason.startswith("passed") else reason
+    if first in ("no code block", "empty code block"):
+        return "no_code"
+    if "SyntaxError" in first or "IndentationError" in first:
+        return "syntax_error"
+    if "timed out" in first or "cpu time limit" in first:
+        return "timeout"
+    if any(s in first for s in _SANDBOX):
+        return "sandbox_error"
+    if first.startswith("failed case") and "(hidden)" in first.split(":", 1)[0]:
+        return "visible_only"
+    return "wrong"
+
+
 def _case_reason(case: Case, why: str) -> str:
     """Hidden cases' reasons carry no exception message: it could quote the hidden inputs."""
     if why.startswith(_WHOLE_RUN):
@@ -336,6 +362,7 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
     reward = batch_form(verdict, ("tests",), verdicts_fn=verdicts)
     reward.config = cfg
     reward.checks_correctness = True  # pass rates and the curriculum read it (rlvr.rewards.strict_rewards)
+    reward.code_outcome = code_outcome  # code/<outcome>_frac metrics read it (rlvr/train/metrics.py)
     return reward
 
 
@@ -353,5 +380,6 @@ def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
 
 code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts)
 code_tests.checks_correctness = True
-__all__ = ["CodeTestsConfig", "Spec", "code_tests", "code_tests_verdict", "last_code_block",
-           "make_code_tests", "parse_spec", "same"]
+code_tests.code_outcome = code_outcome
+__all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_outcome", "code_tests", "code_tests_verdict",
+           "last_code_block", "make_code_tests", "parse_spec", "same"]

@@ -28,6 +28,7 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
                   bool(SELF_VERIFICATION.search(t)) for t in collected.texts),
               "completions": len(collected.texts), "tokens/generated": int(lengths.sum())})
     m.update(pass_rates(collected, rewards))
+    m.update(code_metrics(scores, rewards))
     m["reward/checker_restarts"] = math_worker._shared.restarts if math_worker._shared else 0  # cumulative
     m.update(update)
     m.update({"time/step_s": t_step, "time/rollout_s": t_roll, "time/train_s": t_train})
@@ -42,6 +43,18 @@ def sample_records(step, collected, rewards) -> list[dict]:
              "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
                                    "reason": scores.reasons[rf.name][i]} for rf in rewards}}
             for i, text in enumerate(collected.texts)]
+
+
+def code_metrics(scores, rewards) -> dict:
+    """code/<outcome>_frac: the share of completions per outcome of the first code reward (timeouts,
+    syntax errors, sandbox errors, visible examples passed but a hidden test failed, ...)."""
+    from rlvr.rewards.code import CODE_OUTCOMES
+
+    rf = next((rf for rf in rewards if getattr(rf.fn, "code_outcome", None) is not None), None)
+    if rf is None:
+        return {}
+    kinds = [rf.fn.code_outcome(reason) for reason in scores.reasons[rf.name]]
+    return {f"code/{k}_frac": kinds.count(k) / max(len(kinds), 1) for k in CODE_OUTCOMES}
 
 
 def pass_rates(collected, rewards) -> dict:

@@ -1,0 +1,57 @@
+"""code_outcome reads what happened to a completion from its real verdict reason; the loop's
+code/<outcome>_frac metrics and the test_special_casing health rule are built on it."""
+import pytest
+
+from rlvr.rewards import build_rewards
+from rlvr.rewards.base import score_batch
+from rlvr.rewards.code import CODE_OUTCOMES, code_outcome, make_code_tests
+from rlvr.train.metrics import code_metrics
+
+from code_cases import FN  # tests/rewards/code_cases.py: f(a, b=0) = a + b, one visible case, two hidden
+
+PROGRAMS = {
+    "passed": "def f(a, b=0):\n    return a + b",
+    "visible_only": "def f(a, b=0):\n    return {(1, 2): 3}.get((a, b), 0)",  # special-cases the example
+    "wrong": "def f(a, b=0):\n    return a - b",
+    "no_code": None,
+    "syntax_error": "def f(a, b) return",
+    "timeout": "def f(a, b=0):\n    while True:\n        pass",
+    "sandbox_error": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+}
+
+
+def completion(src):
+    return "I will not write code." if src is None else f"```python\n{src}\n```"
+
+
+def test_each_outcome_from_a_real_verdict():
+    reward = make_code_tests(timeout_s=2.0)
+    for want, src in PROGRAMS.items():
+        v = reward.verdict(completion(src), FN)
+        assert code_outcome(v.reason) == want, (want, v.reason)
+    assert set(PROGRAMS) == set(CODE_OUTCOMES)
+
+
+@pytest.mark.parametrize("reason, want", [
+    ("passed 3/3", "passed"),
+    ("passed 1/3; failed case 2 (hidden): wrong answer", "visible_only"),
+    ("passed 0/3; failed case 1: expected 3, got -1", "wrong"),
+    ("failed case 2 (hidden): raised ValueError", "visible_only"),
+    ("timed out after 2.0s", "timeout"),
+    ("cpu time limit", "timeout"),
+    ("memory limit (whole run)", "sandbox_error"),
+    ("output too large", "sandbox_error"),
+    ("no function named f", "wrong"),
+])
+def test_outcome_of_reason_hand_written(reason, want):
+    assert code_outcome(reason) == want
+
+
+def test_code_metrics_are_shares_of_completions():
+    rewards = build_rewards({"code_tests": 1.0}, 64, 8, 1.0)
+    texts = [completion(PROGRAMS[k]) for k in ("passed", "visible_only", "visible_only", "wrong")]
+    scores = score_batch(rewards, texts, {"tests": [FN] * 4})
+    m = code_metrics(scores, rewards)
+    assert m["code/passed_frac"] == 0.25 and m["code/visible_only_frac"] == 0.5 and m["code/wrong_frac"] == 0.25
+    assert sum(m.values()) == pytest.approx(1.0) and len(m) == len(CODE_OUTCOMES)
+    assert code_metrics(scores, build_rewards({"format": 1.0}, 64, 8, 1.0)) == {}
