@@ -5,7 +5,9 @@ The `tests` column holds a spec, as JSON text or an already-decoded dict:
     {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "kwargs": {}, "expected": 2}]}
     {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(0) == 1"]}
 "hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails. Score 1 when every
-case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
+case passes, else 0; `make_code_tests(partial=True)` gives the fraction. Any kind may add "prelude":
+Python the sandbox runs before the program, in its namespace (HumanEval: the prompt's imports and
+helpers, which the program may use or redefine; rlvr.tasks.humaneval).
 
 The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
 plain data (rlvr.rewards.harness, rlvr.rewards.session); expected values, test sources and every
@@ -28,10 +30,11 @@ from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
 from rlvr.rewards.session import Session
 
 KINDS = ("stdio", "function", "assert")
-_KEYS = {"kind", "cases", "hidden", "entry_point", "asserts"}
+_KEYS = {"kind", "cases", "hidden", "entry_point", "asserts", "prelude"}
 _PY_LANGS = ("", "python", "py", "python3")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
 _CLOSE_FENCE = re.compile(r"^[ \t]*```[ \t]*$")
+_FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Spec:
     kind: str
     cases: tuple[Case, ...]
     entry_point: str | None = None
+    prelude: str = ""  # dataset code run in the sandbox before the program
 
 
 @dataclass(frozen=True)
@@ -108,12 +112,32 @@ def parse_spec(tests) -> Spec:
         raise ValueError("tests spec (function) is missing key 'entry_point' (a function name)")
     if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
         raise ValueError(f"tests spec ({kind}) key 'entry_point' must be a function name")
+    prelude = _prelude(tests, kind)
     make = {"stdio": _stdio_case, "function": _function_case, "assert": _assert_case}[kind]
     cases = tuple(make(item, n, n > len(shown), kind, entry)
                   for n, item in enumerate(shown + hidden, start=1))
     if not cases:
         raise ValueError(f"tests spec ({kind}) has no cases")
-    return Spec(kind, cases, entry)
+    return Spec(kind, cases, entry, prelude)
+
+
+def _prelude(tests: dict, kind: str) -> str:
+    prelude = tests.get("prelude", "")
+    if not isinstance(prelude, str):
+        raise ValueError(f"tests spec ({kind}) key 'prelude' must be a string of Python")
+    try:
+        compile(prelude, "<prelude>", "exec")
+    except SyntaxError as e:
+        raise ValueError(f"tests spec ({kind}) key 'prelude' does not parse: {e.msg} (line {e.lineno})") from None
+    return prelude
+
+
+def with_prelude(prelude: str, program: str) -> str:
+    """The program to run: the prelude, then the program (which may redefine anything in it); the
+    program's `from __future__` imports go first, where Python requires them."""
+    if not prelude:
+        return program
+    return "\n".join(_FUTURE.findall(program) + [prelude, _FUTURE.sub("", program)])
 
 
 def _list(tests: dict, key: str, kind: str, required: bool = False) -> list:
@@ -283,7 +307,9 @@ def code_outcome(reason: str) -> str:
         return "timeout"
     if any(s in first for s in _SANDBOX):
         return "sandbox_error"
-    if first.startswith("failed case") and "(hidden)" in first.split(":", 1)[0]:
+    # case 1 hidden: the spec shows no cases (HumanEval's check), so there were no visible ones to pass
+    if first.startswith("failed case") and "(hidden)" in first.split(":", 1)[0] \
+            and not first.startswith("failed case 1 "):
         return "visible_only"
     return "wrong"
 
@@ -307,7 +333,7 @@ def _mismatch(case: Case, want, got, text: bool = False) -> str:
 def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
     """Score one extracted program against a parsed spec."""
     run = _stdio_outcomes if spec.kind == "stdio" else _session_outcomes
-    outcomes = run(program, spec, cfg)
+    outcomes = run(with_prelude(spec.prelude, program), spec, cfg)
     n = len(spec.cases)
     passed = sum(ok for ok, _ in outcomes)
     if passed == n:

@@ -14,7 +14,7 @@ import pytest
 from rlvr.errors import RlvrError
 from rlvr.rewards import code, sandbox
 from rlvr.rewards.base import Verdict
-from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
+from rlvr.rewards.code import code_outcome, code_tests, last_code_block, make_code_tests, parse_spec, same, with_prelude
 from rlvr.rewards.sandbox import Sandbox, SandboxUnavailable, run_harness
 
 from code_cases import ASSERT, ATTACKS, FN, STDIO, STMT  # tests/rewards/code_cases.py
@@ -294,9 +294,12 @@ def test_no_code_block_verdict():
     ({"kind": "assert", "cases": ["assert 1"]}, "missing key 'asserts'"),
     ({"kind": "assert", "asserts": [3]}, "case 1 must be a string"),
     ({"kind": "assert", "asserts": ["assert f(1) =="]}, "case 1 does not parse"),
+    ({"kind": "assert", "asserts": ["assert f(1)"], "prelude": 3}, r"\(assert\) key 'prelude' must be a string"),
+    ({"kind": "stdio", "cases": [{"stdout": "1"}], "prelude": "def g(:"},
+     r"\(stdio\) key 'prelude' does not parse: .* \(line 1\)"),
 ], ids=["bad-json", "not-object", "no-kind", "bad-kind", "no-cases", "no-stdout", "non-string-stdout",
         "unknown-key", "empty", "no-entry-point", "no-expected", "args-not-list", "no-asserts",
-        "assert-not-str", "assert-syntax"])
+        "assert-not-str", "assert-syntax", "prelude-not-str", "prelude-syntax"])
 def test_malformed_specs_raise_clearly(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_spec(spec)
@@ -313,6 +316,39 @@ def test_assert_tests_are_compiled_for_the_parent_with_literal_calls_prefetched(
     assert tests[0].prefetch == ('["f",[1],{"d":[]}]',) and tests[1].prefetch == ('["g",[],{"d":[]}]',)
     assert tests[2].prefetch == ('["f",[2],{"d":[["k",{"t":[1,2]}]]}]',)   # the tuple stays a tuple
     assert tests[3].prefetch == ()                                          # x is not a literal
+
+
+# ---- the prelude (HumanEval: the prompt's imports and helpers) -----------------------------------
+
+def test_prelude_runs_before_the_program_which_may_use_or_redefine_it():
+    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [4], "expected": 50}],
+            "prelude": "import math\nSCALE = 10\n\ndef g(x):\n    return x + 1"}   # f(4) = SCALE * g(4) = 50
+    uses = "def f(x):\n    return SCALE * g(x)"
+    redefines = "def g(x):\n    return x\n\ndef f(x):\n    return SCALE * g(x)"   # 10 * 4 = 40
+    # `Later` is never defined: only a hoisted __future__ import keeps the annotation from failing
+    future = ("from __future__ import annotations\n\n"
+              "def f(x: Later) -> int:\n    return int(math.sqrt(50 * SCALE * g(x)))")
+    verdicts = [verdict_of(src, spec)[0] for src in (uses, redefines, future)]
+    assert [(v.score, v.reason) for v in verdicts] == [
+        (1.0, "passed 1/1"), (0.0, "failed case 1: expected 50, got 40"), (1.0, "passed 1/1")]
+    assert verdicts[1].extracted == redefines   # the program as written, without the prelude
+    assert parse_spec(spec).prelude == spec["prelude"] and parse_spec(FN).prelude == ""
+
+
+def test_with_prelude_hoists_future_imports():
+    assert with_prelude("", "x = 1") == "x = 1"
+    assert with_prelude("import os", "from __future__ import annotations\nx = 1") == \
+        "from __future__ import annotations\nimport os\n\nx = 1"
+
+
+@pytest.mark.parametrize("reason, outcome", [
+    ("failed case 1 (hidden): assertion failed", "wrong"),           # no visible case came before it
+    ("passed 0/2; failed case 1 (hidden): raised ValueError", "wrong"),
+    ("failed case 2 (hidden): wrong answer", "visible_only"),
+    ("failed case 12 (hidden): wrong answer", "visible_only"),
+])
+def test_a_failing_first_case_that_is_hidden_is_wrong_not_visible_only(reason, outcome):
+    assert code_outcome(reason) == outcome
 
 
 # ---- the missing-bubblewrap refusal and unsafe mode --------------------------------------------
