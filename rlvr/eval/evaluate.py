@@ -1,10 +1,10 @@
-"""Greedy pass@1 of a policy on a split, scored with the task's verifiers and graded format-free."""
+"""Greedy pass@1 of a policy on a split, scored with the task's verifiers (answers or tests) and graded
+format-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlvr.eval.lenient import lenient_verdict
-from rlvr.rewards import format_reward, math_accuracy
+from rlvr.eval.grading import grade
 from rlvr.rollout.engine import generate
 from rlvr.tasks import Problem
 
@@ -20,8 +20,8 @@ class EvalResult:
 
 def evaluate(policy, tok, problems: list[Problem], prompts: list[list[int]], *, max_new_tokens: int,
              batch_size: int, stop_ids: list[int]) -> EvalResult:
-    """Greedy completion per problem; accuracy is math_accuracy's verdict, format the format reward's,
-    lenient the format-free grade beside them."""
+    """Greedy completion per problem, graded by rlvr.eval.grading: accuracy is the strict verdict (the
+    answer, or the hidden tests for code), format the stated form, lenient the format-free grade."""
     was_training = policy.training
     policy.eval()
     records = []
@@ -30,14 +30,10 @@ def evaluate(policy, tok, problems: list[Problem], prompts: list[list[int]], *, 
         r = generate(policy, chunk, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
                      stop_ids=stop_ids, pad_id=tok.pad_token_id)
         texts = tok.batch_decode(r.completion_token_lists(), skip_special_tokens=True)
-        for p, text, trunc in zip(problems[start:start + batch_size], texts, r.truncated.tolist()):
-            acc = math_accuracy.verdict(text, p.answer)
-            fmt = format_reward.verdict(text)
-            free = lenient_verdict(text, p.answer)
+        chunk_problems = problems[start:start + batch_size]
+        for p, text, g, trunc in zip(chunk_problems, texts, grade(chunk_problems, texts), r.truncated.tolist()):
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
-                            "completion": text, "correct": acc.score, "reason": acc.reason,
-                            "format": fmt.score, "lenient": free.score, "lenient_answer": free.extracted,
-                            "truncated": trunc})
+                            "completion": text, **g, "truncated": trunc})
     policy.train(was_training)
     n = len(records)
     mean = lambda key: sum(r[key] for r in records) / max(n, 1)

@@ -77,7 +77,8 @@ def _natural(label: str) -> list:
 
 def summarize(records: list[dict], k: int) -> dict:
     """Means over problems of greedy pass@1, pass@k and maj@k. Each record holds `greedy_correct`
-    (0/1), `samples` and `correct` (counts of sampled completions) and `maj_correct` (0/1); with
+    (0/1), `samples` and `correct` (counts of sampled completions) and `maj_correct` (0/1, or None for
+    code, whose answers are programs: maj@k is then None); with
     `greedy_lenient` (0/1) in every record, also `format-free@1` (rlvr.eval.lenient)."""
     n = len(records)
     if n == 0:
@@ -85,7 +86,8 @@ def summarize(records: list[dict], k: int) -> dict:
     out = {
         "pass@1": sum(r["greedy_correct"] for r in records) / n,
         f"pass@{k}": sum(pass_at_k(r["samples"], r["correct"], k) for r in records) / n,
-        f"maj@{k}": sum(r["maj_correct"] for r in records) / n,
+        f"maj@{k}": None if any(r["maj_correct"] is None for r in records)  # code: programs do not vote
+        else sum(r["maj_correct"] for r in records) / n,
         "n": n,
     }
     if all("greedy_lenient" in r for r in records):  # the greedy completion graded format-free

@@ -7,8 +7,8 @@ import torch
 
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
+from rlvr.eval.grading import grade
 from rlvr.eval.metrics import majority_vote, stated_answer
-from rlvr.rewards import math_accuracy
 from rlvr.rewards.math import check_answer
 from rlvr.rollout.engine import generate
 from rlvr.tasks import Problem
@@ -54,11 +54,11 @@ def sample_completions(policy, tok, prompts: list[list[int]], s: SampleSettings,
     return out
 
 
-def problem_record(p: Problem, greedy: dict, sampled: list[str], k: int) -> dict:
-    """Score one problem: `correct` counts verified samples; the first k samples vote for maj@k."""
-    scores = [math_accuracy.verdict(text, p.answer).score for text in sampled]
-    voted = majority_vote([stated_answer(text) for text in sampled[:k]])
-    maj = 1.0 if voted is not None and check_answer(voted, p.answer)[0] else 0.0
+def problem_record(p: Problem, greedy: dict, sampled: list[str], scores: list[float], k: int) -> dict:
+    """Score one problem: `correct` counts verified samples; the first k samples vote for maj@k (not
+    for code: maj_correct None)."""
+    voted = None if p.tests else majority_vote([stated_answer(text) for text in sampled[:k]])
+    maj = None if p.tests else 1.0 if voted is not None and check_answer(voted, p.answer)[0] else 0.0
     return {"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
             "greedy": greedy["completion"], "greedy_correct": greedy["correct"],
             "greedy_lenient": greedy["lenient"],
@@ -76,4 +76,6 @@ def evaluate_sampled(policy, tok, problems: list[Problem], prompts: list[list[in
                       batch_size=s.batch_size, stop_ids=stop_ids).records
     sampled = sample_completions(policy, tok, prompts, s, stop_ids)
     policy.train(was_training)
-    return [problem_record(p, g, texts, s.k) for p, g, texts in zip(problems, greedy, sampled)]
+    flat = grade([p for p, texts in zip(problems, sampled) for _ in texts], [t for texts in sampled for t in texts])
+    scores = [[g["correct"] for g in flat[i * s.samples:(i + 1) * s.samples]] for i in range(len(problems))]
+    return [problem_record(p, g, texts, sc, s.k) for p, g, texts, sc in zip(problems, greedy, sampled, scores)]

@@ -69,8 +69,8 @@ def task_configs(base: TaskConfig, names: list[str]) -> dict[str, TaskConfig]:
     return {name: dataclasses.replace(base, name=name) for name in names}
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def format_table(summaries: dict[str, dict], k: int) -> str:

@@ -2,6 +2,7 @@ import pytest
 
 from rlvr.config import TaskConfig
 from rlvr.errors import RlvrError
+from rlvr.eval.grading import grade
 from rlvr.eval.metrics import pass_at_k
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled, problem_record
 from rlvr.eval.suite import evaluate_tasks, format_table, task_configs, task_problems
@@ -12,21 +13,26 @@ PROBLEM = Problem("What is 1 + 1?", "2", "d1-n2")
 SAMPLED = ["1 + 1 = 2\nAnswer: 2", "Answer: 3", "Answer: 3.0", "no idea"]
 
 
+def record(greedy, sampled, k):
+    scores = [g["correct"] for g in grade([PROBLEM] * len(sampled), sampled)]
+    return problem_record(PROBLEM, greedy, sampled, scores, k)
+
+
 def test_problem_record_counts_votes_and_checks_the_winner():
-    rec = problem_record(PROBLEM, {"completion": "Answer: 2", "correct": 1.0, "lenient": 1.0}, SAMPLED, k=4)
+    rec = record({"completion": "Answer: 2", "correct": 1.0, "lenient": 1.0}, SAMPLED, k=4)
     assert (rec["samples"], rec["correct"], rec["sampled_correct"]) == (4, 1, [1.0, 0.0, 0.0, 0.0])
     assert (rec["voted"], rec["maj_correct"]) == ("3", 0.0)  # "3" and "3.0" outvote "2"
     assert (rec["greedy_correct"], rec["difficulty"]) == (1.0, "d1-n2")
 
 
 def test_problem_record_votes_with_the_first_k_samples_only():
-    rec = problem_record(PROBLEM, {"completion": "", "correct": 0.0, "lenient": 0.0}, SAMPLED, k=2)
+    rec = record({"completion": "", "correct": 0.0, "lenient": 0.0}, SAMPLED, k=2)
     assert rec["samples"] == 4 and rec["correct"] == 1  # pass@k still uses all samples
     assert (rec["voted"], rec["maj_correct"]) == ("2", 1.0)  # 1-1 tie of "2" and "3": first seen
 
 
 def test_problem_record_without_any_answer_is_wrong_by_majority():
-    rec = problem_record(PROBLEM, {"completion": "", "correct": 0.0, "lenient": 0.0}, ["?", "Answer: 2\nAnswer: 5"], k=2)
+    rec = record({"completion": "", "correct": 0.0, "lenient": 0.0}, ["?", "Answer: 2\nAnswer: 5"], k=2)
     assert (rec["correct"], rec["voted"], rec["maj_correct"]) == (0, None, 0.0)
 
 
