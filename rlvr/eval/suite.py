@@ -60,13 +60,16 @@ def evaluate_tasks(policy, tok, stop_ids: list[int], tasks: dict[str, TaskConfig
 
 
 def task_configs(base: TaskConfig, names: list[str]) -> dict[str, TaskConfig]:
-    """One task config per name, each the base config with task.name replaced."""
+    """One task config per name, each the base config with task.name replaced; a task other than the
+    base's own leaves out the base's OOD source (ood_name, ood_params, ood_file), which belongs to the
+    base task (configs/code.yaml's OOD is humaneval: `--task humaneval` must not take it twice)."""
     seen = set()
     for name in names:
         if name in seen:
             raise RlvrError(f"task '{name}' is given twice")
         seen.add(name)
-    return {name: dataclasses.replace(base, name=name) for name in names}
+    other = dict(ood_name="", ood_params={}, ood_file="")
+    return {name: dataclasses.replace(base, name=name, **({} if name == base.name else other)) for name in names}
 
 
 def _pct(x: float | None) -> str:

@@ -44,3 +44,13 @@ def test_code_has_no_majority_vote():
     assert summary["pass@2"] == 1.0 and summary["maj@2"] is None
     table = format_table({"code": {**summary, "per_difficulty": {"add": summary}}}, 2)
     assert table.splitlines()[-1].split()[-1] == "-"
+
+
+def test_another_task_leaves_the_base_task_s_ood_source_out():
+    from rlvr.config import TaskConfig
+    from rlvr.eval.suite import task_configs
+
+    base = TaskConfig(name="pyfunc", ood_name="humaneval", ood_params={"x": 1})
+    tasks = task_configs(base, ["pyfunc", "humaneval"])
+    assert tasks["pyfunc"].ood_name == "humaneval" and tasks["pyfunc"].ood_params == {"x": 1}
+    assert (tasks["humaneval"].ood_name, tasks["humaneval"].ood_params) == ("", {})
