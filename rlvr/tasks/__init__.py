@@ -1,7 +1,7 @@
 """Task sources. `build_splits(task_config)` returns train / held-out / OOD problems.
 
-Sources: `arithmetic`, `reasoning_gym:<dataset>`, `humaneval`, or a file (.jsonl, .csv, .parquet, or a
-directory written by datasets' save_to_disk). Whatever the source, the splits leave here disjoint by normalised
+Sources: `arithmetic`, `reasoning_gym:<dataset>`, `humaneval`, `pyfunc`, or a file (.jsonl, .csv, .parquet,
+or a directory written by datasets' save_to_disk). Whatever the source, the splits leave here disjoint by normalised
 prompt, with task.prompt_template applied, and with `Splits.notes` saying what was removed or cut.
 """
 from __future__ import annotations
@@ -15,9 +15,10 @@ from rlvr.tasks.base import Epochs, Problem, Splits, chat_messages, encode_promp
 from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 from rlvr.tasks.humaneval import humaneval_splits
+from rlvr.tasks.pyfunc import pyfunc_splits
 
 TASKS = ("arithmetic", f"{PREFIX}<dataset>", *(f"a {s} file" for s in SUFFIXES),
-         "a directory written by datasets' save_to_disk", "humaneval")
+         "a directory written by datasets' save_to_disk", "humaneval", "pyfunc")
 
 
 def check_template(template: str) -> None:
@@ -44,6 +45,9 @@ def source_splits(task) -> Splits:
                           task.ood_size, task.train_size, task.few_shot, task.seed, suffix)
     if name == "humaneval":
         return humaneval_splits(task.heldout_size, task.ood_size, task.train_size, task.few_shot, task.seed)
+    if name == "pyfunc":
+        return pyfunc_splits(dict(task.params), dict(task.ood_params), task.heldout_size, task.ood_size,
+                             task.train_size, task.few_shot, task.seed)
     if is_file_source(name):
         return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,
                            task.ood_size, task.train_size, task.few_shot, task.seed)
