@@ -38,12 +38,13 @@ class TaskConfig:
     """Task source: arithmetic, reasoning_gym:<dataset>, or a file (.jsonl, .csv, .parquet, or a
     directory written by datasets' save_to_disk)."""
     params: dict[str, object] = field(default_factory=dict)
-    """reasoning_gym: the dataset's own settings (e.g. {min_digits: 1, max_digits: 2})."""
+    """reasoning_gym: the dataset's own settings (e.g. {min_digits: 1, max_digits: 2}); pyfunc: the levels
+    of train and held-out (e.g. {levels: [1, 2]}, of 1-4)."""
     ood_name: str = ""
     """OOD source: empty takes the same task at its harder setting (ood_digits, ood_params, ood_file);
     otherwise another task name, e.g. reasoning_gym:chain_sum."""
     ood_params: dict[str, object] = field(default_factory=dict)
-    """reasoning_gym: settings of the OOD split (its harder difficulty)."""
+    """reasoning_gym: settings of the OOD split (its harder difficulty); pyfunc: its levels (default [4])."""
     heldout_file: str = ""
     """File tasks: held-out rows; empty carves task.heldout_size rows out of the train file."""
     ood_file: str = ""
