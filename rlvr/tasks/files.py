@@ -9,6 +9,7 @@ import csv
 import json
 import random
 from pathlib import Path
+from typing import Iterator
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import Problem, Splits
@@ -33,20 +34,24 @@ def _pyarrow():
     return pyarrow
 
 
+def parse_jsonl(lines, path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-empty line of a JSONL file, in order; errors name the file
+    and line."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RlvrError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise RlvrError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
+        yield n, row
+
+
 def read_jsonl(path: Path) -> list[Row]:
-    rows = []
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RlvrError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise RlvrError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
-            rows.append((f"line {n}", row))
-    return rows
+        return [(f"line {n}", row) for n, row in parse_jsonl(f, path)]
 
 
 def read_csv(path: Path) -> list[Row]:

