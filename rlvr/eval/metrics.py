@@ -83,13 +83,14 @@ def summarize(records: list[dict], k: int) -> dict:
     n = len(records)
     if n == 0:
         raise ValueError("summarize needs at least one record")
-    out = {
-        "pass@1": sum(r["greedy_correct"] for r in records) / n,
-        f"pass@{k}": sum(pass_at_k(r["samples"], r["correct"], k) for r in records) / n,
+    out = {"pass@1": sum(r["greedy_correct"] for r in records) / n}  # greedy, also when k = 1
+    if k > 1:
+        out[f"pass@{k}"] = sum(pass_at_k(r["samples"], r["correct"], k) for r in records) / n
+    out.update({
         f"maj@{k}": None if any(r["maj_correct"] is None for r in records)  # code: programs do not vote
         else sum(r["maj_correct"] for r in records) / n,
         "n": n,
-    }
+    })
     if all("greedy_lenient" in r for r in records):  # the greedy completion graded format-free
         out["format-free@1"] = sum(r["greedy_lenient"] for r in records) / n
     return out

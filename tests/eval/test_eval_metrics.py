@@ -79,3 +79,11 @@ def test_summarize_by_difficulty_hand_values():
 def test_summarize_needs_records():
     with pytest.raises(ValueError):
         summarize([], 1)
+
+
+def test_pass_at_1_is_greedy_also_when_k_is_1():
+    """With k = 1 the sampled estimate used to overwrite the greedy pass@1 under the same key."""
+    records = [{"difficulty": "", "greedy_correct": 1.0, "samples": 1, "correct": 0, "maj_correct": 0.0},
+               {"difficulty": "", "greedy_correct": 0.0, "samples": 1, "correct": 0, "maj_correct": 0.0}]
+    assert summarize(records, 1)["pass@1"] == 0.5
+    assert summarize(records, 1)["maj@1"] == 0.0
