@@ -55,7 +55,3 @@ def grade(problems: list[Problem], texts: list[str]) -> list[dict]:
                          "lenient": max(strict.score, free.score), "lenient_answer": loose[j]}
     return grades
 
-
-def is_code(problems: list[Problem]) -> bool:
-    """Whether a split is code (its answers are programs: no majority vote over them)."""
-    return any(p.tests for p in problems)

@@ -1,13 +1,7 @@
 """Code-test reward: run the completion's last Python code block against a test spec, sandboxed.
 
-The `tests` column holds a spec, as JSON text or an already-decoded dict:
-    {"kind": "stdio", "cases": [{"stdin": "1 2", "stdout": "3"}], "hidden": [...]}
-    {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "kwargs": {}, "expected": 2}]}
-    {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(0) == 1"]}
-"hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails. Score 1 when every
-case passes, else 0; `make_code_tests(partial=True)` gives the fraction. Any kind may add "prelude":
-Python the sandbox runs before the program, in its namespace (HumanEval: the prompt's imports and
-helpers, which the program may use or redefine; rlvr.tasks.humaneval).
+The `tests` column holds a spec (rlvr.rewards.code_spec: stdio, function or assert cases, visible and
+hidden). Score 1 when every case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
 
 The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
 plain data (rlvr.rewards.harness, rlvr.rewards.session); expected values, test sources and every
@@ -16,47 +10,22 @@ process with the candidate's functions as proxies (rlvr.rewards.checks). stdout 
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from rlvr.rewards import harness
 from rlvr.rewards.base import Verdict, batch_form, clean_reason
-from rlvr.rewards.checks import Runner, TestCode, Undecidable, compile_test, run_test
+from rlvr.rewards.checks import Runner, Undecidable, run_test
+from rlvr.rewards.code_spec import Case, Spec, parse_spec, with_prelude  # parse_spec: part of this API
 from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
 from rlvr.rewards.session import Session
 
-KINDS = ("stdio", "function", "assert")
-_KEYS = {"kind", "cases", "hidden", "entry_point", "asserts", "prelude"}
 _PY_LANGS = ("", "python", "py", "python3")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
 _CLOSE_FENCE = re.compile(r"^[ \t]*```[ \t]*$")
-_FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*$", re.M)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: test code."""
-
-    number: int
-    hidden: bool
-    stdin: str = ""
-    stdout: str = ""
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-    expected: object = None
-    test: TestCode | None = None
-
-
-@dataclass(frozen=True)
-class Spec:
-    kind: str
-    cases: tuple[Case, ...]
-    entry_point: str | None = None
-    prelude: str = ""  # dataset code run in the sandbox before the program
 
 
 @dataclass(frozen=True)
@@ -84,105 +53,6 @@ def last_code_block(text: str) -> str | None:
         else:
             body.append(line)
     return blocks[-1] if blocks else None
-
-
-# ---- specs -------------------------------------------------------------------------------------
-
-def parse_spec(tests) -> Spec:
-    """Validate and normalise a spec; a malformed one raises ValueError naming what is wrong."""
-    if isinstance(tests, str):
-        try:
-            tests = json.loads(tests)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"tests spec is not valid JSON: {e}") from None
-    if not isinstance(tests, dict):
-        raise ValueError(f"tests spec must be a JSON object, got {type(tests).__name__}")
-    if "kind" not in tests:
-        raise ValueError("tests spec is missing key 'kind'")
-    kind = tests["kind"]
-    if kind not in KINDS:
-        raise ValueError(f"tests spec has unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
-    unknown = set(tests) - _KEYS
-    if unknown:
-        raise ValueError(f"tests spec ({kind}) has unknown keys {sorted(unknown)}: allowed {sorted(_KEYS)}")
-    shown_key = "asserts" if kind == "assert" else "cases"
-    shown, hidden = _list(tests, shown_key, kind, required=True), _list(tests, "hidden", kind)
-    entry = tests.get("entry_point")
-    if kind == "function" and (not isinstance(entry, str) or not entry.isidentifier()):
-        raise ValueError("tests spec (function) is missing key 'entry_point' (a function name)")
-    if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
-        raise ValueError(f"tests spec ({kind}) key 'entry_point' must be a function name")
-    prelude = _prelude(tests, kind)
-    make = {"stdio": _stdio_case, "function": _function_case, "assert": _assert_case}[kind]
-    cases = tuple(make(item, n, n > len(shown), kind, entry)
-                  for n, item in enumerate(shown + hidden, start=1))
-    if not cases:
-        raise ValueError(f"tests spec ({kind}) has no cases")
-    return Spec(kind, cases, entry, prelude)
-
-
-def _prelude(tests: dict, kind: str) -> str:
-    prelude = tests.get("prelude", "")
-    if not isinstance(prelude, str):
-        raise ValueError(f"tests spec ({kind}) key 'prelude' must be a string of Python")
-    try:
-        compile(prelude, "<prelude>", "exec")
-    except SyntaxError as e:
-        raise ValueError(f"tests spec ({kind}) key 'prelude' does not parse: {e.msg} (line {e.lineno})") from None
-    return prelude
-
-
-def with_prelude(prelude: str, program: str) -> str:
-    """The program to run: the prelude, then the program (which may redefine anything in it); the
-    program's `from __future__` imports go first, where Python requires them."""
-    if not prelude:
-        return program
-    return "\n".join(_FUTURE.findall(program) + [prelude, _FUTURE.sub("", program)])
-
-
-def _list(tests: dict, key: str, kind: str, required: bool = False) -> list:
-    if key not in tests:
-        if required:
-            raise ValueError(f"tests spec ({kind}) is missing key {key!r}")
-        return []
-    if not isinstance(tests[key], list):
-        raise ValueError(f"tests spec ({kind}) key {key!r} must be a list")
-    return tests[key]
-
-
-def _fields(item, n: int, kind: str, required: tuple[str, ...]) -> dict:
-    if not isinstance(item, dict):
-        raise ValueError(f"tests spec ({kind}) case {n} must be an object")
-    for key in required:
-        if key not in item:
-            raise ValueError(f"tests spec ({kind}) case {n} is missing key {key!r}")
-    return item
-
-
-def _stdio_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
-    item = _fields(item, n, kind, ("stdout",))
-    stdin, stdout = item.get("stdin", ""), item["stdout"]
-    if not isinstance(stdin, str) or not isinstance(stdout, str):
-        raise ValueError(f"tests spec (stdio) case {n}: 'stdin' and 'stdout' must be strings")
-    return Case(n, hidden, stdin=stdin, stdout=stdout)
-
-
-def _function_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
-    item = _fields(item, n, kind, ("expected",))
-    args, kwargs = item.get("args", []), item.get("kwargs", {})
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise ValueError(f"tests spec (function) case {n}: 'args' must be a list, 'kwargs' an object")
-    return Case(n, hidden, args=args, kwargs=kwargs, expected=item["expected"])
-
-
-def _assert_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
-    if not isinstance(item, str):
-        raise ValueError(f"tests spec (assert) case {n} must be a string of Python")
-    try:
-        test = compile_test(item, f"tests spec (assert) case {n}", entry)
-    except SyntaxError as e:
-        raise ValueError(f"tests spec (assert) case {n} does not parse: {e.msg}") from None
-    return Case(n, hidden, test=test)
 
 
 # ---- comparison --------------------------------------------------------------------------------

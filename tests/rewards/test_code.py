@@ -1,5 +1,6 @@
 """The sandboxed code-test reward: positive controls, a battery of attacks that must score 0
-within their time limit, extraction, spec errors, the missing-bubblewrap refusal, parallelism."""
+within their time limit, extraction, the prelude, the missing-bubblewrap refusal, parallelism (specs:
+test_code_spec.py)."""
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ import pytest
 from rlvr.errors import RlvrError
 from rlvr.rewards import code, sandbox
 from rlvr.rewards.base import Verdict
-from rlvr.rewards.code import code_outcome, code_tests, last_code_block, make_code_tests, parse_spec, same, with_prelude
+from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
 from rlvr.rewards.sandbox import Sandbox, SandboxUnavailable, run_harness
 
 from code_cases import ASSERT, ATTACKS, FN, STDIO, STMT  # tests/rewards/code_cases.py
@@ -257,7 +258,7 @@ def test_host_files_and_network_are_out_of_reach(name, tmp_path, listener):
     assert not Path("/pwned").exists()
 
 
-# ---- extraction and specs ----------------------------------------------------------------------
+# ---- extraction ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, program", [
     ("```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```", "print(2)"),
@@ -278,46 +279,6 @@ def test_no_code_block_verdict():
     assert (v.score, v.reason, v.extracted) == (0.0, "no code block", None)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("{not json", "not valid JSON"),
-    ([1, 2], "must be a JSON object"),
-    ({"cases": []}, "missing key 'kind'"),
-    ({"kind": "shell", "cases": []}, "unknown kind 'shell'"),
-    ({"kind": "stdio"}, r"\(stdio\) is missing key 'cases'"),
-    ({"kind": "stdio", "cases": [{"stdin": "1"}]}, "case 1 is missing key 'stdout'"),
-    ({"kind": "stdio", "cases": [{"stdout": 3}]}, "must be strings"),
-    ({"kind": "stdio", "cases": [{"stdout": "3"}], "hiden": []}, "unknown keys \\['hiden'\\]"),
-    ({"kind": "stdio", "cases": []}, "has no cases"),
-    ({"kind": "function", "cases": [{"args": [], "expected": 1}]}, "missing key 'entry_point'"),
-    ({"kind": "function", "entry_point": "f", "cases": [{"args": [1]}]}, "case 1 is missing key 'expected'"),
-    ({"kind": "function", "entry_point": "f", "cases": [{"args": 1, "expected": 1}]}, "'args' must be a list"),
-    ({"kind": "assert", "cases": ["assert 1"]}, "missing key 'asserts'"),
-    ({"kind": "assert", "asserts": [3]}, "case 1 must be a string"),
-    ({"kind": "assert", "asserts": ["assert f(1) =="]}, "case 1 does not parse"),
-    ({"kind": "assert", "asserts": ["assert f(1)"], "prelude": 3}, r"\(assert\) key 'prelude' must be a string"),
-    ({"kind": "stdio", "cases": [{"stdout": "1"}], "prelude": "def g(:"},
-     r"\(stdio\) key 'prelude' does not parse: .* \(line 1\)"),
-], ids=["bad-json", "not-object", "no-kind", "bad-kind", "no-cases", "no-stdout", "non-string-stdout",
-        "unknown-key", "empty", "no-entry-point", "no-expected", "args-not-list", "no-asserts",
-        "assert-not-str", "assert-syntax", "prelude-not-str", "prelude-syntax"])
-def test_malformed_specs_raise_clearly(spec, message):
-    with pytest.raises(ValueError, match=message):
-        parse_spec(spec)
-    with pytest.raises(ValueError, match=message):
-        reward([block("print(1)")], tests=[spec])
-
-
-def test_assert_tests_are_compiled_for_the_parent_with_literal_calls_prefetched():
-    spec = parse_spec({"kind": "assert", "asserts": ["assert f(1) == [1, {'a': None}]", "assert 2 == g()",
-                                                     "assert abs(f(2, k=(1, 2)) - 1.4) < 1e-9",
-                                                     "import math\nassert math.isclose(f(x), 2)"]})
-    tests = [c.test for c in spec.cases]
-    assert [sorted(t.names) for t in tests] == [["f"], ["g"], ["f"], ["f", "x"]]
-    assert tests[0].prefetch == ('["f",[1],{"d":[]}]',) and tests[1].prefetch == ('["g",[],{"d":[]}]',)
-    assert tests[2].prefetch == ('["f",[2],{"d":[["k",{"t":[1,2]}]]}]',)   # the tuple stays a tuple
-    assert tests[3].prefetch == ()                                          # x is not a literal
-
-
 # ---- the prelude (HumanEval: the prompt's imports and helpers) -----------------------------------
 
 def test_prelude_runs_before_the_program_which_may_use_or_redefine_it():
@@ -333,22 +294,6 @@ def test_prelude_runs_before_the_program_which_may_use_or_redefine_it():
         (1.0, "passed 1/1"), (0.0, "failed case 1: expected 50, got 40"), (1.0, "passed 1/1")]
     assert verdicts[1].extracted == redefines   # the program as written, without the prelude
     assert parse_spec(spec).prelude == spec["prelude"] and parse_spec(FN).prelude == ""
-
-
-def test_with_prelude_hoists_future_imports():
-    assert with_prelude("", "x = 1") == "x = 1"
-    assert with_prelude("import os", "from __future__ import annotations\nx = 1") == \
-        "from __future__ import annotations\nimport os\n\nx = 1"
-
-
-@pytest.mark.parametrize("reason, outcome", [
-    ("failed case 1 (hidden): assertion failed", "wrong"),           # no visible case came before it
-    ("passed 0/2; failed case 1 (hidden): raised ValueError", "wrong"),
-    ("failed case 2 (hidden): wrong answer", "visible_only"),
-    ("failed case 12 (hidden): wrong answer", "visible_only"),
-])
-def test_a_failing_first_case_that_is_hidden_is_wrong_not_visible_only(reason, outcome):
-    assert code_outcome(reason) == outcome
 
 
 # ---- the missing-bubblewrap refusal and unsafe mode --------------------------------------------

@@ -55,3 +55,13 @@ def test_code_metrics_are_shares_of_completions():
     assert m["code/passed_frac"] == 0.25 and m["code/visible_only_frac"] == 0.5 and m["code/wrong_frac"] == 0.25
     assert sum(m.values()) == pytest.approx(1.0) and len(m) == len(CODE_OUTCOMES)
     assert code_metrics(scores, build_rewards({"format": 1.0}, 64, 8, 1.0)) == {}
+
+
+@pytest.mark.parametrize("reason, outcome", [
+    ("failed case 1 (hidden): assertion failed", "wrong"),           # no visible case came before it
+    ("passed 0/2; failed case 1 (hidden): raised ValueError", "wrong"),
+    ("failed case 2 (hidden): wrong answer", "visible_only"),
+    ("failed case 12 (hidden): wrong answer", "visible_only"),
+])
+def test_a_failing_first_case_that_is_hidden_is_wrong_not_visible_only(reason, outcome):
+    assert code_outcome(reason) == outcome
