@@ -191,8 +191,56 @@ def special_casing(history, evals, window: int = 3, rise: float = 0.1, floor: fl
                    {"first_window_mean": first, "last_window_mean": last})
 
 
+def tool_use_collapse(history, evals, window: int = 3, floor: float = 0.2, zero: float = 0.02, flat: float = 0.05
+                      ) -> Finding | None:
+    """Multi-turn: at least `floor` of episodes called a tool over the first `window` steps, at most
+    `zero` in each of the last `window`, and reward/mean rose by less than `flat` between the two
+    windows. The model learned to skip the tools instead of using them well, a known failure of
+    multi-turn RL; a rise in reward would instead mean it no longer needed them."""
+    rows = [h for h in history if h.get("env/tool_use_frac") is not None and h.get("reward/mean") is not None]
+    if len(rows) < 2 * window:
+        return None
+    use = [h["env/tool_use_frac"] for h in rows]
+    reward = [h["reward/mean"] for h in rows]
+    first, last = statistics.fmean(use[:window]), use[-window:]
+    change = statistics.fmean(reward[-window:]) - statistics.fmean(reward[:window])
+    if first < floor or max(last) > zero or change >= flat:
+        return None
+    return Finding(rows[-1]["step"], "tool_use_collapse",
+                   f"{100 * first:.0f}% of episodes called a tool over the first {window} steps, at most "
+                   f"{100 * max(last):.0f}% over the last {window}, and the reward changed by {change:+.2f}: "
+                   "the model stopped calling the tools and the reward did not rise, so it learned to skip "
+                   "them (a known failure of multi-turn RL). Check the calls worked (env/tool_errors_frac, the "
+                   "tool results in samples.jsonl); show a worked tool-use turn in the prompt; make correct "
+                   "answers reachable only with the tool; lower algo.lr or add a KL term (algo.beta).",
+                   {"first_window_tool_use": first, "last_window_tool_use": last, "reward_change": change})
+
+
+def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: int = 10) -> Finding | None:
+    """Multi-turn: in each of the last `window` steps at least `rate` of the tool calls failed, over at
+    least `min_calls` calls in all (env/tool_calls_mean x completions) when "completions" is logged,
+    so that a rare call failing once or twice does not fire."""
+    rows = [h for h in history if h.get("env/tool_errors_frac") is not None][-window:]
+    if len(rows) < window or min(h["env/tool_errors_frac"] for h in rows) < rate:
+        return None
+    calls = None
+    if all(h.get("completions") is not None and h.get("env/tool_calls_mean") is not None for h in rows):
+        calls = sum(h["env/tool_calls_mean"] * h["completions"] for h in rows)
+        if calls < min_calls:
+            return None
+    vals = [h["env/tool_errors_frac"] for h in rows]
+    counted = f" ({calls:.0f} calls)" if calls is not None else ""
+    return Finding(rows[-1]["step"], "tool_errors",
+                   f"{100 * statistics.fmean(vals):.0f}% of tool calls failed over the last {window} steps"
+                   f"{counted}: most tool calls fail (a malformed call, an unknown tool, or a tool that "
+                   "raised), so the episodes teach little about using the tool. Read the tool results in "
+                   "samples.jsonl or report.html, and check the tool-call format the prompt shows matches "
+                   "the documented one.",
+                   {"env/tool_errors_frac": vals, "calls": calls})
+
+
 RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, instability,
-                         non_finite, reward_errors, special_casing]
+                         non_finite, reward_errors, special_casing, tool_use_collapse, tool_errors]
 
 
 class HealthMonitor:

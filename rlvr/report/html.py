@@ -5,6 +5,7 @@ import html
 import json
 from pathlib import Path
 
+from rlvr.envs.metrics import END_REASONS
 from rlvr.errors import RlvrError
 from rlvr.report.compare import _jsonl
 from rlvr.report.console import ROWS
@@ -17,6 +18,11 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-
 th:first-child,td:first-child{text-align:left}.finding{background:#fff3cd;border-left:4px solid #e0a800;
 padding:8px 12px;margin:8px 0}.ok{background:#e8f5e9;border-left:4px solid #43a047;padding:8px 12px}
 pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;margin:4px 0}.sample{margin-bottom:12px}"""
+# Only pages that show a multi-turn episode carry these, so a single-turn run's page stays as it was.
+EPISODE_CSS = """
+.turn{margin:4px 0}.turn .role{font-size:smaller;font-weight:bold;color:#555}
+.turn.env pre{background:#e8f0fe;border-left:4px solid #1f77b4;font-size:smaller}
+.callerr{color:#b00020}.end{color:#666;font-size:smaller}"""
 
 
 def _series(metrics: list[dict], key: str) -> list[tuple[float, float]]:
@@ -39,7 +45,22 @@ def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
         line_chart({"KL to reference": _series(metrics, "kl"), "approx KL to old": _series(metrics, "approx_kl_old")},
                    "KL", "step", "nats / token"),
         line_chart({"entropy": _series(metrics, "entropy")}, "Policy entropy", "step", "nats / token"),
-    ]
+    ] + _env_charts(metrics)
+
+
+def _env_charts(metrics: list[dict]) -> list[str]:
+    """Tool use and turns per episode, only for runs that logged them (multi-turn environments)."""
+    has = lambda key: any(m.get(key) is not None for m in metrics)
+    charts = []
+    if has("env/tool_use_frac"):
+        charts.append(line_chart({"episodes with a tool call": _series(metrics, "env/tool_use_frac"),
+                                  "tool calls failing": _series(metrics, "env/tool_errors_frac")},
+                                 "Tool use", "step", "fraction"))
+    if has("env/turns_mean"):
+        charts.append(line_chart({"model turns": _series(metrics, "env/turns_mean"),
+                                  "tool calls": _series(metrics, "env/tool_calls_mean")},
+                                 "Turns per episode", "step", "mean"))
+    return charts
 
 
 def _before_after(summary: dict) -> str:
@@ -82,11 +103,35 @@ def _flips(summary: dict) -> str:
             "training, right after; broken: right before, wrong after.</p>" + "".join(parts))
 
 
+def _multi_turn(s: dict) -> bool:
+    """A sample shown turn by turn; one with no episode or a one-turn episode shows its completion."""
+    return len(s.get("episode", {}).get("turns", [])) > 1
+
+
 def _sample_html(s: dict) -> str:
     verdicts = "; ".join(f"{html.escape(n)} = {v['score']:g} ({html.escape(v['reason'])})"
                          for n, v in s.get("rewards", {}).items())
+    body = _episode_html(s["episode"]) if _multi_turn(s) else f"<pre>{html.escape(s['completion'])}</pre>"
     return (f"<div class='sample'><b>step {s['step']}, reward {s['reward']:.3g}</b> &mdash; {verdicts}"
-            f"<pre>{html.escape(s['prompt'])}</pre><pre>{html.escape(s['completion'])}</pre></div>")
+            f"<pre>{html.escape(s['prompt'])}</pre>{body}</div>")
+
+
+def _episode_html(ep: dict) -> str:
+    """Each turn under its role, environment turns (tool results, follow-ups) shaded; then the failed
+    tool calls, the cut tool results and why the episode ended."""
+    turns = "".join(f"<div class='turn {'env' if t['source'] == 'env' else 'model'}'><span class='role'>"
+                    f"{html.escape(str(t['role']))}</span><pre>{html.escape(t['text'])}</pre></div>"
+                    for t in ep["turns"])
+    calls = ep.get("calls", [])
+    errors = "".join(f"<div class='callerr'>tool call {i + 1} of {len(calls)} "
+                     f"({html.escape(c.get('name') or 'no name')}) failed: {html.escape(str(c['error']))}</div>"
+                     for i, c in enumerate(calls) if c.get("error"))
+    cut = ep.get("tool_truncated", 0)
+    cut_note = f"; {cut} tool result{'s' * (cut != 1)} cut to env.max_tool_tokens" if cut else ""
+    end = str(ep.get("end"))
+    why = f" ({html.escape(END_REASONS[end])})" if end in END_REASONS else ""
+    return (f"{turns}{errors}<div class='end'>{len(calls)} tool call{'s' * (len(calls) != 1)}{cut_note}; "
+            f"ended: {html.escape(end)}{why}</div>")
 
 
 def _samples(samples: list[dict], k: int = 4) -> str:
@@ -122,7 +167,7 @@ def write_report(run_dir: str | Path) -> Path:
         "<div class='ok'>No health rule fired.</div>"
     secs = summary.get("train_seconds")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rlvr report: {html.escape(run_dir.name)}</title>
-<style>{CSS}</style></head><body>
+<style>{CSS}{EPISODE_CSS if any(map(_multi_turn, samples)) else ""}</style></head><body>
 <h1>rlvr report: {html.escape(run_dir.name)}</h1>
 <p class="sub">{len(metrics)} steps{f", {secs:.0f} s of training" if secs else ""}; {html.escape(str(run_dir))}</p>
 <h2>Before and after</h2>{_before_after(summary)}

@@ -1,8 +1,9 @@
 """Each health rule on synthetic metric streams: fires when it should, stays quiet when it should not."""
 import pytest
 
-from rlvr.report.health import (HealthMonitor, instability, length_trend, no_learning_signal, non_finite,
-                                reward_errors, reward_hacking, skill_regression, special_casing, truncation)
+from rlvr.report.health import (RULES, HealthMonitor, instability, length_trend, no_learning_signal, non_finite,
+                                reward_errors, reward_hacking, skill_regression, special_casing, tool_errors,
+                                tool_use_collapse, truncation)
 
 
 def stream(**series):
@@ -118,3 +119,51 @@ def test_special_casing_fires_when_visible_only_passes_rise():
     assert special_casing(rows([0.0, 0.0, 0.0, 0.15, 0.15, 0.15]), []) is None  # below the floor
     assert special_casing(rows([0.1, 0.1, 0.3, 0.3, 0.3]), []) is None  # too few steps
     assert special_casing([{"step": 1, "reward/mean": 0.5}] * 8, []) is None  # not a code run
+
+
+def test_tool_use_collapse_fires_when_tool_use_dies_and_reward_is_flat():
+    # first window mean (0.25 + 0.125 + 0.25) / 3 = 0.2083 >= 0.2; last three all <= 0.02 (0.02 itself counts);
+    # reward change 0.3333 - 0.2917 = 0.0417 < 0.05
+    s = stream(env__tool_use_frac=[0.25, 0.125, 0.25, 0.0, 0.02, 0.0],
+               reward__mean=[0.25, 0.25, 0.375, 0.25, 0.375, 0.375])
+    f = tool_use_collapse(s, [])
+    assert f.rule == "tool_use_collapse" and f.step == 6 and "stopped calling the tools" in f.message
+    assert f.evidence["last_window_tool_use"] == [0.0, 0.02, 0.0]
+    assert (f.evidence["first_window_tool_use"], f.evidence["reward_change"]) == pytest.approx((0.625 / 3, 0.125 / 3))
+    assert "21% of episodes" in f.message and "+0.04" in f.message
+
+
+def test_tool_use_collapse_quiet_at_the_boundaries():
+    flat = [0.25] * 6
+    assert tool_use_collapse(stream(env__tool_use_frac=[0.125, 0.125, 0.25, 0, 0, 0], reward__mean=flat), []) is None
+    assert tool_use_collapse(stream(env__tool_use_frac=[0.25, 0.25, 0.25, 0, 0.03, 0], reward__mean=flat), []) is None
+    # the reward rose by (0.125 + 0.125) / 3 = 0.083 >= 0.05: the tool may no longer be needed
+    risen = [0.25, 0.25, 0.25, 0.25, 0.375, 0.375]
+    assert tool_use_collapse(stream(env__tool_use_frac=[0.25, 0.25, 0.25, 0, 0, 0], reward__mean=risen), []) is None
+    assert tool_use_collapse(stream(env__tool_use_frac=[0.25, 0.25, 0, 0, 0], reward__mean=flat[:5]), []) is None
+    assert tool_use_collapse(stream(reward__mean=flat), []) is None  # no env keys: a single-turn run
+
+
+def test_tool_errors_fires_on_a_high_failure_rate():
+    # calls in the last three steps: 16 * (1.0 + 0.5 + 0.25) = 28 >= 10; every rate >= 0.5 (0.5 itself counts)
+    s = stream(completions=[16] * 4, env__tool_calls_mean=[1.0, 1.0, 0.5, 0.25],
+               env__tool_errors_frac=[0.1, 0.75, 0.5, 1.0])
+    f = tool_errors(s, [])
+    assert f.rule == "tool_errors" and f.step == 4 and "75% of tool calls failed" in f.message
+    assert "(28 calls)" in f.message and f.evidence == {"env/tool_errors_frac": [0.75, 0.5, 1.0], "calls": 28.0}
+    # without completions logged the rate alone decides
+    f = tool_errors(stream(env__tool_errors_frac=[0.5, 0.5, 0.5]), [])
+    assert f is not None and f.evidence["calls"] is None
+
+
+def test_tool_errors_quiet_at_the_boundaries():
+    assert tool_errors(stream(env__tool_errors_frac=[0.75, 0.49, 1.0]), []) is None  # one step under 0.5
+    # 3 completions x (1 + 1 + 1) = 9 calls < 10: too few to judge
+    few = stream(completions=[3] * 3, env__tool_calls_mean=[1.0] * 3, env__tool_errors_frac=[1.0] * 3)
+    assert tool_errors(few, []) is None
+    assert tool_errors(stream(env__tool_errors_frac=[1.0, 1.0]), []) is None  # too few steps
+    assert tool_errors(stream(completions=[16] * 3, reward__mean=[0.1] * 3), []) is None  # no env keys
+
+
+def test_tool_rules_are_in_the_monitor():
+    assert tool_use_collapse in RULES and tool_errors in RULES

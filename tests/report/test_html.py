@@ -35,3 +35,54 @@ def test_report_shows_flips_and_distinct_samples(tmp_path):
     worst = page.split("<h3>Worst (last steps)</h3>")[1]
     assert best.count("p1 c") == 1 and best.count("<div class='sample'>") == 4
     assert worst.count("p4 ") == 1 and "p3" in worst
+
+
+def turn(source, text, tokens):
+    return {"source": source, "role": "assistant" if source == "model" else "tool", "text": text, "tokens": tokens}
+
+
+TOOL_EPISODE = {"turns": [turn("model", '<tool_call>{"expr": "23 * 47"}</tool_call>', 21), turn("env", "1081", 9),
+                          turn("model", '<tool_call>{"expr": "1/0"}</tool_call>', 18),
+                          turn("env", "error: division by zero", 6),
+                          turn("model", "23 * 47 = 1081\nAnswer: 1081", 14)],
+                "calls": [{"name": "calculator", "error": ""},
+                          {"name": "calculator", "error": "ZeroDivisionError <x>"}],
+                "end": "done", "tool_truncated": 1}
+
+
+def test_report_shows_an_episode_turn_by_turn(tmp_path):
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": s, "reward/mean": 0.5, "env/tool_use_frac": 0.5,
+                                              "env/tool_errors_frac": 0.25, "env/turns_mean": 2.5,
+                                              "env/tool_calls_mean": 1.5} for s in (1, 2, 3)])
+    write_jsonl(tmp_path / "samples.jsonl", [{**sample("What is 23 * 47?", 1.0, "joined"), "episode": TOOL_EPISODE}])
+    page = write_report(tmp_path).read_text()
+    shown = page.split("<h3>Best (last steps)</h3>")[1].split("<h3>Worst")[0]
+    texts = ["&lt;tool_call&gt;{&quot;expr&quot;: &quot;23 * 47&quot;}&lt;/tool_call&gt;", "1081",
+             "&lt;tool_call&gt;{&quot;expr&quot;: &quot;1/0&quot;}&lt;/tool_call&gt;", "error: division by zero",
+             "23 * 47 = 1081\nAnswer: 1081"]
+    at = [shown.index(f"<pre>{t}</pre>") for t in texts]
+    assert at == sorted(at) and "<tool_call>" not in page and "joined" not in shown
+    assert shown.count("<div class='turn env'><span class='role'>tool</span>") == 2
+    assert shown.count("<div class='turn model'><span class='role'>assistant</span>") == 3
+    assert "tool call 2 of 2 (calculator) failed: ZeroDivisionError &lt;x&gt;" in shown
+    assert "2 tool calls; 1 tool result cut to env.max_tool_tokens; ended: done (the environment ended it)" in shown
+    assert ".turn.env pre{" in page  # the episode styles come with episodes
+    assert page.count("<svg") == 8 and "Tool use</text>" in page and "Turns per episode</text>" in page
+
+
+# The page as it was before episodes existed, for one sample of the fixture below (captured from that code).
+SINGLE_TURN_SAMPLE = ("<h3>Best (last steps)</h3><div class='sample'><b>step 3, reward 1</b> &mdash; correctness = 1 "
+                      "(r)<pre>P1 &lt;x&gt;</pre><pre>a &lt; b</pre></div><h3>Worst (last steps)</h3>")
+
+
+def test_single_turn_report_is_unchanged(tmp_path):
+    one_turn = {"turns": [turn("model", "a < b", 3)], "calls": [], "end": "done", "tool_truncated": 0}
+    pages = []
+    for name, extra in (("plain", {}), ("episode", {"episode": one_turn})):
+        run = tmp_path / name / "run"
+        run.mkdir(parents=True)
+        write_jsonl(run / "metrics.jsonl", [{"step": 3, "reward/mean": 0.5, "completion/length_mean": 3.0}])
+        write_jsonl(run / "samples.jsonl", [{**sample("P1 <x>", 1.0, "a < b"), **extra}])
+        pages.append(write_report(run).read_text().replace(str(run), "RUN"))
+    assert pages[0] == pages[1]
+    assert SINGLE_TURN_SAMPLE in pages[0] and "turn" not in pages[0] and pages[0].count("<svg") == 6
