@@ -189,14 +189,14 @@ def cmd_eval(argv: list[str]) -> int:
     s.check()
     model = args.model or cfg.model.name
     policy, tok = load_model(model, cfg.model.dtype)
-    results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s)
+    results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env)
     summaries = {label: summary for label, (summary, _) in results.items()}
     print(format_table(summaries, s.k))
     if args.baseline:
         del policy  # one model in memory at a time
         base_policy, base_tok = load_model(args.baseline, cfg.model.dtype)
         compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok), args.baseline,
-                                       tasks, args.split, args.n, s, results)
+                                       tasks, args.split, args.n, s, results, cfg.env)
         for label, base in compared.items():
             summaries[label]["baseline"] = base
             print("\n".join(baseline_lines(label, summaries[label], base)))

@@ -133,6 +133,27 @@ class RolloutConfig:
 
 
 @dataclass
+class EnvConfig:
+    name: str = "single"
+    """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
+    model may call env.tools by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>; or
+    'module:Class', a TRL-style environment class (reset(**row), public methods as tools, optional
+    get_reward() scored by the `env` reward)."""
+    tools: list[str] = field(default_factory=lambda: ["calculator"])
+    """Built-in tools offered with env.name tools (or beside a class's own): calculator (exact arithmetic,
+    parsed, never evaluated as code), python (runs in the verifier's sandbox)."""
+    max_turns: int = 4
+    """Model turns per episode at most."""
+    max_tool_tokens: int = 64
+    """Tokens of one tool result at most; longer results are cut (counted in env/tool_truncated)."""
+    max_episode_tokens: int = 512
+    """Tokens after the prompt per episode (model and environment turns) at most."""
+    example: list[dict[str, str]] = field(default_factory=list)
+    """Worked turns shown before the question, as chat messages {role, content}: e.g. one question, the
+    tool call, the tool's result and the final answer (configs/tools.yaml)."""
+
+
+@dataclass
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
     """Reward functions and their weights: a built-in name (correctness, format, length) or
@@ -269,6 +290,7 @@ class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -73,8 +73,23 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
     ]
 
 
+def _env(cfg: Config) -> list[tuple[bool, str]]:
+    e = cfg.env
+    roles = [m.get("role") for m in e.example]
+    return [
+        (e.name in ("single", "tools") or ":" in e.name,
+         f"env.name '{e.name}' is not one of single, tools, or a 'module:Class' environment"),
+        (e.max_turns >= 1, "env.max_turns must be at least 1"),
+        (e.max_tool_tokens >= 1 and e.max_episode_tokens >= 1, "env.max_tool_tokens and env.max_episode_tokens must be at least 1"),
+        (all(set(m) == {"role", "content"} for m in e.example),
+         "env.example: every turn is a mapping with exactly the keys role and content"),
+        (all(r in ("system", "user", "assistant", "tool") for r in roles),
+         f"env.example: a role is one of system, user, assistant, tool; got {roles}"),
+    ]
+
+
 def validate(cfg: Config) -> None:
     """Raise ConfigError naming the first key whose value cannot work."""
-    for ok, message in _rollout(cfg) + _algo(cfg) + _rest(cfg):
+    for ok, message in _rollout(cfg) + _algo(cfg) + _env(cfg) + _rest(cfg):
         if not ok:
             raise ConfigError(message)

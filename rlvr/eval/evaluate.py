@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlvr.envs.episodes import EnvSpec, run_episodes
 from rlvr.eval.grading import grade
-from rlvr.rollout.engine import generate
+from rlvr.rollout.protocol import builtin_engine
 from rlvr.tasks import Problem
 
 
@@ -18,22 +19,24 @@ class EvalResult:
     records: list[dict] = field(default_factory=list)
 
 
-def evaluate(policy, tok, problems: list[Problem], prompts: list[list[int]], *, max_new_tokens: int,
+def evaluate(policy, tok, problems: list[Problem], spec: EnvSpec, *, max_new_tokens: int,
              batch_size: int, stop_ids: list[int]) -> EvalResult:
-    """Greedy completion per problem, graded by rlvr.eval.grading: accuracy is the strict verdict (the
-    answer, or the hidden tests for code), format the stated form, lenient the format-free grade."""
+    """One greedy episode per problem (spec: the run's environments; a single-turn task's episode is
+    its one completion), its final answer graded by rlvr.eval.grading: accuracy is the strict verdict
+    (the answer, or the hidden tests for code), format the stated form, lenient the format-free grade.
+    A multi-turn episode's record holds its turns under "episode"."""
     was_training = policy.training
     policy.eval()
     records = []
+    engine = builtin_engine(policy)
     for start in range(0, len(problems), batch_size):
-        chunk = prompts[start:start + batch_size]
-        r = generate(policy, chunk, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
-                     stop_ids=stop_ids, pad_id=tok.pad_token_id)
-        texts = tok.batch_decode(r.completion_token_lists(), skip_special_tokens=True)
         chunk_problems = problems[start:start + batch_size]
-        for p, text, g, trunc in zip(chunk_problems, texts, grade(chunk_problems, texts), r.truncated.tolist()):
+        ep = run_episodes(engine, spec, chunk_problems, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
+                          stop_ids=stop_ids, pad_id=tok.pad_token_id)
+        graded = grade(chunk_problems, ep.texts)
+        for p, text, g, trunc, rec in zip(chunk_problems, ep.texts, graded, ep.rollout.truncated.tolist(), ep.records):
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
-                            "completion": text, **g, "truncated": trunc})
+                            "completion": text, **g, "truncated": trunc, **({"episode": rec} if spec.multi_turn else {})})
     policy.train(was_training)
     n = len(records)
     mean = lambda key: sum(r[key] for r in records) / max(n, 1)

@@ -10,7 +10,8 @@ from rlvr.eval.evaluate import evaluate
 from rlvr.eval.grading import grade
 from rlvr.eval.metrics import majority_vote, stated_answer
 from rlvr.rewards.math import check_answer
-from rlvr.rollout.engine import generate
+from rlvr.envs.episodes import EnvSpec, run_episodes
+from rlvr.rollout.protocol import builtin_engine
 from rlvr.tasks import Problem
 
 
@@ -40,17 +41,18 @@ class SampleSettings:
             raise RlvrError("max_new_tokens (--max-new-tokens) and batch_size (--batch-size) must be at least 1")
 
 
-def sample_completions(policy, tok, prompts: list[list[int]], s: SampleSettings,
+def sample_completions(policy, tok, problems: list[Problem], spec: EnvSpec, s: SampleSettings,
                        stop_ids: list[int]) -> list[list[str]]:
-    """s.samples completions per prompt at s.temperature, the prompt prefix shared within a group."""
+    """The final answers of s.samples episodes per problem at s.temperature (single-turn: completions),
+    the prompt prefix shared within a group."""
     gen = torch.Generator().manual_seed(s.seed)
+    engine = builtin_engine(policy)
     out = []
-    for start in range(0, len(prompts), s.batch_size):
-        chunk = prompts[start:start + s.batch_size]
-        r = generate(policy, chunk, group_size=s.samples, max_new_tokens=s.max_new_tokens,
-                     temperature=s.temperature, stop_ids=stop_ids, pad_id=tok.pad_token_id, generator=gen)
-        texts = tok.batch_decode(r.completion_token_lists(), skip_special_tokens=True)  # P * S, grouped
-        out += [texts[i:i + s.samples] for i in range(0, len(texts), s.samples)]
+    for start in range(0, len(problems), s.batch_size):
+        chunk = problems[start:start + s.batch_size]
+        ep = run_episodes(engine, spec, chunk, group_size=s.samples, max_new_tokens=s.max_new_tokens,
+                          temperature=s.temperature, stop_ids=stop_ids, pad_id=tok.pad_token_id, generator=gen)
+        out += [ep.texts[i:i + s.samples] for i in range(0, len(ep.texts), s.samples)]  # P * S, grouped
     return out
 
 
@@ -66,15 +68,15 @@ def problem_record(p: Problem, greedy: dict, sampled: list[str], scores: list[fl
             "sampled": sampled, "sampled_correct": scores}
 
 
-def evaluate_sampled(policy, tok, problems: list[Problem], prompts: list[list[int]], s: SampleSettings,
+def evaluate_sampled(policy, tok, problems: list[Problem], spec: EnvSpec, s: SampleSettings,
                      stop_ids: list[int]) -> list[dict]:
     """Greedy pass@1 (rlvr.eval.evaluate) and s.samples sampled completions for every problem."""
     s.check()
     was_training = policy.training
     policy.eval()
-    greedy = evaluate(policy, tok, problems, prompts, max_new_tokens=s.max_new_tokens,
+    greedy = evaluate(policy, tok, problems, spec, max_new_tokens=s.max_new_tokens,
                       batch_size=s.batch_size, stop_ids=stop_ids).records
-    sampled = sample_completions(policy, tok, prompts, s, stop_ids)
+    sampled = sample_completions(policy, tok, problems, spec, s, stop_ids)
     policy.train(was_training)
     flat = grade([p for p, texts in zip(problems, sampled) for _ in texts], [t for texts in sampled for t in texts])
     scores = [[g["correct"] for g in flat[i * s.samples:(i + 1) * s.samples]] for i in range(len(problems))]

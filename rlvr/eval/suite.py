@@ -20,13 +20,14 @@ import json
 import sys
 from pathlib import Path
 
-from rlvr.config import TaskConfig
+from rlvr.config import EnvConfig, TaskConfig
+from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.flips import decompose, describe, flips
 from rlvr.eval.metrics import summarize_by_difficulty
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled
-from rlvr.tasks import build_splits, encode_prompt
+from rlvr.tasks import build_splits
 
 SPLITS = ("train", "heldout", "ood")
 
@@ -48,13 +49,14 @@ def task_problems(task: TaskConfig, split: str, n: int | None):
 
 
 def evaluate_tasks(policy, tok, stop_ids: list[int], tasks: dict[str, TaskConfig], split: str,
-                   n: int | None, s: SampleSettings) -> dict[str, tuple[dict, list[dict]]]:
-    """label -> (summary with per_difficulty, per-problem records), in the order given."""
+                   n: int | None, s: SampleSettings, env: EnvConfig = EnvConfig()) -> dict[str, tuple[dict, list[dict]]]:
+    """label -> (summary with per_difficulty, per-problem records), in the order given; each problem's
+    greedy and sampled answers are the final answers of episodes in the environment `env`."""
     results = {}
     for label, task in tasks.items():
         problems, few_shot = task_problems(task, split, n)
-        prompts = [encode_prompt(tok, p.question, few_shot, task.system_prompt) for p in problems]
-        records = evaluate_sampled(policy, tok, problems, prompts, s, stop_ids)
+        records = evaluate_sampled(policy, tok, problems, make_spec(env, tok, few_shot, task.system_prompt), s,
+                                   stop_ids)
         results[label] = (summarize_by_difficulty(records, s.k), records)
     return results
 
@@ -99,14 +101,14 @@ def greedy_records(records: list[dict]) -> list[dict]:
 
 
 def compare_to_baseline(policy, tok, stop_ids: list[int], model: str, tasks: dict[str, TaskConfig], split: str,
-                        n: int | None, s: SampleSettings, results: dict) -> dict[str, dict]:
+                        n: int | None, s: SampleSettings, results: dict, env: EnvConfig = EnvConfig()) -> dict[str, dict]:
     """label -> the baseline model's greedy pass@1 and format-free@1 on the same problems, and the
     per-problem flips and decomposition from it to the evaluated model (results of evaluate_tasks)."""
     out = {}
     for label, task in tasks.items():
         problems, few_shot = task_problems(task, split, n)
-        prompts = [encode_prompt(tok, p.question, few_shot, task.system_prompt) for p in problems]
-        base = evaluate(policy, tok, problems, prompts, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
+        spec = make_spec(env, tok, few_shot, task.system_prompt)
+        base = evaluate(policy, tok, problems, spec, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
                         stop_ids=stop_ids)
         after = greedy_records(results[label][1])
         d = decompose(base.records, after)

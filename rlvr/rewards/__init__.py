@@ -10,7 +10,17 @@ from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
 from rlvr.rewards.math import math_accuracy
 
-BUILTINS = {"correctness": math_accuracy, "format": format_reward, "code_tests": code_tests}
+
+
+def env_reward(completions, env_reward=None, **kwargs) -> list[float]:
+    """The environment's own score of each episode: a TRL-style environment's get_reward() (env.name
+    'module:Class'), passed in as the env_reward column."""
+    if env_reward is None or any(v is None for v in env_reward):
+        raise ValueError("the env reward needs an environment with get_reward() (env.name 'module:Class')")
+    return [float(v) for v in env_reward]
+
+
+BUILTINS = {"correctness": math_accuracy, "format": format_reward, "code_tests": code_tests, "env": env_reward}
 
 
 def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_buffer: int = 0,
@@ -23,6 +33,6 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
     return [resolve(name, weight, builtins) for name, weight in weights.items()]
 
 
-__all__ = ["BUILTINS", "code_tests", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
+__all__ = ["BUILTINS", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
            "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
            "score_batch", "strict_rewards"]

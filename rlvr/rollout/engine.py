@@ -22,11 +22,17 @@ class Rollout:
     completion_ids: torch.Tensor  # [B, Tc] right-padded with pad_id, B = P * G
     completion_mask: torch.Tensor  # [B, Tc] 1.0 on generated tokens (the stop token included)
     sampler_logp: torch.Tensor  # [B, Tc] log-prob of each token under the sampling distribution
-    truncated: torch.Tensor  # [B] bool: hit max_new_tokens without a stop token
+    truncated: torch.Tensor  # [B] bool: hit max_new_tokens without a stop token (episodes: did not end done)
     group_size: int
+    env_mask: torch.Tensor | None = None  # [B, Tc] 1.0 on environment tokens (multi-turn): context, not loss
+
+    @property
+    def present(self) -> torch.Tensor:
+        """[B, Tc] 1.0 on every real token after the prompt, the model's and the environment's."""
+        return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
 
     def completion_token_lists(self) -> list[list[int]]:
-        lengths = self.completion_mask.sum(-1).long().tolist()
+        lengths = self.present.sum(-1).long().tolist()
         return [row[:n] for row, n in zip(self.completion_ids.tolist(), lengths)]
 
 
@@ -35,18 +41,22 @@ def select_groups(r: Rollout, groups: list[int]) -> Rollout:
     g = r.group_size
     rows = torch.tensor([i * g + j for i in groups for j in range(g)], dtype=torch.long)
     return Rollout([r.prompt_ids[i] for i in groups], r.completion_ids[rows], r.completion_mask[rows],
-                   r.sampler_logp[rows], r.truncated[rows], g)
+                   r.sampler_logp[rows], r.truncated[rows], g, None if r.env_mask is None else r.env_mask[rows])
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
     """Stack rollouts of one group size, right-padding to the widest."""
     width = max(p.completion_ids.shape[1] for p in parts)
     pad = lambda x, v: torch.nn.functional.pad(x, (0, width - x.shape[1]), value=v)
+    env = None
+    if any(p.env_mask is not None for p in parts):
+        env = torch.cat([pad(torch.zeros_like(p.completion_mask) if p.env_mask is None else p.env_mask, 0.0)
+                         for p in parts])
     return Rollout([ids for p in parts for ids in p.prompt_ids],
                    torch.cat([pad(p.completion_ids, pad_id) for p in parts]),
                    torch.cat([pad(p.completion_mask, 0.0) for p in parts]),
                    torch.cat([pad(p.sampler_logp, 0.0) for p in parts]),
-                   torch.cat([p.truncated for p in parts]), parts[0].group_size)
+                   torch.cat([p.truncated for p in parts]), parts[0].group_size, env)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,29 +133,49 @@ def generate(
 
     n = len(prompts) * group_size
     u = uniforms(n, max_new_tokens, group_size, seeds, generator) if temperature > 0 else None  # [B, Tc]
-    tokens_out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
-    logp_out = torch.zeros((n, max_new_tokens))
-    active = torch.arange(n)  # rows of the full batch that are still generating
+    caps = torch.full((n,), max_new_tokens, dtype=torch.long)
+    tokens_out, logp_out = decode(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k,
+                                  stop_ids, pad_id)
+    return end_at_first_stop(prompts, tokens_out, logp_out, group_size, stop_ids, pad_id)
+
+
+def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor, u: torch.Tensor | None,
+           caps: torch.Tensor, temperature: float, top_p: float, top_k: int, stop_ids: list[int], pad_id: int,
+           park=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample every row until it draws a stop token or reaches its cap. logits [A, V]: each row's
+    next-token logits; mask [A, L]: attention over the cache; next_pos [A, 1]; u [A, T] draws (None:
+    greedy); caps [A] tokens allowed per row, T = caps.max(). Finished rows leave the batch; with `park`,
+    park(rows, kv, mask, next_pos) first gets their cache (per layer (keys, values) [r, H, L, D]), which a
+    multi-turn session keeps for the next turn (rlvr/rollout/session.py). Returns tokens [A, T] (pad_id
+    after a row's end) and their sampler log-probs [A, T]."""
+    n, width = logits.shape[0], int(caps.max()) if len(caps) else 0
+    tokens_out = torch.full((n, width), pad_id, dtype=torch.long)
+    logp_out = torch.zeros((n, width))
+    active = torch.arange(n)  # rows of the batch that are still generating
     stop = torch.tensor(stop_ids, dtype=torch.long)
-    for t in range(max_new_tokens):
+    for t in range(width):
         tok, logp = sample_next(logits, temperature, top_p, top_k, None if u is None else u[active, t])  # [A]
         tokens_out[active, t] = tok
         logp_out[active, t] = logp
-        finished = torch.isin(tok, stop)  # [A]
-        if t == max_new_tokens - 1 or bool(finished.all()):
+        finished = torch.isin(tok, stop) | (caps[active] <= t + 1)  # [A]
+        if bool(finished.all()):
+            if park is not None:
+                park(active, [(layer.keys, layer.values) for layer in cache.layers], mask, next_pos)
             break
         if bool(finished.any()):
+            if park is not None:
+                done = finished.nonzero().squeeze(-1)
+                park(active[done], [(layer.keys[done], layer.values[done]) for layer in cache.layers], mask[done],
+                     next_pos[done])
             keep = (~finished).nonzero().squeeze(-1)
             cache.batch_select_indices(keep)
             active, tok, mask, next_pos = active[keep], tok[keep], mask[keep], next_pos[keep]
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # [A, Tp + t + 1]
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                    cache=cache, use_cache=True)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # [A, L + t + 1]
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True)
         cache = out.cache
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
-
-    return end_at_first_stop(prompts, tokens_out, logp_out, group_size, stop_ids, pad_id)
+    return tokens_out, logp_out
 
 
 def end_at_first_stop(prompts: list[list[int]], tokens: torch.Tensor, logp: torch.Tensor, group_size: int,

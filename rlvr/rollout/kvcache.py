@@ -19,6 +19,15 @@ class PreallocatedLayer(DynamicLayer):
         self.length, self.device, self.is_initialized = t, keys.device, True
         self._views()
 
+    @classmethod
+    def of_buffers(cls, buf_k: torch.Tensor, buf_v: torch.Tensor, length: int) -> "PreallocatedLayer":
+        """A layer over buffers [B, H, capacity, D] taken as they are (no copy), `length` positions used."""
+        layer = cls.__new__(cls)
+        DynamicLayer.__init__(layer)
+        layer.buf_k, layer.buf_v, layer.length, layer.device, layer.is_initialized = buf_k, buf_v, length, buf_k.device, True
+        layer._views()
+        return layer
+
     def _views(self) -> None:
         self.keys, self.values = self.buf_k[:, :, :self.length], self.buf_v[:, :, :self.length]
 
@@ -50,4 +59,14 @@ def preallocate(cache, capacity: int):
     """Swap every layer of a prefilled DynamicCache for a PreallocatedLayer with room for `capacity`
     positions (prompt + new tokens). Returns the same cache object."""
     cache.layers = [PreallocatedLayer(layer.keys, layer.values, capacity) for layer in cache.layers]
+    return cache
+
+
+def cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], length: int, config):
+    """A DynamicCache over ready buffers [B, H, capacity, D] per layer whose first `length` positions
+    hold the context (multi-turn sessions build these from rows of different lengths)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    cache.layers = [PreallocatedLayer.of_buffers(k, v, length) for k, v in layers]
     return cache

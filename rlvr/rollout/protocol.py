@@ -1,12 +1,15 @@
 """The rollout engine protocol: what the training loop samples through, whatever does the sampling.
 
     engine.generate(prompts, seeds=..., **sampling) -> Rollout   G completions per prompt
+    engine.session(prompts, seeds=..., **sampling) -> Session    the same rows, turn by turn (episodes)
     engine.sleep()                                                free memory while the trainer updates
     engine.sync_weights(policy)                                   sample from the updated policy next
 
 The built-in engine (rollout.engine=builtin, rlvr/rollout/engine.py) and plain Hugging Face generate
 (hf, rlvr/rollout/hf_engine.py) run the training policy itself, so sleep and sync have nothing to do;
-vLLM (rlvr/rollout/vllm_engine.py) holds its own copy of the weights and implements both.
+vLLM (rlvr/rollout/vllm_engine.py) holds its own copy of the weights and implements both. Sessions
+(rlvr/rollout/session.py): the built-in engine keeps each row's KV cache across turns; the others
+run `generate` on each row's history (RecomputeSession).
 """
 from __future__ import annotations
 
@@ -16,12 +19,25 @@ from typing import Callable, Protocol
 import torch
 
 from rlvr.rollout.engine import Rollout
+from rlvr.rollout.session import BuiltinSession, RecomputeSession, Turn
+
+
+class Session(Protocol):
+    def sample(self, rows: list[int], caps: list[int], keep: bool = True) -> list[Turn]:
+        """One model turn for each row (at most caps[i] tokens); keep=False: no later turn for them."""
+
+    def extend(self, rows: list[int], tokens: list[list[int]]) -> None:
+        """Append tokens (an environment's turn) to each row's context."""
 
 
 class RolloutEngine(Protocol):
     def generate(self, prompts: list[list[int]], *, seeds: list[int] | None, group_size: int, max_new_tokens: int,
                  temperature: float, top_p: float, top_k: int, stop_ids: list[int], pad_id: int) -> Rollout:
         """group_size completions of each token-id prompt; prompt i's draws come from seeds[i]."""
+
+    def session(self, prompts: list[list[int]], *, seeds: list[int] | None, group_size: int, temperature: float,
+                top_p: float, top_k: int, stop_ids: list[int], pad_id: int) -> Session:
+        """group_size rows per prompt, sampled turn by turn; a single turn samples what generate would."""
 
     def sleep(self) -> None:
         """Free what the engine holds (KV cache, weights) while the trainer updates."""
@@ -33,12 +49,17 @@ class RolloutEngine(Protocol):
 class PolicyEngine:
     """An engine that samples with the training policy itself (builtin, hf): nothing to free or sync."""
 
-    def __init__(self, policy: torch.nn.Module, generate: Callable[..., Rollout]):
-        self.policy, self._generate = policy, generate
+    def __init__(self, policy: torch.nn.Module, generate: Callable[..., Rollout], keeps_cache: bool = False):
+        self.policy, self._generate, self.keeps_cache = policy, generate, keeps_cache
 
     def generate(self, prompts: list[list[int]], **sampling) -> Rollout:
         with torch.no_grad():
             return self._generate(self.policy, prompts, **sampling)
+
+    def session(self, prompts: list[list[int]], **sampling) -> Session:
+        if self.keeps_cache:  # the built-in engine
+            return BuiltinSession(self.policy, prompts, **sampling)
+        return RecomputeSession(self.generate, prompts, **sampling)
 
     def sleep(self) -> None:
         pass
@@ -57,6 +78,11 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> RolloutEngine:
         from rlvr.rollout.hf_engine import generate as hf_generate
 
         return PolicyEngine(policy, hf_generate)
+    return builtin_engine(policy)
+
+
+def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
+    """The built-in engine on `policy` (evaluation samples with it whatever rollout.engine is)."""
     from rlvr.rollout.engine import generate
 
-    return PolicyEngine(policy, generate)
+    return PolicyEngine(policy, generate, keeps_cache=True)

@@ -61,8 +61,7 @@ def group_seed(seed: int, step: int, group: int) -> int:
     """The sampling seed of prompt group `group` (its index in the step's global batch) at `step` of a
     run seeded `seed`: the same whichever process samples the group and however many there are, so one
     config gives the same completions on 1 or N processes and a resumed run continues the same ones."""
-    digest = hashlib.blake2b(f"{seed}:{step}:{group}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1  # 63 bits: a valid torch seed
+    return _mix(seed, step, group)
 
 
 def uniforms(n_rows: int, n_tokens: int, group_size: int, seeds: list[int] | None = None,
@@ -75,3 +74,13 @@ def uniforms(n_rows: int, n_tokens: int, group_size: int, seeds: list[int] | Non
     if len(seeds) * group_size != n_rows:
         raise ValueError(f"{len(seeds)} group seeds for {n_rows} rows of groups of {group_size}")
     return torch.cat([torch.rand(group_size, n_tokens, generator=torch.Generator().manual_seed(s)) for s in seeds])
+
+
+def row_turn_seed(seed: int, row: int, turn: int) -> int:
+    """The seed of a later turn (turn >= 1) of row `row` of the group seeded `seed` (multi-turn sessions)."""
+    return _mix(seed, row, turn)
+
+
+def _mix(*parts: int) -> int:
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # 63 bits: a valid torch seed

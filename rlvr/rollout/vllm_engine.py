@@ -241,6 +241,13 @@ class VllmEngine:
         return outputs_to_rollout(prompts, tokens, logps, reasons, group_size=group_size, stop_ids=stop_ids,
                                   pad_id=pad_id)
 
+    def session(self, prompts: list[list[int]], **sampling):
+        """Episodes turn by turn: each later turn sends the row's history as a prompt (vLLM's prefix
+        cache keeps the earlier turns' KV, so little is recomputed)."""
+        from rlvr.rollout.session import RecomputeSession
+
+        return RecomputeSession(self.generate, prompts, **sampling)
+
     def sync_weights(self, policy: torch.nn.Module) -> int:
         """Load the policy's current weights (LoRA merged) into vLLM; returns how many tensors."""
         self.wake()  # a sleeping engine's weight memory is not mapped

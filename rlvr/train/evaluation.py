@@ -25,7 +25,7 @@ class EvalTarget:
     policy: object
     tok: object
     splits: object  # rlvr.tasks.Splits
-    prompts: dict[str, list[list[int]]]  # split name -> encoded chat prompts
+    env: object  # rlvr.envs.episodes.EnvSpec: how an episode of a problem runs (its prompt, its turns)
     cfg: object  # rlvr.config.Config
     stop_ids: list[int]
     out: Path
@@ -33,7 +33,7 @@ class EvalTarget:
     dist: Dist = field(default_factory=Dist)
 
 
-def evaluate_splits(policy, tok, problems: dict, prompts: dict, eval_cfg, stop_ids: list[int], tag: str,
+def evaluate_splits(policy, tok, problems: dict, spec, eval_cfg, stop_ids: list[int], tag: str,
                     baseline: dict[str, list[dict]] | None = None) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation of each split that has problems. Returns the flat result
     ({split}_{accuracy,format,lenient}_{tag}, and {split}_{fixed,broken,kept,never}_{tag} for a split
@@ -42,7 +42,7 @@ def evaluate_splits(policy, tok, problems: dict, prompts: dict, eval_cfg, stop_i
     for split, probs in problems.items():
         if not probs:  # e.g. a file task with no OOD file
             continue
-        r = evaluate(policy, tok, probs, prompts[split], max_new_tokens=eval_cfg.max_new_tokens,
+        r = evaluate(policy, tok, probs, spec, max_new_tokens=eval_cfg.max_new_tokens,
                      batch_size=eval_cfg.batch_size, stop_ids=stop_ids)
         records[split] = r.records
         for name, attr in METRICS:
@@ -102,7 +102,7 @@ def eval_line(result: dict, tag: str) -> str:
 
 def run_eval(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     problems = {s: getattr(run.splits, s) for s in splits}
-    result, records = evaluate_splits(run.policy, run.tok, problems, run.prompts, run.cfg.eval, run.stop_ids,
+    result, records = evaluate_splits(run.policy, run.tok, problems, run.env, run.cfg.eval, run.stop_ids,
                                       tag, None if tag == "before" else run.baseline)
     if tag in ("before", "after"):
         write_records(run.out, tag, records)

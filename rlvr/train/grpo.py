@@ -23,6 +23,7 @@ from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
 from rlvr.report.trackers import open_trackers
 from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores
+from rlvr.envs.episodes import model_token_lists, run_episodes
 from rlvr.rollout.engine import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.advantage import compute_advantages
@@ -66,20 +67,20 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
     problems = [run.splits.train[i] for i in idx[mine]]
     seeds = [group_seed(run.cfg.train.seed, step, round_ * n_prompts + i) for i in range(mine.start, mine.stop)]
     with gathered(run.policy):  # FSDP: this rank holds the full weights while it samples
-        rollout = run.engine.generate([run.prompts["train"][i] for i in idx[mine]], seeds=seeds,
-                                      group_size=r.group_size, max_new_tokens=r.max_new_tokens,
-                                      temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                      stop_ids=run.stop_ids, pad_id=run.pad_id)
+        ep = run_episodes(run.engine, run.env, problems, group_size=r.group_size, seeds=seeds,
+                          max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                          stop_ids=run.stop_ids, pad_id=run.pad_id)
     run.engine.sleep()
-    texts = run.tok.batch_decode(rollout.completion_token_lists(), skip_special_tokens=True)
+    rollout, texts = ep.rollout, ep.texts  # texts: each episode's final answer
     columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
-    columns["completion_ids"] = rollout.completion_token_lists()
+    columns["completion_ids"] = model_token_lists(rollout)  # the model's own tokens (single-turn: all of them)
+    columns.update(ep.columns)
     t0 = time.perf_counter()
     scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))  # code: across the sandbox pool
     reward_s = time.perf_counter() - t0
     passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
     run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
-    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s})
+    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s}, ep.records)
 
 
 def collect(run: Run, step: int) -> Collected:
@@ -106,7 +107,8 @@ def collect(run: Run, step: int) -> Collected:
     kept = kept[:want]
     rows = lambda i: list(range(i * g, (i + 1) * g))
     out = merge_collected([Collected([c.problems[i]], select_groups(c.rollout, [i]), [c.texts[j] for j in rows(i)],
-                                     c.scores.select(rows(i)), {}) for c, i in kept], run.pad_id)
+                                     c.scores.select(rows(i)), {}, [c.episodes[j] for j in rows(i)]) for c, i in kept],
+                          run.pad_id)
     out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s}
     return out
 
@@ -119,15 +121,16 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     with torch.no_grad():
         if a.kl_in == "reward" and run.ref is not None:
             ref_logp = reference_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                          r.group_size, run.pad_id, run.cfg.rollout.temperature)
+                                          r.group_size, run.pad_id, run.cfg.rollout.temperature, r.env_mask)
         if run.critic is not None:
             out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                      r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True)
+                                      r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
+                                      env_mask=r.env_mask)
             values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
     adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, mask,
                                                r.sampler_logp, ref_logp, values)  # whitened over trained tokens
     batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
-                  sampler_logp=r.sampler_logp)
+                  sampler_logp=r.sampler_logp, env_mask=r.env_mask)
     return batch, metrics
 
 

@@ -62,8 +62,11 @@ def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Te
 def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor, group_size: int, pad_id: int,
                         temperature: float = 1.0, with_hidden: bool = False, with_entropy: bool = False,
-                        max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD):
+                        max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD,
+                        env_mask: torch.Tensor | None = None):
     """log p(completion token | prompt, earlier tokens): [B, Tc], zero where completion_mask is 0.
+    env_mask [B, Tc] (multi-turn episodes): environment tokens, attended to like the others but never
+    scored, so they get no log-prob and no gradient of their own.
 
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
     row b continuing prompt b // group_size. With with_hidden or with_entropy, returns a ForwardOut
@@ -73,11 +76,12 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
     ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
-    plan = plan_buckets(_positions_needed(completion_mask), max_buckets, bucket_overhead)
+    present = completion_mask if env_mask is None else completion_mask + env_mask  # [B, Tc] attended tokens
+    plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)
     if checkpointing_active(model):
-        pieces = _full_hidden(base, ids, mask, completion_ids, completion_mask, group_size, plan)
+        pieces = _full_hidden(base, ids, mask, completion_ids, present, group_size, plan)
     else:
-        pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask, group_size, plan)
+        pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, present, group_size, plan)
     hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
     logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy)
@@ -215,13 +219,13 @@ class Reference:
 
 def reference_logprobs(ref: Reference, prompts: list[list[int]], completion_ids: torch.Tensor,
                        completion_mask: torch.Tensor, group_size: int, pad_id: int,
-                       temperature: float = 1.0) -> torch.Tensor:
+                       temperature: float = 1.0, env_mask: torch.Tensor | None = None) -> torch.Tensor:
     """completion_logprobs under the reference, without gradient and in eval mode: [B, Tc]."""
     model, was_training = ref.model, ref.model.training
     model.eval()
     try:
         with torch.no_grad(), (model.disable_adapter() if ref.adapters_off else nullcontext()):
             return completion_logprobs(model, prompts, completion_ids, completion_mask, group_size, pad_id,
-                                       temperature)
+                                       temperature, env_mask=env_mask)
     finally:
         model.train(was_training)

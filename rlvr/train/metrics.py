@@ -6,6 +6,7 @@ import statistics
 
 import torch
 
+from rlvr.envs.metrics import episode_metrics, is_single_turn
 from rlvr.rewards import math_worker, strict_rewards
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
@@ -27,6 +28,7 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
               "completion/self_verification_rate": statistics.fmean(
                   bool(SELF_VERIFICATION.search(t)) for t in collected.texts),
               "completions": len(collected.texts), "tokens/generated": int(lengths.sum())})
+    m.update(episode_metrics(collected.episodes))  # env/*: multi-turn runs only
     m.update(pass_rates(collected, rewards))
     m.update(code_metrics(scores, rewards))
     m["reward/checker_restarts"] = math_worker._shared.restarts if math_worker._shared else 0  # cumulative
@@ -36,13 +38,19 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
 
 
 def sample_records(step, collected, rewards) -> list[dict]:
+    """One record per completion; a multi-turn episode's record also holds its turns ("episode"), and
+    "completion" is its final answer."""
     g, scores = collected.rollout.group_size, collected.scores
-    return [{"step": step, "prompt": collected.problems[i // g].question,
-             "answer": collected.problems[i // g].answer, "completion": text,
-             "reward": scores.total[i],
-             "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
-                                   "reason": scores.reasons[rf.name][i]} for rf in rewards}}
-            for i, text in enumerate(collected.texts)]
+    records = [{"step": step, "prompt": collected.problems[i // g].question,
+                "answer": collected.problems[i // g].answer, "completion": text,
+                "reward": scores.total[i],
+                "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
+                                      "reason": scores.reasons[rf.name][i]} for rf in rewards}}
+               for i, text in enumerate(collected.texts)]
+    for rec, ep in zip(records, collected.episodes):
+        if not is_single_turn(ep):
+            rec["episode"] = ep
+    return records
 
 
 def code_metrics(scores, rewards) -> dict:

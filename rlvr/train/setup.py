@@ -16,7 +16,8 @@ from rlvr.report.sinks import atomic_write_text
 from rlvr.rewards import build_rewards
 from rlvr.rewards.base import RewardFunction
 from rlvr.rollout.protocol import make_engine
-from rlvr.tasks import build_splits, encode_prompt
+from rlvr.envs.episodes import make_spec
+from rlvr.tasks import build_splits
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import CHECKPOINTS
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
@@ -99,12 +100,11 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     splits = build_splits(cfg.task)
     for note in splits.notes:
         say(f"task: {note}")
-    encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
-    prompts = {"train": encode(splits.train), "heldout": encode(splits.heldout), "ood": encode(splits.ood)}
+    env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
     ref = Reference.of(policy) if cfg.algo.beta > 0 else None
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
-    return Run(cfg, out, policy, tok, splits, prompts, reward_functions(cfg), ref, critic, optimizer, scheduler,
+    return Run(cfg, out, policy, tok, splits, env, reward_functions(cfg), ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out),
                stop_token_ids(policy, tok), tok.pad_token_id, d)

@@ -29,6 +29,7 @@ from rlvr.errors import RlvrError
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
+from rlvr.envs.episodes import make_spec
 from rlvr.tasks import Epochs, Problem, build_splits, encode_prompt
 from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
 from rlvr.train.optim import adamw, warmup_scheduler
@@ -126,9 +127,8 @@ def sft(cfg: Config) -> dict:
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
                 for p in with_solutions(splits.train, cfg.task.name)]
-    encode = lambda ps: [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in ps]
-    prompts = {"heldout": encode(splits.heldout), "ood": encode(splits.ood)}
-    target = EvalTarget(policy, tok, splits, prompts, cfg, stop_ids, out)
+    target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
+                        stop_ids, out)
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
     if cfg.eval.before:
         before, target.baseline = eval_on_main(target, "before")

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config import Config
+from rlvr.envs.episodes import EnvSpec
 from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.engine import Rollout, concat_rollouts
 from rlvr.rollout.protocol import RolloutEngine
@@ -27,7 +28,7 @@ class Run:
     policy: torch.nn.Module
     tok: object
     splits: Splits
-    prompts: dict[str, list[list[int]]]  # split name -> encoded chat prompts
+    env: EnvSpec  # every problem is an episode: its prompt, its turns, their limits
     rewards: list[RewardFunction]
     ref: Reference | None
     critic: torch.nn.Module | None
@@ -57,16 +58,18 @@ class Progress:
 
 @dataclass
 class Collected:
-    """One step's batch: the problems, their G completions each, the decoded texts and their scores."""
+    """One step's batch: the problems, their G episodes each, the final answers' texts and their scores."""
 
     problems: list[Problem]
     rollout: Rollout
     texts: list[str]
     scores: Scores
     metrics: dict  # about the collection itself (dynamic sampling's dropped groups and rounds)
+    episodes: list[dict] = field(default_factory=list)  # each row's turns, calls and end (rlvr/envs/episodes.py)
 
 
 def merge_collected(parts: list[Collected], pad_id: int) -> Collected:
     """One batch from several (groups kept by dynamic sampling, or every rank's shard)."""
     return Collected([p for c in parts for p in c.problems], concat_rollouts([c.rollout for c in parts], pad_id),
-                     [t for c in parts for t in c.texts], Scores.concat([c.scores for c in parts]), {})
+                     [t for c in parts for t in c.texts], Scores.concat([c.scores for c in parts]), {},
+                     [e for c in parts for e in c.episodes])

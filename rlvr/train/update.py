@@ -25,6 +25,12 @@ class Batch:
     returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
     old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
     sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
+    env_mask: torch.Tensor | None = None  # [B, Tc] environment tokens of multi-turn episodes: context, not loss
+
+    @property
+    def present(self) -> torch.Tensor:
+        """[B, Tc] every real token after the prompt (the model's and the environment's)."""
+        return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
     stays within the budget; a group larger than the budget goes alone.
     """
     g, n_prompts = batch.group_size, len(batch.prompts)
-    lengths = batch.completion_mask.sum(-1).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
+    lengths = _widths(batch.present).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
 
     def tokens(a: int, b: int) -> float:  # groups a..b-1 as one micro-batch
         return (b - a) * (max(len(p) for p in batch.prompts[a:b]) + g * max(lengths[a:b]))
@@ -79,6 +85,12 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
         bounds.append((start, end))
         start = end
     return [(batch.prompts[a:b], slice(a * g, b * g), int(max(lengths[a:b]))) for a, b in bounds]
+
+
+def _widths(present: torch.Tensor) -> torch.Tensor:
+    """[B] each row's width: the index after its last real token."""
+    positions = torch.arange(1, present.shape[1] + 1)  # [Tc]
+    return (present.bool() * positions).amax(-1) if present.shape[1] else present.new_zeros(present.shape[0]).long()
 
 
 def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None:
@@ -102,7 +114,8 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     mask = batch.completion_mask[sl, :w]  # [b, w]
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
-                                  s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True)
+                                  s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
+                                  env_mask=_cut(batch.env_mask, sl, w))
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
@@ -202,7 +215,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     if want_ref:
         with _autocast(policy, s):  # the same precision as the policy, so KL is 0 at equal weights
             ref_logp = [reference_logprobs(ref, p, batch.completion_ids[sl, :w], batch.completion_mask[sl, :w],
-                                           batch.group_size, s.pad_id, s.temperature) for p, sl, w in mbs]
+                                           batch.group_size, s.pad_id, s.temperature, _cut(batch.env_mask, sl, w))
+                        for p, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}

@@ -1,13 +1,14 @@
 import pytest
 
-from rlvr.config import TaskConfig
+from rlvr.config import EnvConfig, TaskConfig
+from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
 from rlvr.eval.grading import grade
 from rlvr.eval.metrics import pass_at_k
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled, problem_record
 from rlvr.eval.suite import evaluate_tasks, format_table, task_configs, task_problems
 from rlvr.models import stop_token_ids
-from rlvr.tasks import Problem, encode_prompt
+from rlvr.tasks import Problem
 
 PROBLEM = Problem("What is 1 + 1?", "2", "d1-n2")
 SAMPLED = ["1 + 1 = 2\nAnswer: 2", "Answer: 3", "Answer: 3.0", "no idea"]
@@ -45,7 +46,7 @@ def test_sample_settings_reject_bad_values(kwargs):
 def test_evaluate_sampled_on_tiny_model_is_seeded_and_consistent(tiny):
     model, tok = tiny
     problems, few_shot = task_problems(TaskConfig(), "heldout", 3)
-    prompts = [encode_prompt(tok, p.question, few_shot) for p in problems]
+    prompts = make_spec(EnvConfig(), tok, few_shot)
     s = SampleSettings(k=2, samples=3, max_new_tokens=6, batch_size=2, seed=1)
     a = evaluate_sampled(model, tok, problems, prompts, s, stop_token_ids(model, tok))
     b = evaluate_sampled(model, tok, problems, prompts, s, stop_token_ids(model, tok))

@@ -1,0 +1,200 @@
+"""Episodes in a batch: the rollout of every task, single-turn or multi-turn, through one function.
+
+    run_episodes(engine, spec, problems, group_size=G, seeds=..., **sampling) -> Episodes
+
+Each of the P * G rows is an episode with its own environment: the engine's session samples a model turn
+for every open row, each environment answers, the answers are appended as tokens (rlvr/envs/render.py),
+and the rows that go on sample again; rows finish independently. The result is a Rollout whose
+completion is everything after the prompt, model and environment tokens in order, with completion_mask
+on the model's tokens only (the loss) and env_mask on the environment's (context, never loss), plus
+the final model turn's text (what reward functions score) and a record of every turn.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.envs.base import Environment, SingleTurn, ToolEnv
+from rlvr.envs.render import TurnRender
+from rlvr.envs.tools import Tool, template_supports_tools
+from rlvr.errors import RlvrError
+from rlvr.rollout.engine import Rollout
+from rlvr.tasks.base import Problem
+
+ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")
+
+
+@dataclass
+class Limits:
+    max_turns: int = 1  # model turns per episode
+    max_tool_tokens: int = 64  # tokens of one environment message's content
+    max_episode_tokens: int = 1 << 30  # tokens after the prompt, model and environment
+
+
+@dataclass
+class EnvSpec:
+    """How to run a run's episodes: a fresh environment per episode, the turn renderer, the limits."""
+
+    make: object  # () -> Environment
+    render: TurnRender
+    limits: Limits
+    multi_turn: bool
+
+    def prompt(self, problem: Problem) -> list[int]:
+        """The token ids of a problem's prompt (a throwaway environment's reset)."""
+        return self.render.prompt(self.make().reset(problem))
+
+
+def builtin_tools(names: list[str]) -> list[Tool]:
+    from rlvr.envs.calculator import calculator
+
+    tools = []
+    for name in names:
+        if name == "calculator":
+            tools.append(Tool.from_function(calculator))
+        elif name == "python":
+            from rlvr.envs.python_tool import make_python_tool
+
+            tools.append(make_python_tool())
+        else:
+            raise RlvrError(f"env.tools: unknown tool '{name}'; built-in tools are calculator, python")
+    return tools
+
+
+def load_class(path: str):
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise RlvrError(f"env.name '{path}': cannot import {name} from {module}: {e}") from None
+
+
+def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str = "") -> EnvSpec:
+    """The EnvSpec of an env config section (rlvr.config.EnvConfig) for this tokenizer and task."""
+    if env_cfg.name == "single":
+        return EnvSpec(lambda: SingleTurn(few_shot, system_prompt), TurnRender(tok), Limits(), False)
+    tools = builtin_tools(env_cfg.tools)
+    cls = load_class(env_cfg.name) if env_cfg.name != "tools" else None
+    probe = ToolEnv(tools, cls() if cls else None)
+    native = template_supports_tools(tok)
+    render = TurnRender(tok, [t.schema() for t in probe.tools.values()] if native else None)
+    make = lambda: ToolEnv(tools, cls() if cls else None, system_prompt, not native, env_cfg.example, few_shot)
+    limits = Limits(env_cfg.max_turns, env_cfg.max_tool_tokens, env_cfg.max_episode_tokens)
+    return EnvSpec(make, render, limits, True)
+
+
+@dataclass
+class Episodes:
+    rollout: Rollout  # completion_mask: model tokens; env_mask: environment tokens
+    texts: list[str]  # each row's final model turn, decoded: what reward functions score
+    records: list[dict]  # each row's turns, tool calls and end (rlvr/envs/metrics.py reads them)
+    columns: dict[str, list]  # reward-function columns from the environments (one value per row)
+
+
+def model_token_lists(r: Rollout) -> list[list[int]]:
+    """Each row's model tokens, every turn's in order (the environment's left out)."""
+    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(r.completion_ids.tolist(), r.completion_mask.tolist())]
+
+
+class _Row:
+    def __init__(self):
+        self.pieces: list[tuple[list[int], list[float] | None]] = []  # (tokens, logp) or (tokens, None): env
+        self.turns: list[dict] = []
+        self.calls: list[dict] = []
+        self.end, self.used, self.cut, self.final = "", 0, 0, ""
+
+
+def _prompts(spec: EnvSpec, envs: list[Environment], problems: list[Problem], g: int) -> list[list[int]]:
+    messages = [env.reset(problems[b // g]) for b, env in enumerate(envs)]
+    for b, m in enumerate(messages):
+        if m != messages[b - b % g]:
+            raise RlvrError("an environment's reset gave different messages for episodes of the same problem; "
+                            "the G episodes of a group must start from one prompt")
+    return [spec.render.prompt(messages[i * g]) for i in range(len(problems))]
+
+
+def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: int, max_new_tokens: int,
+                 temperature: float, top_p: float = 1.0, top_k: int = 0, stop_ids: list[int], pad_id: int,
+                 seeds: list[int] | None = None, generator: torch.Generator | None = None) -> Episodes:
+    """group_size episodes of each problem (module docstring); max_new_tokens caps each model turn."""
+    tok, lim = spec.render.tok, spec.limits
+    envs = [spec.make() for _ in range(len(problems) * group_size)]
+    prompts = _prompts(spec, envs, problems, group_size)
+    extra = {"generator": generator} if generator is not None else {}
+    session = engine.session(prompts, seeds=seeds, group_size=group_size, temperature=temperature, top_p=top_p,
+                             top_k=top_k, stop_ids=stop_ids, pad_id=pad_id, **extra)
+    rows = [_Row() for _ in envs]
+    active = list(range(len(rows)))
+    for turn in range(lim.max_turns if spec.multi_turn else 1):
+        last = turn == lim.max_turns - 1 or not spec.multi_turn
+        caps = [max(1, min(max_new_tokens, lim.max_episode_tokens - rows[b].used)) for b in active]
+        go, feeds = [], []
+        for b, t, cap in zip(active, session.sample(active, caps, keep=not last), caps):
+            feed = _after_turn(spec, envs[b], rows[b], t, cap < max_new_tokens, last)
+            if feed is not None:
+                go.append(b)
+                feeds.append(feed)
+        if not go:
+            break
+        session.extend(go, feeds)
+        active = go
+    return _assemble(prompts, rows, envs, group_size, pad_id, tok)
+
+
+def _after_turn(spec: EnvSpec, env: Environment, row: _Row, t, budget_cap: bool, last: bool) -> list[int] | None:
+    """Record a model turn and get the environment's answer: its tokens if the episode goes on, else None."""
+    text = spec.render.tok.decode(t.tokens, skip_special_tokens=True)
+    row.pieces.append((t.tokens, t.logp))
+    row.used += len(t.tokens)
+    row.turns.append({"source": "model", "role": "assistant", "text": text, "tokens": len(t.tokens)})
+    row.final = text
+    if not t.stopped:
+        row.end = "episode_tokens" if budget_cap else "turn_tokens"
+        return None
+    reply = env.step(text)
+    row.calls += reply.calls
+    if reply.done:
+        row.end = "done"
+        return None
+    if last:
+        row.end = "max_turns"
+        return None
+    content, cut = spec.render.cap(reply.text, spec.limits.max_tool_tokens)
+    tokens = spec.render.env_tokens(t.tokens[-1], reply.role, content)
+    if row.used + len(tokens) + 1 > spec.limits.max_episode_tokens:  # no room left for an answer
+        row.end = "episode_tokens"
+        return None
+    row.cut += cut
+    row.pieces.append((tokens, None))
+    row.used += len(tokens)
+    row.turns.append({"source": "env", "role": reply.role, "text": content, "tokens": len(tokens)})
+    return tokens
+
+
+def _assemble(prompts, rows: list[_Row], envs, group_size: int, pad_id: int, tok) -> Episodes:
+    width = max(r.used for r in rows)
+    n = len(rows)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    model_mask, env_mask, logp = torch.zeros((n, width)), torch.zeros((n, width)), torch.zeros((n, width))
+    for b, r in enumerate(rows):
+        at = 0
+        for tokens, lp in r.pieces:
+            span = slice(at, at + len(tokens))
+            ids[b, span] = torch.tensor(tokens, dtype=torch.long)
+            if lp is None:
+                env_mask[b, span] = 1.0
+            else:
+                model_mask[b, span] = 1.0
+                logp[b, span] = torch.tensor(lp)
+            at += len(tokens)
+    truncated = torch.tensor([r.end != "done" for r in rows])
+    rollout = Rollout([list(p) for p in prompts], ids, model_mask, logp, truncated, group_size, env_mask)
+    records = [{"turns": r.turns, "calls": r.calls, "end": r.end, "tool_truncated": r.cut} for r in rows]
+    reward_cols = [env.reward_columns() for env in envs]
+    keys = sorted({k for c in reward_cols for k in c})
+    columns = {k: [c.get(k) for c in reward_cols] for k in keys}
+    if any(isinstance(env, ToolEnv) and env.obj is not None for env in envs):
+        columns["environments"] = [env.obj for env in envs]  # TRL passes its reward functions the environments
+    return Episodes(rollout, [r.final for r in rows], records, columns)
