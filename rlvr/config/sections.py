@@ -137,8 +137,9 @@ class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
     model may call env.tools by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>; or
-    'module:Class', a TRL-style environment class (reset(**row), public methods as tools, optional
-    get_reward() scored by the `env` reward)."""
+    'module:Class': an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
+    or a TRL-style environment class (reset(**row), public methods as tools, optional get_reward() scored
+    by the `env` reward)."""
     tools: list[str] = field(default_factory=lambda: ["calculator"])
     """Built-in tools offered with env.name tools (or beside a class's own): calculator (exact arithmetic,
     parsed, never evaluated as code), python (runs in the verifier's sandbox)."""

@@ -72,16 +72,20 @@ def load_class(path: str):
 
 
 def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str = "") -> EnvSpec:
-    """The EnvSpec of an env config section (rlvr.config.EnvConfig) for this tokenizer and task."""
+    """The EnvSpec of an env config section (rlvr.config.EnvConfig) for this tokenizer and task. A
+    'module:Class' with a step method is an rlvr Environment, made with no arguments per episode (it
+    builds its own messages); any other class is a TRL-style environment run by ToolEnv."""
     if env_cfg.name == "single":
         return EnvSpec(lambda: SingleTurn(few_shot, system_prompt), TurnRender(tok), Limits(), False)
-    tools = builtin_tools(env_cfg.tools)
     cls = load_class(env_cfg.name) if env_cfg.name != "tools" else None
+    limits = Limits(env_cfg.max_turns, env_cfg.max_tool_tokens, env_cfg.max_episode_tokens)
+    if cls is not None and callable(getattr(cls, "step", None)):  # an rlvr Environment (rlvr/envs/base.py)
+        return EnvSpec(cls, TurnRender(tok), limits, True)
+    tools = builtin_tools(env_cfg.tools)
     probe = ToolEnv(tools, cls() if cls else None)
     native = template_supports_tools(tok)
     render = TurnRender(tok, [t.schema() for t in probe.tools.values()] if native else None)
     make = lambda: ToolEnv(tools, cls() if cls else None, system_prompt, not native, env_cfg.example, few_shot)
-    limits = Limits(env_cfg.max_turns, env_cfg.max_tool_tokens, env_cfg.max_episode_tokens)
     return EnvSpec(make, render, limits, True)
 
 

@@ -28,11 +28,11 @@ def is_single_turn(episode: dict) -> bool:
 def episode_metrics(episodes: list[dict]) -> dict[str, float]:
     """The step's env/* and tokens/* metrics, means over the step's episodes (one per completion).
 
-    Returns {} when every episode is single-turn (is_single_turn), and for no episodes: a run of
-    single-turn tasks then logs exactly the metrics it logged before environments existed, and its
-    metrics.jsonl, charts and health rules are unchanged.
+    Returns {} for no episodes: the loop passes none for single-turn tasks (env.name single), whose
+    metrics.jsonl, charts and health rules are then what they were before environments existed. A
+    tools run always logs them, tool use 0 included (the sign that tool use collapsed).
     """
-    if all(is_single_turn(e) for e in episodes):
+    if not episodes:
         return {}
     n = len(episodes)
     for e in episodes:

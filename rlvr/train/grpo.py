@@ -80,7 +80,8 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
     reward_s = time.perf_counter() - t0
     passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
     run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
-    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s}, ep.records)
+    episodes = ep.records if run.env.multi_turn else []  # single-turn tasks log what they always logged
+    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s}, episodes)
 
 
 def collect(run: Run, step: int) -> Collected:
@@ -107,7 +108,7 @@ def collect(run: Run, step: int) -> Collected:
     kept = kept[:want]
     rows = lambda i: list(range(i * g, (i + 1) * g))
     out = merge_collected([Collected([c.problems[i]], select_groups(c.rollout, [i]), [c.texts[j] for j in rows(i)],
-                                     c.scores.select(rows(i)), {}, [c.episodes[j] for j in rows(i)]) for c, i in kept],
+                                     c.scores.select(rows(i)), {}, [c.episodes[j] for j in rows(i) if c.episodes]) for c, i in kept],
                           run.pad_id)
     out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s}
     return out

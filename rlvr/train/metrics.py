@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from rlvr.envs.metrics import episode_metrics, is_single_turn
+from rlvr.envs.metrics import episode_metrics
 from rlvr.rewards import math_worker, strict_rewards
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
@@ -47,9 +47,8 @@ def sample_records(step, collected, rewards) -> list[dict]:
                 "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
                                       "reason": scores.reasons[rf.name][i]} for rf in rewards}}
                for i, text in enumerate(collected.texts)]
-    for rec, ep in zip(records, collected.episodes):
-        if not is_single_turn(ep):
-            rec["episode"] = ep
+    for rec, ep in zip(records, collected.episodes):  # none for single-turn tasks
+        rec["episode"] = ep
     return records
 
 

@@ -14,3 +14,22 @@ def test_python_api_example_runs(tmp_path, monkeypatch, capsys):
     exec(code.replace("runs/api", str(tmp_path / "api")), namespace)
     assert namespace["summary"]["steps"] == 2 and (tmp_path / "api" / "summary.json").is_file()
     assert namespace["adv"].shape == (1, 4) and float(namespace["adv"][0, 0]) > 0
+
+
+def test_custom_environment_example_runs():
+    """The README's ten-line environment, run as rlvr runs it: a ToolEnv around an instance."""
+    from rlvr.envs.base import ToolEnv
+    from rlvr.tasks import Problem
+
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Environments and tools\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 10
+    namespace: dict = {}
+    exec(code, namespace)
+    env = ToolEnv([], namespace["Guess"]())
+    assert env.reset(Problem("Guess it.", "42"))[-1]["content"].startswith("Guess it.\n\nFind the number")
+    call = '<tool_call>{"name": "guess", "arguments": {"n": %d}}</tool_call>'
+    assert env.step(call % 50).text == "lower" and env.step(call % 40).text == "higher"
+    assert env.reward_columns() == {"env_reward": 0.0}
+    assert env.step(call % 42).text == "right" and env.step("Answer: 42").done
+    assert env.reward_columns() == {"env_reward": 1.0}

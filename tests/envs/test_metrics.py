@@ -48,9 +48,10 @@ def test_episode_metrics_hand_computed():
     assert all(type(v) is float for v in m.values())
 
 
-def test_single_turn_run_adds_no_keys():
-    assert episode_metrics([PLAIN, episode([turn("model", "x", 3)])]) == {}
-    assert episode_metrics([]) == {}
+def test_no_episodes_add_no_keys_and_one_turn_episodes_count():
+    assert episode_metrics([]) == {}  # a single-turn task passes none
+    m = episode_metrics([PLAIN, episode([turn("model", "x", 3)])])  # a tools run where no tool was called
+    assert (m["env/tool_use_frac"], m["env/turns_mean"], m["env/tool_errors_frac"]) == (0.0, 1.0, 0.0)
     assert is_single_turn(PLAIN) and not is_single_turn(TOOLS)
 
 
