@@ -145,3 +145,49 @@ def test_docstrings_say_what_the_code_does():
 def test_validation_names_the_key(override, key):
     with pytest.raises(ConfigError, match=re.escape(key)):
         build_config(None, [override])
+
+
+# ---------------------------------------------------------------- rollout.weights and the TIS cap (issue 18)
+
+@pytest.mark.parametrize("override, key", [
+    ("--rollout.weights=int4", "rollout.weights"),
+    ("--rollout.tis_cap=-1", "rollout.tis_cap"),
+])
+def test_rollout_weights_validation_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        build_config(None, [override])
+
+
+def test_rollout_weights_needs_a_local_engine():
+    with pytest.raises(ConfigError, match="rollout.weights=int8 is for the builtin and hf engines"):
+        build_config(None, ["--rollout.engine=vllm", "--rollout.weights=int8"])
+
+
+def test_two_tis_caps_that_disagree_are_an_error():
+    with pytest.raises(ConfigError, match="rollout.tis_cap=1.5 and rollout.vllm.tis_cap=3.0 disagree"):
+        build_config(None, ["--rollout.tis_cap=1.5", "--rollout.vllm.tis_cap=3"])
+    assert build_config(None, ["--rollout.tis_cap=3", "--rollout.vllm.tis_cap=3"]).rollout.tis_cap == 3.0
+
+
+@pytest.mark.parametrize("overrides, cap", [
+    ([], 0.0),  # fp32 rollouts: the sampler is the trainer, no correction
+    (["--rollout.weights=int8"], 2.0),  # a quantised sampler: on by default
+    (["--rollout.weights=bf16"], 2.0),
+    (["--rollout.weights=int8", "--rollout.tis_cap=0"], 0.0),  # switched off explicitly
+    (["--rollout.weights=int8", "--rollout.tis_cap=5"], 5.0),
+    (["--rollout.vllm.tis_cap=3"], 3.0),  # the older key still works
+    (["--rollout.weights=bf16", "--rollout.vllm.tis_cap=1.5"], 1.5),
+    (["--rollout.tis_cap=4"], 4.0),
+])
+def test_tis_cap_resolution(overrides, cap):
+    from rlvr.train.update import UpdateSettings
+
+    assert UpdateSettings.of(build_config(None, overrides), pad_id=0).tis_cap == cap
+
+
+def test_old_config_with_vllm_tis_cap_round_trips(tmp_path):
+    p = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 2.5\n")
+    cfg = build_config(p)
+    assert (cfg.rollout.tis_cap, cfg.rollout.vllm.tis_cap, cfg.rollout.weights) == (None, 2.5, "fp32")
+    again = build_config(write(tmp_path, to_yaml(cfg)))
+    assert (again.rollout.tis_cap, again.rollout.vllm.tis_cap) == (None, 2.5)

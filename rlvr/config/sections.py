@@ -107,7 +107,8 @@ class VllmConfig:
     sleep: bool = True
     """Put vLLM to sleep (free its KV cache) while the trainer updates."""
     tis_cap: float = 0.0
-    """Truncated importance sampling: weight tokens by min(pi_train / pi_vllm, cap); 0 disables."""
+    """Older name of rollout.tis_cap (truncated importance sampling against vLLM's log-probs), still read
+    when rollout.tis_cap is null; 0 disables."""
     server_url: str = ""
     """Reserved for a server mode (vLLM in its own process), which is not implemented: must stay empty,
     and vLLM runs in the training process."""
@@ -129,6 +130,14 @@ class RolloutConfig:
     """Keep only the k most likely tokens; 0 keeps all."""
     engine: str = "builtin"
     """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (GPU, rlvr[vllm])."""
+    weights: str = "fp32"
+    """Weights the builtin and hf engines sample with: fp32 (the policy itself, in model.dtype), or a copy
+    re-quantised after every update: bf16 (bf16 linear layers), int8 (int8 weights per output row and
+    activations per token, an integer matmul: fastest on a CPU, least exact; bench/rollout_weights.py)."""
+    tis_cap: Optional[float] = None
+    """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,
+    rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
+    cap); 0 disables; null: rollout.vllm.tis_cap if > 0, else 2.0 with rollout.weights bf16/int8, else off."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 

@@ -7,7 +7,9 @@
 
 The built-in engine (rollout.engine=builtin, rlvr/rollout/engine.py) and plain Hugging Face generate
 (hf, rlvr/rollout/hf_engine.py) run the training policy itself, so sleep and sync have nothing to do;
-vLLM (rlvr/rollout/vllm_engine.py) holds its own copy of the weights and implements both. Sessions
+vLLM (rlvr/rollout/vllm_engine.py) holds its own copy of the weights and implements both. With
+rollout.weights bf16 or int8 the local engines sample from a copy in that format (QuantizedEngine,
+rlvr/rollout/quant.py), which sync_weights re-quantises from the policy. Sessions
 (rlvr/rollout/session.py): the built-in engine keeps each row's KV cache across turns; the others
 run `generate` on each row's history (RecomputeSession).
 """
@@ -68,17 +70,43 @@ class PolicyEngine:
         pass
 
 
+class QuantizedEngine(PolicyEngine):
+    """A local engine (builtin, hf) sampling with a rollout copy of the policy in a smaller weight format
+    (rollout.weights bf16 or int8, rlvr/rollout/quant.py); sessions sample from the copy too.
+    sync_weights re-quantises the copy from the policy in place."""
+
+    def __init__(self, policy: torch.nn.Module, weights: str, generate: Callable[..., Rollout],
+                 keeps_cache: bool = False):
+        from rlvr.rollout.quant import rollout_copy
+
+        super().__init__(rollout_copy(policy, weights), generate, keeps_cache)
+        self.weights = weights
+
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        from rlvr.rollout.quant import refresh
+
+        refresh(self.policy, policy)
+
+
 def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> RolloutEngine:
-    """The engine rollout.engine names, sampling from `policy` (cfg: a rlvr Config)."""
-    if cfg.rollout.engine == "vllm":
+    """The engine rollout.engine names, sampling from `policy` (cfg: a rlvr Config), or from a copy in
+    rollout.weights' format when that is not fp32."""
+    r = cfg.rollout
+    if r.engine == "vllm":
         from rlvr.rollout.vllm_engine import make_engine as make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir)
-    if cfg.rollout.engine == "hf":
+    if r.engine == "hf":
         from rlvr.rollout.hf_engine import generate as hf_generate
 
+        if r.weights != "fp32":
+            return QuantizedEngine(policy, r.weights, hf_generate)
         return PolicyEngine(policy, hf_generate)
-    return builtin_engine(policy)
+    if r.weights == "fp32":
+        return builtin_engine(policy)
+    from rlvr.rollout.engine import generate
+
+    return QuantizedEngine(policy, r.weights, generate, keeps_cache=True)
 
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:

@@ -41,14 +41,14 @@ class UpdateSettings:
     pad_id: int
     temperature: float = 1.0  # rollout.temperature: training log-probs are tempered like the samples
     mixed_precision: str = "no"  # train.mixed_precision; bf16 autocasts the policy and reference forwards
-    tis_cap: float = 0.0  # rollout.vllm.tis_cap
+    tis_cap: float = 0.0  # rollout.tis_cap as resolved by tis_cap_of
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
 
     @staticmethod
     def of(cfg: Config, pad_id: int) -> UpdateSettings:
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, cfg.train.mixed_precision, r.vllm.tis_cap,
+        return UpdateSettings(cfg.algo, pad_id, r.temperature, cfg.train.mixed_precision, tis_cap_of(r),
                               r.max_new_tokens)
 
     @property
@@ -59,6 +59,21 @@ class UpdateSettings:
     def norm_length(self) -> int | None:
         """algo.norm_length, else rollout.max_new_tokens, else (None) the batch's width."""
         return self.algo.norm_length or self.max_new_tokens
+
+
+QUANTIZED_TIS_CAP = 2.0  # the usual TIS cap (Yao et al. 2025's example value; quantised-rollout recipes use it)
+
+
+def tis_cap_of(r) -> float:
+    """The truncated importance sampling cap of a rollout section (rlvr.config.RolloutConfig): rollout.tis_cap
+    when set; else its older name rollout.vllm.tis_cap when > 0; else 2.0 when rollout.weights is bf16 or
+    int8, since a quantised sampler is off-policy on every token (int8 on SmolLM2-135M: mean |log p
+    difference| ~0.06 per token, bench/rollout_weights.py); else 0 (off)."""
+    if r.tis_cap is not None:
+        return r.tis_cap
+    if r.vllm.tis_cap > 0:
+        return r.vllm.tis_cap
+    return QUANTIZED_TIS_CAP if r.weights != "fp32" else 0.0
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
