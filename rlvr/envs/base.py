@@ -96,7 +96,7 @@ class ToolEnv:
             return Reply(done=True)
         results, record = [], []
         for call in calls:
-            result, error = (call.error and ("", call.error)) or execute(self.tools, call)
+            result, error = execute(self.tools, call)  # a call that could not be read: its error
             results.append(f"Error: {error}" if error else result)
             record.append({"name": call.name, "error": error})
         return Reply("\n".join(results), "tool", calls=record)

@@ -20,8 +20,8 @@ class TurnRender:
 
     def __init__(self, tok, tools: list[dict] | None = None):
         self.tok, self.tools = tok, tools or None
-        closed = self._text(_BASE)
-        self.after_model = closed[closed.rindex(_SENTINEL) + len(_SENTINEL):]  # ChatML: '<|im_end|>\n'
+        self.closed = self._text(_BASE)  # a conversation ending with an assistant message
+        self.after_model = self.closed[self.closed.rindex(_SENTINEL) + len(_SENTINEL):]  # ChatML: '<|im_end|>\n'
         self._glue: dict[int, str] = {}
 
     def _text(self, messages: list[dict], generation_prompt: bool = False) -> str:
@@ -36,7 +36,7 @@ class TurnRender:
     def message_text(self, role: str, content: str) -> str:
         """What the template writes for one more message after an assistant turn, up to the next
         assistant turn's opening."""
-        before = self._text(_BASE)
+        before = self.closed
         after = self._text(_BASE + [{"role": role, "content": content}], True)
         if not after.startswith(before):
             raise RlvrError(f"the chat template renders the conversation before a {role!r} message differently "
