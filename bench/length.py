@@ -125,19 +125,22 @@ def torch_run(engine_name: str, model, prompts, group_size: int, n: int, stop_id
 
 def decode_torch(args, name: str, model, tok, prompts) -> list[dict]:
     from rlvr.models import stop_token_ids
+    from rlvr.rollout.quant import rollout_copy
 
     # forced: a stop id past the vocabulary, which no sampled token can be
     stop = [model.config.vocab_size] if args.mode == "forced" else stop_token_ids(model, tok)
-    run = lambda n, seed: torch_run(name, model, prompts, args.group_size, n, stop, tok.pad_token_id, seed)
-    run(8, args.seed)  # warm-up
     out = []
-    for n in args.lengths:
-        for rep in range(args.repeats):
-            t_first, k_first = run(1, args.seed + rep)
-            t_full, k_full = run(n, args.seed + rep)
-            out.append({"engine": name, "length": n, "tokens": k_full, "decode_tokens": k_full - k_first,
-                        "decode_s": t_full - t_first, "total_s": t_full})
-            print(f"  {name:<8} L={n:<4} {k_full} tokens in {t_full:.1f} s", flush=True)
+    for fmt in (args.weights if name == "builtin" else ["fp32"]):  # rollout.weights: the builtin engine's copies
+        m = model if fmt == "fp32" else rollout_copy(model, fmt)
+        run = lambda n, seed: torch_run(name, m, prompts, args.group_size, n, stop, tok.pad_token_id, seed)
+        run(8, args.seed)  # warm-up
+        for n in args.lengths:
+            for rep in range(args.repeats):
+                t_first, k_first = run(1, args.seed + rep)
+                t_full, k_full = run(n, args.seed + rep)
+                out.append({"engine": name, "weights": fmt, "length": n, "tokens": k_full,
+                            "decode_tokens": k_full - k_first, "decode_s": t_full - t_first, "total_s": t_full})
+                print(f"  {name:<8} {fmt:<5} L={n:<4} {k_full} tokens in {t_full:.1f} s", flush=True)
     return out
 
 
@@ -153,7 +156,7 @@ def decode_llama(args, model, tok, prompts) -> list[dict]:
         for n in args.lengths:
             for _ in range(args.repeats):
                 r = llm.generate(prompts, args.group_size, n, stop)
-                out.append({"engine": "llama", "length": n, "tokens": r["tokens"],
+                out.append({"engine": "llama", "weights": "Q4_1", "length": n, "tokens": r["tokens"],
                             "decode_tokens": r["tokens"] - n_rows, "decode_s": r["decode_s"],
                             "total_s": r["prefill_s"] + r["decode_s"]})
                 print(f"  llama    L={n:<4} {r['tokens']} tokens in {out[-1]['total_s']:.1f} s", flush=True)
@@ -178,7 +181,7 @@ def measure_decode(args, model, tok) -> list[dict]:
     return [{**meta, **r} for r in records]
 
 
-WEIGHTS = {"builtin": "fp32", "hf": "fp32", "llama": "Q4_1"}
+FORMATS = ("fp32", "bf16", "int8", "Q4_1")
 
 
 def print_decode(records: list[dict]) -> None:
@@ -187,7 +190,8 @@ def print_decode(records: list[dict]) -> None:
     for mode in dict.fromkeys(r["mode"] for r in records):
         sums: dict[tuple, dict] = {}
         for r in (r for r in records if r["mode"] == mode):
-            s = sums.setdefault((r["length"], ENGINES.index(r["engine"]), r["rows"]), {**r, "n": 0, "tokens": 0,
+            key = (r["length"], ENGINES.index(r["engine"]), FORMATS.index(r.get("weights", "fp32")), r["rows"])
+            s = sums.setdefault(key, {**r, "n": 0, "tokens": 0,
                                 "decode_tokens": 0, "decode_s": 0.0, "total_s": 0.0})
             for k in ("tokens", "decode_tokens", "decode_s", "total_s"):
                 s[k] += r[k]
@@ -199,12 +203,12 @@ def print_decode(records: list[dict]) -> None:
         print(f"  {'L':>4}  {'engine':<8}{'weights':<8}{'runs':>5}{'tok/row':>8}{'decode tok/s':>14}"
               f"{'e2e tok/s':>11}{'x builtin':>11}")
         base = {}
-        for (n, _, _), s in sorted(sums.items()):
+        for (n, *_), s in sorted(sums.items()):
             rate = s["decode_tokens"] / s["decode_s"]
-            base.setdefault(n, rate if s["engine"] == "builtin" else None)
+            base.setdefault(n, rate if s["engine"] == "builtin" and s.get("weights", "fp32") == "fp32" else None)
             ratio = f"{rate / base[n]:.2f}" if base[n] else "-"
             per_row = s["tokens"] / s["n"] / s["rows"]
-            print(f"  {n:>4}  {s['engine']:<8}{WEIGHTS[s['engine']]:<8}{s['n']:>5}{per_row:>8.0f}"
+            print(f"  {n:>4}  {s['engine']:<8}{s.get('weights', 'fp32'):<8}{s['n']:>5}{per_row:>8.0f}"
                   f"{rate:>14.1f}{s['tokens'] / s['total_s']:>11.1f}{ratio:>11}")
     for why in skipped:
         print(f"  llama.cpp: skipped ({why})")
@@ -223,13 +227,13 @@ def measure_train(args) -> list[dict]:
                 f"--rollout.max_new_tokens={n}", "--rollout.temperature=1.0", "--rewards.weights={correctness: 1.0}",
                 "--eval.before=false", "--eval.after=false", f"--train.steps={args.warmup + args.steps}",
                 "--train.samples_every=0", f"--train.seed={args.seed}", f"--train.threads={args.threads}",
-                f"--train.out={out}"])
+                f"--train.out={out}", *args.train_overrides.split()])
             quiet = io.StringIO()  # the run's own console summary and progress bar
             with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
                 train(cfg)
             rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
         for r in rows[args.warmup:]:
-            records.append({"kind": "train", "length": n, "step": r["step"], "rows": args.prompts * args.group_size,
+            records.append({"kind": "train", "overrides": args.train_overrides, "length": n, "step": r["step"], "rows": args.prompts * args.group_size,
                             "threads": args.threads, "load": os.getloadavg()[0], "step_s": r["time/step_s"],
                             "rollout_s": r["time/rollout_s"], "train_s": r["time/train_s"],
                             "tokens": r["tokens/generated"], "truncated": r["completion/truncated_frac"]})
@@ -237,13 +241,18 @@ def measure_train(args) -> list[dict]:
     return records
 
 
-def print_train(records: list[dict]) -> None:
+def print_train(all_records: list[dict]) -> None:
+    for overrides in dict.fromkeys(r.get("overrides", "") for r in all_records):
+        print_train_runs([r for r in all_records if r.get("overrides", "") == overrides], overrides)
+
+
+def print_train_runs(records: list[dict], overrides: str) -> None:
     by_len: dict[int, list[dict]] = {}
     for r in records:
         by_len.setdefault(r["length"], []).append(r)
     r0 = records[0]
     print(f"\nGRPO step (rlvr.train.grpo.train), {r0['rows']} completions per step, real lengths (no knob forces "
-          f"them in training), {r0['threads'] or 'default'} thread(s); medians over n timed steps; ms/token = "
+          f"them in training), {r0['threads'] or 'default'} thread(s), overrides: {overrides or 'none'}; medians over n timed steps; ms/token = "
           "seconds per generated token (step, rollout, update); 1st = step 1 of a run only:")
     print(f"  {'max':>4}{'n':>3}{'step s':>8}{'rollout s':>10}{'update s':>9}{'rollout':>8}{'tok/row':>8}{'trunc':>6}"
           f"{'ms/token':>9}{'rollout':>8}{'update':>7}{'x first':>8}{'1st':>6}")
@@ -287,6 +296,9 @@ def parse_args():
                    choices=["bandwidth", "decode", "train"])
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512], help="tokens per row (budgets)")
     p.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    p.add_argument("--weights", nargs="+", default=["fp32", "int8"], choices=FORMATS[:3],
+                   help="decode: the builtin engine's rollout.weights formats")
+    p.add_argument("--train-overrides", default="", help="train: extra rlvr overrides, e.g. '--rollout.weights=int8'")
     p.add_argument("--mode", default="forced", choices=["forced", "real"],
                    help="decode: forced generates exactly L tokens per row; real stops at end of turn")
     p.add_argument("--prompts", type=int, default=2, help="distinct prompts per batch")
@@ -295,7 +307,8 @@ def parse_args():
     p.add_argument("--steps", type=int, default=2, help="train: timed steps per length")
     p.add_argument("--warmup", type=int, default=1, help="train: untimed steps first")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch and llama.cpp threads; 0 keeps the defaults")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch and llama.cpp threads; 0 (default) keeps torch's (as rlvr train) and llama.cpp's")
     p.add_argument("--save", type=Path, help="append this run's records to FILE (JSON lines)")
     p.add_argument("--report", type=Path, help="print the tables of every record in FILE and exit")
     p.add_argument("--quick", action="store_true", help="tiny smoke run (< 2 min); figures mean nothing")

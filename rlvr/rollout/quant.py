@@ -46,9 +46,10 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric absmax int8 per row: x [N, K] -> (q int8 [N, K], scale fp32 [N]), x ~= q * scale[:, None],
     scale = max|x[n]| / 127, so each element is off by at most scale / 2. An all-zero row gets scale 0."""
     x = x.float()
-    scale = x.abs().amax(-1) / QMAX  # [N]
-    q = torch.round(x / scale.clamp(min=torch.finfo(torch.float32).tiny)[:, None]).clamp_(-QMAX, QMAX)  # [N, K]
-    return q.to(torch.int8), scale
+    top = torch.linalg.vector_norm(x, float("inf"), dim=-1)  # [N] max |x[n]|, in one pass
+    inverse = QMAX / top.clamp(min=torch.finfo(torch.float32).tiny)  # [N]
+    q = (x * inverse[:, None]).round_()  # [N, K], within [-127, 127]: max |x| * (127 / max |x|) rounds to 127
+    return q.to(torch.int8), top / QMAX
 
 
 class Int8Linear(nn.Module):
@@ -71,13 +72,14 @@ class Int8Linear(nn.Module):
         return self.weight.shape[0]
 
     @torch.no_grad()
-    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        """Re-quantise from weight [N, K] (and bias [N]) into the same buffers."""
+    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None, start: int = 0) -> None:
+        """Re-quantise from weight [N, K] (and bias [N]) into the same buffers, at rows start .. start + N."""
         q, scale = quantize_rows(weight)
-        self.weight.copy_(q)
-        self.scale.copy_(scale)
+        rows = slice(start, start + len(q))
+        self.weight[rows] = q
+        self.scale[rows] = scale
         if bias is not None:
-            self.bias.copy_(bias)
+            self.bias[rows] = bias
 
     def dequantized(self) -> torch.Tensor:
         """The weight this layer multiplies by: q * scale, fp32 [N, K]."""
@@ -86,7 +88,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])  # [M, K]
         q, sx = quantize_rows(rows)  # [M, K] int8, [M]
-        y = torch._int_mm(q, self.weight.t()).float().mul_(sx[:, None]).mul_(self.scale)  # int32 -> fp32 [M, N]
+        y = (torch._int_mm(q, self.weight.t()) * sx[:, None]).mul_(self.scale)  # int32 [M, N] -> fp32
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
@@ -101,11 +103,12 @@ class Bf16Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16, copy=True))
 
     @torch.no_grad()
-    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        """Copy weight [N, K] (and bias [N]) into the bf16 buffers."""
-        self.weight.copy_(weight)
+    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None, start: int = 0) -> None:
+        """Copy weight [N, K] (and bias [N]) into the bf16 buffers, at rows start .. start + N."""
+        rows = slice(start, start + len(weight))
+        self.weight[rows] = weight
         if bias is not None:
-            self.bias.copy_(bias)
+            self.bias[rows] = bias
 
     def dequantized(self) -> torch.Tensor:
         return self.weight.float()
@@ -115,6 +118,47 @@ class Bf16Linear(nn.Module):
 
 
 _MODULES = {"bf16": Bf16Linear, "int8": Int8Linear}
+FUSE = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read the same input
+
+
+class _Shared:
+    """The one product of a fused group (a plain object: the layer is registered once, on the parent) and
+    the input it was last run on."""
+
+    def __init__(self, layer: nn.Module):
+        self.layer, self.x, self.version, self.y = layer, None, -1, None
+
+    def output(self, x: torch.Tensor) -> torch.Tensor:
+        if self.x is not x or self.version != x._version:  # another input, or this one changed in place
+            self.x, self.version, self.y = x, x._version, self.layer(x)
+        return self.y
+
+
+class Part(nn.Module):
+    """One member of a fused group (FUSE: q, k and v, or gate and up, which the model calls on the same
+    hidden states): its rows start .. stop of the group's weight. The first member's call runs one
+    product for the whole group (one activation quantisation, one larger GEMM); the others take their
+    columns of it; the last member lets the result go."""
+
+    def __init__(self, shared: _Shared, start: int, stop: int, last: bool):
+        super().__init__()
+        self.shared, self.start, self.stop, self.last = shared, start, stop, last
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.shared.layer.weight[self.start:self.stop]
+
+    def dequantized(self) -> torch.Tensor:
+        return self.shared.layer.dequantized()[self.start:self.stop]
+
+    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.shared.layer.load(weight, bias, self.start)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.shared.output(x)[..., self.start:self.stop]
+        if self.last:
+            self.shared.x = self.shared.y = None
+        return y
 
 
 def _plain(policy: nn.Module) -> nn.Module:
@@ -187,19 +231,46 @@ def rollout_copy(policy: nn.Module, fmt: str) -> nn.Module:
             memo[id(weight)] = nn.Parameter(weight.new_empty(0), requires_grad=False)
     model = copy.deepcopy(base, memo)
     weights = _weights(dict(policy_weight_items(policy)), names, _tied_name(base))
+    biases = {}
     for name in names:
         module = base.get_submodule(name)
-        bias = (module.base_layer if _is_lora(module) else module).bias
-        model.set_submodule(name, _MODULES[fmt](weights[name], bias))
+        biases[name] = (module.base_layer if _is_lora(module) else module).bias
+        model.set_submodule(name, _MODULES[fmt](weights[name], biases[name]))
+    for group in _fusable(names, biases):
+        _fuse(model, group, _MODULES[fmt](torch.cat([weights[n] for n in group]),
+                                          None if biases[group[0]] is None else torch.cat([biases[n] for n in group])))
     model.requires_grad_(False)
     return model.eval()
+
+
+def _fusable(names: list[str], biases: dict) -> list[list[str]]:
+    """Groups of FUSE siblings present among `names`, all with a bias or all without."""
+    groups = []
+    for parent in dict.fromkeys(n.rpartition(".")[0] for n in names):
+        for members in FUSE:
+            group = [f"{parent}.{m}" if parent else m for m in members]
+            if all(n in biases for n in group) and len({biases[n] is None for n in group}) == 1:
+                groups.append(group)
+    return groups
+
+
+def _fuse(model: nn.Module, group: list[str], layer: nn.Module) -> None:
+    """Replace the modules named `group` (siblings) by Parts of `layer`, registered on their parent."""
+    parent = group[0].rpartition(".")[0]
+    model.get_submodule(parent).register_module("fused_" + "_".join(n.rpartition(".")[2] for n in group), layer)
+    shared, start = _Shared(layer), 0
+    for i, name in enumerate(group):
+        rows = len(model.get_submodule(name).weight)
+        model.set_submodule(name, Part(shared, start, start + rows, i == len(group) - 1))
+        start += rows
 
 
 @torch.no_grad()
 def refresh(rollout_model: nn.Module, policy: nn.Module) -> None:
     """Bring a `rollout_copy` up to the policy's current weights, in place (same buffers): re-quantise
     every swapped linear layer (LoRA merged) and copy the other parameters (norms, embedding)."""
-    names = [n for n, m in rollout_model.named_modules() if isinstance(m, tuple(_MODULES.values()))]
+    names = [n for n, m in rollout_model.named_modules()
+             if isinstance(m, (Part, *_MODULES.values())) and not n.rpartition(".")[2].startswith("fused_")]
     items = dict(policy_weight_items(policy))
     weights = _weights(items, names, _tied_name(_plain(policy)))
     for name in names:

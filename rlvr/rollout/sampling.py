@@ -25,9 +25,9 @@ def sample_next(
     """
     logits = logits.float()
     if temperature == 0:
-        logp_all = torch.log_softmax(logits, dim=-1)  # [B, V]
         tokens = logits.argmax(dim=-1)  # [B]
-        return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+        logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return tokens, logp
     scaled = logits / temperature  # [B, V]
     if top_k > 0 and top_k < scaled.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # [B, 1]
@@ -40,21 +40,40 @@ def sample_next(
         drop_sorted = mass_before >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scaled = scaled.masked_fill(drop, float("-inf"))
-    logp_all = torch.log_softmax(scaled, dim=-1)  # [B, V]
     if u is None:
         raise ValueError("sampling at temperature > 0 needs the uniform draws u")
-    tokens = inverse_cdf(logp_all.exp(), u)  # [B]
-    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+    # One pass of exp over the vocabulary: unnormalised weights, and log p = scaled - max - log(sum).
+    top = scaled.amax(dim=-1, keepdim=True)  # [B, 1]
+    weights = (scaled - top).exp_()  # [B, V], the largest is 1
+    tokens = inverse_cdf(weights, u)  # [B]
+    logp = scaled.gather(-1, tokens[:, None]).squeeze(-1) - top.squeeze(-1) - weights.sum(-1).log()
+    return tokens, logp
 
 
-def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One draw per row of probs [B, V] from u [B] in [0, 1): the first index whose cumulative mass
-    exceeds u * mass.
-    The same distribution as torch.multinomial at a tenth of its cost on a CPU for a 49k vocabulary;
-    a token of probability 0 is never drawn (its cumulative mass equals its predecessor's)."""
-    cdf = probs.cumsum(dim=-1)  # [B, V]
-    u = u.to(cdf.dtype)[:, None] * cdf[:, -1:]  # [B, 1]
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)  # [B]
+BLOCK = 256  # inverse_cdf's block: cumulative sums over V / BLOCK block totals, then within one block
+
+
+def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row of weights [B, V] (>= 0, any positive total, e.g. probabilities) from u [B] in
+    [0, 1): the first index whose cumulative weight exceeds u * total.
+    The same distribution as torch.multinomial at a tenth of its cost on a CPU for a 49k vocabulary. The
+    cumulative sum is taken in two levels, over block totals and then inside the chosen block only, so
+    a step scans the vocabulary once (the sum) instead of running a sequential prefix sum over it.
+    A token of weight 0 is never drawn (its cumulative weight equals its predecessor's, and rounding at
+    the top end is clamped to the last live block and token)."""
+    n, v = weights.shape
+    rows = torch.arange(n)
+    blocks = torch.nn.functional.pad(weights, (0, (-v) % BLOCK)).view(n, -1, BLOCK)  # [B, nb, BLOCK]
+    totals = blocks.sum(-1)  # [B, nb]
+    cum = totals.cumsum(-1)  # [B, nb]
+    target = u.to(cum.dtype)[:, None] * cum[:, -1:]  # [B, 1]
+    last_live = torch.where(totals > 0, torch.arange(totals.shape[1]), 0).amax(-1, keepdim=True)  # [B, 1]
+    b = torch.minimum(torch.searchsorted(cum, target, right=True), last_live)  # [B, 1] the chosen block
+    inside = blocks[rows, b.squeeze(-1)]  # [B, BLOCK]
+    rest = target - (cum.gather(-1, b) - totals.gather(-1, b))  # [B, 1] weight still to pass in the block
+    last_in = torch.where(inside > 0, torch.arange(BLOCK), 0).amax(-1, keepdim=True)  # [B, 1]
+    j = torch.minimum(torch.searchsorted(inside.cumsum(-1), rest, right=True), last_in)  # [B, 1]
+    return (b * BLOCK + j).squeeze(-1)  # [B]
 
 
 def group_seed(seed: int, step: int, group: int) -> int:

@@ -11,7 +11,7 @@ from rlvr.config import build_config
 from rlvr.errors import RlvrError
 from rlvr.rollout.engine import generate
 from rlvr.rollout.protocol import PolicyEngine, QuantizedEngine, make_engine
-from rlvr.rollout.quant import Bf16Linear, Int8Linear, quantize_rows, refresh, rollout_copy
+from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, quantize_rows, refresh, rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
 W = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.0, -0.5], [0.0, 0.0, 0.0]])  # [N=3, K=3]; the last row all zero
@@ -82,10 +82,15 @@ def test_copy_swaps_every_linear_and_leaves_the_policy(tiny, fmt, cls):
     model, _ = tiny
     before = {n: p.clone() for n, p in model.state_dict().items()}
     copy = rollout_copy(model, fmt)
-    swapped = [n for n, m in copy.named_modules() if isinstance(m, cls)]
+    swapped = [n for n, m in copy.named_modules() if isinstance(m, (cls, Part)) and "fused_" not in n]
     assert len(swapped) == 2 * 7 + 1  # q k v o gate up down per layer, and the lm_head
     assert not any(isinstance(m, nn.Linear) for m in copy.modules())
     assert all(isinstance(m, nn.Linear) for n, m in model.named_modules() if n in swapped)  # policy untouched
+    attn = copy.model.layers[1].self_attn  # q, k and v read one input: one product, rows in that order
+    assert [(p.start, p.stop) for p in (attn.q_proj, attn.k_proj, attn.v_proj)] == [(0, 64), (64, 96), (96, 128)]
+    w = model.model.layers[1].self_attn
+    assert torch.equal(attn.fused_q_proj_k_proj_v_proj.weight,
+                       cls(torch.cat([w.q_proj.weight, w.k_proj.weight, w.v_proj.weight])).weight)
     assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
     emb = model.model.embed_tokens.weight  # the tied lm_head is quantised from the embedding
     if fmt == "int8":  # within half a quantisation step of its row
@@ -136,15 +141,17 @@ def test_engine_samples_from_the_copy(tiny):
 def test_sync_weights_requantises_in_place(tiny):
     model, _ = tiny
     engine = engine_of(model)
-    up = engine.policy.model.layers[0].mlp.up_proj
-    ptrs = (up.weight.data_ptr(), up.scale.data_ptr())
+    up = engine.policy.model.layers[0].mlp.up_proj  # a Part: rows 128 .. 256 of the fused gate and up
+    fused = engine.policy.model.layers[0].mlp.fused_gate_proj_up_proj
+    assert (up.start, up.stop) == (128, 256) and fused.weight.shape == (256, 64)
+    ptrs = (fused.weight.data_ptr(), fused.scale.data_ptr())
     with torch.no_grad():
         model.model.layers[0].mlp.up_proj.weight[0] = torch.linspace(-0.3, 0.3, 64)
         model.model.norm.weight.fill_(1.5)
     assert up.dequantized()[0, 0] != pytest.approx(-0.3, abs=0.01)  # the copy is a snapshot until synced
     engine.sync_weights(model)
-    assert (up.weight.data_ptr(), up.scale.data_ptr()) == ptrs  # same buffers
-    assert float(up.scale[0]) == pytest.approx(0.3 / 127)
+    assert (fused.weight.data_ptr(), fused.scale.data_ptr()) == ptrs  # same buffers
+    assert float(fused.scale[128]) == pytest.approx(0.3 / 127)
     assert (up.dequantized()[0] - torch.linspace(-0.3, 0.3, 64)).abs().max() <= 0.3 / 127 / 2 * (1 + 1e-5)
     assert torch.equal(engine.policy.model.norm.weight, torch.full((64,), 1.5))
 
@@ -189,7 +196,7 @@ def test_lora_is_merged_into_the_copy(tiny):
     q = pm.base_model.model.model.layers[1].self_attn.q_proj
     merged = q.base_layer.weight + 2.0 * q.lora_B["default"].weight @ q.lora_A["default"].weight  # scale 4 / 2
     copy = rollout_copy(pm, "bf16")
-    assert isinstance(copy.model.layers[1].self_attn.q_proj, Bf16Linear)
+    assert isinstance(copy.model.layers[1].self_attn.fused_q_proj_k_proj_v_proj, Bf16Linear)
     assert not any("lora" in n for n, _ in copy.named_modules())
     assert torch.equal(copy.model.layers[1].self_attn.q_proj.weight, merged.detach().bfloat16())
     with torch.no_grad():

@@ -57,3 +57,24 @@ def test_inverse_cdf_draws_the_distribution_and_never_a_zero_probability_token()
     edge = torch.tensor([[0.0, 0.0, 1.0]])  # u = 0 must still land on the only live token
     assert int(inverse_cdf(edge, torch.zeros(1))) == 2
     assert [int(inverse_cdf(probs[:1], torch.tensor([u]))) for u in (0.0, 0.49, 0.5, 0.79, 0.8, 0.999)] == [1, 1, 3, 3, 4, 4]
+
+
+def test_inverse_cdf_in_blocks_matches_one_cumulative_sum_across_block_edges():
+    g = torch.Generator().manual_seed(1)
+    weights = torch.rand(64, 1000, generator=g, dtype=torch.float64)  # 1000: not a multiple of the block
+    weights[:, 256:512] = 0.0  # a whole dead block
+    weights[:, 700:] = 0.0  # a dead tail, past a block edge
+    u = torch.rand(64, generator=g, dtype=torch.float64)
+    cum = weights.cumsum(-1)
+    expected = torch.searchsorted(cum, u[:, None] * cum[:, -1:], right=True).squeeze(-1)
+    assert torch.equal(inverse_cdf(weights, u), expected)
+    top = torch.full((64,), 1 - 2**-24, dtype=torch.float64)  # the top end lands on the last live token
+    assert inverse_cdf(weights, top).tolist() == [699] * 64
+
+
+def test_sample_next_log_prob_is_the_tempered_log_softmax_of_the_drawn_token():
+    logits = torch.randn(8, 300, generator=torch.Generator().manual_seed(2))
+    tok, logp = sample_next(logits, 0.7, u=torch.linspace(0.05, 0.95, 8))
+    assert torch.allclose(logp, torch.log_softmax(logits / 0.7, -1).gather(-1, tok[:, None]).squeeze(-1), atol=1e-5)
+    tok, logp = sample_next(logits, 0.0)
+    assert torch.allclose(logp, torch.log_softmax(logits, -1).max(-1).values, atol=1e-5)
