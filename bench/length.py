@@ -1,8 +1,9 @@
 """Decode speed and GRPO step time along the length axis (issue 18): 128, 256 and 512 generated tokens.
 
     python bench/length.py [--sections bandwidth decode train] [--lengths 128 256 512] [--engines builtin hf llama]
-                           [--mode forced|real] [--prompts 2] [--group-size 8] [--repeats 1] [--steps 2]
-                           [--warmup 1] [--threads 1] [--save FILE] [--report FILE] [--quick]
+                           [--weights fp32 int8] [--mode forced|real] [--prompts 2] [--group-size 8] [--repeats 1]
+                           [--steps 2] [--warmup 1] [--train-overrides '--rollout.weights=int8'] [--threads 0]
+                           [--save FILE] [--report FILE] [--quick]
 
 Earlier benchmarks never exercised length: on the demo's prompts SmolLM2-135M-Instruct stops after about
 25 tokens, so budgets of 32, 64 and 128 measured the same thing. Every figure here counts tokens actually
@@ -22,7 +23,8 @@ bandwidth  Memory read bandwidth: the best of several sums over a 1 GiB float32 
            compute is not measured for int8 / Q4_1 (own kernels). "matmuls only": one step's products of
            B rows with every Linear weight of the model in torch and nothing else (no attention, sampling
            or Python), what a perfect torch decoder with these weights could reach.
-decode     Per length L, decode tokens/s at batch B of the built-in engine (rlvr.rollout.engine.generate),
+decode     Per length L, decode tokens/s at batch B of the built-in engine (rlvr.rollout.engine.generate) with
+           each --weights format (fp32: the policy; bf16 / int8: its rollout copy, rlvr.rollout.quant),
            HF generate (rlvr.rollout.hf_engine.generate), and llama.cpp (llama-cpp-python) on the same GGUF
            file with the same prompt token ids: Q4_1 weights (5.7 bits per weight with the block scales,
            1/5.6 of fp32's bytes), f16 KV cache, flash attention on. llama.cpp is batched for real: one
@@ -35,7 +37,8 @@ decode     Per length L, decode tokens/s at batch B of the built-in engine (rlvr
            llama.cpp's decode loop is timed directly. e2e tok/s = generated / t(L), prefill included. One
            short warm-up call per engine.
 train      rlvr's own loop (rlvr.train.grpo.train via build_config, as bench/scaling.py) at
-           rollout.max_new_tokens L on the same prompts, correctness reward, no evaluation; medians of
+           rollout.max_new_tokens L on the same prompts, correctness reward, no evaluation, plus
+           --train-overrides (e.g. '--rollout.weights=int8'); medians of
            metrics.jsonl's time/step_s, time/rollout_s and time/train_s over the steps after --warmup,
            tokens/generated a mean. rollout = rollout_s / step_s; ms/token = seconds per generated token
            (target: flat or falling from 128 to 512); 1st = step 1 only, comparable across runs whatever
@@ -48,8 +51,9 @@ command so that each holds the lock for minutes, saving to one file, then print 
     flock /tmp/bench.lock python bench/length.py --sections decode --engines builtin --lengths 256 --save r.jsonl
     python bench/length.py --report r.jsonl
 
---threads defaults to 1 (torch and llama.cpp): on a 2-core machine shared with other jobs two OpenMP
-threads that wait on each other ran every op about 15x slower than one; 0 keeps the defaults. --quick:
+--threads defaults to 0: torch's default (one per core, what `rlvr train` uses) and llama.cpp's. On a 2-core
+machine shared with another busy process, two OpenMP threads that wait on each other ran every op many
+times slower than one; there pass --threads 1 (and train.threads=1 to rlvr train). --quick:
 tiny lengths and batch, one step (< 2 min), a smoke check whose figures mean nothing. llama.cpp needs
 llama-cpp-python (the `bench` extra; it builds from source with cmake); without it its rows are skipped.
 """
