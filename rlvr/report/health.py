@@ -97,7 +97,8 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
                      ) -> Finding | None:
     """Skill lost while the score goes up (issue 17): format-free accuracy on a split down by `drop` or
     more since the first evaluation, or at least `broken_share` of its problems (and `min_broken`)
-    right before training and wrong now, while strict accuracy or the training reward rose.
+    right before training and wrong now (and the format-free gain smaller than that share), while strict
+    accuracy or the training reward rose.
 
     Greedy evaluation is deterministic, so every broken problem is a real change of the model. The
     thresholds leave room for the churn of a sound run (the chain_sum demo broke 2 of 100) and catch
@@ -116,7 +117,9 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
         free = (first[f"{split}_lenient"], last[f"{split}_lenient"])
         broken, fixed = last.get(f"{split}_broken"), last.get(f"{split}_fixed")
         n = sum(last.get(f"{split}_{k}") or 0 for k in ("fixed", "broken", "kept", "never"))
-        many_broken = broken is not None and broken >= max(min_broken, broken_share * n)
+        # many broken, and not outweighed: a run that fixes far more than it breaks is gaining skill
+        many_broken = broken is not None and broken >= max(min_broken, broken_share * n) \
+            and free[1] - free[0] < broken / n
         if free[1] - free[0] > -drop and not many_broken:
             continue
         flipped = f" ({broken} of {n} problems right before training are wrong now, {fixed} fixed)" \

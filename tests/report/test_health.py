@@ -78,6 +78,8 @@ def test_skill_regression_quiet_on_a_real_gain():
     assert skill_regression([], [ev(0, 0.41, 0.79), ev(20, 0.85, 0.88, fixed=11, broken=2)]) is None
     # below both thresholds: format-free down 2 points, 4 of 100 broken
     assert skill_regression([], [ev(0, 0.41, 0.79), ev(20, 0.70, 0.77, fixed=2, broken=4)]) is None
+    # 5 broken but 60 fixed (the int8 demo run: format-free 16% -> 71%): a gain, not a regression
+    assert skill_regression([], [ev(0, 0.16, 0.16), ev(20, 0.71, 0.71, fixed=60, broken=5)]) is None
     # skill down while strict and the reward fall too: a different problem (not form over skill)
     falling = stream(reward__mean=[0.7, 0.6, 0.5, 0.4, 0.3, 0.2])
     assert skill_regression(falling, [ev(0, 0.5, 0.8), ev(6, 0.4, 0.6, fixed=0, broken=20)]) is None
