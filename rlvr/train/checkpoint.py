@@ -59,14 +59,18 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def save_checkpoint(run_dir: str | Path, step: int, state: dict, keep: int) -> Path:
     """Write atomically, then delete all but the newest `keep` checkpoints. An OSError (disk full,
-    permissions) propagates after the temporary file is removed; older checkpoints are untouched."""
+    permissions; torch's RuntimeError for a short write becomes one) propagates after the temporary file
+    is removed; older checkpoints are untouched."""
     d = Path(run_dir) / CHECKPOINTS
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"step_{step:06d}.pt"
     tmp = d / f".{path.name}.tmp"
     try:
         with open(tmp, "wb") as f:
-            torch.save(state, f)
+            try:
+                torch.save(state, f)
+            except RuntimeError as e:  # torch's zip writer reports a short write (disk full) this way
+                raise OSError(f"writing {tmp} failed: {e}") from e
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

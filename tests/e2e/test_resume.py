@@ -92,11 +92,14 @@ def test_resume_extends_a_finished_run(alone, tmp_path):
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
 
 
-def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1610837760 "
+                                                "vs 1610837648")])  # torch's zip writer on a full disk
+def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch, error):
     save_checkpoint(tmp_path, 2, {"x": 1}, keep=2)
 
     def full(*a, **k):
-        raise OSError(28, "No space left on device")
+        raise error
 
     monkeypatch.setattr("rlvr.train.checkpoint.torch.save", full)
     with pytest.raises(OSError):
