@@ -1,6 +1,6 @@
 """Rollout weights: which weight format decodes fastest on this CPU, and what it costs in accuracy (issue 18).
 
-    python bench/rollout_weights.py [--part micro|decode|quality|all] [--threads 1] [--reps 5]
+    python bench/rollout_weights.py [--part micro|decode|quality|all] [--threads 0] [--reps 5] [--new-tokens 256]
 
 Three parts, each short enough to time alone (wrap each in `flock /tmp/bench.lock`):
 
@@ -15,9 +15,11 @@ micro    one decode step's matmuls at batch 16: every linear layer of SmolLM2-13
            int8wo-fp32     the same with fp32 activations (the op's scales must match x's dtype)
            int8            rlvr Int8Linear: x quantised per row too, torch._int_mm (dynamic W8A8)
 decode   tokens/s of the built-in engine (rlvr.rollout.engine.generate) at batch 16 (2 demo prompts x
-         G=8) x 128 new tokens, no stop token (every row decodes all 128), temperature 1, for the policy
-         (fp32) and its rollout copies (rlvr.rollout.quant.rollout_copy), rounds interleaved; also the time
-         of one `refresh` (the per-step weight sync).
+         G=8) x --new-tokens (256), no stop token (every row decodes all of them), temperature 1, for the
+         policy (fp32) and its rollout copies (rlvr.rollout.quant.rollout_copy), rounds interleaved; also
+         the time of one `refresh` (the per-step weight sync). fp32-before is the baseline of issue 18's
+         target (2x): the same engine with the sampler it had before (sample_before: log_softmax, exp and
+         a prefix sum over the whole vocabulary per token).
 quality  against fp32 on 8 demo prompts: greedy completions of each format, 64 tokens with no stop token
          (the demo's answers alone are ~5 tokens; past <|im_end|> the model writes on); teacher-forced on
          fp32's completions, the max |logit difference|, top-1 agreement, and |log p| of fp32's tokens
@@ -26,11 +28,13 @@ quality  against fp32 on 8 demo prompts: greedy completions of each format, 64 t
          the activation quantisation. Same answers: greedy answers (to the stop token, as graded) of 48
          demo prompts identical to fp32's.
 
-Ratios are within one run (the machine is noisy); --threads defaults to 1 (see bench/rollout.py).
+Ratios are within one run (the machine is noisy); --threads defaults to 0, torch's default (one thread per
+core, as `rlvr train`); on a machine shared with other busy jobs pass --threads 1.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -89,7 +93,7 @@ def micro(model, reps: int) -> None:
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
-    base = statistics.median(times["fp32"])
+    base = statistics.median(times["fp32-before"])
     n = sum(w.numel() for w in weights) / 1e6
     print(f"\nmicro: one decode step's matmuls, {len(weights)} weight matrices ({n:.1f}M parameters), "
           f"x [{BATCH}, K]; median of {reps} rounds")
@@ -102,8 +106,30 @@ def micro(model, reps: int) -> None:
 # ---------------------------------------------------------------- decode: whole-model tokens/s
 
 
+def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
+    """The built-in engine's sampler before issue 18, for the baseline row (temperature > 0, no top-k or
+    top-p, as here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
+    cdf = logp_all.exp().cumsum(dim=-1)
+    tokens = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@contextlib.contextmanager
+def sampler(name: str):
+    """fp32-before: the engine with sample_before in place of rlvr.rollout.sampling.sample_next."""
+    if name != "fp32-before":
+        yield
+        return
+    current, engine.sample_next = engine.sample_next, sample_before
+    try:
+        yield
+    finally:
+        engine.sample_next = current
+
+
 def decode(model, prompts, reps: int, new_tokens: int) -> None:
-    copies = {"fp32": model}
+    copies = {"fp32-before": model, "fp32": model}
     build = {}
     for fmt in ("bf16", "int8"):
         t = time.perf_counter()
@@ -112,28 +138,30 @@ def decode(model, prompts, reps: int, new_tokens: int) -> None:
     g = BATCH // len(prompts)
     kw = dict(group_size=g, max_new_tokens=new_tokens, temperature=1.0, stop_ids=[], pad_id=0)
     seeds = list(range(len(prompts)))
-    for m in copies.values():  # warm-up
-        engine.generate(m, prompts, seeds=seeds, **{**kw, "max_new_tokens": 8})
+    for name, m in copies.items():  # warm-up
+        with sampler(name):
+            engine.generate(m, prompts, seeds=seeds, **{**kw, "max_new_tokens": 8})
     times = {name: [] for name in copies}
     for _ in range(reps):
         for name, m in copies.items():
-            t = time.perf_counter()
-            r = engine.generate(m, prompts, seeds=seeds, **kw)
-            times[name].append(time.perf_counter() - t)
+            with sampler(name):
+                t = time.perf_counter()
+                r = engine.generate(m, prompts, seeds=seeds, **kw)
+                times[name].append(time.perf_counter() - t)
             assert int(r.completion_mask.sum()) == BATCH * new_tokens
     print(f"\ndecode: built-in engine, {len(prompts)} prompts x G={g} = {BATCH} rows x {new_tokens} new tokens "
           f"(prompt {len(prompts[0])} tokens), temperature 1; median of {reps} rounds")
-    print(f"  {'format':<8}{'seconds':>9}{'tokens/s':>10}{'vs fp32':>9}{'copy s':>8}{'refresh s':>11}")
-    base = statistics.median(times["fp32"])
+    print(f"  {'format':<12}{'seconds':>9}{'tokens/s':>10}{'vs before':>10}{'copy s':>8}{'refresh s':>11}")
+    base = statistics.median(times["fp32-before"])
     for name, m in copies.items():
         t = statistics.median(times[name])
         sync = ""
-        if name != "fp32":
+        if name in build:
             t0 = time.perf_counter()
             refresh(m, model)
             sync = f"{time.perf_counter() - t0:>11.2f}"
         copy_s = f"{build[name]:>8.2f}" if name in build else f"{'':>8}"
-        print(f"  {name:<8}{t:>9.2f}{BATCH * new_tokens / t:>10.1f}{base / t:>8.2f}x{copy_s}{sync}")
+        print(f"  {name:<12}{t:>9.2f}{BATCH * new_tokens / t:>10.1f}{base / t:>9.2f}x{copy_s}{sync}")
 
 
 # ---------------------------------------------------------------- quality against fp32
@@ -198,10 +226,10 @@ def quality(model, prompts, answer_prompts, stop_ids: list[int], new_tokens: int
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=("micro", "decode", "quality", "all"), default="all")
-    p.add_argument("--threads", type=int, default=1, help="torch threads; 0 keeps torch's default")
+    p.add_argument("--threads", type=int, default=0, help="torch threads; 0 (default) keeps torch's, as rlvr train")
     p.add_argument("--reps", type=int, default=5, help="timed rounds (micro), after a warm-up")
     p.add_argument("--decode-reps", type=int, default=2, help="timed rounds (decode), after a warm-up")
-    p.add_argument("--new-tokens", type=int, default=128, help="tokens per row (decode)")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens per row (decode)")
     args = p.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
