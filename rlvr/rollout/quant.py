@@ -12,8 +12,9 @@ logits, sampling) stays in the policy's dtype:
           depends on that row alone, so batching does not change what a row samples.
 
 bench/rollout_weights.py on a 2-core AVX-512 (VNNI, bf16) CPU, SmolLM2-135M, batch 16: the decode step's
-matmuls take fp32 103 ms, bf16 60 ms (1.7x), int8 49 ms (2.1x); the whole built-in engine decodes 1.5x
-(bf16) and 2.0x (int8) the tokens/s of fp32. Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`)
+matmuls take fp32 103 ms, bf16 60 ms (1.7x), int8 49 ms (2.1x); the whole built-in engine, 256 new
+tokens at torch's default 2 threads, decodes 1.66x (bf16, 210 tokens/s) and 1.88x (int8, 238) the tokens/s
+of fp32 (127). Siblings that read the same input (q, k, v; gate, up: FUSE) run as one product (Part). Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`)
 is no faster than fp32 there with bf16 activations and 20x slower with fp32 ones, hence W8A8. The price
 is accuracy: against fp32, mean |log p difference| per token 0.008 (bf16) and 0.06 (int8; weight-only
 int8 would be 0.02, so most of it is the activation rounding), greedy answers identical 90% (bf16) and
