@@ -13,13 +13,14 @@ logits, sampling) stays in the policy's dtype:
 
 bench/rollout_weights.py on a 2-core AVX-512 (VNNI, bf16) CPU, SmolLM2-135M, batch 16: the decode step's
 matmuls take fp32 103 ms, bf16 60 ms (1.7x), int8 49 ms (2.1x); the whole built-in engine, 256 new
-tokens at torch's default 2 threads, decodes 1.66x (bf16, 210 tokens/s) and 1.88x (int8, 238) the tokens/s
-of fp32 (127). Siblings that read the same input (q, k, v; gate, up: FUSE) run as one product (Part). Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`)
-is no faster than fp32 there with bf16 activations and 20x slower with fp32 ones, hence W8A8. The price
-is accuracy: against fp32, mean |log p difference| per token 0.008 (bf16) and 0.06 (int8; weight-only
-int8 would be 0.02, so most of it is the activation rounding), greedy answers identical 90% (bf16) and
-69% (int8) of the time. The trainer corrects the sampler's bias with truncated importance sampling,
-on by default for these formats (rollout.tis_cap, rlvr.train.update.tis_cap_of).
+tokens at torch's default 2 threads, decodes 1.66x (bf16, 210 tokens/s) and 1.88x (int8, 238) the
+tokens/s of fp32 (127). Siblings that read the same input (q, k, v; gate, up: FUSE) run as one product
+(Part). Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`) is no faster than fp32 there with bf16
+activations and 20x slower with fp32 ones, hence W8A8. The price is accuracy: against fp32, mean |log p
+difference| per token 0.008 (bf16) and 0.06 (int8; weight-only int8 would be 0.02, so most of it is the
+activation rounding), greedy answers identical 90% (bf16) and 69% (int8) of the time. The trainer
+corrects the sampler's bias with truncated importance sampling, on by default for these formats
+(rollout.tis_cap, rlvr.train.update.tis_cap_of).
 
     copy = rollout_copy(policy, "int8")   # once
     refresh(copy, policy)                  # after every optimizer step: re-quantise in place
@@ -232,14 +233,16 @@ def rollout_copy(policy: nn.Module, fmt: str) -> nn.Module:
             memo[id(weight)] = nn.Parameter(weight.new_empty(0), requires_grad=False)
     model = copy.deepcopy(base, memo)
     weights = _weights(dict(policy_weight_items(policy)), names, _tied_name(base))
-    biases = {}
+    biases = {n: (m.base_layer if _is_lora(m) else m).bias for n in names for m in [base.get_submodule(n)]}
+    groups = _fusable(names, biases)
+    fused = {n for group in groups for n in group}
     for name in names:
-        module = base.get_submodule(name)
-        biases[name] = (module.base_layer if _is_lora(module) else module).bias
-        model.set_submodule(name, _MODULES[fmt](weights[name], biases[name]))
-    for group in _fusable(names, biases):
-        _fuse(model, group, _MODULES[fmt](torch.cat([weights[n] for n in group]),
-                                          None if biases[group[0]] is None else torch.cat([biases[n] for n in group])))
+        if name not in fused:
+            model.set_submodule(name, _MODULES[fmt](weights[name], biases[name]))
+    for group in groups:
+        bias = None if biases[group[0]] is None else torch.cat([biases[n] for n in group])
+        layer = _MODULES[fmt](torch.cat([weights[n] for n in group]), bias)
+        _fuse(model, group, [len(weights[n]) for n in group], layer)
     model.requires_grad_(False)
     return model.eval()
 
@@ -255,23 +258,24 @@ def _fusable(names: list[str], biases: dict) -> list[list[str]]:
     return groups
 
 
-def _fuse(model: nn.Module, group: list[str], layer: nn.Module) -> None:
-    """Replace the modules named `group` (siblings) by Parts of `layer`, registered on their parent."""
+def _fuse(model: nn.Module, group: list[str], rows: list[int], layer: nn.Module) -> None:
+    """Replace the modules named `group` (siblings, rows[i] output rows each) by Parts of `layer`, which is
+    registered on their parent."""
     parent = group[0].rpartition(".")[0]
     model.get_submodule(parent).register_module("fused_" + "_".join(n.rpartition(".")[2] for n in group), layer)
     shared, start = _Shared(layer), 0
-    for i, name in enumerate(group):
-        rows = len(model.get_submodule(name).weight)
-        model.set_submodule(name, Part(shared, start, start + rows, i == len(group) - 1))
-        start += rows
+    for i, (name, n) in enumerate(zip(group, rows)):
+        model.set_submodule(name, Part(shared, start, start + n, i == len(group) - 1))
+        start += n
 
 
 @torch.no_grad()
 def refresh(rollout_model: nn.Module, policy: nn.Module) -> None:
     """Bring a `rollout_copy` up to the policy's current weights, in place (same buffers): re-quantise
     every swapped linear layer (LoRA merged) and copy the other parameters (norms, embedding)."""
-    names = [n for n, m in rollout_model.named_modules()
-             if isinstance(m, (Part, *_MODULES.values())) and not n.rpartition(".")[2].startswith("fused_")]
+    modules = dict(rollout_model.named_modules())
+    behind_parts = {id(m.shared.layer) for m in modules.values() if isinstance(m, Part)}  # loaded through them
+    names = [n for n, m in modules.items() if isinstance(m, (Part, *_MODULES.values())) and id(m) not in behind_parts]
     items = dict(policy_weight_items(policy))
     weights = _weights(items, names, _tied_name(_plain(policy)))
     for name in names:
