@@ -237,10 +237,11 @@ def measure_train(args) -> list[dict]:
                 train(cfg)
             rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
         for r in rows[args.warmup:]:
-            records.append({"kind": "train", "overrides": args.train_overrides, "length": n, "step": r["step"], "rows": args.prompts * args.group_size,
-                            "threads": args.threads, "load": os.getloadavg()[0], "step_s": r["time/step_s"],
-                            "rollout_s": r["time/rollout_s"], "train_s": r["time/train_s"],
-                            "tokens": r["tokens/generated"], "truncated": r["completion/truncated_frac"]})
+            records.append({"kind": "train", "overrides": args.train_overrides, "length": n, "step": r["step"],
+                            "rows": args.prompts * args.group_size, "threads": args.threads,
+                            "load": os.getloadavg()[0], "step_s": r["time/step_s"], "rollout_s": r["time/rollout_s"],
+                            "train_s": r["time/train_s"], "tokens": r["tokens/generated"],
+                            "truncated": r["completion/truncated_frac"]})
         print(f"  train    L={n:<4} {len(rows) - args.warmup} timed step(s)", flush=True)
     return records
 
@@ -256,7 +257,8 @@ def print_train_runs(records: list[dict], overrides: str) -> None:
         by_len.setdefault(r["length"], []).append(r)
     r0 = records[0]
     print(f"\nGRPO step (rlvr.train.grpo.train), {r0['rows']} completions per step, real lengths (no knob forces "
-          f"them in training), {r0['threads'] or 'default'} thread(s), overrides: {overrides or 'none'}; medians over n timed steps; ms/token = "
+          f"them in training), {r0['threads'] or 'default'} thread(s), overrides: {overrides or 'none'}; medians over "
+          "n timed steps; ms/token = "
           "seconds per generated token (step, rollout, update); 1st = step 1 of a run only:")
     print(f"  {'max':>4}{'n':>3}{'step s':>8}{'rollout s':>10}{'update s':>9}{'rollout':>8}{'tok/row':>8}{'trunc':>6}"
           f"{'ms/token':>9}{'rollout':>8}{'update':>7}{'x first':>8}{'1st':>6}")

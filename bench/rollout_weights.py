@@ -39,6 +39,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -115,17 +116,11 @@ def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-@contextlib.contextmanager
 def sampler(name: str):
     """fp32-before: the engine with sample_before in place of rlvr.rollout.sampling.sample_next."""
     if name != "fp32-before":
-        yield
-        return
-    current, engine.sample_next = engine.sample_next, sample_before
-    try:
-        yield
-    finally:
-        engine.sample_next = current
+        return contextlib.nullcontext()
+    return mock.patch.object(engine, "sample_next", sample_before)
 
 
 def decode(model, prompts, reps: int, new_tokens: int) -> None:

@@ -174,8 +174,8 @@ def trl_child(args, precision: str, task_file: Path) -> dict:
             max_steps=args.warmup + args.steps, logging_steps=1, save_strategy="no", report_to="none",
             use_cpu=True, seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, **TRL_PRECISION[precision])
         timer = StepTimer()
-        trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config, train_dataset=trl_dataset(task_file),
-                              processing_class=tok, callbacks=[timer])
+        trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config,
+                              train_dataset=trl_dataset(task_file), processing_class=tok, callbacks=[timer])
         trainer.train()
     w = args.warmup
     vm_hwm_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
