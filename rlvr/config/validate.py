@@ -23,6 +23,9 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
         _one_of(r.weights, "rollout.weights", ("fp32", "bf16", "int8")),
         (r.weights == "fp32" or r.engine != "vllm",
          f"rollout.weights={r.weights} is for the builtin and hf engines; vLLM samples in model.dtype"),
+        (not r.compile or (r.engine == "builtin" and r.weights != "fp32"),
+         "rollout.compile compiles the builtin engine's bf16/int8 rollout copy: set rollout.engine=builtin and "
+         "rollout.weights=bf16 or int8, or rollout.compile=false"),
         (r.tis_cap is None or r.tis_cap >= 0, "rollout.tis_cap must be >= 0 (0 disables) or null"),
         (r.tis_cap is None or v.tis_cap == 0 or r.tis_cap == v.tis_cap,
          f"rollout.tis_cap={r.tis_cap} and rollout.vllm.tis_cap={v.tis_cap} disagree; set rollout.tis_cap only"),

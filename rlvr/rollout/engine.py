@@ -152,7 +152,10 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
     tokens_out = torch.full((n, width), pad_id, dtype=torch.long)
     logp_out = torch.zeros((n, width))
     active = torch.arange(n)  # rows of the batch that are still generating
+    from rlvr.rollout import lean  # imports quant, which imports this module
+
     stop = torch.tensor(stop_ids, dtype=torch.long)
+    fast = lean.supports(model)  # Llama-family models: the lean step (rlvr/rollout/lean.py), else their forward
     for t in range(width):
         tok, logp = sample_next(logits, temperature, top_p, top_k, None if u is None else u[active, t])  # [A]
         tokens_out[active, t] = tok
@@ -171,9 +174,12 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
             cache.batch_select_indices(keep)
             active, tok, mask, next_pos = active[keep], tok[keep], mask[keep], next_pos[keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # [A, L + t + 1]
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True)
-        cache = out.cache
-        logits = out.logits[:, -1]
+        if fast:
+            logits = lean.step(model, tok, next_pos[:, 0], cache, mask)
+        else:
+            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache,
+                        use_cache=True)
+            cache, logits = out.cache, out.logits[:, -1]
         next_pos = next_pos + 1
     return tokens_out, logp_out
 

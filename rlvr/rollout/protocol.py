@@ -15,6 +15,7 @@ run `generate` on each row's history (RecomputeSession).
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -22,6 +23,8 @@ import torch
 
 from rlvr.rollout.engine import Rollout
 from rlvr.rollout.session import BuiltinSession, RecomputeSession, Turn
+
+log = logging.getLogger(__name__)
 
 
 class Session(Protocol):
@@ -73,14 +76,19 @@ class PolicyEngine:
 class QuantizedEngine(PolicyEngine):
     """A local engine (builtin, hf) sampling with a rollout copy of the policy in a smaller weight format
     (rollout.weights bf16 or int8, rlvr/rollout/quant.py); sessions sample from the copy too.
-    sync_weights re-quantises the copy from the policy in place."""
+    sync_weights re-quantises the copy from the policy in place. compile: decode through compiled layers
+    (rollout.compile, rlvr.rollout.lean.compile_decode)."""
 
     def __init__(self, policy: torch.nn.Module, weights: str, generate: Callable[..., Rollout],
-                 keeps_cache: bool = False):
+                 keeps_cache: bool = False, compile: bool = False):
+        from rlvr.rollout.lean import compile_decode
         from rlvr.rollout.quant import rollout_copy
 
         super().__init__(rollout_copy(policy, weights), generate, keeps_cache)
         self.weights = weights
+        if compile and not compile_decode(self.policy):
+            log.warning("rollout.compile: this model's decode step has no compiled form (rlvr/rollout/lean.py: a "
+                        "Llama, Mistral or Qwen2 model with a SiLU MLP); decoding uncompiled")
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         from rlvr.rollout.quant import refresh
@@ -106,7 +114,7 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> RolloutEngine:
         return builtin_engine(policy)
     from rlvr.rollout.engine import generate
 
-    return QuantizedEngine(policy, r.weights, generate, keeps_cache=True)
+    return QuantizedEngine(policy, r.weights, generate, keeps_cache=True, compile=r.compile)
 
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:

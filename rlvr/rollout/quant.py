@@ -163,7 +163,7 @@ class Part(nn.Module):
         return y
 
 
-def _plain(policy: nn.Module) -> nn.Module:
+def causal_lm(policy: nn.Module) -> nn.Module:
     """The transformers model inside DDP / FSDP1 and PEFT wrappers (LoRA layers still in it)."""
     while hasattr(policy, "module"):
         policy = policy.module
@@ -222,7 +222,7 @@ def rollout_copy(policy: nn.Module, fmt: str) -> nn.Module:
     its linear layers in format `fmt` (bf16 or int8, module docstring), LoRA merged; eval mode, no
     gradients. The big linear weights are never copied in fp32 (peak memory: the copy itself)."""
     _check(policy, fmt)
-    base = _plain(policy)
+    base = causal_lm(policy)
     names = _linear_names(base)
     embedding_ids = {id(p) for m in base.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
     memo = {}
@@ -277,7 +277,7 @@ def refresh(rollout_model: nn.Module, policy: nn.Module) -> None:
     behind_parts = {id(m.shared.layer) for m in modules.values() if isinstance(m, Part)}  # loaded through them
     names = [n for n, m in modules.items() if isinstance(m, (Part, *_MODULES.values())) and id(m) not in behind_parts]
     items = dict(policy_weight_items(policy))
-    weights = _weights(items, names, _tied_name(_plain(policy)))
+    weights = _weights(items, names, _tied_name(causal_lm(policy)))
     for name in names:
         rollout_model.get_submodule(name).load(weights[name], items.get(f"{name}.bias"))
     for name, p in rollout_model.named_parameters():
