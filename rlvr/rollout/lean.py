@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, causal_lm, quantize_rows
+from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, causal_lm, int8_linear
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,17 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.addcmul(x * cos, torch.cat((-x[..., half:], x[..., :half]), -1), sin)
 
 
+def _attend(kv, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+            scaling: float) -> torch.Tensor:
+    """Append k, v [A, HK, 1, D] to the layer's cache kv, then attend with q [A, H, D] over it (mask bias
+    [A, 1, 1, L]): each key head with its group of H / HK query heads, none repeated. Returns [A, H * D]."""
+    keys, values = kv.update(k, v)  # [A, HK, L, D] each, the new token last
+    a, d = q.shape[0], q.shape[-1]
+    o = F.scaled_dot_product_attention(q.reshape(a, keys.shape[1], -1, d), keys, values, attn_mask=bias,
+                                       scale=scaling)  # [A, HK, H / HK, D]
+    return o.reshape(a, -1)
+
+
 def _layer(layer: nn.Module, kv, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
            bias: torch.Tensor) -> torch.Tensor:
     """One decoder layer for one new token per row: x [A, E] -> [A, E]; kv: the layer's cache (appended to)."""
@@ -75,10 +86,7 @@ def _layer(layer: nn.Module, kv, x: torch.Tensor, cos: torch.Tensor, sin: torch.
     q, k, v = _products(_rms_norm(layer.input_layernorm, x), attn.q_proj, attn.k_proj, attn.v_proj)
     q = _rotate(q.reshape(a, -1, d), cos, sin)  # [A, H, D]
     k = _rotate(k.reshape(a, -1, d), cos, sin)  # [A, HK, D]
-    keys, values = kv.update(k[:, :, None], v.reshape(a, -1, 1, d))  # [A, HK, L, D] each, the new token last
-    o = F.scaled_dot_product_attention(q.view(a, keys.shape[1], -1, d), keys, values, attn_mask=bias,
-                                       scale=attn.scaling)  # [A, HK, H / HK, D]: each key head with its group
-    x = x + attn.o_proj(o.view(a, -1))  # [A, H * D] -> [A, E]
+    x = x + attn.o_proj(_attend(kv, q, k[:, :, None], v.reshape(a, -1, 1, d), bias, attn.scaling))  # [A, E]
     gate, up = _products(_rms_norm(layer.post_attention_layernorm, x), mlp.gate_proj, mlp.up_proj)
     return x + mlp.down_proj(mlp.act_fn(gate) * up)
 
@@ -88,9 +96,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
     """What Int8Linear (scale given) or Bf16Linear computes, as a function of its tensors: x [A, K] -> [A, N]."""
     if scale is None:
         return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
-    q, sx = quantize_rows(x)  # [A, K] int8, [A]
-    y = (torch._int_mm(q, weight.t()) * sx[:, None]).mul_(scale)
-    return y if bias is None else y + bias
+    return int8_linear(x, weight, scale, bias)
 
 
 def _attention_inputs(x, norm, eps: float, w, s, b, cos, sin, heads: int, kv_heads: int):
@@ -140,11 +146,7 @@ class CompiledLayers:
         """As `_layer`, through the compiled halves."""
         first, rest = self.args[id(layer)]
         q, k, v = self.inputs(x, *first, cos, sin, self.heads, self.kv_heads)
-        keys, values = kv.update(k, v)  # [A, HK, L, D]
-        a, d = q.shape[0], q.shape[-1]
-        o = F.scaled_dot_product_attention(q.reshape(a, self.kv_heads, -1, d), keys, values, attn_mask=bias,
-                                           scale=layer.self_attn.scaling)
-        return self.rest(x, o.reshape(a, -1), *rest)
+        return self.rest(x, _attend(kv, q, k, v, bias, layer.self_attn.scaling), *rest)
 
 
 def compilable(model: nn.Module) -> bool:

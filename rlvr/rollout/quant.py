@@ -88,12 +88,15 @@ class Int8Linear(nn.Module):
         return self.weight.float() * self.scale[:, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])  # [M, K]
-        q, sx = quantize_rows(rows)  # [M, K] int8, [M]
-        y = (torch._int_mm(q, self.weight.t()) * sx[:, None]).mul_(self.scale)  # int32 [M, N] -> fp32
-        if self.bias is not None:
-            y = y + self.bias
+        y = int8_linear(x.reshape(-1, x.shape[-1]), self.weight, self.scale, self.bias)  # [M, N] fp32
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+
+def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Int8Linear's product as a function of its buffers: x [M, K] -> fp32 [M, N]."""
+    q, sx = quantize_rows(x)  # [M, K] int8, [M]
+    y = (torch._int_mm(q, weight.t()) * sx[:, None]).mul_(scale)  # int32 [M, N] -> fp32
+    return y if bias is None else y + bias
 
 
 class Bf16Linear(nn.Module):
