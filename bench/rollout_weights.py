@@ -18,10 +18,9 @@ decode   tokens/s of the built-in engine (rlvr.rollout.engine.generate) at batch
          G=8) x --new-tokens (256), no stop token (every row decodes all of them), temperature 1, for the
          policy (fp32) and its rollout copies (rlvr.rollout.quant.rollout_copy), rounds interleaved; also
          the time of one `refresh` (the per-step weight sync). fp32-before is the baseline of issue 18's
-         target (2x): the engine as it was, with the sampler it had (sample_before: log_softmax, exp and
-         a prefix sum over the whole vocabulary per token) and the transformers forward at every token
-         (now rlvr.rollout.lean.step); int8-hf is the int8 copy through the transformers forward,
-         int8-compiled the int8 copy through compiled layers (rollout.compile, lean.compile_decode).
+         target (2x): the same engine with the sampler it had before (sample_before: log_softmax, exp and
+         a prefix sum over the whole vocabulary per token). int8-compiled: the int8 copy decoding through
+         compiled layers (rollout.compile, rlvr.rollout.lean.compile_decode); its first call compiles.
 quality  against fp32 on 8 demo prompts: greedy completions of each format, 64 tokens with no stop token
          (the demo's answers alone are ~5 tokens; past <|im_end|> the model writes on); teacher-forced on
          fp32's completions, the max |logit difference|, top-1 agreement, and |log p| of fp32's tokens
@@ -119,15 +118,10 @@ def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
 
 
 def sampler(name: str):
-    """fp32-before: the engine as it was before issue 18, with sample_before in place of
-    rlvr.rollout.sampling.sample_next and the transformers forward at every token; int8-hf: the int8 copy
-    through the transformers forward instead of rlvr.rollout.lean.step (that step's own gain)."""
-    stack = contextlib.ExitStack()
-    if name == "fp32-before":
-        stack.enter_context(mock.patch.object(engine, "sample_next", sample_before))
-    if name in ("fp32-before", "int8-hf"):
-        stack.enter_context(mock.patch.object(lean, "supports", lambda model: False))
-    return stack
+    """fp32-before: the engine with sample_before in place of rlvr.rollout.sampling.sample_next."""
+    if name != "fp32-before":
+        return contextlib.nullcontext()
+    return mock.patch.object(engine, "sample_next", sample_before)
 
 
 def decode(model, prompts, reps: int, new_tokens: int) -> None:
@@ -137,7 +131,6 @@ def decode(model, prompts, reps: int, new_tokens: int) -> None:
         t = time.perf_counter()
         copies[fmt] = rollout_copy(model, fmt)
         build[fmt] = time.perf_counter() - t
-    copies["int8-hf"] = copies["int8"]
     copies["int8-compiled"] = rollout_copy(model, "int8")
     assert lean.compile_decode(copies["int8-compiled"])
     g = BATCH // len(prompts)

@@ -155,7 +155,7 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
     from rlvr.rollout import lean  # imports quant, which imports this module
 
     stop = torch.tensor(stop_ids, dtype=torch.long)
-    fast = lean.supports(model)  # Llama-family models: the lean step (rlvr/rollout/lean.py), else their forward
+    fast = lean.is_compiled(model)  # a rollout copy with rollout.compile: its compiled layers (rlvr/rollout/lean.py)
     for t in range(width):
         tok, logp = sample_next(logits, temperature, top_p, top_k, None if u is None else u[active, t])  # [A]
         tokens_out[active, t] = tok

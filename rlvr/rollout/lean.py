@@ -1,22 +1,21 @@
-"""A lean decode step for Llama-family models (issue 18): the built-in engine's per-token forward.
+"""A lean decode step for Llama-family models, compiled for rollout copies (issue 18, rollout.compile).
 
 A decode step feeds one token per row, and at batch 16 on a CPU each tensor op is small: the transformers
-forward spends as long launching its ~80 ops per layer (norms in 7 ops, rotate-half, mask building, cache
-bookkeeping) as the int8 matrix products take. `step` runs the same model through the same modules
-(its linear layers, LoRA or rollout-copy ones included) with fewer ops: one fused RMSNorm, the rotary
-embedding on 2-D views, one additive mask built per step and shared by every layer, attention over the
-key/value heads without repeating them (each key head serves its group of query heads as one product),
-and siblings fused by the rollout copy (q/k/v, gate/up: rlvr.rollout.quant.Part) run as one product.
+forward of the int8 copy runs about 80 ops per layer (2,400 per token), and outside the integer products
+and attention they take about as long as the products themselves. Eager, fewer ops alone did not help:
+`step` below (one fused RMSNorm, RoPE on 2-D views, one additive mask per step for every layer, attention
+per key head with its group of query heads, fused siblings as one product) decodes as fast as the
+transformers forward, within noise. Compiled, it does: `compile_decode(copy)` runs each layer of a
+rollout copy (rlvr.rollout.quant, bf16 or int8) as two torch.compile'd functions of plain tensors, the
+norm, the activation quantisation, the rescaling, RoPE, SiLU and the residuals fused into a few C++ loops
+around the integer (or bf16) products, with attention and the cache update between them left eager.
+bench/rollout_weights.py, 16 rows x 256 tokens on 2 cores: 1.22-1.31x the tokens/s of the same copy
+uncompiled. One compilation serves every layer (the weights are arguments, never constants) and every
+batch size (dynamic shapes); it takes 6-30 s at the first decode step (cached on disk) and needs a C++
+compiler; if it fails, decoding goes on through `step` uncompiled, and then the transformers forward.
 
-Same arithmetic as the transformers forward up to float rounding (tests/rollout/test_lean.py). Models
-it does not cover (`supports` is False) decode through the transformers forward as before.
-
-`compile_decode(copy)` (rollout.compile) goes further for a rollout copy (rlvr.rollout.quant, bf16 or
-int8): each layer runs as two torch.compile'd functions of plain tensors, the norm, the activation
-quantisation, the rescaling, RoPE, SiLU and the residuals fused into a few C++ loops around the integer
-(or bf16) products, with attention and the cache update between them left eager. One compilation serves
-every layer (the weights are arguments, never constants) and every batch size (dynamic shapes); it takes
-10-30 s at the first decode step and needs a C++ compiler; if it fails, decoding goes on uncompiled.
+`step` matches the transformers forward up to float rounding (tests/rollout/test_lean.py); the engine
+uses it only for a compiled copy (`is_compiled`).
 """
 from __future__ import annotations
 
@@ -172,6 +171,11 @@ def compile_decode(model: nn.Module) -> bool:
         return False
     causal_lm(model).rlvr_compiled = CompiledLayers(causal_lm(model))
     return True
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """True when `model` decodes through compiled layers (compile_decode, not since fallen back)."""
+    return getattr(causal_lm(model), "rlvr_compiled", None) is not None
 
 
 def _run_layers(lm: nn.Module, cache, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

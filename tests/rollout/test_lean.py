@@ -1,5 +1,5 @@
 """The lean decode step (rlvr/rollout/lean.py): the same logits as the transformers forward, for the
-policy and its rollout copies, through the engine, and compiled (rollout.compile)."""
+policy and its rollout copies, compiled (rollout.compile), and through the engine."""
 import copy
 import logging
 
@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, MistralConfig
 
 from rlvr.config import build_config
 from rlvr.config.sections import ConfigError
-from rlvr.rollout import engine, lean
+from rlvr.rollout import lean
 from rlvr.rollout.engine import generate, prefill
 from rlvr.rollout.kvcache import preallocate
 from rlvr.rollout.quant import rollout_copy
@@ -55,16 +55,6 @@ def test_supports_only_full_attention_llama_family(tiny):
                  num_key_value_heads=1, vocab_size=50)
     assert lean.supports(AutoModelForCausalLM.from_config(MistralConfig(sliding_window=None, **small)))
     assert not lean.supports(AutoModelForCausalLM.from_config(MistralConfig(sliding_window=8, **small)))
-
-
-def test_engine_samples_the_same_with_and_without_the_lean_step(tiny, monkeypatch):
-    model, _ = tiny
-    kw = dict(group_size=4, max_new_tokens=10, temperature=1.0, stop_ids=[3], pad_id=0, seeds=[1, 2])
-    fast = generate(model, PROMPTS, **kw)
-    monkeypatch.setattr(lean, "supports", lambda m: False)
-    slow = generate(model, PROMPTS, **kw)
-    assert torch.equal(fast.completion_ids, slow.completion_ids)
-    assert torch.allclose(fast.sampler_logp, slow.sampler_logp, atol=1e-5, rtol=0)
 
 
 def test_only_rollout_copies_compile(tiny):
@@ -114,11 +104,18 @@ def test_rollout_compile_needs_a_builtin_rollout_copy():
     assert cfg.rollout.compile
 
 
-def test_decode_uses_the_lean_step_for_llama(tiny, monkeypatch):
+def test_the_engine_decodes_a_compiled_copy_through_the_lean_step(tiny, monkeypatch):
     model, _ = tiny
     calls = []
     real = lean.step
     monkeypatch.setattr(lean, "step", lambda *a: calls.append(1) or real(*a))
-    generate(model, PROMPTS, group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[], pad_id=0, seeds=[1, 2])
+    kw = dict(group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[], pad_id=0, seeds=[1, 2])
+    c = rollout_copy(model, "int8")
+    eager = generate(c, PROMPTS, **kw)
+    assert not calls  # uncompiled: the transformers forward
+    lean.compile_decode(c)
+    c.rlvr_compiled.inputs, c.rlvr_compiled.rest = lean._attention_inputs, lean._output_and_mlp  # not compiled
+    got = generate(c, PROMPTS, **kw)
     assert len(calls) == 3  # every token after the first (which comes from the prefill's logits)
-    assert engine.decode  # the loop that calls it
+    assert torch.equal(got.completion_ids, eager.completion_ids)
+    assert torch.allclose(got.sampler_logp, eager.sampler_logp, atol=1e-5, rtol=0)
