@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, causal_lm, int8_linear
+from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, bf16_linear, causal_lm, int8_linear
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,7 @@ def _layer(layer: nn.Module, kv, x: torch.Tensor, cos: torch.Tensor, sin: torch.
 def _linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
             bias: torch.Tensor | None) -> torch.Tensor:
     """What Int8Linear (scale given) or Bf16Linear computes, as a function of its tensors: x [A, K] -> [A, N]."""
-    if scale is None:
-        return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
-    return int8_linear(x, weight, scale, bias)
+    return bf16_linear(x, weight, bias) if scale is None else int8_linear(x, weight, scale, bias)
 
 
 def _attention_inputs(x, norm, eps: float, w, s, b, cos, sin, heads: int, kv_heads: int):

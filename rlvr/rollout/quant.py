@@ -119,7 +119,12 @@ class Bf16Linear(nn.Module):
         return self.weight.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.to(torch.bfloat16), self.weight, self.bias).to(x.dtype)
+        return bf16_linear(x, self.weight, self.bias)
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Bf16Linear's product as a function of its buffers: x [..., K] -> [..., N] in x's dtype."""
+    return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
 
 _MODULES = {"bf16": Bf16Linear, "int8": Int8Linear}
