@@ -75,7 +75,7 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
-    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+    ids, mask = left_pad(prompts, pad_id, completion_ids.device)  # [P, Tp]
     present = completion_mask if env_mask is None else completion_mask + env_mask  # [B, Tc] attended tokens
     plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)
     if checkpointing_active(model):
@@ -85,11 +85,11 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
     hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
     logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy)
-    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype).masked_scatter(real, logp)  # [B, Tc]
+    logp = logp.new_zeros(completion_ids.shape).masked_scatter(real, logp)  # [B, Tc]
     if not (with_hidden or with_entropy):
         return logp
     if ent is not None:
-        ent = torch.zeros(completion_ids.shape, dtype=ent.dtype).masked_scatter(real, ent)
+        ent = ent.new_zeros(completion_ids.shape).masked_scatter(real, ent)
     return ForwardOut(logp, hidden if with_hidden else None, ent)
 
 

@@ -46,10 +46,11 @@ class UpdateSettings:
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
 
     @staticmethod
-    def of(cfg: Config, pad_id: int) -> UpdateSettings:
+    def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
+        """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
+        (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, cfg.train.mixed_precision, tis_cap_of(r),
-                              r.max_new_tokens)
+        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens)
 
     @property
     def loss_beta(self) -> float:
@@ -104,7 +105,7 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
 
 def _widths(present: torch.Tensor) -> torch.Tensor:
     """[B] each row's width: the index after its last real token."""
-    positions = torch.arange(1, present.shape[1] + 1)  # [Tc]
+    positions = torch.arange(1, present.shape[1] + 1, device=present.device)  # [Tc]
     return (present.bool() * positions).amax(-1) if present.shape[1] else present.new_zeros(present.shape[0]).long()
 
 
