@@ -131,7 +131,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
                                   s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
-                                  env_mask=_cut(batch.env_mask, sl, w))
+                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=a.entropy_coef != 0)
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
