@@ -162,13 +162,17 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
     tokens [A, T] (pad_id after a row's end) and their sampler log-probs [A, T], on the model's device.
     Tensors live where the logits are; the host reads one number per token (how many rows finished),
     which dropping finished rows needs."""
+    from rlvr.rollout import graphed, lean  # they import quant, which imports this module
+
+    if park is None and graphed.enabled(model):  # static buffers, a CUDA graph on a GPU (rollout.cuda_graph)
+        return graphed.decode(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k, stop_ids,
+                              pad_id)
     device = logits.device
     n, width = logits.shape[0], int(caps.max()) if len(caps) else 0
     tokens_out = torch.full((n, width), pad_id, dtype=torch.long, device=device)
     logp_out = torch.zeros((n, width), device=device)
     active = torch.arange(n, device=device)  # rows of the batch that are still generating
     caps = caps.to(device)
-    from rlvr.rollout import lean  # imports quant, which imports this module
 
     stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     fast = lean.is_compiled(model)  # a rollout copy with rollout.compile: its compiled layers (rlvr/rollout/lean.py)

@@ -298,6 +298,10 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         raise RlvrError("rollout.vllm.server_url: server mode (vLLM in a separate server) is not implemented; "
                         "leave it empty to run vLLM in the training process")
     check_vllm_usable()
+    device = next(policy.parameters()).device
+    if device.type != "cuda":
+        raise RlvrError(f"rollout.engine=vllm samples on the GPU while the trainer is on {device}: every weight "
+                        "would cross from host to device at every step; set train.device=cuda (or auto)")
     if torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_world_size() > 1:
         raise RlvrError("rollout.engine=vllm runs in a single process for now; launch without torchrun")
