@@ -7,7 +7,8 @@ import torch
 from rlvr.config import ConfigError, RolloutConfig, build_config
 from rlvr.device import check_device_spec, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.rollout.engine import Rollout, generate
+from rlvr.rollout.engine import Rollout
+from rlvr.rollout.session import generate
 from rlvr.rollout.protocol import check_device
 from rlvr.train.logprobs import completion_logprobs
 

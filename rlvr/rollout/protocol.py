@@ -129,7 +129,7 @@ def _local_engine(r, policy: torch.nn.Module) -> PolicyEngine:
         return PolicyEngine(policy, hf_generate)
     if r.weights == "fp32":
         return builtin_engine(policy)
-    from rlvr.rollout.engine import generate
+    from rlvr.rollout.session import generate
 
     return QuantizedEngine(policy, r.weights, generate, keeps_cache=True, compile=r.compile)
 
@@ -148,6 +148,6 @@ def check_device(r, device: torch.device) -> None:
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
     """The built-in engine on `policy` (evaluation samples with it whatever rollout.engine is)."""
-    from rlvr.rollout.engine import generate
+    from rlvr.rollout.session import generate
 
     return PolicyEngine(policy, generate, keeps_cache=True)

@@ -7,9 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, MistralConfig
 
 from rlvr.rollout import graphed
-from rlvr.rollout.engine import generate
 from rlvr.rollout.quant import rollout_copy
-from rlvr.rollout.session import BuiltinSession
+from rlvr.rollout.session import BuiltinSession, generate
 
 PROMPTS = [[5, 6, 7, 8, 9], [5, 6, 7, 20, 21, 22, 23, 24], [30, 31]]  # left padding of 3 and 6
 STOPS = [3, 40, 41, 42, 43, 44, 45]  # many stop tokens: rows end at different steps
