@@ -118,18 +118,22 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
     a, r = run.cfg.algo, c.rollout
     mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
-    ref_logp = values = None
+    logp = ref_logp = values = None
     with torch.no_grad():
         if a.kl_in == "reward" and run.ref is not None:
             ref_logp = reference_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
                                           r.group_size, run.pad_id, run.cfg.rollout.temperature, r.env_mask)
-        if run.critic is not None:
+        if ref_logp is not None or run.critic is not None:
+            # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
+            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty (issue 28)
             out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
                                       r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
                                       env_mask=r.env_mask)
-            values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
+            logp = out.logp  # [B, T]
+            if run.critic is not None:
+                values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
     adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, mask,
-                                               r.sampler_logp, ref_logp, values)  # whitened over trained tokens
+                                               logp, ref_logp, values)  # whitened over trained tokens
     batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
                   sampler_logp=r.sampler_logp, env_mask=r.env_mask)
     return batch, metrics
