@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from rlvr.algo import drop_nonfinite
 from rlvr.config import Config, to_dict
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
@@ -118,6 +119,9 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
     a, r = run.cfg.algo, c.rollout
     mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
+    sampler_logp, env_mask, dropped = r.sampler_logp, r.env_mask, None
+    if sampler_logp is not None:  # a -inf sampler log-prob would make an inf importance ratio: not trained on
+        mask, env_mask, sampler_logp, dropped = drop_nonfinite(sampler_logp, mask, env_mask)
     logp = ref_logp = values = None
     with torch.no_grad():
         if a.kl_in == "reward" and run.ref is not None:
@@ -134,8 +138,10 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
                 values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
     adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, mask,
                                                logp, ref_logp, values)  # whitened over trained tokens
+    if dropped is not None:
+        metrics["rollout/nonfinite_logp_tokens"] = int(dropped)
     batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
-                  sampler_logp=r.sampler_logp, env_mask=r.env_mask)
+                  sampler_logp=sampler_logp, env_mask=env_mask)
     return batch, metrics
 
 
