@@ -1,3 +1,5 @@
+import pytest
+
 from rlvr.cli import main
 from rlvr.rewards import build_rewards
 from rlvr.rewards.audit import MATH_ATTACKS, audit, leak_findings
@@ -46,6 +48,7 @@ def code_splits(hidden: bool):
     return Splits(train=[p], heldout=[], ood=[])
 
 
+@pytest.mark.sandbox  # the audit scores a reward that cannot run as 0, so this fails by assertion
 def test_code_battery_and_hidden_cases():
     from rlvr.rewards.audit import CODE_ATTACKS
 
