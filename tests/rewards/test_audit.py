@@ -49,6 +49,7 @@ def code_splits(hidden: bool):
 
 
 @pytest.mark.sandbox  # the audit scores a reward that cannot run as 0, so this fails by assertion
+@pytest.mark.slow
 def test_code_battery_and_hidden_cases():
     from rlvr.rewards.audit import CODE_ATTACKS
 
@@ -61,6 +62,7 @@ def test_code_battery_and_hidden_cases():
     assert report.weak["code_tests"] == ["special-case the visible tests"]
 
 
+@pytest.mark.slow
 def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_new_attacks():
     import json
     from rlvr.rewards.audit import code_findings

@@ -101,6 +101,7 @@ def hand_made(problems):
     return lambda task: Splits(train=problems, heldout=SOLVED[4:], ood=SOLVED[5:], few_shot=[])
 
 
+@pytest.mark.slow
 def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))  # the data source only
     out = tmp_path / "sft"
