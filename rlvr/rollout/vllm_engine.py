@@ -4,7 +4,7 @@ vLLM samples; the trainer's weights are copied into it after every update (`sync
 the trainer updates, vLLM sleeps (level 1: weights offloaded to CPU, KV cache freed). Everything
 that does not need vLLM or a GPU is a pure function here and is tested on CPU:
 `outputs_to_rollout`, `vllm_weight_items`. Truncated importance sampling against vLLM's log-probs
-(rollout.vllm.tis_cap) is `rlvr.algo.tis_weights`.
+(rollout.tis_cap) is `rlvr.algo.tis_weights`.
 
 vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
 - `logprobs_mode="processed_logprobs"`: the returned log-probs are of the distribution actually
@@ -287,17 +287,10 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
 
 def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
     """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
-    front when vllm or a GPU is missing, or for settings not supported yet."""
+    front when vllm or a GPU is missing. The settings were checked where every setting is: their values
+    in rlvr/config/validate.py, what torchrun supports in rlvr.train.setup.check_distributed."""
     v = cfg.rollout.vllm
-    if v.server_url:
-        raise RlvrError("rollout.vllm.server_url: server mode (vLLM in a separate server) is not implemented; "
-                        "leave it empty to run vLLM in the training process")
     check_vllm_usable()
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        raise RlvrError("rollout.engine=vllm runs in a single process for now; launch without torchrun")
-    if not 0 < v.gpu_memory_utilization < 1:
-        raise RlvrError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {v.gpu_memory_utilization}")
     engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=cfg.model.dtype,
                         gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.train.seed)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
