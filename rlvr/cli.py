@@ -89,13 +89,11 @@ def audit_parser() -> argparse.ArgumentParser:
 def cmd_audit(argv: list[str]) -> int:
     args, overrides = parse(audit_parser(), argv)
     cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
-    from rlvr.rewards import build_rewards
+    from rlvr.rewards import rewards_of
     from rlvr.rewards.audit import audit, format_report
     from rlvr.tasks import build_splits
 
-    rewards = build_rewards(cfg.rewards.weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                            cfg.rewards.overlong_penalty)
-    report = audit(build_splits(cfg.task), rewards, args.n)
+    report = audit(build_splits(cfg.task), rewards_of(cfg), args.n)  # the rewards training optimises
     print(format_report(report))
     return 1 if report.weak else 0
 

@@ -13,8 +13,7 @@ from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
 from rlvr.report.sinks import atomic_write_text
-from rlvr.rewards import build_rewards
-from rlvr.rewards.base import RewardFunction
+from rlvr.rewards import rewards_of
 from rlvr.rollout.protocol import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
@@ -34,14 +33,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def reward_functions(cfg: Config) -> list[RewardFunction]:
-    weights = dict(cfg.rewards.weights)
-    if cfg.algo.soft_overlong and "length" not in weights:
-        weights["length"] = 1.0
-    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                         cfg.rewards.overlong_penalty)
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:
@@ -105,6 +96,6 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
-    return Run(cfg, out, policy, tok, splits, env, reward_functions(cfg), ref, critic, optimizer, scheduler,
+    return Run(cfg, out, policy, tok, splits, env, rewards_of(cfg), ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out),
                stop_token_ids(policy, tok), tok.pad_token_id, d)

@@ -77,3 +77,16 @@ def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_ne
     assert report.table["always-equal object"]["code_tests"] == 0.0
     assert report.table["harness tampering"]["code_tests"] == 0.0
     assert "code_tests" not in report.weak
+
+
+def test_audit_attacks_the_rewards_training_optimises(capsys):
+    """DAPO's soft overlong length reward is part of what training optimises (algo.soft_overlong), so the
+    audit must score it too (issue 28)."""
+    from rlvr.config import build_config
+    from rlvr.rewards import rewards_of
+
+    argv = ["--model.name=tiny-random", "--algo.preset=dapo", "--task.heldout_size=4"]
+    assert [rf.name for rf in rewards_of(build_config(None, argv))] == ["correctness", "format", "length"]
+    assert main(["audit", "--n=2", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "ok: reward 'length' gave every attack 0 or less" in out
