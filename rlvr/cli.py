@@ -206,7 +206,7 @@ def cmd_eval(argv: list[str]) -> int:
 
 SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
 SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.warmup_steps", "algo.max_grad_norm",
-            "algo.micro_batch_prompts", "rollout.prompts_per_step", "train.steps", "train.seed", "train.out",
+            "algo.micro_batch_prompts", "sft.", "train.steps", "train.seed", "train.out",
             "train.threads")
 
 
@@ -215,9 +215,9 @@ def sft_parser() -> argparse.ArgumentParser:
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
         "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
-        "rlvr train --model.name=RUN_DIR/final. There is no sft section: the keys below are used, with "
-        "rollout.prompts_per_step as the examples per step and algo.micro_batch_prompts as the examples per "
-        "forward pass; other keys are accepted and ignored.",
+        "rlvr train --model.name=RUN_DIR/final. The keys below are used, with sft.batch_size as the "
+        "examples per step and algo.micro_batch_prompts as the examples per forward pass; other keys are "
+        "accepted and ignored.",
         epilog=_keys_epilog("config keys used (default)",
                             lambda k: k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")

@@ -297,6 +297,12 @@ class LogConfig:
 
 
 @dataclass
+class SftConfig:
+    batch_size: int = 8
+    """rlvr sft: examples per optimizer step (algo.micro_batch_prompts of them per forward pass)."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -308,3 +314,4 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    sft: SftConfig = field(default_factory=SftConfig)

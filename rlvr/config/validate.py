@@ -70,6 +70,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (0 < c.smoothing <= 1, "curriculum.smoothing must be in (0, 1]"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
         (t.steps >= 0, "train.steps must be >= 0"),
+        (cfg.sft.batch_size >= 1, "sft.batch_size must be at least 1"),
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
          "train.save_every, train.eval_every, train.samples_every and train.threads must be >= 0"),
         _one_of(t.parallel, "train.parallel", ("ddp", "fsdp")),

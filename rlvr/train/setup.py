@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,20 +11,16 @@ from rlvr.config import Config, to_yaml
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
-from rlvr.report.sinks import atomic_write_text
 from rlvr.rewards import rewards_of
 from rlvr.rollout.protocol import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.curriculum import build_sampler
-from rlvr.train.checkpoint import CHECKPOINTS
+from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.logprobs import Reference
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.state import Run
-
-RUN_LOGS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl")
-
 
 def seed_everything(seed: int) -> None:
     """The global generators (weight init of a critic, anything a reward function draws); rollouts
@@ -74,12 +69,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
     if d.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "config.yaml", to_yaml(cfg))
-        for name in RUN_LOGS if fresh else ():
-            (out / name).unlink(missing_ok=True)
-        if fresh:
-            shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+        prepare_run_dir(out, to_yaml(cfg), fresh)
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
