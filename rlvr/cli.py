@@ -89,13 +89,11 @@ def audit_parser() -> argparse.ArgumentParser:
 def cmd_audit(argv: list[str]) -> int:
     args, overrides = parse(audit_parser(), argv)
     cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
-    from rlvr.rewards import build_rewards
+    from rlvr.rewards import rewards_of
     from rlvr.rewards.audit import audit, format_report
     from rlvr.tasks import build_splits
 
-    rewards = build_rewards(cfg.rewards.weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                            cfg.rewards.overlong_penalty)
-    report = audit(build_splits(cfg.task), rewards, args.n)
+    report = audit(build_splits(cfg.task), rewards_of(cfg), args.n)  # the rewards training optimises
     print(format_report(report))
     return 1 if report.weak else 0
 
@@ -210,7 +208,7 @@ def cmd_eval(argv: list[str]) -> int:
 
 SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
 SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.warmup_steps", "algo.max_grad_norm",
-            "algo.micro_batch_prompts", "rollout.prompts_per_step", "train.steps", "train.seed", "train.out",
+            "algo.micro_batch_prompts", "sft.", "train.steps", "train.seed", "train.out",
             "train.threads", "train.device", "train.mixed_precision")
 
 
@@ -219,9 +217,9 @@ def sft_parser() -> argparse.ArgumentParser:
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
         "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
-        "rlvr train --model.name=RUN_DIR/final. There is no sft section: the keys below are used, with "
-        "rollout.prompts_per_step as the examples per step and algo.micro_batch_prompts as the examples per "
-        "forward pass; other keys are accepted and ignored.",
+        "rlvr train --model.name=RUN_DIR/final. The keys below are used, with sft.batch_size as the "
+        "examples per step and algo.micro_batch_prompts as the examples per forward pass; other keys are "
+        "accepted and ignored.",
         epilog=_keys_epilog("config keys used (default)",
                             lambda k: k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from rlvr.models import tiny_random
+from tests.sandbox_skip import pytest_runtest_call, pytest_runtest_setup  # noqa: F401 (hooks: skip without a sandbox)
 
 
 @pytest.fixture

@@ -126,7 +126,6 @@ def test_docstrings_say_what_the_code_does():
 @pytest.mark.parametrize("override, key", [
     ("--rollout.vllm.server_url=http://localhost:8000", "rollout.vllm.server_url"),
     ("--rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
-    ("--rollout.vllm.tis_cap=-1", "rollout.vllm.tis_cap"),
     ("--rollout.top_k=-1", "rollout.top_k"),
     ("--algo.beta=-0.1", "algo.beta"),
     ("--algo.clip_low=-0.1", "algo.clip_low"),
@@ -163,10 +162,14 @@ def test_rollout_weights_needs_a_local_engine():
         build_config(None, ["--rollout.engine=vllm", "--rollout.weights=int8"])
 
 
-def test_two_tis_caps_that_disagree_are_an_error():
-    with pytest.raises(ConfigError, match="rollout.tis_cap=1.5 and rollout.vllm.tis_cap=3.0 disagree"):
-        build_config(None, ["--rollout.tis_cap=1.5", "--rollout.vllm.tis_cap=3"])
-    assert build_config(None, ["--rollout.tis_cap=3", "--rollout.vllm.tis_cap=3"]).rollout.tis_cap == 3.0
+def test_the_old_tis_cap_key_is_an_error_naming_the_new_one(tmp_path):
+    # one name per setting (issue 28): rollout.vllm.tis_cap was a second name for rollout.tis_cap
+    with pytest.raises(ConfigError, match=re.escape("command line: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")):
+        build_config(None, ["--rollout.vllm.tis_cap=3"])
+    p = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 2.5\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{p}: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")) as e:
+        build_config(p)
+    assert "set rollout.tis_cap=2.5 instead" in str(e.value)
 
 
 @pytest.mark.parametrize("overrides, cap", [
@@ -175,8 +178,8 @@ def test_two_tis_caps_that_disagree_are_an_error():
     (["--rollout.weights=bf16"], 2.0),
     (["--rollout.weights=int8", "--rollout.tis_cap=0"], 0.0),  # switched off explicitly
     (["--rollout.weights=int8", "--rollout.tis_cap=5"], 5.0),
-    (["--rollout.vllm.tis_cap=3"], 3.0),  # the older key still works
-    (["--rollout.weights=bf16", "--rollout.vllm.tis_cap=1.5"], 1.5),
+    (["--rollout.engine=vllm"], 2.0),  # vLLM's kernels are not the trainer's: off-policy too
+    (["--rollout.engine=vllm", "--rollout.tis_cap=0"], 0.0),
     (["--rollout.tis_cap=4"], 4.0),
 ])
 def test_tis_cap_resolution(overrides, cap):
@@ -185,9 +188,7 @@ def test_tis_cap_resolution(overrides, cap):
     assert UpdateSettings.of(build_config(None, overrides), pad_id=0, precision="no").tis_cap == cap
 
 
-def test_old_config_with_vllm_tis_cap_round_trips(tmp_path):
-    p = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 2.5\n")
-    cfg = build_config(p)
-    assert (cfg.rollout.tis_cap, cfg.rollout.vllm.tis_cap, cfg.rollout.weights) == (None, 2.5, "fp32")
-    again = build_config(write(tmp_path, to_yaml(cfg)))
-    assert (again.rollout.tis_cap, again.rollout.vllm.tis_cap) == (None, 2.5)
+def test_a_written_config_round_trips_its_tis_cap(tmp_path):
+    cfg = build_config(None, ["--rollout.tis_cap=2.5"])
+    assert "tis_cap" not in to_yaml(cfg).split("vllm:")[1]  # one name, under rollout only
+    assert build_config(write(tmp_path, to_yaml(cfg))).rollout.tis_cap == 2.5

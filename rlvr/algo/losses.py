@@ -2,10 +2,15 @@
 weights: tensors in, tensors out."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# Every log importance ratio is clamped to +-this before exp (issue 28; torchtitan's DAPO loss clamps its
+# log-ratio too): e^20 ~ 5e8 is far past any clip range, yet a -inf log-prob or a diverged token makes no inf.
+LOG_RATIO_LIMIT = 20.0
 
 
 def loss_units(mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -52,7 +57,8 @@ def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
     token of a sequence, gradient s_i * d logp_t per token (sg[s_i] * exp(logp_t - sg[logp_t])). [B, T]."""
     m = mask.to(logp.dtype)
     log_s = ((logp - old_logp) * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
-    return torch.exp(log_s.detach())[:, None] * torch.exp(logp - logp.detach())  # [B, T]
+    log_s = log_s.detach().clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    return torch.exp(log_s)[:, None] * torch.exp(logp - logp.detach())  # [B, T]
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
@@ -60,7 +66,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 ratio_level: str = "token", aggregation: str = "token-mean",
                 norm_length: int | None = None, units: float | torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate, max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), aggregated to a scalar.
+    """PPO clipped surrogate, max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), aggregated to a scalar;
+    log r is clamped to +-LOG_RATIO_LIMIT (no gradient beyond).
 
     logp, old_logp, mask: [B, T]; advantages: [B] (broadcast over tokens) or [B, T].
     dual_clip=c bounds the loss of negative-advantage tokens by -A c (Ye et al. 2020).
@@ -71,7 +78,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logp)  # [B, T]
     if ratio_level == "token":
-        ratio = torch.exp(logp - old_logp)  # [B, T]
+        ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))  # [B, T]
     elif ratio_level == "sequence":
         ratio = sequence_ratio(logp, old_logp, mask)
     else:
@@ -113,9 +120,28 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 def tis_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
                 cap: float) -> torch.Tensor:
     """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
-    off-policy RL training"): min(pi_trainer / pi_sampler, cap) per token, 0 off the mask, no gradient.
-    All inputs [B, T]; trainer_logp is the behaviour policy as the trainer computes it (old_logp)."""
+    off-policy RL training"): min(pi_trainer / pi_sampler, cap) per token, 0 off the mask and where either
+    log-prob is not finite, no gradient. All inputs [B, T]; trainer_logp is the behaviour policy as the
+    trainer computes it (old_logp). The log-ratio is capped before exp, so no gap overflows."""
     if cap <= 0:
         raise ValueError(f"tis cap must be > 0, got {cap}")
-    w = torch.exp(trainer_logp.detach().float() - sampler_logp.detach().float()).clamp(max=cap)  # [B, T]
-    return w * mask.to(w.dtype)
+    log_w = trainer_logp.detach().float() - sampler_logp.detach().float()  # [B, T]
+    usable = mask.bool() & log_w.isfinite()
+    w = torch.exp(log_w.clamp(-LOG_RATIO_LIMIT, math.log(cap)))  # [B, T]
+    return torch.where(usable, w, torch.zeros_like(w))
+
+
+def drop_nonfinite(sampler_logp: torch.Tensor, mask: torch.Tensor, context: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """Tokens whose sampler log-prob is -inf or nan (vLLM can return one) leave the loss: they move
+    from the loss mask to the context mask (still attended to, as environment tokens are, never scored).
+
+    sampler_logp, mask, context: [B, T] (context None: no such tokens yet). Returns (mask, context, the
+    sampler log-probs with 0 at dropped tokens, the number of tokens dropped as a 0-dim tensor)."""
+    bad = mask.bool() & ~sampler_logp.isfinite()  # [B, T]
+    dropped = bad.sum()
+    if context is None and not bool(bad.any()):
+        return mask, None, sampler_logp, dropped
+    context = (torch.zeros_like(mask) if context is None else context) + bad.to(mask.dtype)
+    clean = torch.where(sampler_logp.isfinite(), sampler_logp, torch.zeros_like(sampler_logp))
+    return mask * ~bad, context, clean, dropped

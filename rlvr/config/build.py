@@ -43,6 +43,10 @@ def valid_keys(cls=Config, prefix: str = "") -> list[str]:
     return keys
 
 
+# Keys that were renamed: each setting has one name, so an old one is an error that names the new one.
+RENAMED = {"rollout.vllm.tis_cap": "rollout.tis_cap"}
+
+
 def _unknown(key: str, where: str) -> ConfigError:
     close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
     hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -93,6 +97,9 @@ def _coerce(value, t, key: str, where: str):
 
 
 def _set(cfg, dotted: str, value, where: str) -> None:
+    if dotted in RENAMED:
+        raise ConfigError(f"{where}: '{dotted}' is now '{RENAMED[dotted]}' (it applies to every engine); "
+                          f"set {RENAMED[dotted]}={value!r} instead")
     parts = dotted.split(".")
     obj = cfg
     for i, part in enumerate(parts):

@@ -106,9 +106,6 @@ class VllmConfig:
     """Fraction of GPU memory vLLM may take (colocated with training)."""
     sleep: bool = True
     """Put vLLM to sleep (free its KV cache) while the trainer updates."""
-    tis_cap: float = 0.0
-    """Older name of rollout.tis_cap (truncated importance sampling against vLLM's log-probs), still read
-    when rollout.tis_cap is null; 0 disables."""
     server_url: str = ""
     """Reserved for a server mode (vLLM in its own process), which is not implemented: must stay empty,
     and vLLM runs in the training process."""
@@ -145,7 +142,8 @@ class RolloutConfig:
     tis_cap: Optional[float] = None
     """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
-    cap); 0 disables; null: rollout.vllm.tis_cap if > 0, else 2.0 with rollout.weights bf16/int8, else off."""
+    cap); 0 disables; null: the sampling engine's default (rlvr.rollout.protocol.tis_cap_of): 2.0 when it is
+    not the trainer's own forward (rollout.engine=vllm, rollout.weights bf16/int8), else off."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
@@ -307,6 +305,12 @@ class LogConfig:
 
 
 @dataclass
+class SftConfig:
+    batch_size: int = 8
+    """rlvr sft: examples per optimizer step (algo.micro_batch_prompts of them per forward pass)."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -318,3 +322,4 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    sft: SftConfig = field(default_factory=SftConfig)

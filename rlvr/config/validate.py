@@ -28,10 +28,7 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
          "rollout.compile compiles the builtin engine's bf16/int8 rollout copy: set rollout.engine=builtin and "
          "rollout.weights=bf16 or int8, or rollout.compile=false"),
         (r.tis_cap is None or r.tis_cap >= 0, "rollout.tis_cap must be >= 0 (0 disables) or null"),
-        (r.tis_cap is None or v.tis_cap == 0 or r.tis_cap == v.tis_cap,
-         f"rollout.tis_cap={r.tis_cap} and rollout.vllm.tis_cap={v.tis_cap} disagree; set rollout.tis_cap only"),
         (0 < v.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization must be in (0, 1)"),
-        (v.tis_cap >= 0, "rollout.vllm.tis_cap must be >= 0 (0 disables)"),
         (not v.server_url, "rollout.vllm.server_url: server mode is not implemented; leave it empty"),
     ]
 
@@ -74,6 +71,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (0 < c.smoothing <= 1, "curriculum.smoothing must be in (0, 1]"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
         (t.steps >= 0, "train.steps must be >= 0"),
+        (cfg.sft.batch_size >= 1, "sft.batch_size must be at least 1"),
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
          "train.save_every, train.eval_every, train.samples_every and train.threads must be >= 0"),
         _one_of(t.parallel, "train.parallel", ("ddp", "fsdp")),

@@ -33,6 +33,17 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
     return [resolve(name, weight, builtins) for name, weight in weights.items()]
 
 
+def rewards_of(cfg) -> list[RewardFunction]:
+    """The reward functions a run optimises, from a rlvr Config: rewards.weights, plus the soft overlong
+    length reward when algo.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
+    and `rlvr audit` both build them here, so the audit attacks what training optimises."""
+    weights = dict(cfg.rewards.weights)
+    if cfg.algo.soft_overlong and "length" not in weights:
+        weights["length"] = 1.0
+    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
+                         cfg.rewards.overlong_penalty)
+
+
 __all__ = ["BUILTINS", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
            "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
-           "score_batch", "strict_rewards"]
+           "rewards_of", "score_batch", "strict_rewards"]

@@ -302,6 +302,16 @@ def launcher(sandbox: Sandbox, limits: SandboxLimits) -> list[str]:
     return bwrap_argv(path, python, limits)
 
 
+def sandbox_problem(sandbox: Sandbox = Sandbox()) -> str | None:
+    """Why model-written code cannot run sandboxed here (SandboxUnavailable's message, which says what to
+    install), or None when it can (bubblewrap starts a sandbox, or unsafe mode was asked for)."""
+    try:
+        launcher(sandbox, SandboxLimits())
+    except SandboxUnavailable as e:
+        return str(e)
+    return None
+
+
 def _host_uid(sandbox: Sandbox) -> int | None:
     return sandbox.host_uid if os.geteuid() == 0 else None
 

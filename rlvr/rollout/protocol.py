@@ -146,6 +146,20 @@ def check_device(r, device: torch.device) -> None:
                         "rollout.compile=false")
 
 
+OFF_POLICY_TIS_CAP = 2.0  # the usual TIS cap (Yao et al. 2025's example value; quantised-rollout recipes use it)
+
+
+def tis_cap_of(r) -> float:
+    """The truncated importance sampling cap for a rollout section (rlvr.config.RolloutConfig): rollout.tis_cap
+    when set, else the default of the engine make_engine builds from it: 2.0 when that engine does not sample
+    with the trainer's own forward, so is off-policy on every token (a bf16/int8 rollout copy: int8 on
+    SmolLM2-135M differs by ~0.06 nats a token, bench/rollout_weights.py; vLLM's kernels by ~0.06-0.1), else
+    0 (off)."""
+    if r.tis_cap is not None:
+        return r.tis_cap
+    return OFF_POLICY_TIS_CAP if r.engine == "vllm" or r.weights != "fp32" else 0.0
+
+
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
     """The built-in engine on `policy` (evaluation samples with it whatever rollout.engine is)."""
     from rlvr.rollout.session import generate

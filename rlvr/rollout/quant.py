@@ -20,7 +20,7 @@ activations and 20x slower with fp32 ones, hence W8A8. The price is accuracy: ag
 difference| per token 0.008 (bf16) and 0.06 (int8; weight-only int8 would be 0.02, so most of it is the
 activation rounding), greedy answers identical 90% (bf16) and 69% (int8) of the time. The trainer
 corrects the sampler's bias with truncated importance sampling, on by default for these formats
-(rollout.tis_cap, rlvr.train.update.tis_cap_of).
+(rollout.tis_cap, rlvr.rollout.protocol.tis_cap_of).
 
     copy = rollout_copy(policy, "int8")   # once
     refresh(copy, policy)                  # after every optimizer step: re-quantise in place

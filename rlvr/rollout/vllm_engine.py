@@ -7,7 +7,7 @@ cache and weights freed, nothing copied to the host), since the sync after the u
 weight anyway. Everything
 that does not need vLLM or a GPU is a pure function here and is tested on CPU: `outputs_to_rollout`, and
 the weight export it shares with the rollout copies (rlvr/rollout/weights.py). Truncated importance sampling against vLLM's log-probs
-(rollout.vllm.tis_cap) is `rlvr.algo.tis_weights`.
+(rollout.tis_cap) is `rlvr.algo.tis_weights`.
 
 vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
 - `logprobs_mode="processed_logprobs"`: the returned log-probs are of the distribution actually
@@ -205,21 +205,14 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
 
 def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
     """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
-    front when vllm or a GPU is missing, or for settings not supported yet."""
+    front when vllm or a GPU is missing. The settings were checked where every setting is: their values
+    in rlvr/config/validate.py, what torchrun supports in rlvr.train.setup.check_distributed."""
     v = cfg.rollout.vllm
-    if v.server_url:
-        raise RlvrError("rollout.vllm.server_url: server mode (vLLM in a separate server) is not implemented; "
-                        "leave it empty to run vLLM in the training process")
     check_vllm_usable()
     device = next(policy.parameters()).device
     if device.type != "cuda":
         raise RlvrError(f"rollout.engine=vllm samples on the GPU while the trainer is on {device}: every weight "
                         "would cross from host to device at every step; set train.device=cuda (or auto)")
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        raise RlvrError("rollout.engine=vllm runs in a single process for now; launch without torchrun")
-    if not 0 < v.gpu_memory_utilization < 1:
-        raise RlvrError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {v.gpu_memory_utilization}")
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
     dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
     engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=dtype,

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -31,6 +32,21 @@ from rlvr.train.state import Progress, Run
 
 CHECKPOINTS = "checkpoints"
 _NAME = re.compile(r"^step_(\d{6,})\.pt$")
+# What a run writes into its directory besides config.yaml and final/: a fresh run (rlvr train or sft)
+# removes them, so no record of an earlier run in the same directory is read as this one's.
+RUN_RECORDS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
+               "health.jsonl", "summary.json", "report.html")
+
+
+def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
+    """Create the run directory and write its config.yaml; a fresh run also removes an earlier run's
+    records and checkpoints (a resumed run keeps them). Called by rank 0 only."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", config_yaml)
+    if fresh:
+        for name in RUN_RECORDS:
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
 
 
 def rng_state() -> dict:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,21 +12,16 @@ from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
-from rlvr.report.sinks import atomic_write_text
-from rlvr.rewards import build_rewards
-from rlvr.rewards.base import RewardFunction
+from rlvr.rewards import rewards_of
 from rlvr.rollout.protocol import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.curriculum import build_sampler
-from rlvr.train.checkpoint import CHECKPOINTS
+from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.logprobs import Reference
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.state import Run
-
-RUN_LOGS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl")
-
 
 def seed_everything(seed: int) -> None:
     """The global generators (weight init of a critic, anything a reward function draws); rollouts
@@ -35,14 +29,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def reward_functions(cfg: Config) -> list[RewardFunction]:
-    weights = dict(cfg.rewards.weights)
-    if cfg.algo.soft_overlong and "length" not in weights:
-        weights["length"] = 1.0
-    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                         cfg.rewards.overlong_penalty)
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:
@@ -84,12 +70,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
     if d.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "config.yaml", to_yaml(cfg))
-        for name in RUN_LOGS if fresh else ():
-            (out / name).unlink(missing_ok=True)
-        if fresh:
-            shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+        prepare_run_dir(out, to_yaml(cfg), fresh)
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
@@ -107,6 +88,6 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
-    return Run(cfg, out, policy, tok, splits, env, reward_functions(cfg), ref, critic, optimizer, scheduler,
+    return Run(cfg, out, policy, tok, splits, env, rewards_of(cfg), ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
                stop_token_ids(policy, tok), tok.pad_token_id, d, precision)

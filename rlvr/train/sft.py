@@ -3,10 +3,10 @@ start for one (`rlvr train configs/arithmetic.yaml --model.name=runs/sft/final`)
 
 Each train problem with a non-empty `solution` becomes one example: the chat prompt GRPO would see
 (same few-shot turns and system prompt), then the solution and the end-of-turn token as the target.
-Cross-entropy is taken on the target tokens only. There is no `sft` config section; these keys mean:
+Cross-entropy is taken on the target tokens only. The keys it reads:
 
+    sft.batch_size              examples per optimizer step (the batch)
     algo.lr, algo.weight_decay, algo.warmup_steps, algo.max_grad_norm   AdamW and its linear warm-up
-    rollout.prompts_per_step    examples per optimizer step (the batch)
     algo.micro_batch_prompts    examples per forward/backward pass (gradients accumulate)
     train.steps, train.seed, train.out, train.threads                    as in rlvr train
     train.device, train.mixed_precision                                  as in rlvr train
@@ -30,10 +30,11 @@ from rlvr.device import autocast, of_model, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
-from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
+from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import Epochs, Problem, build_splits, encode_prompt
 from rlvr.train.distributed import Dist
+from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
 from rlvr.train.optim import adamw, warmup_scheduler
 
@@ -111,19 +112,16 @@ def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, m
     params = [p for p in policy.parameters() if p.requires_grad]
     norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
     optimizer.step()
-    return {"loss": float(total), "tokens": tokens, "grad_norm": float(norm)}
+    return {"loss": float(total), "examples": len(batch), "tokens": tokens, "grad_norm": float(norm)}
 
 
 def sft(cfg: Config) -> dict:
     """Fine-tune cfg.model on the task's worked solutions; write the run directory; return the summary."""
     wall_start = time.perf_counter()
-    out = Path(cfg.train.out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", to_yaml(cfg))
-    for f in ("metrics.jsonl", "eval_before.jsonl", "eval_after.jsonl", "summary.json"):
-        (out / f).unlink(missing_ok=True)
     if cfg.model.lora.r > 0:
         raise RlvrError("rlvr sft trains every weight: set model.lora.r=0")
+    out = Path(cfg.train.out)
+    prepare_run_dir(out, to_yaml(cfg), fresh=True)
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     random.seed(cfg.train.seed)
@@ -155,7 +153,7 @@ def sft(cfg: Config) -> dict:
         for step in range(1, cfg.train.steps + 1):
             t0 = time.perf_counter()
             lr = scheduler.get_last_lr()[0]
-            batch = [examples[i] for i in sampler.take(cfg.rollout.prompts_per_step)]
+            batch = [examples[i] for i in sampler.take(cfg.sft.batch_size)]
             m = sft_step(policy, optimizer, batch, tok.pad_token_id, a.micro_batch_prompts, a.max_grad_norm, precision)
             scheduler.step()
             sink.write({"step": step, **m, "lr": lr, "time/step_s": time.perf_counter() - t0})

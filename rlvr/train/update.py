@@ -8,6 +8,7 @@ import torch
 
 from rlvr.algo import aggregate, kl_estimate, loss_units, policy_loss, split_beta, tis_weights, value_loss
 from rlvr.config import AlgoConfig, Config
+from rlvr.rollout.protocol import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
@@ -60,21 +61,6 @@ class UpdateSettings:
     def norm_length(self) -> int | None:
         """algo.norm_length, else rollout.max_new_tokens, else (None) the batch's width."""
         return self.algo.norm_length or self.max_new_tokens
-
-
-QUANTIZED_TIS_CAP = 2.0  # the usual TIS cap (Yao et al. 2025's example value; quantised-rollout recipes use it)
-
-
-def tis_cap_of(r) -> float:
-    """The truncated importance sampling cap of a rollout section (rlvr.config.RolloutConfig): rollout.tis_cap
-    when set; else its older name rollout.vllm.tis_cap when > 0; else 2.0 when rollout.weights is bf16 or
-    int8, since a quantised sampler is off-policy on every token (int8 on SmolLM2-135M: mean |log p
-    difference| ~0.06 per token, bench/rollout_weights.py); else 0 (off)."""
-    if r.tis_cap is not None:
-        return r.tis_cap
-    if r.vllm.tis_cap > 0:
-        return r.vllm.tis_cap
-    return QUANTIZED_TIS_CAP if r.weights != "fp32" else 0.0
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0

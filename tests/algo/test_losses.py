@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rlvr.algo import (AGGREGATIONS, aggregate, kl_estimate, loss_units, policy_loss, tis_weights,
+from rlvr.algo import (AGGREGATIONS, aggregate, drop_nonfinite, kl_estimate, loss_units, policy_loss, tis_weights,
                        value_loss)
 
 RATIOS = torch.tensor([[1.5, 0.5, 1.1, 0.9]])
@@ -117,3 +117,49 @@ def test_tis_weights_hand_values():
     torch.testing.assert_close(tis_weights(trainer, sampler, mask, cap=10.0)[0, 1], torch.tensor(math.e))
     with pytest.raises(ValueError, match="cap must be > 0"):
         tis_weights(trainer, sampler, mask, cap=0.0)
+
+
+# ---- guarded importance ratios (issue 28): a -inf sampler log-prob or a huge gap never reaches the loss as inf
+
+def test_huge_log_ratio_is_clamped_before_exp():
+    # log r = 100: exp overflows float32 to inf; clamped to 20, a negative-advantage token's loss is
+    # max(-A r, -A clip(r)) = -(-1) * e^20 (token-mean over one token)
+    logp, old, mask = torch.tensor([[100.0]], requires_grad=True), torch.zeros(1, 1), torch.ones(1, 1)
+    loss, m = policy_loss(logp, old, torch.tensor([-1.0]), mask, aggregation="token-mean")
+    assert math.isclose(float(loss), math.exp(20.0), rel_tol=1e-6)
+    assert math.isclose(float(m["ratio/max"]), math.exp(20.0), rel_tol=1e-6)
+    loss.backward()
+    assert float(logp.grad) == 0.0  # past the clamp there is no gradient to follow
+    # the sequence ratio: mean log r over the two tokens = (100 + 0) / 2 = 50, clamped to 20
+    logp2 = torch.tensor([[100.0, 0.0]])
+    loss, m = policy_loss(logp2, torch.zeros(1, 2), torch.tensor([-1.0]), torch.ones(1, 2), ratio_level="sequence",
+                          aggregation="token-mean")
+    assert math.isclose(float(loss), math.exp(20.0), rel_tol=1e-6)
+
+
+def test_tis_weight_of_a_non_finite_sampler_token_is_zero():
+    trainer = torch.tensor([[-1.0, -1.0, -1.0, -1.0]])
+    sampler = torch.tensor([[-float("inf"), float("nan"), -1.5, -1.0]])
+    mask = torch.ones(1, 4)
+    w = tis_weights(trainer, sampler, mask, cap=2.0)
+    expected = torch.tensor([[0.0, 0.0, math.exp(0.5), 1.0]])
+    torch.testing.assert_close(w, expected, rtol=0, atol=1e-6)
+    # a huge finite gap is capped without overflow: exp(1e4) would be inf before min(., cap)
+    w = tis_weights(torch.tensor([[0.0, -1e4]]), torch.tensor([[-1e4, 0.0]]), torch.ones(1, 2), cap=2.0)
+    torch.testing.assert_close(w, torch.tensor([[2.0, math.exp(-20.0)]]), rtol=1e-6, atol=0)
+
+
+def test_drop_nonfinite_moves_tokens_from_the_loss_to_the_context():
+    sampler = torch.tensor([[-1.0, -float("inf"), -2.0], [float("nan"), -1.0, -float("inf")]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # row 1's last token is padding: not counted
+    new_mask, context, clean, dropped = drop_nonfinite(sampler, mask, None)
+    torch.testing.assert_close(new_mask, torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]), rtol=0, atol=0)
+    torch.testing.assert_close(context, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]), rtol=0, atol=0)
+    torch.testing.assert_close(clean, torch.tensor([[-1.0, 0.0, -2.0], [0.0, -1.0, 0.0]]), rtol=0, atol=0)
+    assert int(dropped) == 2
+    env = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # an environment token stays context
+    _, context, _, _ = drop_nonfinite(sampler, mask, env)
+    torch.testing.assert_close(context, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0]]), rtol=0, atol=0)
+    finite = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
+    same_mask, none, same, zero = drop_nonfinite(finite, mask, None)
+    assert same_mask is mask and none is None and same is finite and int(zero) == 0

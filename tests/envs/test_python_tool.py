@@ -48,6 +48,7 @@ def test_long_output_is_truncated():
     assert run("print('x' * 5000)") == "x" * 2000 + "\n[truncated]"
 
 
+@pytest.mark.slow
 def test_infinite_loop_stops_at_the_time_limit():
     t = time.monotonic()
     message = failure("while True:\n    pass")

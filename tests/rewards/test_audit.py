@@ -1,3 +1,5 @@
+import pytest
+
 from rlvr.cli import main
 from rlvr.rewards import build_rewards
 from rlvr.rewards.audit import MATH_ATTACKS, audit, leak_findings
@@ -46,6 +48,8 @@ def code_splits(hidden: bool):
     return Splits(train=[p], heldout=[], ood=[])
 
 
+@pytest.mark.sandbox  # the audit scores a reward that cannot run as 0, so this fails by assertion
+@pytest.mark.slow
 def test_code_battery_and_hidden_cases():
     from rlvr.rewards.audit import CODE_ATTACKS
 
@@ -58,6 +62,7 @@ def test_code_battery_and_hidden_cases():
     assert report.weak["code_tests"] == ["special-case the visible tests"]
 
 
+@pytest.mark.slow
 def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_new_attacks():
     import json
     from rlvr.rewards.audit import code_findings
@@ -72,3 +77,16 @@ def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_ne
     assert report.table["always-equal object"]["code_tests"] == 0.0
     assert report.table["harness tampering"]["code_tests"] == 0.0
     assert "code_tests" not in report.weak
+
+
+def test_audit_attacks_the_rewards_training_optimises(capsys):
+    """DAPO's soft overlong length reward is part of what training optimises (algo.soft_overlong), so the
+    audit must score it too (issue 28)."""
+    from rlvr.config import build_config
+    from rlvr.rewards import rewards_of
+
+    argv = ["--model.name=tiny-random", "--algo.preset=dapo", "--task.heldout_size=4"]
+    assert [rf.name for rf in rewards_of(build_config(None, argv))] == ["correctness", "format", "length"]
+    assert main(["audit", "--n=2", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "ok: reward 'length' gave every attack 0 or less" in out

@@ -344,6 +344,7 @@ def test_items_run_concurrently_on_the_pool(monkeypatch):
     assert len(threads) >= 2
 
 
+@pytest.mark.slow
 def test_a_hostile_program_does_not_hurt_its_neighbours_in_the_batch():
     """A fork bomb, a memory bomb and a flood run beside correct programs, which still pass."""
     good = block("a, b = map(int, input().split())\nprint(a + b)")

@@ -24,6 +24,7 @@ def completion(src):
     return "I will not write code." if src is None else f"```python\n{src}\n```"
 
 
+@pytest.mark.slow
 def test_each_outcome_from_a_real_verdict():
     reward = make_code_tests(timeout_s=2.0)
     for want, src in PROGRAMS.items():

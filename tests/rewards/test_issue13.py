@@ -266,6 +266,7 @@ print(3)
 """
 
 
+@pytest.mark.slow
 def test_a_memory_bomb_is_bounded_per_run_and_its_neighbours_are_scored():
     """8 processes x 100 MiB against a 256 MiB run budget: the run is stopped (cgroup OOM, or the
     fallback's process cap), the caller lives, and the correct programs in the batch pass."""

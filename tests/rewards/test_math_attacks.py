@@ -108,6 +108,7 @@ def test_reasons_say_why():
     assert (v.score, v.reason, v.extracted) == (0.0, "wrong: 4 != 3", "4")
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_is_restarted_and_counted():
     import os
     import signal

@@ -70,6 +70,7 @@ def test_only_rollout_copies_compile(tiny):
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("clang++") is None,
                     reason="torch.compile needs a C++ compiler (CI installs g++: .ci/run)")
+@pytest.mark.slow
 def test_compiled_layers_match_eager(tiny):
     model, _ = tiny
     eager = [fast for _, fast in decode_both(rollout_copy(model, "int8"))]

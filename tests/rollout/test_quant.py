@@ -216,6 +216,7 @@ def test_lora_on_embeddings_is_refused(tiny):
 # ---------------------------------------------------------------- a run
 
 
+@pytest.mark.slow
 def test_int8_rollouts_train_through_the_cli(tmp_path):
     from tests.e2e.test_tiny_run import SMOKE
 

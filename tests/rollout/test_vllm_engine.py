@@ -188,13 +188,6 @@ def test_this_machine_has_no_vllm():
         ve.make_engine(Config(), torch.nn.Linear(1, 1), "unused")
 
 
-def test_make_engine_rejects_server_mode():
-    cfg = Config()
-    cfg.rollout.vllm.server_url = "http://localhost:8000"
-    with pytest.raises(RlvrError, match="server mode"):
-        ve.make_engine(cfg, torch.nn.Linear(1, 1), "unused")
-
-
 # ---------------------------------------------------------------- engine call order, with a fake LLM
 
 class FakeLLM:

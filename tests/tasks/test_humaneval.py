@@ -56,6 +56,7 @@ def test_helpers_are_the_prompt_without_the_entry_point():
     assert json.loads(PROBLEMS[0].tests)["prelude"] == "from typing import List\n"
 
 
+@pytest.mark.slow
 def test_all_164_canonical_solutions_pass_through_the_sandbox():
     start = time.monotonic()
     verdicts = reward.verdicts([p.solution for p in PROBLEMS], tests=[p.tests for p in PROBLEMS])

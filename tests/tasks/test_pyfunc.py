@@ -122,6 +122,7 @@ def test_splits_share_nothing_and_show_no_hidden_case():
         == [(True, True)] * 2
 
 
+@pytest.mark.slow
 def test_every_reference_passes_its_visible_and_hidden_cases():
     problems = per_template(8) + splits(train_size=120, heldout_size=0, ood_size=40, few_shot=0).train
     assert len(problems) == 8 * sum(len(ts) for ts in LEVELS.values()) + 120
@@ -136,6 +137,7 @@ def test_every_reference_passes_its_visible_and_hidden_cases():
     assert [v.reason for v in verdicts] == [f"passed {k}/{k}" for k in n]
 
 
+@pytest.mark.slow
 def test_wrong_and_special_casing_programs_fail():
     """Each problem against the reference of its template with other constants (same name and
     parameters; a template without constants: a function returning its first argument), and against

@@ -71,6 +71,7 @@ def _max_diff(a: dict, b: dict) -> float:
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.slow  # the ranks fixture starts two processes
 def test_two_processes_match_one_process(ranks, mode, aggregation):
     ref_metrics, ref_state = single_process(aggregation)
     metrics, state = ranks[0][mode, aggregation]
@@ -88,6 +89,7 @@ def test_two_processes_match_one_process(ranks, mode, aggregation):
     assert other_metrics == metrics  # every rank holds the same reduced metrics
 
 
+@pytest.mark.slow  # the ranks fixture starts two processes
 def test_weights_are_identical_on_every_rank_after_the_step(ranks):
     # rank 1 gets {} from full_state_dict (only rank 0 writes); its weights are checked through the
     # reduced loss of the second iteration, which equals rank 0's only if both ranks hold the same policy
@@ -95,17 +97,20 @@ def test_weights_are_identical_on_every_rank_after_the_step(ranks):
     assert ranks[1]["ddp", "token-mean"][0]["loss"] == ranks[0]["ddp", "token-mean"][0]["loss"]
 
 
+@pytest.mark.slow  # the ranks fixture starts two processes
 def test_normalising_by_the_local_batch_would_differ(ranks):
     _, ref_state = single_process("token-mean")
     _, naive_state = ranks[0]["naive"]
     assert _max_diff(naive_state, ref_state) > 1e-4
 
 
+@pytest.mark.slow  # the ranks fixture starts two processes
 def test_gathered_fsdp_model_rolls_out_without_collectives(ranks):
     # rank 1 ran two forwards and rank 0 one: a collective in the forward would have hung
     assert ranks[0]["rollout_logit_diff"] < 1e-5 and ranks[1]["rollout_logit_diff"] < 1e-5
 
 
+@pytest.mark.slow  # the ranks fixture starts two processes
 def test_fsdp_checkpoint_is_a_plain_state_dict_and_round_trips(ranks):
     written = ranks[0]["fsdp", "token-mean"][1]
     plain, _ = load_model("tiny-random")
@@ -114,6 +119,7 @@ def test_fsdp_checkpoint_is_a_plain_state_dict_and_round_trips(ranks):
     assert _max_diff(ranks[0]["reloaded"], written) == 0.0
 
 
+@pytest.mark.slow  # the ranks fixture starts two processes
 def test_metrics_over_ranks(ranks):
     m = ranks[0]["metrics"]
     assert m == ranks[1]["metrics"]

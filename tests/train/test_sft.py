@@ -93,7 +93,7 @@ def test_warmup_is_linear_then_constant_per_group():
     assert warmup_scheduler(adamw([{"params": [w], "lr": 0.3}], 0.0), 0).get_last_lr() == [0.3]
 
 
-SMALL = ["--model.name=tiny-random", "--train.steps=3", "--rollout.prompts_per_step=4", "--algo.micro_batch_prompts=2",
+SMALL = ["--model.name=tiny-random", "--train.steps=3", "--sft.batch_size=4", "--algo.micro_batch_prompts=2",
          "--algo.lr=1e-3", "--eval.max_new_tokens=4", "--eval.batch_size=4"]
 
 
@@ -101,6 +101,7 @@ def hand_made(problems):
     return lambda task: Splits(train=problems, heldout=SOLVED[4:], ood=SOLVED[5:], few_shot=[])
 
 
+@pytest.mark.slow
 def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))  # the data source only
     out = tmp_path / "sft"
@@ -113,7 +114,7 @@ def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
     assert summary["kind"] == "sft" and summary["steps"] == 3 and summary["examples"] == 4
     for k in ("heldout_accuracy", "ood_accuracy", "heldout_format", "ood_format"):
         assert 0 <= summary[f"{k}_before"] <= 1 and 0 <= summary[f"{k}_after"] <= 1
-    assert "prompts_per_step: 4" in (out / "config.yaml").read_text()
+    assert "batch_size: 4" in (out / "config.yaml").read_text().split("sft:")[1]
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == 2 + 1
     flips = summary["flips"]["heldout"]
     assert flips["n"] == 2 and flips["fixed"] + flips["broken"] + flips["kept"] + flips["never"] == 2
@@ -128,6 +129,22 @@ def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
     grpo_summary = json.loads((grpo / "summary.json").read_text())
     assert grpo_summary["sft"] == base
     assert "SFT baseline" in (grpo / "report.html").read_text()
+
+
+def test_sft_batch_is_its_own_setting_and_a_fresh_run_clears_an_earlier_runs_records(tmp_path, monkeypatch):
+    """sft.batch_size, not rollout.prompts_per_step, is the batch; the run directory is set up as rlvr
+    train sets it up (rlvr.train.checkpoint.prepare_run_dir): an earlier run's samples, health records
+    and checkpoints are gone (issue 28)."""
+    monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))
+    out = tmp_path / "sft"
+    (out / "checkpoints").mkdir(parents=True)
+    for stale in ("samples.jsonl", "health.jsonl", "report.html", "checkpoints/step_000001.pt"):
+        (out / stale).write_text("an earlier run's\n")
+    assert main(["sft", *SMALL, "--sft.batch_size=2", "--rollout.prompts_per_step=4", "--train.steps=1",
+                 "--eval.before=false", "--eval.after=false", f"--train.out={out}"]) == 0
+    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["examples"] == 2 and row["tokens"] == 2 * 20  # two solutions of 19 characters plus <|im_end|>
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "final", "metrics.jsonl", "summary.json"]
 
 
 def test_baseline_of_other_models_is_none(tmp_path):
