@@ -30,6 +30,7 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 _RERAISE = {n: c for n, c in vars(builtins).items()
             if isinstance(c, type) and issubclass(c, Exception)
             and not issubclass(c, (StopIteration, StopAsyncIteration))}
+_EXCEPTIONS = frozenset(n for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception))
 
 
 class Undecidable(BaseException):
@@ -40,6 +41,11 @@ class Undecidable(BaseException):
 class CandidateFailure(BaseException):
     """The candidate failed in a way the test must not be able to catch (it returned something
     that is not plain data, has no such function, or its sandbox ended)."""
+
+
+class UndecidableSpec(ValueError):
+    """A spec whose test cannot be decided outside the sandbox: the dataset's problem, raised for
+    the whole batch (not one candidate's failure)."""
 
 
 class CandidateError(Exception):
@@ -85,7 +91,9 @@ def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
     """Parse and vet one test; ValueError naming `label` for what cannot be decided outside."""
     tree = ast.parse(source)
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    free = loaded - _bound_names(tree) - _BUILTIN_NAMES
+    # The entry point is the candidate's even when a builtin has its name (`max`, `sorted`): the
+    # proxy is bound in the test's globals, which come before builtins (issue 27).
+    free = loaded - _bound_names(tree) - (_BUILTIN_NAMES - {entry_point})
     # A standard-library name used only as `name.attr` is the module the test forgot to import
     # (MBPP keeps its imports apart); one that is called is the candidate's function.
     attr_bases = [n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute)
@@ -181,10 +189,17 @@ class Runner:
         type_name, base, message = reply[1:]
         if base == "MemoryError":
             self._fail(CandidateFailure("memory limit"))
-        raise _rebuild(type_name, base, message)
+        exc = _rebuild(type_name, base, message)
+        if isinstance(exc, CandidateFailure):
+            self._fail(exc)
+        raise exc
 
 
-def _rebuild(type_name: str, base: str, message: str) -> Exception:
+def _rebuild(type_name: str, base: str, message: str) -> BaseException:
+    if base not in _EXCEPTIONS:
+        # SystemExit, KeyboardInterrupt, BaseException itself, or a name that is no built-in
+        # exception: nothing the test may catch, as pytest.raises(Exception) would not (issue 27).
+        return CandidateFailure("raised " + (f"{type_name}: {message}" if message else type_name))
     cls = _RERAISE.get(base, CandidateError)
     try:
         exc = cls(message)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from rlvr.rewards import harness
 from rlvr.rewards.base import Verdict, batch_form, clean_reason
-from rlvr.rewards.checks import Runner, Undecidable, run_test
+from rlvr.rewards.checks import Runner, Undecidable, UndecidableSpec, run_test
 from rlvr.rewards.code_spec import Case, Spec, parse_spec, with_prelude  # parse_spec: part of this API
 from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
 from rlvr.rewards.session import Session
@@ -116,7 +116,7 @@ def _session_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tu
             try:
                 ok, why = run_test(case.test, runner, spec.entry_point)
             except Undecidable as e:
-                raise ValueError(f"tests spec (assert) case {case.number} cannot be decided outside the "
+                raise UndecidableSpec(f"tests spec (assert) case {case.number} cannot be decided outside the "
                                  f"sandbox: it {e.args[0]}; rewrite it as calls on plain data") from None
             outcomes.append((True, "") if ok else (False, _case_reason(case, why)))
             if not ok and not cfg.partial:
