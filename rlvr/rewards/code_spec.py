@@ -42,11 +42,14 @@ class Spec:
     cases: tuple[Case, ...]
     entry_point: str | None = None
     prelude: str = ""  # dataset code run in the sandbox before the program
+    text: str = field(default="", compare=False, repr=False)  # assert specs: the spec as JSON, for
+                                                              # the judge worker to parse again
 
 
 
 def parse_spec(tests) -> Spec:
     """Validate and normalise a spec; a malformed one raises ValueError naming what is wrong."""
+    text = tests if isinstance(tests, str) else None
     if isinstance(tests, str):
         try:
             tests = json.loads(tests)
@@ -79,6 +82,8 @@ def parse_spec(tests) -> Spec:
         raise ValueError("tests spec (assert) never calls a function of the candidate, so every program "
                          "passes it; if the function is named like a builtin (max, sorted, sum), give that "
                          "name as 'entry_point'")
+    if kind == "assert":
+        return Spec(kind, cases, entry, prelude, text or json.dumps(tests))
     return Spec(kind, cases, entry, prelude)
 
 

@@ -13,7 +13,7 @@ import time
 _STDERR_TAIL = 8192
 _DRAIN_GRACE_S = 0.5   # after the program exits, how long its pipes may take to drain
 _REAP_WAIT_S = 0.5     # how long an orphaned sandbox process may take to die before we reap it
-_PR_GET_CHILD_SUBREAPER = 37
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 _started: set[int] = set()   # bubblewrap processes we started and have not reaped: not orphans
 _started_lock = threading.Lock()
@@ -124,6 +124,12 @@ def done(proc: subprocess.Popen) -> None:
     with _started_lock:
         _started.discard(proc.pid)
     reap_orphans()
+
+
+def become_reaper() -> None:
+    """Take the orphans of our sandboxes ourselves (a judge worker does: left to go up to the
+    trainer, they would wait there for its next reaping)."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _reaper() -> bool:

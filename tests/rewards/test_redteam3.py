@@ -57,6 +57,33 @@ def test_evaluation_grading_survives_a_list_reply_tag():
     assert grades[1]["reason"] == "malformed answer from the sandbox"
 
 
+# ---- 2: trusted test code on hostile plain data ----------------------------------------------------
+
+COLLIDING = block("def f(x):\n    return [i * (2 ** 61 - 1) for i in range(1, 40001)]")  # all hash to 0
+SET_SPEC = {"kind": "assert", "asserts": ["assert set(f(1)) == {4, 5}"]}
+
+
+def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
+    from rlvr.rewards.judge_worker import shared_pool
+
+    quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
+    killed = shared_pool().killed
+    honest = block("def f(x):\n    return [4, 5, 4]")
+    t = time.monotonic()
+    verdicts = quick.verdicts([COLLIDING, honest], tests=[SET_SPEC] * 2)
+    # Before: set() over 40k colliding ints ran in the trainer, ~8 s holding the GIL, no limit at all.
+    assert [(v.score, v.reason) for v in verdicts] == [
+        (0.0, "timed out after 2.0s (the whole check, test code included)"), (1.0, "passed 1/1")]
+    assert shared_pool().killed == killed + 1
+    assert time.monotonic() - t < 6.0
+
+
+def test_a_killed_worker_is_replaced_and_the_next_check_is_judged():
+    quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
+    assert quick([COLLIDING], tests=[SET_SPEC]) == [0.0]
+    assert quick([block("def f(x):\n    return [5, 4]")], tests=[SET_SPEC]) == [1.0]
+
+
 # ---- 5: a candidate named like a builtin ----------------------------------------------------------
 
 MAX_SPEC = {"kind": "assert", "entry_point": "max", "asserts": ["assert max([1, 5, 2]) == 5"],
