@@ -90,13 +90,14 @@ def cmd_audit(argv: list[str]) -> int:
     args, overrides = parse(audit_parser(), argv)
     cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
     from rlvr.rewards import build_rewards
+    from rlvr.report.console import terminal_safe
     from rlvr.rewards.audit import audit, format_report
     from rlvr.tasks import build_splits
 
     rewards = build_rewards(cfg.rewards.weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
                             cfg.rewards.overlong_penalty)
     report = audit(build_splits(cfg.task), rewards, args.n)
-    print(format_report(report))
+    print(terminal_safe(format_report(report)))   # it quotes the dataset's prompts and tests
     return 1 if report.weak else 0
 
 
