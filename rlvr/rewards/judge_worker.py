@@ -121,7 +121,7 @@ class JudgePool:
         return proc
 
     def _kill(self, proc: subprocess.Popen) -> None:
-        from rlvr.rewards import collect
+        from rlvr.rewards import cgroup, collect
 
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -132,6 +132,7 @@ class JudgePool:
             f.close()
         self.killed += 1
         collect.reap_orphans()   # its sandbox, where it was orphaned to us
+        cgroup.remove_left_by(proc.pid)
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> bytes | None:
