@@ -74,12 +74,13 @@ class ToolEnv:
     the tools); system_prompt: the task's; describe: put the tools' description and the call format in
     the system prompt (for chat templates without tool support; otherwise the template renders them);
     example: worked turns shown before the question; few_shot: the task's (question, answer) turns;
-    budget_s: the wall-clock seconds the episode may wait on its tool calls in all (env.tool_budget_s)."""
+    budget_s: the wall-clock seconds the episode may wait on its tool calls in all (env.tool_budget_s;
+    None: no budget)."""
 
     def __init__(self, tools: list[Tool], obj=None, system_prompt: str = "", describe: bool = True,
-                 example: list[dict] = (), few_shot: list[tuple[str, str]] = (), budget_s: float = 30.0):
+                 example: list[dict] = (), few_shot: list[tuple[str, str]] = (), budget_s: float | None = None):
         self.obj = obj
-        self.budget_s, self.spent_s = budget_s, 0.0
+        self.budget_s, self.spent_s = (float("inf") if budget_s is None else budget_s), 0.0
         own = tools_from_object(obj) if obj is not None else []
         self.tools = {t.name: t for t in [*tools, *own]}
         system = "\n\n".join(s for s in (system_prompt, tool_prompt(list(self.tools.values())) if describe else "") if s)
