@@ -49,7 +49,6 @@ class Spec:
 
 def parse_spec(tests) -> Spec:
     """Validate and normalise a spec; a malformed one raises ValueError naming what is wrong."""
-    text = tests if isinstance(tests, str) else None
     if isinstance(tests, str):
         try:
             tests = json.loads(tests)
@@ -82,8 +81,10 @@ def parse_spec(tests) -> Spec:
         raise ValueError("tests spec (assert) never calls a function of the candidate, so every program "
                          "passes it; if the function is named like a builtin (max, sorted, sum), give that "
                          "name as 'entry_point'")
-    if kind == "assert":
-        return Spec(kind, cases, entry, prelude, text or json.dumps(tests))
+    if kind == "assert":   # what the judge worker parses again: the validated fields, as JSON
+        text = json.dumps({"kind": kind, "asserts": shown, "hidden": hidden, "prelude": prelude,
+                           **({"entry_point": entry} if entry is not None else {})})
+        return Spec(kind, cases, entry, prelude, text)
     return Spec(kind, cases, entry, prelude)
 
 

@@ -171,7 +171,9 @@ def reap_orphans(wait_s: float = _REAP_WAIT_S) -> None:
     deadline = time.monotonic() + wait_s
     for fd in fds:
         try:
-            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))  # readable at exit
+            poll = select.poll()   # readable once it has exited
+            poll.register(fd, select.POLLIN)
+            poll.poll(max(0, int((deadline - time.monotonic()) * 1000)))
             os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
         except (ChildProcessError, OSError):   # another thread reaped it first
             pass

@@ -57,10 +57,15 @@ def serve() -> None:
     from rlvr.rewards import collect
 
     collect.become_reaper()
-    out = sys.stdout
+    # The protocol moves to descriptors of its own: test code that prints or reads input() must
+    # not write into it or read requests from it.
+    requests, out = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
     out.write("ready\n")
     out.flush()
-    for line in sys.stdin:
+    for line in requests:
         out.write(json.dumps(check(json.loads(line)), ensure_ascii=True) + "\n")
         out.flush()
 
@@ -94,9 +99,16 @@ class JudgePool:
             self._kill(proc)
             return {"failure": "checker crashed" if crashed else
                     f"timed out after {timeout_s:.1f}s (the whole check, test code included)"}
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self._kill(proc)
+            return {"failure": "checker crashed"}
         with self._lock:
             self._idle.append(proc)
-        return json.loads(line)
+        return reply
 
     def close(self) -> None:
         with self._lock:
@@ -136,8 +148,9 @@ class JudgePool:
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> bytes | None:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-    if not ready:
+    poll = select.poll()   # not select.select: a trainer may hold descriptors past FD_SETSIZE
+    poll.register(proc.stdout, select.POLLIN)
+    if not poll.poll(max(0, int(timeout_s * 1000))):
         return None
     line = proc.stdout.readline()
     return line.strip() if line.endswith(b"\n") else None

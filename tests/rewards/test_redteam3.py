@@ -78,6 +78,13 @@ def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
     assert time.monotonic() - t < 6.0
 
 
+def test_test_code_that_prints_or_reads_stdin_cannot_corrupt_the_workers_replies():
+    spec = {"kind": "assert", "asserts": ["print('{}')\nprint(f(1))\nassert f(1) == 2",
+                                          "try:\n    input()\nexcept EOFError:\n    pass\nassert f(2) == 3"]}
+    assert reward([GOOD, block("def f(x):\n    return x")], tests=[spec] * 2) == [1.0, 0.0]
+    assert reward([GOOD], tests=[spec]) == [1.0]   # the same workers, still in step
+
+
 def test_a_killed_worker_is_replaced_and_the_next_check_is_judged():
     quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
     assert quick([COLLIDING], tests=[SET_SPEC]) == [0.0]
