@@ -89,12 +89,13 @@ def audit_parser() -> argparse.ArgumentParser:
 def cmd_audit(argv: list[str]) -> int:
     args, overrides = parse(audit_parser(), argv)
     cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
+    from rlvr.report.console import terminal_safe
     from rlvr.rewards import rewards_of
     from rlvr.rewards.audit import audit, format_report
     from rlvr.tasks import build_splits
 
     report = audit(build_splits(cfg.task), rewards_of(cfg), args.n)  # the rewards training optimises
-    print(format_report(report))
+    print(terminal_safe(format_report(report)))  # it quotes the dataset's prompts and tests
     return 1 if report.weak else 0
 
 

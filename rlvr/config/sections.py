@@ -164,6 +164,10 @@ class EnvConfig:
     """Tokens of one tool result at most; longer results are cut (counted in env/tool_truncated)."""
     max_episode_tokens: int = 512
     """Tokens after the prompt per episode (model and environment turns) at most."""
+    tool_budget_s: float = 30.0
+    """Wall-clock seconds an episode may wait on its tool calls in all. A turn's calls of built-in tools
+    run at once (a class's own methods in order), and the batch's episodes step at once; a call still
+    running when the budget is out answers with an error, as does every later one."""
     example: list[dict[str, str]] = field(default_factory=list)
     """Worked turns shown before the question, as chat messages {role, content}: e.g. one question, the
     tool call, the tool's result and the final answer (configs/tools.yaml)."""

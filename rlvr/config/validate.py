@@ -89,6 +89,7 @@ def _env(cfg: Config) -> list[tuple[bool, str]]:
         (e.name in ("single", "tools") or ":" in e.name,
          f"env.name '{e.name}' is not one of single, tools, or a 'module:Class' environment"),
         (e.max_turns >= 1, "env.max_turns must be at least 1"),
+        (e.tool_budget_s > 0, "env.tool_budget_s must be positive"),
         (e.max_tool_tokens >= 1 and e.max_episode_tokens >= 1, "env.max_tool_tokens and env.max_episode_tokens must be at least 1"),
         (all(set(m) == {"role", "content"} for m in e.example),
          "env.example: every turn is a mapping with exactly the keys role and content"),

@@ -14,10 +14,12 @@ text added to the question, its public methods are tools, an optional `get_rewar
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rlvr.envs.tools import Tool, ToolCall, execute, parse_tool_calls, tool_prompt, tools_from_object
+from rlvr.envs.metrics import UNKNOWN
+from rlvr.envs.tools import Tool, ToolCall, parse_tool_calls, run_calls, tool_prompt, tools_from_object
 from rlvr.tasks.base import Problem, chat_messages
 
 
@@ -71,11 +73,14 @@ class ToolEnv:
     tools: the built-in tools offered; obj: a TRL-style environment instance (its public methods join
     the tools); system_prompt: the task's; describe: put the tools' description and the call format in
     the system prompt (for chat templates without tool support; otherwise the template renders them);
-    example: worked turns shown before the question; few_shot: the task's (question, answer) turns."""
+    example: worked turns shown before the question; few_shot: the task's (question, answer) turns;
+    budget_s: the wall-clock seconds the episode may wait on its tool calls in all (env.tool_budget_s;
+    None: no budget)."""
 
     def __init__(self, tools: list[Tool], obj=None, system_prompt: str = "", describe: bool = True,
-                 example: list[dict] = (), few_shot: list[tuple[str, str]] = ()):
+                 example: list[dict] = (), few_shot: list[tuple[str, str]] = (), budget_s: float | None = None):
         self.obj = obj
+        self.budget_s, self.spent_s = (float("inf") if budget_s is None else budget_s), 0.0
         own = tools_from_object(obj) if obj is not None else []
         self.tools = {t.name: t for t in [*tools, *own]}
         system = "\n\n".join(s for s in (system_prompt, tool_prompt(list(self.tools.values())) if describe else "") if s)
@@ -95,10 +100,15 @@ class ToolEnv:
         if not calls:
             return Reply(done=True)
         results, record = [], []
-        for call in calls:
-            result, error = execute(self.tools, call)  # a call that could not be read: its error
+        started = time.monotonic()
+        answers = run_calls(self.tools, calls, self.budget_s - self.spent_s)
+        self.spent_s += time.monotonic() - started
+        for call, (result, error) in zip(calls, answers):  # a call that could not be read: its error
             results.append(f"Error: {error}" if error else result)
-            record.append({"name": call.name, "error": error})
+            # the name is the model's string: only a tool's own name is recorded (it becomes a metric
+            # key, env/tool_calls/<name>); the error quotes any other, escaped (issue 27)
+            record.append({"name": call.name if call.name in self.tools else (call.name and UNKNOWN),
+                           "error": error})
         return Reply("\n".join(results), "tool", calls=record)
 
     def reward_columns(self) -> dict:

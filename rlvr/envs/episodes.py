@@ -12,6 +12,7 @@ the final model turn's text (what reward functions score) and a record of every 
 from __future__ import annotations
 
 import importlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,7 @@ from rlvr.rollout.engine import Rollout
 from rlvr.tasks.base import Problem
 
 ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")
+_STEP_THREADS = 64   # environments answering at once; their tool calls share rlvr.envs.tools' pool
 
 
 @dataclass
@@ -53,7 +55,7 @@ def builtin_tools(names: list[str]) -> list[Tool]:
     tools = []
     for name in names:
         if name == "calculator":
-            tools.append(Tool.from_function(calculator))
+            tools.append(Tool.from_function(calculator, concurrent=True))   # a pure function
         elif name == "python":
             from rlvr.envs.python_tool import make_python_tool
 
@@ -85,7 +87,8 @@ def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str 
     probe = ToolEnv(tools, cls() if cls else None)
     native = template_supports_tools(tok)
     render = TurnRender(tok, [t.schema() for t in probe.tools.values()] if native else None)
-    make = lambda: ToolEnv(tools, cls() if cls else None, system_prompt, not native, env_cfg.example, few_shot)
+    make = lambda: ToolEnv(tools, cls() if cls else None, system_prompt, not native, env_cfg.example, few_shot,
+                           env_cfg.tool_budget_s)
     return EnvSpec(make, render, limits, True)
 
 
@@ -134,9 +137,12 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
     for turn in range(lim.max_turns if spec.multi_turn else 1):
         last = turn == lim.max_turns - 1 or not spec.multi_turn
         caps = [max(1, min(max_new_tokens, lim.max_episode_tokens - rows[b].used)) for b in active]
+        turns = list(zip(active, session.sample(active, caps, keep=not last), caps))
+        texts = [_record(spec, rows[b], t, cap < max_new_tokens) for b, t, cap in turns]
+        replies = _step_all(spec, [(envs[b], text) for (b, _, _), text in zip(turns, texts)])
         go, feeds = [], []
-        for b, t, cap in zip(active, session.sample(active, caps, keep=not last), caps):
-            feed = _after_turn(spec, envs[b], rows[b], t, cap < max_new_tokens, last)
+        for (b, t, _), reply in zip(turns, replies):
+            feed = None if reply is None else _answer(spec, rows[b], t, reply, last)
             if feed is not None:
                 go.append(b)
                 feeds.append(feed)
@@ -147,8 +153,8 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
     return _assemble(prompts, rows, envs, group_size, pad_id, tok)
 
 
-def _after_turn(spec: EnvSpec, env: Environment, row: _Row, t, budget_cap: bool, last: bool) -> list[int] | None:
-    """Record a model turn and get the environment's answer: its tokens if the episode goes on, else None."""
+def _record(spec: EnvSpec, row: _Row, t, budget_cap: bool) -> str | None:
+    """Record a model turn; its text when the environment is to answer it, None when it ended the episode."""
     text = spec.render.tok.decode(t.tokens, skip_special_tokens=True)
     row.pieces.append((t.tokens, t.logp))
     row.used += len(t.tokens)
@@ -157,7 +163,21 @@ def _after_turn(spec: EnvSpec, env: Environment, row: _Row, t, budget_cap: bool,
     if not t.stopped:
         row.end = "episode_tokens" if budget_cap else "turn_tokens"
         return None
-    reply = env.step(text)
+    return text
+
+
+def _step_all(spec: EnvSpec, pending: list[tuple[Environment, str | None]]) -> list:
+    """env.step(text) for every row that has a text (None for the others). Multi-turn episodes step at
+    once, each its own environment: a batch's tool calls wait together, not one after another (issue 27)."""
+    if not spec.multi_turn or sum(text is not None for _, text in pending) < 2:
+        return [None if text is None else env.step(text) for env, text in pending]
+    with ThreadPoolExecutor(max_workers=min(_STEP_THREADS, len(pending)), thread_name_prefix="env-step") as pool:
+        futures = [None if text is None else pool.submit(env.step, text) for env, text in pending]
+        return [None if f is None else f.result() for f in futures]
+
+
+def _answer(spec: EnvSpec, row: _Row, t, reply, last: bool) -> list[int] | None:
+    """The environment's answer to a model turn: its tokens if the episode goes on, else None."""
     row.calls += reply.calls
     if reply.done:
         row.end = "done"

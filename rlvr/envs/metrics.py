@@ -17,6 +17,18 @@ END_REASONS: dict[str, str] = {
     "episode_tokens": "the episode's token budget ran out",
 }
 MALFORMED = "<malformed>"  # the tool name a call is counted under when the model gave none
+UNKNOWN = "<unknown>"      # ... when it named no tool of the environment's
+_MAX_NAME = 64
+
+
+def _metric_name(name) -> str:
+    """A call's name as a metric key part: model-chosen strings must never mint keys (issue 27), so
+    a name that could not be a tool's (not an identifier, too long) counts as unknown. ToolEnv
+    already records unknown tools' calls as UNKNOWN; this holds for any environment's records."""
+    if not name:
+        return MALFORMED
+    ok = isinstance(name, str) and name.isidentifier() and name.isascii() and len(name) <= _MAX_NAME
+    return name if ok or name == UNKNOWN else UNKNOWN
 
 
 def is_single_turn(episode: dict) -> bool:
@@ -42,8 +54,9 @@ def episode_metrics(episodes: list[dict]) -> dict[str, float]:
     errors = sum(1 for c in calls if c.get("error"))
     m = {"env/turns_mean": statistics.fmean(_count(e, "model") for e in episodes),
          "env/tool_calls_mean": len(calls) / n}
-    for name in sorted({c.get("name") or MALFORMED for c in calls}):
-        m[f"env/tool_calls/{name}"] = sum(1 for c in calls if (c.get("name") or MALFORMED) == name) / n
+    names = [_metric_name(c.get("name")) for c in calls]
+    for name in sorted(set(names)):
+        m[f"env/tool_calls/{name}"] = names.count(name) / n
     m.update({"env/tool_errors_frac": errors / len(calls) if calls else 0.0,
               "env/tool_errors": float(errors),
               "env/tool_use_frac": sum(1 for e in episodes if e.get("calls")) / n,
@@ -65,5 +78,6 @@ def _tokens(episode: dict, source: str) -> int:
 
 def episode_text(episode: dict) -> str:
     """The episode turn by turn for the console, one "[role] text" block per turn, each ending in a
-    newline; surrounding whitespace of a turn is dropped so the blocks stay compact."""
+    newline; surrounding whitespace of a turn is dropped so the blocks stay compact. The console's
+    writer escapes control characters (rlvr.report.console.say)."""
     return "".join(f"[{t['role']}] {t['text'].strip()}\n" for t in episode["turns"])

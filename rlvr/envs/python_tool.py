@@ -34,7 +34,7 @@ def make_python_tool(limits: SandboxLimits | None = None, sandbox: Sandbox | Non
         return run_python(code, limits, sandbox)
 
     python.__doc__ = _DOC.format(wall=limits.wall_s)
-    return Tool.from_function(python, name="python")
+    return Tool.from_function(python, name="python", concurrent=True)   # each call its own sandbox
 
 
 def run_python(code: str, limits: SandboxLimits, sandbox: Sandbox) -> str:

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
+import time
 import types
 import typing
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -47,9 +51,10 @@ class Tool:
     description: str
     parameters: dict
     fn: Callable = field(repr=False)
+    concurrent: bool = False   # stateless: its calls may run alongside others (`run_calls`)
 
     @classmethod
-    def from_function(cls, fn: Callable, name: str | None = None) -> "Tool":
+    def from_function(cls, fn: Callable, name: str | None = None, concurrent: bool = False) -> "Tool":
         """The schema from fn's signature (type hints) and docstring (summary and Args). Refuses
         *args, **kwargs, positional-only and unannotated parameters with ValueError: the model
         calls with a JSON object of named arguments, and each needs a type to be shown."""
@@ -74,7 +79,8 @@ class Tool:
             properties[p.name] = prop
             if p.default is p.empty:
                 required.append(p.name)
-        return cls(name, summary, {"type": "object", "properties": properties, "required": required}, fn)
+        return cls(name, summary, {"type": "object", "properties": properties, "required": required}, fn,
+                   concurrent)
 
     def schema(self) -> dict:
         """The OpenAI / Hugging Face tools entry (what apply_chat_template(tools=[...]) takes)."""
@@ -244,6 +250,35 @@ def execute(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
     if isinstance(result, (dict, list)):
         return json.dumps(result, ensure_ascii=False, default=str), ""
     return str(result), ""
+
+
+# Tool calls of a whole batch share these threads: a call mostly waits (on a sandboxed program), and
+# the pool's size bounds how many run at once across every episode.
+_CALLS = ThreadPoolExecutor(max_workers=max(8, 4 * (os.cpu_count() or 2)), thread_name_prefix="tool-calls")
+
+
+def run_calls(tools: dict[str, Tool], calls: list[ToolCall], budget_s: float) -> list[tuple[str, str]]:
+    """execute() for each call, in order of the calls: those of concurrent tools at once on a shared
+    pool, the rest one after another here (a stateful environment's methods keep their order). No
+    result is waited for past budget_s from now: a call still running then (or not started) answers
+    with an error (issue 27: four sleeping calls took 20 s for one turn)."""
+    deadline = time.monotonic() + budget_s
+    late = ("", "this episode's tool time budget (env.tool_budget_s) ran out; answer without further "
+                "tool calls")
+    pending = {i: _CALLS.submit(execute, tools, c) for i, c in enumerate(calls)
+               if not c.error and getattr(tools.get(c.name), "concurrent", False)}
+    out = []
+    for i, call in enumerate(calls):
+        left = deadline - time.monotonic()
+        if i in pending:
+            try:
+                out.append(pending[i].result(timeout=max(0.0, left)))
+            except FutureTimeout:
+                pending[i].cancel()   # not started yet: never starts; running: its own limits end it
+                out.append(late)
+        else:
+            out.append(execute(tools, call) if left > 0 or call.error else late)
+    return out
 
 
 _PY_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),

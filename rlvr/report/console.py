@@ -5,6 +5,8 @@ import sys
 
 from tqdm import tqdm
 
+from rlvr.rewards.base import clean_reason
+
 
 _quiet = False
 
@@ -20,9 +22,17 @@ def progress(total: int, initial: int = 0, disable: bool = False):
                 disable=disable)
 
 
+def terminal_safe(text: str) -> str:
+    """text with every character a terminal could act on (ESC sequences: window title, clear screen,
+    OSC 52 clipboard writes; carriage returns, bells, bidi overrides, lone surrogates) as its
+    backslash escape; newlines stay. Model turns and tool output reach the console (issue 27)."""
+    return "\n".join(clean_reason(line, limit=sys.maxsize) for line in str(text).split("\n"))
+
+
 def say(text: str) -> None:
+    """Every console line of a run goes through here, escaped."""
     if not _quiet:
-        tqdm.write(text, file=sys.stderr)
+        tqdm.write(terminal_safe(text), file=sys.stderr)
 
 
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:

@@ -25,11 +25,13 @@ def _clean(value):
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    """UTF-8; a character it cannot encode (a lone surrogate from a model's text) is written as its
+    backslash escape rather than failing the write (issue 27)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -80,7 +82,7 @@ class JsonlWriter:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a")
+        self._f = open(self.path, "a", encoding="ascii")   # json.dumps escapes every other character
 
     def write(self, record: dict) -> None:
         self._f.write(json.dumps(_clean(record)) + "\n")

@@ -15,8 +15,15 @@ PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"
 
 
 def _numeric(metrics: dict) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items()
+    """Numeric metrics under ASCII keys: a tracker's encoder may refuse any other (TensorBoard's
+    protobuf raised on a lone surrogate, ending the run: issue 27)."""
+    return {_key(k): float(v) for k, v in metrics.items()
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _key(k: str) -> str:
+    return k if k.isascii() and k.isprintable() else "".join(
+        c if c.isascii() and c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in k)
 
 
 class TensorBoard:

@@ -180,10 +180,18 @@ def code_findings(splits: Splits, limit: int = 3) -> list[str]:
     """Code tasks: specs with no hidden cases (hard-coding the visible answers passes them), and
     prompts that show a hidden case's input, output or source."""
     from rlvr.rewards.code import parse_spec
+    from rlvr.rewards.code_spec import calls_candidate
 
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
         coded = [(p, parse_spec(p.tests)) for p in problems if p.tests]
+        idle = [(p, c) for p, spec in coded for c in spec.cases if c.test is not None and not calls_candidate(c.test)]
+        if idle:
+            p, c = idle[0]
+            findings.append(f"{name}: {len(idle)} assert cases never call a function of the candidate, so every "
+                            f"program passes them (e.g. case {c.number} of {p.question[:40]!r}: "
+                            f"{c.test.source.strip()[:60]!r}); a function named like a builtin needs its name "
+                            "as 'entry_point'")
         bare = [p for p, spec in coded if not any(c.hidden for c in spec.cases)]
         if bare:
             findings.append(f"{name}: {len(bare)}/{len(coded)} code specs have no hidden cases, so a program "

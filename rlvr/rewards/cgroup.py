@@ -124,6 +124,14 @@ def layout() -> Layout | None:
     return _v2_layout() or _v1_layout()
 
 
+def remove_left_by(pid: int) -> None:
+    """Remove the run cgroups a killed process had made (named for its pid; a judge worker killed
+    mid-check cannot remove its own): their processes died with it."""
+    lay = layout()
+    if lay is not None:
+        RunCgroup(lay, tuple(d for parent in {lay.memory, lay.pids} for d in parent.glob(f"rlvr-{pid}-*"))).remove()
+
+
 def _write(path: Path, value) -> None:
     path.write_text(str(value))
 

@@ -2,9 +2,11 @@
 
 A dataset's asserts (`assert f(2) == 4`, `abs(f(2) - 1.414) < 1e-9`, `math.isclose(...)`,
 `f(x) != 5`, MBPP tuples, `with pytest.raises(...)`) and HumanEval's `def check(candidate): ...`
-are dataset code: trusted. They run here, in the parent. Every name they use that they do not
-bind themselves (and that is not a builtin or a standard-library module) is a function of the
-candidate: a `Proxy` that ships its arguments into the sandbox and returns the plain data that came
+are dataset code: trusted. They run here, on the parent's side of the sandbox: in a judge worker
+process that the trainer can kill (rlvr.rewards.judge_worker, issue 27). Every name they use that
+they do not bind themselves (and that is not a builtin or a standard-library module; the spec's
+entry point is the candidate's even when a builtin has its name) is a function of the candidate: a
+`Proxy` that ships its arguments into the sandbox and returns the plain data that came
 back, decoded by a strict decoder. So every comparison, `abs`, `math.isclose` and `in` runs on
 values the parent built: no object of the candidate's ever reaches this process (issue 13).
 
@@ -30,6 +32,7 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 _RERAISE = {n: c for n, c in vars(builtins).items()
             if isinstance(c, type) and issubclass(c, Exception)
             and not issubclass(c, (StopIteration, StopAsyncIteration))}
+_EXCEPTIONS = frozenset(n for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception))
 
 
 class Undecidable(BaseException):
@@ -40,6 +43,11 @@ class Undecidable(BaseException):
 class CandidateFailure(BaseException):
     """The candidate failed in a way the test must not be able to catch (it returned something
     that is not plain data, has no such function, or its sandbox ended)."""
+
+
+class UndecidableSpec(ValueError):
+    """A spec whose test cannot be decided outside the sandbox: the dataset's problem, raised for
+    the whole batch (not one candidate's failure)."""
 
 
 class CandidateError(Exception):
@@ -85,7 +93,9 @@ def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
     """Parse and vet one test; ValueError naming `label` for what cannot be decided outside."""
     tree = ast.parse(source)
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    free = loaded - _bound_names(tree) - _BUILTIN_NAMES
+    # The entry point is the candidate's even when a builtin has its name (`max`, `sorted`): the
+    # proxy is bound in the test's globals, which come before builtins (issue 27).
+    free = loaded - _bound_names(tree) - (_BUILTIN_NAMES - {entry_point})
     # A standard-library name used only as `name.attr` is the module the test forgot to import
     # (MBPP keeps its imports apart); one that is called is the candidate's function.
     attr_bases = [n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute)
@@ -181,10 +191,17 @@ class Runner:
         type_name, base, message = reply[1:]
         if base == "MemoryError":
             self._fail(CandidateFailure("memory limit"))
-        raise _rebuild(type_name, base, message)
+        exc = _rebuild(type_name, base, message)
+        if isinstance(exc, CandidateFailure):
+            self._fail(exc)
+        raise exc
 
 
-def _rebuild(type_name: str, base: str, message: str) -> Exception:
+def _rebuild(type_name: str, base: str, message: str) -> BaseException:
+    if base not in _EXCEPTIONS:
+        # SystemExit, KeyboardInterrupt, BaseException itself, or a name that is no built-in
+        # exception: nothing the test may catch, as pytest.raises(Exception) would not (issue 27).
+        return CandidateFailure("raised " + (f"{type_name}: {message}" if message else type_name))
     cls = _RERAISE.get(base, CandidateError)
     try:
         exc = cls(message)

@@ -6,7 +6,9 @@ hidden). Score 1 when every case passes, else 0; `make_code_tests(partial=True)`
 The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
 plain data (rlvr.rewards.harness, rlvr.rewards.session); expected values, test sources and every
 comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run in this
-process with the candidate's functions as proxies (rlvr.rewards.checks). stdout is compared here.
+process's side of the sandbox with the candidate's functions as proxies (rlvr.rewards.checks): in a
+killable worker process (rlvr.rewards.judge_worker) that gives the whole check a wall clock, since the
+replies they run on are hostile data (issue 27). stdout is compared here.
 """
 from __future__ import annotations
 
@@ -14,13 +16,14 @@ import os
 import re
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from rlvr.rewards import harness
 from rlvr.rewards.base import Verdict, batch_form, clean_reason
-from rlvr.rewards.checks import Runner, Undecidable, run_test
+from rlvr.rewards.checks import Runner, Undecidable, UndecidableSpec, run_test
 from rlvr.rewards.code_spec import Case, Spec, parse_spec, with_prelude  # parse_spec: part of this API
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
+from rlvr.rewards.judge_worker import shared_pool
+from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness, unsafe_requested
 from rlvr.rewards.session import Session
 
 _PY_LANGS = ("", "python", "py", "python3")
@@ -34,6 +37,8 @@ class CodeTestsConfig:
     limits: SandboxLimits = SandboxLimits()
     sandbox: Sandbox = Sandbox()
     workers: int | None = None   # None: max(2, CPU count)
+    test_code_s: float = 2.0     # what test code may add to a program's wall clock: an assert spec's
+                                 # whole check is killed after limits.wall_s + test_code_s
 
 
 # ---- extraction --------------------------------------------------------------------------------
@@ -103,8 +108,9 @@ def _stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tupl
     return outcomes
 
 
-def _session_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
-    """One sandbox for the program; every call over its pipes, every check decided here."""
+def session_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+    """One sandbox for the program; every call over its pipes, every check decided on this side
+    (for test code: in a judge worker, `_worker_outcomes`)."""
     with Session(program, cfg.limits, cfg.sandbox) as session:
         if session.load_error is not None:
             return [(False, _load_reason(*session.load_error))] * len(spec.cases)
@@ -116,12 +122,25 @@ def _session_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tu
             try:
                 ok, why = run_test(case.test, runner, spec.entry_point)
             except Undecidable as e:
-                raise ValueError(f"tests spec (assert) case {case.number} cannot be decided outside the "
+                raise UndecidableSpec(f"tests spec (assert) case {case.number} cannot be decided outside the "
                                  f"sandbox: it {e.args[0]}; rewrite it as calls on plain data") from None
             outcomes.append((True, "") if ok else (False, _case_reason(case, why)))
             if not ok and not cfg.partial:
                 break
         return outcomes
+
+
+def _worker_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+    """session_outcomes in a judge worker, killed past the check's wall clock."""
+    sandbox = replace(cfg.sandbox, unsafe=unsafe_requested(cfg.sandbox))   # the worker's environment is bare
+    reply = shared_pool().check({"program": program, "tests": spec.text, "partial": cfg.partial,
+                                 "limits": asdict(cfg.limits), "sandbox": asdict(sandbox)},
+                                cfg.limits.wall_s + cfg.test_code_s)
+    if "spec_error" in reply:
+        raise UndecidableSpec(reply["spec_error"])
+    if "failure" in reply:
+        return [(False, reply["failure"])]
+    return [(bool(ok), str(why)) for ok, why in reply["outcomes"]]
 
 
 def _function_outcomes(session: Session, spec: Spec) -> list[tuple[bool, str]]:
@@ -202,7 +221,7 @@ def _mismatch(case: Case, want, got, text: bool = False) -> str:
 
 def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
     """Score one extracted program against a parsed spec."""
-    run = _stdio_outcomes if spec.kind == "stdio" else _session_outcomes
+    run = {"stdio": _stdio_outcomes, "assert": _worker_outcomes}.get(spec.kind, session_outcomes)
     outcomes = run(with_prelude(spec.prelude, program), spec, cfg)
     n = len(spec.cases)
     passed = sum(ok for ok, _ in outcomes)
@@ -239,13 +258,13 @@ def _verdicts(cfg: CodeTestsConfig, texts: list[str], tests_column: list) -> lis
 
 def make_code_tests(partial: bool = False, timeout_s: float | None = None,
                     limits: SandboxLimits | None = None, sandbox: Sandbox | None = None,
-                    workers: int | None = None):
+                    workers: int | None = None, test_code_s: float = CodeTestsConfig.test_code_s):
     """A code-test reward; partial=True scores the fraction of cases passed. timeout_s sets both
-    the wall-clock and the CPU limit of each program run."""
+    the wall-clock and the CPU limit of each program run; test_code_s is CodeTestsConfig's."""
     limits = limits or SandboxLimits()
     if timeout_s is not None:
         limits = replace(limits, wall_s=timeout_s, cpu_s=timeout_s)
-    cfg = CodeTestsConfig(partial, limits, sandbox or Sandbox(), workers)
+    cfg = CodeTestsConfig(partial, limits, sandbox or Sandbox(), workers, test_code_s)
 
     def verdict(completion: str, tests) -> Verdict:
         return _verdict_parsed(cfg, completion, parse_spec(tests))
@@ -278,4 +297,4 @@ code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_ve
 code_tests.checks_correctness = True
 code_tests.code_outcome = code_outcome
 __all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_outcome", "code_tests", "code_tests_verdict",
-           "last_code_block", "make_code_tests", "parse_spec", "same"]
+           "last_code_block", "make_code_tests", "parse_spec", "same", "session_outcomes"]

@@ -42,6 +42,8 @@ class Spec:
     cases: tuple[Case, ...]
     entry_point: str | None = None
     prelude: str = ""  # dataset code run in the sandbox before the program
+    text: str = field(default="", compare=False, repr=False)  # assert specs: the spec as JSON, for
+                                                              # the judge worker to parse again
 
 
 
@@ -75,7 +77,20 @@ def parse_spec(tests) -> Spec:
                   for n, item in enumerate(shown + hidden, start=1))
     if not cases:
         raise ValueError(f"tests spec ({kind}) has no cases")
+    if kind == "assert" and not any(calls_candidate(c.test) for c in cases):
+        raise ValueError("tests spec (assert) never calls a function of the candidate, so every program "
+                         "passes it; if the function is named like a builtin (max, sorted, sum), give that "
+                         "name as 'entry_point'")
+    if kind == "assert":   # what the judge worker parses again: the validated fields, as JSON
+        text = json.dumps({"kind": kind, "asserts": shown, "hidden": hidden, "prelude": prelude,
+                           **({"entry_point": entry} if entry is not None else {})})
+        return Spec(kind, cases, entry, prelude, text)
     return Spec(kind, cases, entry, prelude)
+
+
+def calls_candidate(test: TestCode) -> bool:
+    """Does this test call any function of the candidate (a free name, or check(candidate))?"""
+    return bool(test.names) or test.calls_check
 
 
 def _prelude(tests: dict, kind: str) -> str:

@@ -147,8 +147,23 @@ def unsafe_requested(sandbox: Sandbox) -> bool:
 @functools.lru_cache(maxsize=8)
 def bwrap_options(bwrap: str) -> frozenset[str]:
     """Options this bwrap knows (--size arrived in 0.5, --disable-userns in 0.8)."""
-    r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, env=_CHILD_ENV)
-    return frozenset(w for w in (r.stdout + r.stderr).split() if w.startswith("--"))
+    r = _run([bwrap, "--help"], 10, env=_CHILD_ENV)
+    return frozenset(w for w in (r.stdout + r.stderr).decode("utf-8", "replace").split() if w.startswith("--"))
+
+
+def _run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for bubblewrap, known to the orphan reaper (rlvr.rewards.collect)."""
+    proc = collect.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if proc.returncode is not None:
+            collect.done(proc)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
@@ -209,6 +224,7 @@ class Spawned:
         if self.proc.returncode is None:   # once reaped, its pid may belong to someone else
             collect.kill_group(self.proc.pid)
             self.proc.wait()
+        collect.done(self.proc)
         if self.cgroup is None:
             return False
         oom = self.cgroup.oom_killed()
@@ -236,7 +252,7 @@ def spawn(payload: dict, extra_args: list[str], limits: SandboxLimits, sandbox: 
     argv = prefix + [python, "-I", "-c", HARNESS_SOURCE, str(payload_fd), *extra_args]
     fds = tuple(fd for fd in (payload_fd, filter_fd) if fd is not None)
     try:
-        proc = subprocess.Popen(
+        proc = collect.popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds + tuple(pass_fds),
             env=_CHILD_ENV, start_new_session=True, cwd="/" if prefix else tempfile.gettempdir(),
             preexec_fn=child_setup(rlimits_for(limits, None if prefix else procs),
@@ -261,8 +277,7 @@ def _probe(bwrap: str, python: str, uid: int | None) -> None:
     if fds:
         argv[1:1] = ["--seccomp", str(fds[0])]
     try:
-        r = subprocess.run(argv, capture_output=True, env=_CHILD_ENV, cwd="/", timeout=30, pass_fds=fds,
-                           start_new_session=True, **_identity(uid))
+        r = _run(argv, 30, env=_CHILD_ENV, cwd="/", pass_fds=fds, start_new_session=True, **_identity(uid))
     finally:
         for fd in fds:
             os.close(fd)

@@ -19,7 +19,8 @@ _EXIT_WAIT_S = 0.2
 
 
 def _well_formed(reply) -> bool:
-    if type(reply) is not list or not reply or reply[0] not in _REPLY_TAGS:
+    # the tag may be anything the program wrote: a list is unhashable, so check its type first
+    if type(reply) is not list or not reply or type(reply[0]) is not str or reply[0] not in _REPLY_TAGS:
         return False
     if len(reply) != _REPLY_TAGS[reply[0]]:
         return False

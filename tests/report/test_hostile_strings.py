@@ -1,0 +1,64 @@
+"""Issue 27: every writer of a run survives any string a model writes, and the console shows terminal
+escape sequences as text, never acts on them."""
+import json
+
+import pytest
+
+from rlvr.report.console import format_samples, say
+from rlvr.report.html import write_report
+from rlvr.report.sinks import JsonlWriter, atomic_write_text
+
+HOSTILE = "\ud800 \x1b]0;owned\x07 \x1b[2J \x1b]52;c;ZXZpbA==\x07 \r\u202e"
+ESCAPED = "\\ud800 \\x1b]0;owned\\x07 \\x1b[2J \\x1b]52;c;ZXZpbA==\\x07 \\r\\u202e"
+
+
+def test_say_escapes_control_sequences_and_keeps_newlines(capsys):
+    say(f"[tool] {HOSTILE}\nnext line")
+    assert capsys.readouterr().err == f"[tool] {ESCAPED}\nnext line\n"
+
+
+def test_multi_turn_samples_reach_the_console_escaped(capsys):
+    episode = {"turns": [{"source": "model", "role": "assistant", "text": "call", "tokens": 1},
+                         {"source": "env", "role": "tool", "text": HOSTILE, "tokens": 1}],
+               "calls": [{"name": "python", "error": ""}], "end": "done"}
+    sample = {"prompt": "Q\x1b[2J", "episode": episode, "rewards": {"correctness": {"score": 0.0, "reason": "r"}}}
+    say(format_samples(3, [sample], group_size=1))
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err and "\ud800" not in err
+    assert f"[tool] {ESCAPED}\n" in err and "Q: Q\\x1b[2J\n" in err
+
+
+def test_jsonl_and_text_files_take_a_lone_surrogate(tmp_path):
+    with JsonlWriter(tmp_path / "s.jsonl") as w:
+        w.write({"name\ud800": "text\ud800"})
+    assert json.loads((tmp_path / "s.jsonl").read_text()) == {"name\ud800": "text\ud800"}
+    atomic_write_text(tmp_path / "t.html", "a\ud800b")
+    assert (tmp_path / "t.html").read_text(encoding="utf-8") == "a\\ud800b"
+
+
+def test_report_html_is_written_for_samples_with_a_lone_surrogate(tmp_path):
+    rows = [{"step": 1, "reward/mean": 0.5, "env/tool_calls/<unknown>": 1.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    episode = {"turns": [{"source": "model", "role": "assistant", "text": "x\ud800", "tokens": 1},
+                         {"source": "env", "role": "tool", "text": HOSTILE, "tokens": 1}],
+               "calls": [{"name": "\ud800", "error": "unknown tool '\\ud800'"}], "end": "done"}
+    sample = {"step": 1, "prompt": "p", "completion": "c\ud800", "reward": 0.0, "episode": episode,
+              "rewards": {"r": {"score": 0.0, "reason": "why\ud800"}}}
+    (tmp_path / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+    page = write_report(tmp_path).read_text(encoding="utf-8")
+    # written (before: UnicodeEncodeError, no report), each lone surrogate as its escape
+    assert "<pre>x\\ud800</pre>" in page and "tool call 1 of 1 (\\ud800) failed" in page
+
+
+def test_tensorboard_takes_any_metric_key(tmp_path):
+    pytest.importorskip("tensorboard")
+    from rlvr.report.trackers import TensorBoard
+
+    tb = TensorBoard(tmp_path, "p", {})
+    tb.log(1, {"env/tool_calls/\ud800\x1b": 1.0, "reward/mean": 0.5})
+    tb.close()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert sorted(acc.Tags()["scalars"]) == ["env/tool_calls/\\ud800\\x1b", "reward/mean"]
