@@ -170,6 +170,9 @@ def test_the_old_tis_cap_key_is_an_error_naming_the_new_one(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(f"{p}: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")) as e:
         build_config(p)
     assert "set rollout.tis_cap=2.5 instead" in str(e.value)
+    old_run = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 0.0\n    sleep: false\n")  # written before the rename
+    cfg = build_config(old_run)  # the old default means "unset": an old run directory still resumes
+    assert cfg.rollout.tis_cap is None and cfg.rollout.vllm.sleep is False
 
 
 @pytest.mark.parametrize("overrides, cap", [

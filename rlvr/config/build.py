@@ -44,7 +44,9 @@ def valid_keys(cls=Config, prefix: str = "") -> list[str]:
 
 
 # Keys that were renamed: each setting has one name, so an old one is an error that names the new one.
-RENAMED = {"rollout.vllm.tis_cap": "rollout.tis_cap"}
+# old key -> (new key, the old key's default): a run directory's config.yaml written before the rename
+# holds the old key at its default, which means "unset" and is passed over so that --resume works
+RENAMED = {"rollout.vllm.tis_cap": ("rollout.tis_cap", 0.0)}
 
 
 def _unknown(key: str, where: str) -> ConfigError:
@@ -98,8 +100,11 @@ def _coerce(value, t, key: str, where: str):
 
 def _set(cfg, dotted: str, value, where: str) -> None:
     if dotted in RENAMED:
-        raise ConfigError(f"{where}: '{dotted}' is now '{RENAMED[dotted]}' (it applies to every engine); "
-                          f"set {RENAMED[dotted]}={value!r} instead")
+        new, old_default = RENAMED[dotted]
+        if value == old_default:
+            return
+        raise ConfigError(f"{where}: '{dotted}' is now '{new}' (it applies to every engine); "
+                          f"set {new}={value!r} instead")
     parts = dotted.split(".")
     obj = cfg
     for i, part in enumerate(parts):
