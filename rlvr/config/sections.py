@@ -261,6 +261,9 @@ class TrainConfig:
     """Print a few samples every this many steps (0: never); all go to samples.jsonl."""
     eval_every: int = 0
     """Evaluate held-out accuracy every this many steps into evals.jsonl (0: only before and after)."""
+    device: str = "auto"
+    """Where the models, rollouts and updates run: auto (the GPU when torch sees one, else the CPU), cpu,
+    cuda, or cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK."""
     threads: int = 0
     """torch CPU threads; 0 keeps torch's default."""
     save_every: int = 10
@@ -274,8 +277,9 @@ class TrainConfig:
     (FSDP2 fully_shard: parameters sharded, gradients reduce-scattered as sums)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
-    mixed_precision: str = "no"
-    """no, or bf16 (autocast the training forward to bfloat16)."""
+    mixed_precision: str = "auto"
+    """auto (bf16 on CUDA, no on the CPU), no, or bf16: autocast the training forward (and, on CUDA, the
+    rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """vLLM rollout engine (GPU, `rollout.engine=vllm`), colocated in the training process.
 
-vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`); while
-the trainer updates, vLLM sleeps (level 1: weights offloaded to CPU, KV cache freed). Everything
+vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`), device to
+device when the trainer is on the GPU (train.device cuda: the tensors handed to load_weights are the
+policy's own CUDA tensors, no host round trip); while the trainer updates, vLLM sleeps at level 2 (KV
+cache and weights freed, nothing copied to the host), since the sync after the update rewrites every
+weight anyway. Everything
 that does not need vLLM or a GPU is a pure function here and is tested on CPU:
 `outputs_to_rollout`, `vllm_weight_items`. Truncated importance sampling against vLLM's log-probs
 (rollout.vllm.tis_cap) is `rlvr.algo.tis_weights`.
@@ -14,7 +17,9 @@ vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
 - `SamplingParams(logprobs=0)` returns the sampled token's log-prob only; with a seed, the n
   completions of a request are seeded seed + index (vllm/v1/engine/parallel_sampling.py).
 - Sleep level 2 discards the weights and has produced garbage after wake-up unless every weight is
-  reloaded (vllm issue 29341); level 1 keeps a CPU copy, so it is safe even if a sync is skipped.
+  reloaded (vllm issue 29341). The loop reloads every weight after every update (and after a resume)
+  before it samples again, so level 2 is safe here; level 1 would copy all weights to the host at each
+  sleep and back at each wake, two full transfers per step for a copy that is then overwritten.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from rlvr.errors import RlvrError
 from rlvr.rollout.engine import Rollout
 
 INSTALL_HINT = "pip install 'rlvr[vllm]'"
-SLEEP_LEVEL = 1
+SLEEP_LEVEL = 2  # weights and KV cache dropped while the trainer updates: sync_weights rewrites them all
 
 
 # ---------------------------------------------------------------- guards
@@ -285,7 +290,7 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
     return Path(name).expanduser()
 
 
-def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
+def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
     """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
     front when vllm or a GPU is missing, or for settings not supported yet."""
     v = cfg.rollout.vllm
@@ -298,7 +303,9 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
         raise RlvrError("rollout.engine=vllm runs in a single process for now; launch without torchrun")
     if not 0 < v.gpu_memory_utilization < 1:
         raise RlvrError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {v.gpu_memory_utilization}")
-    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=cfg.model.dtype,
+    # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
+    dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
+    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=dtype,
                         gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.train.seed)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
     # resume the loop syncs again, once the checkpoint is restored)
