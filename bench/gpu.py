@@ -4,20 +4,22 @@
                         [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts rlvr,trl,decode]
                         [--decode-batches 64,256] [--decode-tokens 128] [--warmup 1] [--steps 2]
                         [--budget 290] [--timeout 150] [--rlvr NAME=OVERRIDES ...] [--device cuda]
+                        [--log FILE] [--keep]
     python bench/gpu.py --device cpu --smoke [--parts rlvr,decode]    # the whole script on tiny shapes, on a CPU
 
 Runs on a bare GPU machine (no package registry, no model hub) from the repository plus two folders:
 - --tokenizer DIR: SmolLM2's tokenizer files (3.5 MB), copied from the model `make setup` converts:
       mkdir -p .gpubench/tokenizer && cp ~/.cache/rlvr/models/smollm2-135m-instruct/{tokenizer.json,\\
           tokenizer_config.json,chat_template.jinja} .gpubench/tokenizer/
-- --wheels DIR: TRL and what it needs beyond that machine's image, for its Python (3.12):
+- --wheels DIR: what rlvr and TRL need beyond that machine's image (its Python is 3.12; its transformers
+  5.17 is not the 5.24 rlvr pins; it has no trl, datasets, dill or multiprocess):
       python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-          --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any \\
-          -d .gpubench/wheels trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \\
-          fsspec==2026.9.0 pyarrow==26.0.1
-  A carried wheel is installed (pip --no-index --no-deps --target, into the work directory) only where the
-  image lacks the package or holds a version the carried trl/datasets do not accept; the folder goes on
-  PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (56 MiB with the tokenizer).
+          --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
+          --platform manylinux2014_x86_64 --platform any -d .gpubench/wheels trl==1.16.0 datasets==5.2.0 \\
+          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4
+  bench/gpu_wheels.py installs a carried wheel (pip --no-index --no-deps --target, into the work directory)
+  only where the image lacks the package or holds a version rlvr's or TRL's requirements reject; TRL's set
+  goes on PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (20 MiB in all).
 Models: random weights (seed 0) built on the device from the SmolLM2-135M and SmolLM2-1.7B configurations
 (bench/gpu_children.py SHAPES), saved in bf16 with the tokenizer into the work directory; both frameworks
 load them in fp32 and train under bf16 autocast (TRL: bf16=True; rlvr: its defaults on CUDA).
@@ -137,7 +139,11 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
         else:
             print(f"[{time.monotonic() - (deadline - args.budget):5.0f} s] {job.name} ...", flush=True)
             env = envs["trl"] if job.spec["kind"] == "trl" else envs["plain"]
-            job.result = run_child(job, min(args.timeout, left), env, work / f"{job.spec['kind']}-{len(done)}.log")
+            log = work / f"{job.spec['kind']}-{len(done)}.log"
+            job.result = run_child(job, min(args.timeout, left), env, log)
+            if args.log:  # every process's output in one file, which survives the work directory
+                with open(args.log, "a") as f:
+                    f.write(f"\n===== {job.name}: {job.result['status']} =====\n{log.read_text(errors='replace')}")
             if job.spec["kind"] == "build" and job.result["status"] == "ok":
                 print("        " + ", ".join(f"{k} {job.result[k]}" for k in ("gpu", "python", "torch", "cuda",
                                                                           "transformers")))
@@ -232,6 +238,7 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--rlvr", action="append", metavar="NAME=OVERRIDES",
                    help="an rlvr variant: extra `--key=value` overrides (default one: rlvr=, the defaults)")
     p.add_argument("--save", type=Path, help="append each result to FILE (JSON lines) as it comes")
+    p.add_argument("--log", type=Path, help="append every process's output to FILE")
     p.add_argument("--keep", action="store_true", help="keep the work directory (models, logs)")
     args = p.parse_args()
     smoke = args.smoke

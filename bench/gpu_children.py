@@ -29,7 +29,7 @@ SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, rope_theta=10000.0, vocab_size=0),  # 0: the tokenizer's
 }
-OOM_TEXT = "out of memory"
+OOM_TEXTS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
 def llama_config(shape: str, tok):
@@ -83,13 +83,7 @@ def peak_gib(device: str) -> float:
 
 
 def is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and OOM_TEXT in str(e))
-
-
-def device_override(device: str) -> list[str]:  # TEMP until train.device lands on main
-    from rlvr.config.build import valid_keys
-
-    return [f"--train.device={device}"] if "train.device" in valid_keys() else []
+    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and any(t in str(e) for t in OOM_TEXTS))
 
 
 def rlvr_steps(job: dict) -> dict:
@@ -103,7 +97,7 @@ def rlvr_steps(job: dict) -> dict:
     p, g, t = job["shape"]
     overrides = [*rlvr_overrides(Path(job["task_file"]), job["model_dir"], p, g, t, job["lr"],
                                  job["warmup"] + job["steps"], job["seed"], out),
-                 *device_override(job["device"]), "--train.save_every=0", *shlex.split(job["overrides"])]
+                 f"--train.device={job['device']}", "--train.save_every=0", *shlex.split(job["overrides"])]
     cfg = build_config(DEMO_CONFIG, overrides)
     # The end-of-run checkpoint and final model (about 27 GB with Adam's state at 1.7B) take no part in a
     # step; writing them would spend the run's time budget and the machine's disk on nothing measured here.
@@ -160,24 +154,20 @@ def timed(fn, device: str) -> tuple[float, int]:
 
 def decode(job: dict) -> dict:
     """Decode tokens/s at each batch size (distinct prompts, temperature 1, no stop token so every row is
-    `new_tokens` long): one untimed run per batch size (CUDA graphs, allocator, autotuning), then one timed."""
-    from rlvr.models import load_model
-
-    model, tok = load_model(job["model_dir"], "bfloat16")
-    model.to(job["device"]).eval()
+    `new_tokens` long): one untimed run per batch size (allocator, autotuning, the engine's CUDA graphs),
+    then one timed; the peak memory is the timed run's."""
     n = job["new_tokens"]
-    if job["kind"] == "generate":
-        run = hf_generate(model, tok, job, n)
-    else:
-        run = engine_sample(model, tok, job, n)
+    tok, run = hf_generate(job) if job["kind"] == "generate" else engine_sample(job)
+    # generate runs eagerly, a few tokens warm it; the engine may capture per-shape state, so it runs in full
+    warm = min(n, 8) if job["kind"] == "generate" else n
     out = {}
     for b in job["batches"]:
         prompts = decode_prompts(job, tok, b)
         try:
-            timed(lambda: run(prompts), job["device"])
+            timed(lambda: run(prompts, warm), job["device"])
             if job["device"].startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
-            seconds, tokens = timed(lambda: run(prompts), job["device"])
+            seconds, tokens = timed(lambda: run(prompts, n), job["device"])
         except Exception as e:
             if not is_oom(e):
                 raise
@@ -189,34 +179,50 @@ def decode(job: dict) -> dict:
     return {"batches": out}
 
 
-def hf_generate(model, tok, job: dict, n: int):
+def hf_generate(job: dict):
+    """HF `generate` on bf16 weights (issue 26's baseline), sampling, every row forced to n new tokens."""
+    from rlvr.models import load_model
+
+    model, tok = load_model(job["model_dir"], "bfloat16", job["device"])
+    model.eval()
     tok.padding_side = "left"
 
-    def run(prompts: list[list[int]]) -> int:
+    def run(prompts: list[list[int]], n: int) -> int:
         batch = tok.pad({"input_ids": prompts}, return_tensors="pt").to(job["device"])
         with torch.no_grad():
             out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=n,
                                  min_new_tokens=n, pad_token_id=tok.pad_token_id)
         return int((out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0])
-    return run
+    return tok, run
 
 
-def engine_sample(model, tok, job: dict, n: int):
-    """The engine rollout.engine and rollout.weights make (job overrides included), sampled as run_episodes does."""
+def engine_sample(job: dict):
+    """rlvr's rollout as a GRPO step runs it on the defaults (plus --decode-overrides): the policy in
+    model.dtype on train.device, the engine rollout.engine and rollout.weights make, sampled through its
+    session (as run_episodes does) under the sampling autocast of the resolved precision."""
     from rlvr.cli import DEMO_CONFIG
     from rlvr.config import build_config
+    from rlvr.device import resolve_device, resolve_precision, sampling_autocast
+    from rlvr.models import load_model
     from rlvr.rollout.protocol import make_engine
 
-    cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", "--model.dtype=bfloat16",
-                                     *device_override(job["device"]), *shlex.split(job["overrides"])])
-    engine = make_engine(cfg, model, Path(job["work"]))
+    cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", f"--train.device={job['device']}",
+                                     *shlex.split(job["overrides"])])
+    device = resolve_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.mixed_precision, device)
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, device)
+    engine = make_engine(cfg, model.eval(), Path(job["work"]), precision)
+    print(f"engine: model.dtype {cfg.model.dtype}, precision {precision}, rollout.weights {cfg.rollout.weights}",
+          flush=True)
 
-    def run(prompts: list[list[int]]) -> int:
+    def run(prompts: list[list[int]], n: int) -> int:
         rows = list(range(len(prompts)))
-        session = engine.session(prompts, seeds=rows, group_size=1, temperature=1.0, top_p=1.0, top_k=0,
-                                 stop_ids=[], pad_id=tok.pad_token_id)
-        return sum(len(turn.tokens) for turn in session.sample(rows, [n] * len(rows), keep=False))
-    return run
+        with sampling_autocast(device, precision):
+            session = engine.session(prompts, seeds=rows, group_size=1, temperature=1.0, top_p=1.0, top_k=0,
+                                     stop_ids=[], pad_id=tok.pad_token_id)
+            turns = session.sample(rows, [n] * len(rows), keep=False)
+        return sum(len(turn.tokens) for turn in turns)
+    return tok, run
 
 
 KINDS = {"build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}

@@ -7,7 +7,7 @@
 #
 # A: SmolLM2-135M in vLLM (colocated, sleep mode): rollout throughput, weight-sync time, the
 #    sampler/trainer log-prob mismatch, and proof that sync_weights reaches vLLM (after a large update
-#    the mismatch must drop once the weights are synced). The trainer is where load_model puts it.
+#    the mismatch must drop once the weights are synced). The trainer is on train.device (auto: the GPU).
 # vLLM cannot be carried to a machine without a package registry (its wheel is far over 64 MiB): on such
 # a machine, bench/gpu.py measures the built-in engine and TRL instead.
 # B: `rlvr train --rollout.engine=vllm` for $STEPS steps; prints time/step_s, tokens/generated and
@@ -49,6 +49,7 @@ import json, os, tempfile, time
 import torch
 from rlvr.algo.losses import tis_weights
 from rlvr.config import build_config
+from rlvr.device import autocast, resolve_device, resolve_precision
 from rlvr.models import load_model, stop_token_ids
 from rlvr.rollout.vllm_engine import make_engine
 from rlvr.tasks import build_splits, encode_prompt
@@ -60,15 +61,16 @@ cfg = build_config("configs/smoke.yaml", [
     "--rollout.prompts_per_step=16", "--rollout.group_size=8", "--rollout.max_new_tokens=64",
     "--task.heldout_size=8", "--task.ood_size=8"])
 r = cfg.rollout
-policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+device = resolve_device(cfg.train.device)  # auto: the GPU, where log-probs and the update run beside vLLM
+precision = resolve_precision(cfg.train.mixed_precision, device)
+policy, tok = load_model(cfg.model.name, cfg.model.dtype, device)
 splits = build_splits(cfg.task)
 prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
            for p in splits.train[:r.prompts_per_step]]
 stop, pad = stop_token_ids(policy, tok), tok.pad_token_id
 t = time.perf_counter()
-engine = make_engine(cfg, policy, tempfile.mkdtemp())
+engine = make_engine(cfg, policy, tempfile.mkdtemp(), precision)
 figures = {"engine_start_s": time.perf_counter() - t}
-device = next(policy.parameters()).device  # the trainer's: log-probs and the update run there
 
 
 def mismatch(sampler, trainer, mask):
@@ -85,8 +87,9 @@ def rollout():
                          stop_ids=stop, pad_id=pad)
     dt = time.perf_counter() - t
     engine.sleep()
-    ids, mask, sampler = (x.to(device) for x in (ro.completion_ids, ro.completion_mask, ro.sampler_logp))
-    with torch.no_grad():
+    ro = ro.to(device)  # the loop's one host-to-device crossing (make_batch)
+    ids, mask, sampler = ro.completion_ids, ro.completion_mask, ro.sampler_logp
+    with torch.no_grad(), autocast(device, precision):
         trainer = completion_logprobs(policy, ro.prompt_ids, ids, mask, ro.group_size, pad, r.temperature)
     m = mismatch(sampler, trainer, mask)
     m["tis_mean_cap2"] = float(tis_weights(trainer, sampler, mask, 2.0).sum() / mask.sum())
@@ -104,8 +107,8 @@ figures["steady"] = m
 cfg.algo.lr = 2e-3  # big enough to dwarf bf16 noise
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.algo.lr)
 adv = torch.randn(ro.completion_ids.shape[0], device=device)
-batch = Batch(ro.prompt_ids, ro.completion_ids.to(device), ro.completion_mask.to(device), adv, ro.group_size)
-policy_update(policy, opt, batch, UpdateSettings.of(cfg, pad))
+batch = Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size)
+policy_update(policy, opt, batch, UpdateSettings.of(cfg, pad, precision))
 _, stale = rollout()
 t = time.perf_counter()
 n = engine.sync_weights(policy)
