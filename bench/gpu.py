@@ -147,13 +147,24 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
             if job.spec["kind"] == "build" and job.result["status"] == "ok":
                 print("        " + ", ".join(f"{k} {job.result[k]}" for k in ("gpu", "python", "torch", "cuda",
                                                                           "transformers")))
-            print(f"        {job.result['status']} in {job.result['wall_s']:.0f} s"
-                  + (f": {job.result['why']}" if "why" in job.result else ""), flush=True)
+            print(f"        {job.result['status']} in {job.result['wall_s']:.0f} s" + brief(job.result), flush=True)
         done[job.name] = job
         if args.save and job.result["status"] != "unneeded":
             with open(args.save, "a") as f:
                 f.write(json.dumps({"name": job.name, **{k: v for k, v in job.spec.items() if k in
                                     ("kind", "model", "shape", "precision", "overrides")}, **job.result}) + "\n")
+
+
+def brief(r: dict) -> str:
+    """A finished job's figures in a line, printed as it ends (the tables come at the end of the run)."""
+    if "why" in r:
+        return f": {r['why']}"
+    if "step_s" in r:
+        return ": steps " + ", ".join(f"{s:.2f}" for s in r["step_s"]) + f" s, peak {r['peak_gib']:.1f} GiB"
+    if "batches" in r:
+        return ": " + ", ".join(f"batch {b} " + ("out of memory" if c.get("oom") else f"{c['tokens_per_s']:.0f} tok/s")
+                                for b, c in r["batches"].items())
+    return f" (peak {r['peak_gib']:.1f} GiB)" if "peak_gib" in r else ""
 
 
 def steps_table(jobs: list[Job]) -> None:
