@@ -7,11 +7,16 @@ import torch
 from rlvr.config import ConfigError, RolloutConfig, build_config
 from rlvr.device import check_device_spec, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.rollout.engine import Rollout, generate
+from rlvr.rollout.engine import Rollout
+from rlvr.rollout.session import generate
 from rlvr.rollout.protocol import check_device
 from rlvr.train.logprobs import completion_logprobs
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
+NO_GPU = not torch.cuda.is_available()  # read at import, before tests/conftest.py hides the GPU from other tests
+
+
+def CUDA(test):
+    return pytest.mark.gpu(pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU (torch.cuda.is_available())")(test))
 
 
 def fake_gpus(monkeypatch, n: int):
@@ -60,11 +65,18 @@ def test_rollout_settings_that_do_not_work_on_the_device_are_refused():
         check_device(RolloutConfig(weights="int8"), gpu)
     with pytest.raises(RlvrError, match="rollout.compile compiles the CPU decode step"):
         check_device(RolloutConfig(weights="bf16", compile=True), gpu)
-    with pytest.raises(RlvrError, match="rollout.engine=vllm samples on the GPU while the trainer is on cpu"):
-        check_device(RolloutConfig(engine="vllm"), cpu)
     for ok in (RolloutConfig(weights="bf16"), RolloutConfig(), RolloutConfig(engine="vllm")):
         check_device(ok, gpu)
     check_device(RolloutConfig(weights="int8", compile=True), cpu)
+
+
+def test_vllm_beside_a_cpu_trainer_is_refused(monkeypatch):
+    from rlvr.config import Config
+    from rlvr.rollout import vllm_engine as ve
+
+    monkeypatch.setattr(ve, "check_vllm_usable", lambda: None)  # as if vllm and a GPU were there
+    with pytest.raises(RlvrError, match="rollout.engine=vllm samples on the GPU while the trainer is on cpu"):
+        ve.make_engine(Config(), torch.nn.Linear(1, 1), "unused")
 
 
 def test_rollouts_live_on_the_host_until_the_batch_crosses(tiny):

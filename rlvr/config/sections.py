@@ -138,6 +138,10 @@ class RolloutConfig:
     """Compile the builtin engine's decode step for a bf16/int8 rollout copy with torch.compile (needs a
     C++ compiler; 10-30 s at the first rollout, cached on disk for later runs): about 1.2x faster decoding
     on a CPU (rlvr/rollout/lean.py, bench/rollout_weights.py)."""
+    cuda_graph: bool = True
+    """On CUDA, decode through static buffers replayed as a CUDA graph (Llama, Mistral and Qwen2 models;
+    rlvr/rollout/graphed.py): single-turn rollouts, evaluation and the last turn of episodes; false keeps
+    the eager loop. Ignored on the CPU."""
     tis_cap: Optional[float] = None
     """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,

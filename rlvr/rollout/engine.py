@@ -1,8 +1,11 @@
-"""Built-in rollout engine for Hugging Face causal LMs.
+"""The built-in engine's pieces: the Rollout, prefill with a shared prompt prefix, and the decode loop.
 
-The G completions of a prompt share its prefix, so the prompt is prefilled once and its KV cache is
-repeated G times into a cache preallocated for the whole rollout; finished sequences are dropped from
-the batch so they cost nothing further.
+Every rollout of the built-in engine, single-turn or multi-turn, in training, evaluation and the
+benchmarks, goes through `rlvr.rollout.session.BuiltinSession` (`session.generate` is its single
+turn): the prompts are prefilled once (a prefix common to all of them once more, `prefill`), each
+row's cache is gathered into buffers with room for the turn, and `decode` samples until every row
+stops. On the CPU finished rows leave the batch each step; on CUDA the loop runs over static buffers
+replayed as a CUDA graph (rlvr/rollout/graphed.py).
 """
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.device import of_model
-from rlvr.rollout.kvcache import preallocate
-from rlvr.rollout.sampling import sample_next, uniforms
+from rlvr.rollout import graphed, lean
+from rlvr.rollout.sampling import sample_next
 
 
 @dataclass
@@ -119,38 +122,6 @@ def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8, *
     return out, mask
 
 
-@torch.no_grad()
-def generate(
-    model,
-    prompts: list[list[int]],
-    *,
-    group_size: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    stop_ids: list[int],
-    pad_id: int,
-    generator: torch.Generator | None = None,
-    seeds: list[int] | None = None,
-) -> Rollout:
-    """Sample `group_size` completions for each prompt (temperature 0: greedy). The draws come from
-    `seeds`, one per prompt (rlvr.rollout.sampling.group_seed), when given, else from `generator`."""
-    out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp] mask
-    cache = preallocate(out.cache, mask.shape[1] + max_new_tokens)  # decoding writes in place, no concatenation
-    cache.batch_repeat_interleave(group_size)
-    logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [B, V]
-    mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
-    next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first completion token
-
-    n, device = len(prompts) * group_size, logits.device
-    u = uniforms(n, max_new_tokens, group_size, seeds, generator) if temperature > 0 else None  # [B, Tc] host
-    caps = torch.full((n,), max_new_tokens, dtype=torch.long)
-    tokens_out, logp_out = decode(model, cache, logits, mask, next_pos, None if u is None else u.to(device), caps,
-                                  temperature, top_p, top_k, stop_ids, pad_id)
-    return end_at_first_stop(prompts, tokens_out.cpu(), logp_out.cpu(), group_size, stop_ids, pad_id)
-
-
 def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor, u: torch.Tensor | None,
            caps: torch.Tensor, temperature: float, top_p: float, top_k: int, stop_ids: list[int], pad_id: int,
            park=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,13 +133,15 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
     tokens [A, T] (pad_id after a row's end) and their sampler log-probs [A, T], on the model's device.
     Tensors live where the logits are; the host reads one number per token (how many rows finished),
     which dropping finished rows needs."""
+    if park is None and graphed.enabled(model):  # static buffers, a CUDA graph on a GPU (rollout.cuda_graph)
+        return graphed.decode(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k, stop_ids,
+                              pad_id)
     device = logits.device
     n, width = logits.shape[0], int(caps.max()) if len(caps) else 0
     tokens_out = torch.full((n, width), pad_id, dtype=torch.long, device=device)
     logp_out = torch.zeros((n, width), device=device)
     active = torch.arange(n, device=device)  # rows of the batch that are still generating
     caps = caps.to(device)
-    from rlvr.rollout import lean  # imports quant, which imports this module
 
     stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     fast = lean.is_compiled(model)  # a rollout copy with rollout.compile: its compiled layers (rlvr/rollout/lean.py)

@@ -108,6 +108,19 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         from rlvr.rollout.vllm_engine import make_engine as make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir, precision)
+    engine = _local_engine(r, policy)
+    if r.engine == "builtin" and r.cuda_graph and of_model(policy).type == "cuda":
+        from rlvr.rollout import graphed
+
+        graphed.enable(policy)  # greedy evaluation samples with the policy itself
+        if not graphed.enable(engine.policy):
+            log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
+                        "Mistral or Qwen2 with full attention); decoding eagerly")
+    return engine
+
+
+def _local_engine(r, policy: torch.nn.Module) -> PolicyEngine:
+    """The builtin or hf engine of rollout section r, on the policy or a rollout copy of it."""
     if r.engine == "hf":
         from rlvr.rollout.hf_engine import generate as hf_generate
 
@@ -116,7 +129,7 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         return PolicyEngine(policy, hf_generate)
     if r.weights == "fp32":
         return builtin_engine(policy)
-    from rlvr.rollout.engine import generate
+    from rlvr.rollout.session import generate
 
     return QuantizedEngine(policy, r.weights, generate, keeps_cache=True, compile=r.compile)
 
@@ -131,13 +144,10 @@ def check_device(r, device: torch.device) -> None:
     if device.type == "cuda" and r.compile:
         raise RlvrError("rollout.compile compiles the CPU decode step (rlvr/rollout/lean.py); on a GPU set "
                         "rollout.compile=false")
-    if device.type != "cuda" and r.engine == "vllm":
-        raise RlvrError(f"rollout.engine=vllm samples on the GPU while the trainer is on {device}: every weight "
-                        "would cross from host to device at every step; set train.device=cuda (or auto)")
 
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
     """The built-in engine on `policy` (evaluation samples with it whatever rollout.engine is)."""
-    from rlvr.rollout.engine import generate
+    from rlvr.rollout.session import generate
 
     return PolicyEngine(policy, generate, keeps_cache=True)

@@ -173,6 +173,35 @@ class BuiltinSession:
             s.block, s.index, s.next_pos, s.pending = block, i, s.next_pos + len(feed), []
 
 
+@torch.no_grad()
+def generate(model, prompts: list[list[int]], *, group_size: int, max_new_tokens: int, temperature: float,
+             top_p: float = 1.0, top_k: int = 0, stop_ids: list[int], pad_id: int,
+             generator: torch.Generator | None = None, seeds: list[int] | None = None) -> Rollout:
+    """group_size completions of each prompt (temperature 0: greedy): one turn of a BuiltinSession, so
+    `generate`, the training loop's episodes and the benchmarks run the same code. Draws come from
+    `seeds`, one per prompt (rlvr.rollout.sampling.group_seed), when given, else from `generator`.
+    The Rollout is on the host (rlvr.rollout.engine.Rollout.to moves a training batch)."""
+    n = len(prompts) * group_size
+    session = BuiltinSession(model, prompts, group_size=group_size, temperature=temperature, top_p=top_p,
+                             top_k=top_k, stop_ids=stop_ids, pad_id=pad_id, seeds=seeds, generator=generator)
+    return turns_to_rollout(prompts, session.sample(list(range(n)), [max_new_tokens] * n, keep=False), group_size,
+                            pad_id)
+
+
+def turns_to_rollout(prompts: list[list[int]], turns: list[Turn], group_size: int, pad_id: int) -> Rollout:
+    """One turn per row -> a Rollout: tokens right-padded with pad_id (log-prob 0), truncated where a
+    row reached its cap without a stop token."""
+    width = max((len(t.tokens) for t in turns), default=0)
+    ids = torch.full((len(turns), width), pad_id, dtype=torch.long)  # [B, Tc]
+    mask, logp = torch.zeros((len(turns), width)), torch.zeros((len(turns), width))  # [B, Tc]
+    for b, t in enumerate(turns):
+        ids[b, :len(t.tokens)] = torch.tensor(t.tokens, dtype=torch.long)
+        mask[b, :len(t.tokens)] = 1.0
+        logp[b, :len(t.tokens)] = torch.tensor(t.logp)
+    return Rollout([list(p) for p in prompts], ids, mask, logp, torch.tensor([not t.stopped for t in turns]),
+                   group_size)
+
+
 class RecomputeSession:
     """Multi-turn sampling through an engine's `generate`: each later turn runs the row's whole history
     as a prompt (HF generate, vLLM). The first turn is one ordinary grouped `generate` call."""

@@ -1,6 +1,7 @@
 import torch
 
-from rlvr.rollout.engine import generate, left_pad
+from rlvr.rollout.engine import left_pad
+from rlvr.rollout.session import generate
 
 
 def prompts_for(tok):

@@ -3,8 +3,7 @@ context, so their log-probs equal one full forward of the whole token sequence."
 import pytest
 import torch
 
-from rlvr.rollout.engine import generate
-from rlvr.rollout.session import BuiltinSession, RecomputeSession, _cut
+from rlvr.rollout.session import BuiltinSession, RecomputeSession, _cut, generate
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
 STOPS = [3, 30, 31, 32, 33, 34, 35, 36, 37]  # many stop tokens: rows end their turns at different steps
