@@ -34,8 +34,9 @@ then for each model and shape rlvr then TRL (TRL bf16 without gradient checkpoin
 of memory, TRL as shipped: bf16 + gradient checkpointing), with the decode figures after the first pair.
 Per step (medians over the timed steps, after --warmup untimed ones): step, rollout and update seconds,
 generated tokens and tokens/s, peak GPU memory; rlvr also its sampler/trainer log-prob mismatch
-(rollout/logp_mismatch_mean_abs). Decode: HF `generate` and rlvr's engine at each batch size, distinct
-prompts, temperature 1, no stop token, bf16 weights: tokens/s after one untimed run.
+(rollout/logp_mismatch_mean_abs). Decode: HF `generate` (bf16 weights) and rlvr's engine (each --rlvr
+variant, as its GRPO step samples) at each batch size, distinct prompts, temperature 1, no stop token:
+tokens/s after one untimed run.
 """
 from __future__ import annotations
 
@@ -84,10 +85,11 @@ def plan(args, work: Path) -> list[Job]:
     model_dir = {m: str(work / "models" / m) for m in built}
     jobs = [Job("build", {**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
                           "models": model_dir})]
-    decode = [Job(f"{kind} decode", {**base, "kind": kind, "model_dir": model_dir[args.decode_model],
-                                     "batches": args.decode_batches, "new_tokens": args.decode_tokens,
-                                     "overrides": args.decode_overrides}, "build")
-              for kind in ("engine", "generate") if "decode" in args.parts]
+    dspec = {**base, "model_dir": model_dir[args.decode_model], "batches": args.decode_batches,
+             "new_tokens": args.decode_tokens}
+    decode = [Job(f"engine {name}", {**dspec, "kind": "engine", "overrides": extra}, "build")
+              for name, extra in args.rlvr] + [Job("HF generate", {**dspec, "kind": "generate"}, "build")]
+    decode = decode if "decode" in args.parts else []
     for i, (model, shape) in enumerate((m, s) for m in args.models for s in args.shapes):
         tag = f"{model} {'x'.join(map(str, shape))}"
         spec = {**base, "model_dir": model_dir[model], "shape": shape, "model": model}
@@ -197,9 +199,10 @@ def decode_table(jobs: list[Job]) -> None:
         cells = [job.result["batches"].get(b, {}) for b in batches]
         print(f"{job.name:<34}" + "".join(f"{'out of memory':>20}" if c.get("oom") else
                                           f"{c['tokens_per_s']:>12.0f} ({c['peak_gib']:4.1f})" for c in cells))
-    if len(rows) == 2:
-        eng, hf = (j.result["batches"] for j in rows)
-        print("engine / generate: " + ", ".join(
+    hf = next((j.result["batches"] for j in rows if j.spec["kind"] == "generate"), {})
+    for job in (j for j in rows if j.spec["kind"] == "engine"):
+        eng = job.result["batches"]
+        print(f"{job.name} / HF generate: " + ", ".join(
             f"batch {b} {eng[b]['tokens_per_s'] / hf[b]['tokens_per_s']:.1f}x" for b in batches
             if "tokens_per_s" in eng.get(b, {}) and "tokens_per_s" in hf.get(b, {})))
 
@@ -241,13 +244,13 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--parts", default="rlvr,trl,decode", help="comma-separated of rlvr, trl, decode")
     p.add_argument("--decode-batches", help="comma-separated batch sizes (default 64,256; --smoke: 2,4)")
     p.add_argument("--decode-tokens", type=int, help="new tokens per decode row (default 128; --smoke: 8)")
-    p.add_argument("--decode-overrides", default="", help="rlvr overrides for the engine, e.g. --rollout.compile=true")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--steps", type=int, default=2, help="timed steps")
     p.add_argument("--budget", type=float, default=290, help="seconds for the whole run; later jobs are skipped")
     p.add_argument("--timeout", type=float, default=150, help="seconds for any one process")
     p.add_argument("--rlvr", action="append", metavar="NAME=OVERRIDES",
-                   help="an rlvr variant: extra `--key=value` overrides (default one: rlvr=, the defaults)")
+                   help="an rlvr variant, for its steps and its engine decode: extra `--key=value` overrides, "
+                        "e.g. rlvr-bf16=--rollout.weights=bf16 (default one: rlvr=, the defaults)")
     p.add_argument("--save", type=Path, help="append each result to FILE (JSON lines) as it comes")
     p.add_argument("--log", type=Path, help="append every process's output to FILE")
     p.add_argument("--keep", action="store_true", help="keep the work directory (models, logs)")

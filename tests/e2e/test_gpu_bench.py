@@ -22,7 +22,7 @@ def test_smoke_run_on_cpu(tmp_path):
                            "rlvr,decode", "--save", str(save)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {r["name"]: r for r in map(json.loads, save.read_text().splitlines())}
-    assert list(rows) == ["build", "rlvr tiny 2x2x8", "engine decode", "generate decode"]
+    assert list(rows) == ["build", "rlvr tiny 2x2x8", "engine rlvr", "HF generate"]
     assert all(r["status"] == "ok" for r in rows.values()), rows
     steps = rows["rlvr tiny 2x2x8"]
     assert len(steps["step_s"]) == len(steps["rollout_s"]) == len(steps["update_s"]) == 2  # 1 warm-up dropped
@@ -31,7 +31,7 @@ def test_smoke_run_on_cpu(tmp_path):
     # fp32 on the CPU: the engine's sampler log-probs are the trainer's up to float rounding
     assert all(0 <= m < 1e-5 for m in steps["logp_mismatch"])
     assert steps["peak_gib"] > 0
-    for name in ("engine decode", "generate decode"):  # no stop token: every row is 8 tokens long
+    for name in ("engine rlvr", "HF generate"):  # no stop token: every row is 8 tokens long
         assert {b: r["tokens"] for b, r in rows[name]["batches"].items()} == {"2": 2 * 8, "4": 4 * 8}
     assert "skipped: nothing" in done.stdout
     assert "decode tokens/s" in done.stdout and "rlvr tiny 2x2x8" in done.stdout
