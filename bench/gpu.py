@@ -143,6 +143,8 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
             env = envs["trl"] if job.spec["kind"] == "trl" else envs["plain"]
             log = work / f"{job.spec['kind']}-{len(done)}.log"
             job.result = run_child(job, min(args.timeout, left), env, log)
+            if job.result["status"] == "timeout" and job.spec["kind"] == "rlvr":
+                job.result["why"] += partial_steps(work / f"run-{job.spec['name']}" / "metrics.jsonl")
             if args.log:  # every process's output in one file, which survives the work directory
                 with open(args.log, "a") as f:
                     f.write(f"\n===== {job.name}: {job.result['status']} =====\n{log.read_text(errors='replace')}")
@@ -155,6 +157,13 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
             with open(args.save, "a") as f:
                 f.write(json.dumps({"name": job.name, **{k: v for k, v in job.spec.items() if k in
                                     ("kind", "model", "shape", "precision", "overrides")}, **job.result}) + "\n")
+
+
+def partial_steps(metrics: Path) -> str:
+    """The step times a killed rlvr run had logged (warm-up included), so a slow run still says how slow."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    return "; steps logged: " + (", ".join(f"{r['time/step_s']:.1f} s (rollout {r['time/rollout_s']:.1f})"
+                                          for r in rows) or "none")
 
 
 def brief(r: dict) -> str:

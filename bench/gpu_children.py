@@ -29,6 +29,7 @@ SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, rope_theta=10000.0, vocab_size=0),  # 0: the tokenizer's
 }
+NO_TOKEN = -1  # a stop id no token has: rows run to their cap through the same stop checks as a real one
 OOM_TEXTS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
@@ -219,7 +220,7 @@ def engine_sample(job: dict):
         rows = list(range(len(prompts)))
         with sampling_autocast(device, precision):
             session = engine.session(prompts, seeds=rows, group_size=1, temperature=1.0, top_p=1.0, top_k=0,
-                                     stop_ids=[], pad_id=tok.pad_token_id)
+                                     stop_ids=[NO_TOKEN], pad_id=tok.pad_token_id)
             turns = session.sample(rows, [n] * len(rows), keep=False)
         return sum(len(turn.tokens) for turn in turns)
     return tok, run
