@@ -7,7 +7,9 @@
 #
 # A: SmolLM2-135M in vLLM (colocated, sleep mode): rollout throughput, weight-sync time, the
 #    sampler/trainer log-prob mismatch, and proof that sync_weights reaches vLLM (after a large update
-#    the mismatch must drop once the weights are synced). The trainer stays on CPU here.
+#    the mismatch must drop once the weights are synced). The trainer is on train.device (auto: the GPU).
+# vLLM cannot be carried to a machine without a package registry (its wheel is far over 64 MiB): on such
+# a machine, bench/gpu.py measures the built-in engine and TRL instead.
 # B: `rlvr train --rollout.engine=vllm` for $STEPS steps; prints time/step_s, tokens/generated and
 #    rollout/logp_mismatch_mean_abs from RUN_DIR/metrics.jsonl (fails if the loop does not log the mismatch).
 # Figures also go to $OUT/gpu_smoke.json when $OUT is set.
@@ -45,9 +47,11 @@ if [[ "$PARTS" == *A* ]]; then
   "$PY" - <<'EOF'
 import json, os, tempfile, time
 import torch
+from rlvr.algo.losses import tis_weights
 from rlvr.config import build_config
+from rlvr.device import autocast, resolve_device, resolve_precision
 from rlvr.models import load_model, stop_token_ids
-from rlvr.rollout.vllm_engine import logprob_mismatch, make_engine, tis_weights
+from rlvr.rollout.vllm_engine import make_engine
 from rlvr.tasks import build_splits, encode_prompt
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.update import Batch, UpdateSettings, policy_update
@@ -57,46 +61,59 @@ cfg = build_config("configs/smoke.yaml", [
     "--rollout.prompts_per_step=16", "--rollout.group_size=8", "--rollout.max_new_tokens=64",
     "--task.heldout_size=8", "--task.ood_size=8"])
 r = cfg.rollout
-policy, tok = load_model(cfg.model.name, cfg.model.dtype)  # trainer on CPU in this part
+device = resolve_device(cfg.train.device)  # auto: the GPU, where log-probs and the update run beside vLLM
+precision = resolve_precision(cfg.train.mixed_precision, device)
+policy, tok = load_model(cfg.model.name, cfg.model.dtype, device)
 splits = build_splits(cfg.task)
 prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
            for p in splits.train[:r.prompts_per_step]]
 stop, pad = stop_token_ids(policy, tok), tok.pad_token_id
 t = time.perf_counter()
-engine = make_engine(cfg, policy, tempfile.mkdtemp())
+engine = make_engine(cfg, policy, tempfile.mkdtemp(), precision)
 figures = {"engine_start_s": time.perf_counter() - t}
+
+
+def mismatch(sampler, trainer, mask):
+    """What the training loop logs as rollout/logp_mismatch_*: |trainer - sampler| over generated tokens."""
+    diff = (trainer - sampler).abs() * mask
+    return {"rollout/logp_mismatch_mean_abs": float(diff.sum() / mask.sum()),
+            "rollout/logp_mismatch_max": float(diff.max())}
+
 
 def rollout():
     t = time.perf_counter()
-    ro = engine.generate(prompts, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
-                         temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, stop_ids=stop, pad_id=pad)
+    ro = engine.generate(prompts, seeds=list(range(len(prompts))), group_size=r.group_size,
+                         max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                         stop_ids=stop, pad_id=pad)
     dt = time.perf_counter() - t
     engine.sleep()
-    with torch.no_grad():
-        trainer = completion_logprobs(policy, ro.prompt_ids, ro.completion_ids, ro.completion_mask,
-                                      ro.group_size, pad, r.temperature)
-    m = {k: float(v) for k, v in logprob_mismatch(ro.sampler_logp, trainer, ro.completion_mask).items()}
-    m["tis_mean_cap2"] = float(tis_weights(trainer, ro.sampler_logp, ro.completion_mask, 2.0).sum()
-                               / ro.completion_mask.sum())
-    tokens = int(ro.completion_mask.sum())
-    return ro, trainer, {"rollout_s": dt, "tokens": tokens, "tokens_per_s": tokens / dt, **m}
+    ro = ro.to(device)  # the loop's one host-to-device crossing (make_batch)
+    ids, mask, sampler = ro.completion_ids, ro.completion_mask, ro.sampler_logp
+    with torch.no_grad(), autocast(device, precision):
+        trainer = completion_logprobs(policy, ro.prompt_ids, ids, mask, ro.group_size, pad, r.temperature)
+    m = mismatch(sampler, trainer, mask)
+    m["tis_mean_cap2"] = float(tis_weights(trainer, sampler, mask, 2.0).sum() / mask.sum())
+    tokens = int(mask.sum())
+    return ro, {"rollout_s": dt, "tokens": tokens, "tokens_per_s": tokens / dt, **m}
+
 
 rollout()  # warm-up (CUDA graphs, allocator)
 for step in range(1, 3):
-    ro, _, m = rollout()
+    ro, m = rollout()
     print(f"A step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in m.items()))
 figures["steady"] = m
 
 # A large update, then compare a stale engine (no sync) with a synced one.
-opt = torch.optim.AdamW(policy.parameters(), lr=2e-3)  # big enough to dwarf bf16 noise
-adv = torch.randn(ro.completion_ids.shape[0])
-policy_update(policy, opt, Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size),
-              UpdateSettings(micro_batch_prompts=4, temperature=r.temperature, pad_id=pad))
-_, _, stale = rollout()
+cfg.algo.lr = 2e-3  # big enough to dwarf bf16 noise
+opt = torch.optim.AdamW(policy.parameters(), lr=cfg.algo.lr)
+adv = torch.randn(ro.completion_ids.shape[0], device=device)
+batch = Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size)
+policy_update(policy, opt, batch, UpdateSettings.of(cfg, pad, precision))
+_, stale = rollout()
 t = time.perf_counter()
 n = engine.sync_weights(policy)
 figures["sync_s"], figures["sync_tensors"] = time.perf_counter() - t, n
-_, _, synced = rollout()
+_, synced = rollout()
 key = "rollout/logp_mismatch_mean_abs"
 figures["mismatch_stale"], figures["mismatch_synced"] = stale[key], synced[key]
 print(f"A sync: {n} tensors in {figures['sync_s']:.3f}s; logp mismatch stale {figures['mismatch_stale']:.4f} "

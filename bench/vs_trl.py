@@ -41,11 +41,8 @@ variant per command under `flock /tmp/bench.lock`, saving to one file, then prin
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
-import random
 import resource
 import shlex
 import shutil
@@ -56,47 +53,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from same_work import rlvr_overrides, run_trl, write_prompts
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 MODEL = "smollm2-135m-instruct"
-N_PROMPTS = 256
 MAX_NEW = {"sums": 32, "long": 256}
 STEP_TARGET = 0.25
-TRL_PRECISION = {"fp32": {"bf16": False, "gradient_checkpointing": False},
-                 "bf16": {"bf16": True, "gradient_checkpointing": False},
-                 "defaults": {}}  # GRPOConfig's own: bf16 and gradient checkpointing on
 SETTINGS = ("prompts_set", "prompts", "group_size", "max_new_tokens", "threads", "warmup", "steps", "seed")
-
-
-def write_prompts(path: Path, prompts_set: str, seed: int) -> None:
-    if prompts_set == "sums":
-        rng, rows = random.Random(seed), []
-        for _ in range(N_PROMPTS):
-            a, b = rng.randint(10, 99), rng.randint(10, 99)
-            rows.append({"prompt": f"What is {a} + {b}? Reply with only the number.", "answer": str(a + b)})
-    else:
-        from length import task_config  # bench/length.py: TEMPLATE around 4-digit, 3-operand +/- questions
-
-        from rlvr.tasks import build_splits
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            splits = build_splits(task_config([f"--task.train_size={N_PROMPTS}", f"--task.seed={seed}"]).task)
-        rows = [{"prompt": p.question, "answer": p.answer} for p in splits.train]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def task_overrides(task_file: Path) -> list[str]:
-    return [f"--task.name={task_file}", "--task.few_shot=0", "--task.heldout_size=0", "--task.ood_size=0"]
 
 
 def rlvr_child(args, name: str, extra: str, task_file: Path) -> dict:
     out, log = task_file.parent / f"run-{name}", task_file.parent / f"{name}.log"
-    cmd = [sys.executable, "-m", "rlvr", "train", f"--model.name={MODEL}", *task_overrides(task_file),
-           f"--rollout.prompts_per_step={args.prompts}", f"--rollout.group_size={args.group_size}",
-           f"--rollout.max_new_tokens={args.max_new_tokens}", "--rollout.temperature=1.0", f"--algo.lr={args.lr}",
-           "--algo.beta=0.0", "--algo.warmup_steps=0", "--rewards.weights={last_number:last_number: 1.0}",
-           "--eval.before=false", "--eval.after=false", "--train.eval_every=0", "--train.samples_every=0",
-           f"--train.steps={args.warmup + args.steps}", f"--train.seed={args.seed}", f"--train.out={out}",
+    cmd = [sys.executable, "-m", "rlvr", "train",
+           *rlvr_overrides(task_file, MODEL, args.prompts, args.group_size, args.max_new_tokens, args.lr,
+                           args.warmup + args.steps, args.seed, out),
            *([f"--train.threads={args.threads}"] if args.threads > 0 else []), *shlex.split(extra)]
     path = filter(None, [str(BENCH), str(ROOT), os.environ.get("PYTHONPATH")])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
@@ -115,73 +86,21 @@ def rlvr_child(args, name: str, extra: str, task_file: Path) -> dict:
             "overrides": extra, "log": str(log)}
 
 
-def trl_dataset(task_file: Path):
-    """The task file's train problems as rlvr train builds them, as chat messages the way rlvr renders them."""
-    from datasets import Dataset
-
-    from rlvr.cli import DEMO_CONFIG
-    from rlvr.config import build_config
-    from rlvr.tasks import build_splits, chat_messages
-
-    cfg = build_config(DEMO_CONFIG if DEMO_CONFIG.is_file() else None, task_overrides(task_file))
-    splits = build_splits(cfg.task)
-    return Dataset.from_list([{"prompt": chat_messages(p.question, splits.few_shot, cfg.task.system_prompt),
-                               "answer": p.answer} for p in splits.train])
-
-
 def trl_child(args, precision: str, task_file: Path) -> dict:
     import torch
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    from last_number import last_number
     from rlvr.models import load_model
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.started, self.step_s, self.tokens = 0.0, [], []
-
-        def on_step_begin(self, a, state, control, **kw):
-            self.started = time.perf_counter()
-
-        def on_step_end(self, a, state, control, **kw):
-            self.step_s.append(time.perf_counter() - self.started)
-
-        def on_log(self, a, state, control, logs=None, **kw):
-            if logs and "completions/mean_length" in logs:
-                self.tokens.append(round(logs["completions/mean_length"] * args.prompts * args.group_size))
-
     model, tok = load_model(MODEL)
-    generate_s = []
-    plain_generate = model.generate
-
-    def timed_generate(*a, **kw):  # TRL calls the unwrapped model's generate once per step here
-        t = time.perf_counter()
-        out = plain_generate(*a, **kw)
-        generate_s.append(time.perf_counter() - t)
-        return out
-
-    model.generate = timed_generate
-    with tempfile.TemporaryDirectory() as out:
-        config = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=args.prompts * args.group_size,
-            num_generations=args.group_size, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
-            temperature=1.0, top_p=1.0, top_k=0, learning_rate=args.lr, lr_scheduler_type="constant",
-            beta=0.0, loss_type="grpo", scale_rewards="group", num_iterations=1, max_grad_norm=1.0,
-            max_steps=args.warmup + args.steps, logging_steps=1, save_strategy="no", report_to="none",
-            use_cpu=True, seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, **TRL_PRECISION[precision])
-        timer = StepTimer()
-        trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config,
-                              train_dataset=trl_dataset(task_file), processing_class=tok, callbacks=[timer])
-        trainer.train()
+    r = run_trl(model, tok, task_file, prompts=args.prompts, group_size=args.group_size,
+                max_new_tokens=args.max_new_tokens, lr=args.lr, steps=args.warmup + args.steps, seed=args.seed,
+                use_cpu=True, precision=precision)
     w = args.warmup
     vm_hwm_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
                       if line.startswith("VmHWM:"))
-    return {"step_s": timer.step_s[w:], "rollout_s": generate_s[w:], "tokens": timer.tokens[w:],
-            "peak_rss_mib": vm_hwm_kib / 1024, "precision": precision}
+    return {**{k: v[w:] for k, v in r.items()}, "peak_rss_mib": vm_hwm_kib / 1024, "precision": precision}
 
 
 def variants(args) -> dict[str, tuple[str, str]]:

@@ -1,0 +1,307 @@
+"""rlvr against TRL's GRPOTrainer on one GPU, and rlvr's decode against HF `generate`, in one run (issues 25, 26).
+
+    python bench/gpu.py --tokenizer .gpubench/tokenizer --wheels .gpubench/wheels [--save FILE]
+                        [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts rlvr,trl,decode]
+                        [--decode-batches 64,256] [--decode-tokens 128] [--warmup 1] [--steps 2]
+                        [--budget 290] [--timeout 150] [--rlvr NAME=OVERRIDES ...] [--device cuda]
+                        [--log FILE] [--keep]
+    python bench/gpu.py --device cpu --smoke [--parts rlvr,decode]    # the whole script on tiny shapes, on a CPU
+
+Runs on a bare GPU machine (no package registry, no model hub) from the repository plus two folders:
+- --tokenizer DIR: SmolLM2's tokenizer files (3.5 MB), copied from the model `make setup` converts:
+      mkdir -p .gpubench/tokenizer && cp ~/.cache/rlvr/models/smollm2-135m-instruct/{tokenizer.json,\\
+          tokenizer_config.json,chat_template.jinja} .gpubench/tokenizer/
+- --wheels DIR: what rlvr and TRL need beyond that machine's image (its Python is 3.12; its transformers
+  5.17 is not the 5.24 rlvr pins; it has no trl, datasets, dill or multiprocess):
+      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+          --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
+          --platform manylinux2014_x86_64 --platform any -d .gpubench/wheels trl==1.16.0 datasets==5.2.0 \\
+          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4
+  bench/gpu_wheels.py installs a carried wheel (pip --no-index --no-deps --target, into the work directory)
+  only where the image lacks the package or holds a version rlvr's or TRL's requirements reject; TRL's set
+  goes on PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (20 MiB in all).
+Models: random weights (seed 0) built on the device from the SmolLM2-135M and SmolLM2-1.7B configurations
+(bench/gpu_children.py SHAPES), saved in bf16 with the tokenizer into the work directory; both frameworks
+load them in fp32 and train under bf16 autocast (TRL: bf16=True; rlvr: its defaults on CUDA).
+Work: bench/same_work.py: the 256 "What is a + b? Reply with only the number." prompts, reward
+bench/last_number.py, temperature 1, lr 2e-5 constant, beta 0. A shape PxGxT is P prompts x G completions x
+T new tokens; random weights almost never draw the stop token, so nearly every completion is T tokens.
+
+Each measurement is its own process (bench/gpu_children.py) with the GPU to itself, its peak memory
+(torch.cuda.max_memory_allocated) its own, killed at its timeout (--timeout, and never past the budget);
+the run stops starting new ones when --budget seconds are spent and lists what it skipped. Order: the models,
+then for each model and shape rlvr then TRL (TRL bf16 without gradient checkpointing; where that runs out
+of memory, TRL as shipped: bf16 + gradient checkpointing), with the decode figures after the first pair.
+Per step (medians over the timed steps, after --warmup untimed ones): step, rollout and update seconds,
+generated tokens and tokens/s, peak GPU memory; rlvr also its sampler/trainer log-prob mismatch
+(rollout/logp_mismatch_mean_abs). Decode: HF `generate` (bf16 weights) and rlvr's engine (each --rlvr
+variant, as its GRPO step samples) at each batch size, distinct prompts, temperature 1, no stop token:
+tokens/s after one untimed run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_wheels import install_wheels
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+MIN_START_S = 20  # a job started with less time than this left could not even load its model
+
+
+@dataclass
+class Job:
+    name: str
+    spec: dict
+    after: str = ""  # the job whose outcome decides this one: "ok" needed, or "oom" for a fallback
+    needs: str = "ok"
+    result: dict = field(default_factory=dict)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'8x8x128' -> (8, 8, 128): prompts x group size x new tokens."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise SystemExit(f"--shapes {text!r}: expected PROMPTSxGROUPxTOKENS of positive integers, e.g. 8x8x128")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def plan(args, work: Path) -> list[Job]:
+    """Jobs in the order they run: what matters most first, so a spent budget skips the least."""
+    base = {"device": args.child_device, "work": str(work), "task_file": str(work / "sums.jsonl"),
+            "lr": 2e-5, "seed": 0, "warmup": args.warmup, "steps": args.steps}
+    built = dict.fromkeys([*args.models, *([args.decode_model] if "decode" in args.parts else [])])
+    model_dir = {m: str(work / "models" / m) for m in built}
+    jobs = [Job("build", {**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
+                          "models": model_dir})]
+    dspec = {**base, "model_dir": model_dir[args.decode_model], "batches": args.decode_batches,
+             "new_tokens": args.decode_tokens}
+    decode = [Job(f"engine {name}", {**dspec, "kind": "engine", "overrides": extra}, "build")
+              for name, extra in args.rlvr] + [Job("HF generate", {**dspec, "kind": "generate"}, "build")]
+    decode = decode if "decode" in args.parts else []
+    for i, (model, shape) in enumerate((m, s) for m in args.models for s in args.shapes):
+        tag = f"{model} {'x'.join(map(str, shape))}"
+        spec = {**base, "model_dir": model_dir[model], "shape": shape, "model": model}
+        if "rlvr" in args.parts:
+            jobs += [Job(f"{name} {tag}", {**spec, "kind": "rlvr", "name": f"{name}-{i}", "overrides": extra},
+                         "build") for name, extra in args.rlvr]
+        if "trl" in args.parts:
+            jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
+                     Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"},
+                         f"trl-bf16 {tag}", "oom")]
+        if i == 0:
+            jobs += decode
+    return jobs
+
+
+def run_child(job: Job, timeout: float, env: dict, log: Path) -> dict:
+    """The job's process under a time limit; its own process group, so a timeout ends all it started."""
+    cmd = [sys.executable, str(BENCH / "gpu_children.py"), json.dumps(job.spec)]
+    t = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return {"status": "timeout", "wall_s": time.perf_counter() - t, "why": f"killed after {timeout:.0f} s"}
+    wall = time.perf_counter() - t
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("RESULT ")]
+    if code != 0 or not lines:
+        tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+        return {"status": "failed", "wall_s": wall, "why": f"exit {code}; log {log}:\n    " + "\n    ".join(tail)}
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    return {**result, "status": "oom" if result.get("oom") else "ok", "wall_s": wall}
+
+
+def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: float) -> None:
+    done: dict[str, Job] = {}
+    for job in jobs:
+        before = done.get(job.after)
+        left = deadline - time.monotonic()
+        if job.after and (before is None or before.result["status"] != job.needs):
+            job.result = ({"status": "skipped", "why": f"{job.after}: {before.result['status'] if before else '-'}"}
+                          if job.needs == "ok" else {"status": "unneeded"})  # a fallback whose case did not arise
+        elif job.spec["kind"] == "trl" and envs.get("trl") is None:
+            job.result = {"status": "skipped", "why": envs["trl_why"]}
+        elif left < MIN_START_S:
+            job.result = {"status": "skipped", "why": f"time budget spent ({args.budget:.0f} s, --budget)"}
+        else:
+            print(f"[{time.monotonic() - (deadline - args.budget):5.0f} s] {job.name} ...", flush=True)
+            env = envs["trl"] if job.spec["kind"] == "trl" else envs["plain"]
+            log = work / f"{job.spec['kind']}-{len(done)}.log"
+            job.result = run_child(job, min(args.timeout, left), env, log)
+            if job.result["status"] == "timeout" and job.spec["kind"] == "rlvr":
+                job.result["why"] += partial_steps(work / f"run-{job.spec['name']}" / "metrics.jsonl")
+            if args.log:  # every process's output in one file, which survives the work directory
+                with open(args.log, "a") as f:
+                    f.write(f"\n===== {job.name}: {job.result['status']} =====\n{log.read_text(errors='replace')}")
+            if job.spec["kind"] == "build" and job.result["status"] == "ok":
+                print("        " + ", ".join(f"{k} {job.result[k]}" for k in ("gpu", "python", "torch", "cuda",
+                                                                          "transformers")))
+            print(f"        {job.result['status']} in {job.result['wall_s']:.0f} s" + brief(job.result), flush=True)
+        done[job.name] = job
+        if args.save and job.result["status"] != "unneeded":
+            with open(args.save, "a") as f:
+                f.write(json.dumps({"name": job.name, **{k: v for k, v in job.spec.items() if k in
+                                    ("kind", "model", "shape", "precision", "overrides")}, **job.result}) + "\n")
+
+
+def partial_steps(metrics: Path) -> str:
+    """The step times a killed rlvr run had logged (warm-up included), so a slow run still says how slow."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    return "; steps logged: " + (", ".join(f"{r['time/step_s']:.1f} s (rollout {r['time/rollout_s']:.1f})"
+                                          for r in rows) or "none")
+
+
+def brief(r: dict) -> str:
+    """A finished job's figures in a line, printed as it ends (the tables come at the end of the run)."""
+    if "why" in r:
+        return f": {r['why']}"
+    if "step_s" in r:
+        return ": steps " + ", ".join(f"{s:.2f}" for s in r["step_s"]) + f" s, peak {r['peak_gib']:.1f} GiB"
+    if "batches" in r:
+        return ": " + ", ".join(f"batch {b} " + ("out of memory" if c.get("oom") else f"{c['tokens_per_s']:.0f} tok/s")
+                                for b, c in r["batches"].items())
+    return f" (peak {r['peak_gib']:.1f} GiB)" if "peak_gib" in r else ""
+
+
+def steps_table(jobs: list[Job]) -> None:
+    med = lambda xs: statistics.median(x for x in xs if x is not None) if any(x is not None for x in xs) else None
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)
+    print(f"\n{'GRPO step':<34}{'step s':>8}{'rollout s':>10}{'update s':>9}{'tokens':>8}{'tok/s':>9}"
+          f"{'peak GiB':>9}{'logp mism':>10}  status")
+    for job in (j for j in jobs if j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") not in ("skipped", "unneeded")):
+        r = job.result
+        if r["status"] != "ok":
+            print(f"{job.name:<34}{'':>63}  {r['status']}" + (f" (peak {r['peak_gib']:.1f} GiB)" if "peak_gib" in r
+                                                               else ""))
+            continue
+        step, roll, tokens = med(r["step_s"]), med(r["rollout_s"]), med(r["tokens"])
+        update = med(r["update_s"]) if "update_s" in r else med([s - g for s, g in zip(r["step_s"], r["rollout_s"])])
+        print(f"{job.name:<34}{fmt(step, '.2f'):>8}{fmt(roll, '.2f'):>10}{fmt(update, '.2f'):>9}"
+              f"{fmt(tokens, '.0f'):>8}{fmt(tokens / step if step else None, '.0f'):>9}{r['peak_gib']:>9.1f}"
+              f"{fmt(med(r.get('logp_mismatch', [None])), '.4f'):>10}  ok ({len(r['step_s'])} steps: "
+              + ", ".join(f"{s:.2f}" for s in r["step_s"]) + ")")
+    print("update s: rlvr's time/train_s; TRL's step minus its generate time (rewards and log-probs included).")
+
+
+def decode_table(jobs: list[Job]) -> None:
+    rows = [j for j in jobs if j.spec["kind"] in ("engine", "generate") and j.result.get("status") == "ok"]
+    if not rows:
+        return
+    batches = [str(b) for b in rows[0].spec["batches"]]
+    print(f"\n{'decode tokens/s (peak GiB)':<34}" + "".join(f"{'batch ' + b:>20}" for b in batches))
+    for job in rows:
+        cells = [job.result["batches"].get(b, {}) for b in batches]
+        print(f"{job.name:<34}" + "".join(f"{'out of memory':>20}" if c.get("oom") else
+                                          f"{c['tokens_per_s']:>12.0f} ({c['peak_gib']:4.1f})" for c in cells))
+    hf = next((j.result["batches"] for j in rows if j.spec["kind"] == "generate"), {})
+    for job in (j for j in rows if j.spec["kind"] == "engine"):
+        eng = job.result["batches"]
+        print(f"{job.name} / HF generate: " + ", ".join(
+            f"batch {b} {eng[b]['tokens_per_s'] / hf[b]['tokens_per_s']:.1f}x" for b in batches
+            if "tokens_per_s" in eng.get(b, {}) and "tokens_per_s" in hf.get(b, {})))
+
+
+def environments(args, work: Path) -> dict:
+    """Child environments: rlvr and bench/ importable; TRL's processes also see the carried wheels."""
+    path = [str(BENCH), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    plain = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONUNBUFFERED": "1",
+             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if args.device.startswith("cuda:"):  # one visible GPU, so TRL (accelerate) and rlvr use the same one
+        plain["CUDA_VISIBLE_DEVICES"] = args.device.split(":", 1)[1]
+    rlvr_site, trl_site, note = install_wheels(args.wheels, work, "trl" in args.parts)
+    print(note, flush=True)
+    plain["PYTHONPATH"] = os.pathsep.join([*rlvr_site, *path])
+    envs = {"plain": plain, "trl": None, "trl_why": ""}
+    if "trl" not in args.parts:
+        return envs
+    env = {**plain, "PYTHONPATH": os.pathsep.join([*trl_site, *rlvr_site, *path])}
+    probe = subprocess.run([sys.executable, "-c", "import trl, datasets; print(trl.__version__, datasets.__version__)"],
+                           env=env, capture_output=True, text=True)
+    if probe.returncode == 0:
+        print(f"trl, datasets: {probe.stdout.strip()}", flush=True)
+        envs["trl"] = env
+    else:
+        envs["trl_why"] = ("trl or datasets not importable" + ("" if args.wheels else ": pass --wheels DIR")
+                           + f" ({probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else ''})")
+        print(f"TRL part skipped: {envs['trl_why']}", flush=True)
+    return envs
+
+
+def arguments() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (each process gets train.device)")
+    p.add_argument("--smoke", action="store_true", help="tiny model and shapes: the whole script in a minute on a CPU")
+    p.add_argument("--tokenizer", type=Path, help="SmolLM2 tokenizer folder (needed but with --smoke)")
+    p.add_argument("--wheels", type=Path, help="folder of wheels for TRL (see above)")
+    p.add_argument("--models", help="comma-separated of 1.7b, 135m (default both; --smoke: tiny)")
+    p.add_argument("--shapes", help="comma-separated PxGxT (default 8x8x128,32x8x256; --smoke: 2x2x8)")
+    p.add_argument("--parts", default="rlvr,trl,decode", help="comma-separated of rlvr, trl, decode")
+    p.add_argument("--decode-batches", help="comma-separated batch sizes (default 64,256; --smoke: 2,4)")
+    p.add_argument("--decode-tokens", type=int, help="new tokens per decode row (default 128; --smoke: 8)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--steps", type=int, default=2, help="timed steps")
+    p.add_argument("--budget", type=float, default=290, help="seconds for the whole run; later jobs are skipped")
+    p.add_argument("--timeout", type=float, default=150, help="seconds for any one process")
+    p.add_argument("--rlvr", action="append", metavar="NAME=OVERRIDES",
+                   help="an rlvr variant, for its steps and its engine decode: extra `--key=value` overrides, "
+                        "e.g. rlvr-bf16=--rollout.weights=bf16 (default one: rlvr=, the defaults)")
+    p.add_argument("--save", type=Path, help="append each result to FILE (JSON lines) as it comes")
+    p.add_argument("--log", type=Path, help="append every process's output to FILE")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (models, logs)")
+    args = p.parse_args()
+    smoke = args.smoke
+    args.models = (args.models or ("tiny" if smoke else "1.7b,135m")).split(",")
+    args.shapes = [parse_shape(s) for s in (args.shapes or ("2x2x8" if smoke else "8x8x128,32x8x256")).split(",")]
+    args.parts = args.parts.split(",")
+    args.decode_batches = [int(b) for b in (args.decode_batches or ("2,4" if smoke else "64,256")).split(",")]
+    args.decode_tokens = args.decode_tokens or (8 if smoke else 128)
+    args.decode_model = "tiny" if smoke else "1.7b"
+    args.rlvr = [spec.partition("=")[::2] for spec in args.rlvr or ["rlvr="]]
+    args.child_device = "cuda" if args.device.startswith("cuda") else args.device
+    bad = [m for m in args.models if m not in ("1.7b", "135m", "tiny")] + [
+        x for x in args.parts if x not in ("rlvr", "trl", "decode")]
+    if bad or (not args.tokenizer and not smoke):
+        raise SystemExit(f"bad --models/--parts {bad}" if bad else "--tokenizer DIR is needed (see --help)")
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="gpubench-"))
+    print(f"work directory: {work}; device {args.device}; budget {args.budget:.0f} s", flush=True)
+    from same_work import write_prompts
+
+    write_prompts(work / "sums.jsonl", "sums", 0)
+    envs = environments(args, work)
+    jobs = plan(args, work)
+    try:
+        run_all(args, jobs, envs, work, start + args.budget)
+    finally:
+        steps_table(jobs)
+        decode_table(jobs)
+        skipped = [f"{j.name} ({j.result['why']})" for j in jobs
+                   if j.result.get("status") == "skipped" and j.needs == "ok"]
+        print("skipped: " + ("; ".join(skipped) if skipped else "nothing"))
+        print(f"total {time.monotonic() - start:.0f} s")
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

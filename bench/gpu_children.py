@@ -1,0 +1,234 @@
+"""The processes bench/gpu.py starts, one per framework and measurement, so each has the GPU to itself and
+its peak memory is its own: `python bench/gpu_children.py JOB_JSON` prints `RESULT {json}` as its last line.
+
+Kinds of job: build (random-weight models from the SmolLM2 configurations, saved with the tokenizer), rlvr
+(GRPO steps through rlvr.train.grpo.train), trl (GRPOTrainer steps on the same work), generate (HF
+`generate` decode tokens/s) and engine (rlvr's built-in engine, sampled through the engine's session the way
+every rollout samples, decode tokens/s). Peak memory is torch.cuda.max_memory_allocated on a GPU, the
+process's peak RSS (VmHWM) on the CPU.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from same_work import rlvr_overrides, run_trl
+
+# SmolLM2-135M: the config.json of the converted smollm2-135m-instruct (rlvr.models.prepare_smollm2);
+# SmolLM2-1.7B: its published LlamaConfig. tiny: for --smoke on a CPU.
+SHAPES = {
+    "135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                 num_key_value_heads=3, head_dim=64, rope_theta=100000.0, vocab_size=49152),
+    "1.7b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
+                 num_key_value_heads=32, head_dim=64, rope_theta=130000.0, vocab_size=49152),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, rope_theta=10000.0, vocab_size=0),  # 0: the tokenizer's
+}
+NO_TOKEN = -1  # a stop id no token has: rows run to their cap through the same stop checks as a real one
+OOM_TEXTS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def llama_config(shape: str, tok):
+    from transformers import LlamaConfig
+
+    s = dict(SHAPES[shape])
+    theta, vocab = s.pop("rope_theta"), s.pop("vocab_size") or len(tok)
+    if len(tok) > vocab:
+        raise SystemExit(f"the tokenizer has {len(tok)} tokens, more than the {shape} shape's vocabulary {vocab}")
+    return LlamaConfig(**s, vocab_size=vocab, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                       rope_parameters={"rope_type": "default", "rope_theta": theta}, tie_word_embeddings=True,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+
+
+def build(job: dict) -> dict:
+    """Random weights (seed 0, initialised on the device: seconds rather than a minute on the CPU for
+    1.7B), saved in bf16 with the tokenizer as a model directory each framework loads as a user would."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlvr.models import tiny_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(job["tokenizer"]) if job["tokenizer"] else tiny_tokenizer()
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    import transformers
+
+    gpu = torch.cuda.get_device_name() if job["device"].startswith("cuda") else "-"
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+                "python": sys.version.split()[0], "gpu": gpu}
+    print(versions, flush=True)
+    seconds = {}
+    for shape, target in job["models"].items():
+        t = time.perf_counter()
+        torch.manual_seed(0)
+        with torch.device(job["device"]):
+            model = AutoModelForCausalLM.from_config(llama_config(shape, tok), dtype=torch.bfloat16)
+        model.save_pretrained(target)
+        tok.save_pretrained(target)
+        seconds[shape] = time.perf_counter() - t
+        print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters in {target}", flush=True)
+        del model
+    return {"build_s": seconds, **versions}
+
+
+def peak_gib(device: str) -> float:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**30
+    kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+               if line.startswith("VmHWM:"))
+    return kib / 2**20
+
+
+def is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and any(t in str(e) for t in OOM_TEXTS))
+
+
+def rlvr_steps(job: dict) -> dict:
+    """GRPO steps through rlvr's public entry on the shared work, on the product's defaults plus the job's
+    overrides; figures from the run's metrics.jsonl, the warm-up steps dropped."""
+    from rlvr.cli import DEMO_CONFIG
+    from rlvr.config import build_config
+    from rlvr.train import grpo
+
+    out = Path(job["work"]) / f"run-{job['name']}"
+    p, g, t = job["shape"]
+    overrides = [*rlvr_overrides(Path(job["task_file"]), job["model_dir"], p, g, t, job["lr"],
+                                 job["warmup"] + job["steps"], job["seed"], out),
+                 f"--train.device={job['device']}", "--train.save_every=0", *shlex.split(job["overrides"])]
+    cfg = build_config(DEMO_CONFIG, overrides)
+    # The end-of-run checkpoint and final model (about 27 GB with Adam's state at 1.7B) take no part in a
+    # step; writing them would spend the run's time budget and the machine's disk on nothing measured here.
+    grpo.try_checkpoint = grpo.save_final = lambda *a, **k: None
+    try:
+        grpo.train(cfg)
+    except Exception as e:
+        if is_oom(e):
+            return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"])}
+        raise
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][job["warmup"]:]
+    col = lambda key: [r.get(key) for r in rows]
+    return {"step_s": col("time/step_s"), "rollout_s": col("time/rollout_s"), "update_s": col("time/train_s"),
+            "tokens": col("tokens/generated"), "logp_mismatch": col("rollout/logp_mismatch_mean_abs"),
+            "peak_gib": peak_gib(job["device"]), "overrides": job["overrides"]}
+
+
+def trl_steps(job: dict) -> dict:
+    """GRPOTrainer steps on the shared work, the model loaded in fp32 as rlvr loads it (bf16 is autocast)."""
+    import trl
+
+    from rlvr.models import load_model
+
+    model, tok = load_model(job["model_dir"])
+    p, g, t = job["shape"]
+    try:
+        r = run_trl(model, tok, Path(job["task_file"]), prompts=p, group_size=g, max_new_tokens=t, lr=job["lr"],
+                    steps=job["warmup"] + job["steps"], seed=job["seed"], use_cpu=job["device"] == "cpu",
+                    precision=job["precision"])
+    except Exception as e:
+        if is_oom(e):
+            return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}
+        raise
+    w = job["warmup"]
+    return {**{k: v[w:] for k, v in r.items()}, "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}
+
+
+def decode_prompts(job: dict, tok, n: int) -> list[list[int]]:
+    from rlvr.tasks import encode_prompt
+
+    rows = [json.loads(line) for line in Path(job["task_file"]).read_text().splitlines()]
+    return [encode_prompt(tok, r["prompt"], [], "") for r in (rows * (n // len(rows) + 1))[:n]]
+
+
+def timed(fn, device: str) -> tuple[float, int]:
+    """(seconds, tokens) of fn() -> tokens, the GPU's queued work included."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    tokens = fn()
+    sync()
+    return time.perf_counter() - t, tokens
+
+
+def decode(job: dict) -> dict:
+    """Decode tokens/s at each batch size (distinct prompts, temperature 1, no stop token so every row is
+    `new_tokens` long): one untimed run per batch size (allocator, autotuning, the engine's CUDA graphs),
+    then one timed; the peak memory is the timed run's."""
+    n = job["new_tokens"]
+    tok, run = hf_generate(job) if job["kind"] == "generate" else engine_sample(job)
+    # generate runs eagerly, a few tokens warm it; the engine may capture per-shape state, so it runs in full
+    warm = min(n, 8) if job["kind"] == "generate" else n
+    out = {}
+    for b in job["batches"]:
+        prompts = decode_prompts(job, tok, b)
+        try:
+            timed(lambda: run(prompts, warm), job["device"])
+            if job["device"].startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
+            seconds, tokens = timed(lambda: run(prompts, n), job["device"])
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            out[str(b)] = {"oom": True, "error": str(e)[:300]}
+            continue
+        out[str(b)] = {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+                       "peak_gib": peak_gib(job["device"])}
+        print(f"batch {b}: {tokens / seconds:.0f} tokens/s", flush=True)
+    return {"batches": out}
+
+
+def hf_generate(job: dict):
+    """HF `generate` on bf16 weights (issue 26's baseline), sampling, every row forced to n new tokens."""
+    from rlvr.models import load_model
+
+    model, tok = load_model(job["model_dir"], "bfloat16", job["device"])
+    model.eval()
+    tok.padding_side = "left"
+
+    def run(prompts: list[list[int]], n: int) -> int:
+        batch = tok.pad({"input_ids": prompts}, return_tensors="pt").to(job["device"])
+        with torch.no_grad():
+            out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=n,
+                                 min_new_tokens=n, pad_token_id=tok.pad_token_id)
+        return int((out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0])
+    return tok, run
+
+
+def engine_sample(job: dict):
+    """rlvr's rollout as a GRPO step runs it on the defaults (plus --decode-overrides): the policy in
+    model.dtype on train.device, the engine rollout.engine and rollout.weights make, sampled through its
+    session (as run_episodes does) under the sampling autocast of the resolved precision."""
+    from rlvr.cli import DEMO_CONFIG
+    from rlvr.config import build_config
+    from rlvr.device import resolve_device, resolve_precision, sampling_autocast
+    from rlvr.models import load_model
+    from rlvr.rollout.protocol import make_engine
+
+    cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", f"--train.device={job['device']}",
+                                     *shlex.split(job["overrides"])])
+    device = resolve_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.mixed_precision, device)
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, device)
+    engine = make_engine(cfg, model.eval(), Path(job["work"]), precision)
+    print(f"engine: model.dtype {cfg.model.dtype}, precision {precision}, rollout.weights {cfg.rollout.weights}",
+          flush=True)
+
+    def run(prompts: list[list[int]], n: int) -> int:
+        rows = list(range(len(prompts)))
+        with sampling_autocast(device, precision):
+            session = engine.session(prompts, seeds=rows, group_size=1, temperature=1.0, top_p=1.0, top_k=0,
+                                     stop_ids=[NO_TOKEN], pad_id=tok.pad_token_id)
+            turns = session.sample(rows, [n] * len(rows), keep=False)
+        return sum(len(turn.tokens) for turn in turns)
+    return tok, run
+
+
+KINDS = {"build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    result = KINDS[job["kind"]](job)
+    print("RESULT " + json.dumps(result), flush=True)

@@ -1,0 +1,67 @@
+"""bench/gpu.py runs end to end on the CPU (--smoke: tiny shapes), so the GPU benchmark cannot rot unseen;
+its wheel selection and shape parsing are checked on hand-made cases."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from gpu import parse_shape  # noqa: E402
+from gpu_wheels import needed_wheels  # noqa: E402
+
+
+def test_smoke_run_on_cpu(tmp_path):
+    save = tmp_path / "results.jsonl"
+    done = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--smoke", "--parts",
+                           "rlvr,decode", "--save", str(save)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {r["name"]: r for r in map(json.loads, save.read_text().splitlines())}
+    assert list(rows) == ["build", "rlvr tiny 2x2x8", "engine rlvr", "HF generate"]
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    steps = rows["rlvr tiny 2x2x8"]
+    assert len(steps["step_s"]) == len(steps["rollout_s"]) == len(steps["update_s"]) == 2  # 1 warm-up dropped
+    assert all(0 < t <= 2 * 2 * 8 for t in steps["tokens"])  # 2 prompts x 2 completions x at most 8 tokens
+    assert all(r < s for r, s in zip(steps["rollout_s"], steps["step_s"]))
+    # fp32 on the CPU: the engine's sampler log-probs are the trainer's up to float rounding
+    assert all(0 <= m < 1e-5 for m in steps["logp_mismatch"])
+    assert steps["peak_gib"] > 0
+    for name in ("engine rlvr", "HF generate"):  # no stop token: every row is 8 tokens long
+        assert {b: r["tokens"] for b, r in rows[name]["batches"].items()} == {"2": 2 * 8, "4": 4 * 8}
+    assert "skipped: nothing" in done.stdout
+    assert "decode tokens/s" in done.stdout and "rlvr tiny 2x2x8" in done.stdout
+
+
+TRANSFORMERS = ("5.24.0", ["tokenizers<0.24.0,>=0.23.1", "regex>=2025.10.22", 'pytest; extra == "testing"'])
+
+
+def test_a_wheel_goes_in_only_where_the_image_falls_short():
+    carried = {"transformers": TRANSFORMERS, "regex": ("2026.4.4", [])}
+    old = {"transformers": "5.17.0", "tokenizers": "0.23.2", "regex": "2024.11.6", "pytest": None}
+    assert needed_wheels(["transformers==5.24.0"], carried, old) == (
+        {"transformers": "5.17.0 is not ==5.24.0", "regex": "2024.11.6 is not >=2025.10.22"}, {})
+    # the image's transformers is the pinned one: nothing to install, its requirements are not looked at
+    assert needed_wheels(["transformers==5.24.0"], carried, {**old, "transformers": "5.24.0"}) == ({}, {})
+    # a recent enough regex stays the image's
+    assert needed_wheels(["transformers==5.24.0"], carried, {**old, "regex": "2026.1.15"}) == (
+        {"transformers": "5.17.0 is not ==5.24.0"}, {})
+
+
+def test_requirements_no_wheel_meets_are_reported():
+    carried = {"transformers": TRANSFORMERS, "regex": ("2024.1.1", [])}  # a carried regex that is too old
+    image = {"transformers": None, "tokenizers": "0.22.1", "regex": None}
+    assert needed_wheels(["transformers==5.24.0"], carried, image) == (
+        {"transformers": "absent"},
+        {"tokenizers": "0.22.1 is not <0.24.0,>=0.23.1", "regex": "absent (carried: 2024.1.1)"})
+
+
+def test_shapes_parse_or_say_what_is_expected():
+    assert parse_shape("32x8x256") == (32, 8, 256)
+    for bad in ("8x8", "8x0x128", "axbxc"):
+        with pytest.raises(SystemExit, match="PROMPTSxGROUPxTOKENS"):
+            parse_shape(bad)
