@@ -94,12 +94,15 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     m = mask.bool()
     with torch.no_grad():
         n = m.sum().clamp(min=1)
-        r = ratio[m] if m.any() else ratio.new_ones(1)
+        ratio_m = ratio.expand_as(m)  # sequence ratios [B, 1] spread over their tokens; no host reads here
+        one, any_token = ratio.new_ones(()), m.any()  # ratio statistics are 1 when no token is real
         metrics = {
             "clip/low_frac": ((ratio < 1 - clip_low) & (advantages < 0) & m).sum() / n,
             "clip/high_frac": ((ratio > 1 + clip_high) & (advantages > 0) & m).sum() / n,
             "clip/dual_frac": (dual & m).sum() / n,
-            "ratio/mean": r.mean(), "ratio/min": r.min(), "ratio/max": r.max(),
+            "ratio/mean": torch.where(any_token, (ratio_m * m).sum() / n, one),
+            "ratio/min": torch.where(any_token, torch.where(m, ratio_m, float("inf")).amin(), one),
+            "ratio/max": torch.where(any_token, torch.where(m, ratio_m, float("-inf")).amax(), one),
             "approx_kl_old": (0.5 * (logp - old_logp).pow(2) * m).sum() / n,
         }
     return aggregate(loss, mask, aggregation, norm_length, units), metrics

@@ -127,28 +127,31 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     policy_units = units["policy"]
     loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
                               a.aggregation, norm, policy_units)
-    n_tok = float(mask.sum())
-    sums = {k: float(stats[k]) * n_tok for k in TOKEN_MEANS}
-    sums["entropy"] = float((out.entropy.detach() * mask).sum())
+    n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
+    sums = {k: stats[k] * n_tok for k in TOKEN_MEANS}
+    sums["entropy"] = (out.entropy.detach() * mask).sum()
     if ref_logp is not None:
         kl = kl_estimate(logp, ref_logp, a.kl_estimator)  # [b, w]
         loss = loss + s.loss_beta * aggregate(kl, mask, a.aggregation, norm, policy_units)
-        sums["kl"] = float((kl.detach() * mask).sum())
+        sums["kl"] = (kl.detach() * mask).sum()
     if a.entropy_coef != 0:
         loss = loss - a.entropy_coef * aggregate(out.entropy, mask, a.aggregation, norm, policy_units)
     if values is not None:  # a token mean over the whole batch, whatever the policy's aggregation
         v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, a.value_clip,
                             units["tokens"])
         loss = loss + a.value_coef * v_loss
-        sums["value_loss"] = float(v_loss.detach())  # already a share of the batch's mean
-    extremes = {"ratio/min": float(stats["ratio/min"]), "ratio/max": float(stats["ratio/max"])} if n_tok else {}
+        sums["value_loss"] = v_loss.detach()  # already a share of the batch's mean
+    real = n_tok > 0  # a micro-batch without real tokens has no ratio extremes
+    extremes = {"ratio/min": torch.where(real, stats["ratio/min"], math.inf),
+                "ratio/max": torch.where(real, stats["ratio/max"], -math.inf)}
     return logp.detach(), loss, sums, extremes
 
 
-def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
-    """(sum, max) of |trainer - sampler| log-prob over real tokens of one micro-batch."""
+def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum, max) of |trainer - sampler| log-prob over real tokens of one micro-batch, as tensors."""
     diff = (new_logp - sampler_logp).abs() * mask  # [b, w]
-    return float(diff.sum()), float(diff.max()) if diff.numel() else 0.0
+    return diff.sum(), diff.amax() if diff.numel() else diff.new_zeros(())
 
 
 def _batch_units(mask: torch.Tensor, aggregation: str, dist: dd.Dist) -> dict[str, float]:
@@ -173,24 +176,27 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
               compare: bool) -> tuple[dict[str, float], float, float, float]:
     """Forward and backward every micro-batch (gradients accumulate); the first pass fills old_logp.
     Returns this rank's sums (loss, token-weighted metrics, sampler mismatch when `compare`), the ratio's
-    min and max, and the largest sampler mismatch."""
-    sums: dict[str, float] = dict.fromkeys(("loss", "kl", "entropy", "value_loss", "mismatch", *TOKEN_MEANS), 0.0)
-    low, high, peak = math.inf, -math.inf, 0.0
+    min and max, and the largest sampler mismatch. They accumulate as tensors on the policy's device and
+    the host reads them once, after the last micro-batch."""
+    keys = ("loss", "kl", "entropy", "value_loss", "mismatch", *TOKEN_MEANS)
+    zero = batch.completion_mask.new_zeros(())
+    sums = dict.fromkeys(keys, zero)
+    low, high, peak = zero + math.inf, zero - math.inf, zero
     for k, (prompts, sl, w) in enumerate(mbs):
         logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
                                                  critic, units)
         if old_logp[k] is None:
             old_logp[k] = logp
         loss.backward()
-        part["loss"] = float(loss.detach())
+        part["loss"] = loss.detach()
         if compare and batch.sampler_logp is not None:
             part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
-            peak = max(peak, mb_peak)
+            peak = torch.maximum(peak, mb_peak)
         for key, v in part.items():
-            sums[key] += v
-        low = min(low, extremes.get("ratio/min", math.inf))
-        high = max(high, extremes.get("ratio/max", -math.inf))
-    return sums, low, high, peak
+            sums[key] = sums[key] + v
+        low, high = torch.minimum(low, extremes["ratio/min"]), torch.maximum(high, extremes["ratio/max"])
+    read = torch.stack([*(sums[key].float() for key in keys), low, high, peak]).tolist()  # one host read
+    return dict(zip(keys, read[:len(keys)])), read[-3], read[-2], read[-1]
 
 
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
