@@ -129,7 +129,7 @@ def test_code_rows_need_tests_not_answer(tmp_path):
     # that compares with the gold answer names the file, the row and the column (check_gold)
     path = write_jsonl(tmp_path / "bare.jsonl", [{"prompt": "Write f"}, {"prompt": "Write g"}])
     bare = build_splits(TaskConfig(name=str(path), heldout_size=1, few_shot=0))
-    with pytest.raises(RlvrError, match=r"bare\.jsonl line 2: no gold answer in column 'answer', which the "
+    with pytest.raises(RlvrError, match=r"bare\.jsonl line 1: no gold answer in column 'answer', which the "
                                         r"'correctness' reward compares with"):
         check_gold(bare.train, "correctness", "answer")
 
