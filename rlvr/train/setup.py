@@ -18,6 +18,7 @@ from rlvr.rewards.base import RewardFunction
 from rlvr.rollout.protocol import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
+from rlvr.tasks.files import check_gold
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import CHECKPOINTS
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
@@ -42,6 +43,13 @@ def reward_functions(cfg: Config) -> list[RewardFunction]:
         weights["length"] = 1.0
     return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
                          cfg.rewards.overlong_penalty)
+
+
+def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
+    """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
+    for rf in rewards:
+        if "answer" in getattr(rf.fn, "columns", ()):
+            check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:
@@ -100,11 +108,13 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     splits = build_splits(cfg.task)
     for note in splits.notes:
         say(f"task: {note}")
+    rewards = reward_functions(cfg)
+    check_gold_answers(rewards, splits, cfg.task)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
     ref = Reference.of(policy) if cfg.algo.beta > 0 else None
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
-    return Run(cfg, out, policy, tok, splits, env, reward_functions(cfg), ref, critic, optimizer, scheduler,
+    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out),
                stop_token_ids(policy, tok), tok.pad_token_id, d)
