@@ -51,7 +51,8 @@ class TaskConfig:
     """File tasks: out-of-distribution rows; empty leaves OOD empty unless task.ood_name is set."""
     columns: dict[str, str] = field(default_factory=dict)
     """File tasks: column mapping, e.g. {prompt: question, answer: final}; keys prompt, answer, tests,
-    difficulty, solution; unmapped keys use the column of the same name when present."""
+    difficulty, solution; unmapped keys use the column of the same name when present (the gold answer:
+    answer, else verl's reward_model.ground_truth); a dotted name reaches a nested field."""
     prompt_template: str = "{prompt}"
     """User turn built from the problem; {prompt} is the problem text."""
     digits: int = 1
@@ -170,8 +171,10 @@ class EnvConfig:
 @dataclass
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
-    """Reward functions and their weights: a built-in name (correctness, format, length) or
-    'module:function' with the TRL signature f(completions, **columns) -> list[float | None]."""
+    """Reward functions and their weights: a built-in name (correctness, format, code_tests, env, length),
+    'module:function' written for TRL's GRPOTrainer (called by keyword: prompts, completions,
+    completion_ids, every dataset column, trainer_state; async, numpy and None returns accepted), or
+    'verl:module:compute_score' (verl's one-sample scorer; a module may be a .py file's path)."""
     overlong_buffer: int = 8
     """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
     overlong_penalty: float = 1.0
