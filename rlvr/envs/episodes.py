@@ -20,6 +20,7 @@ from rlvr.envs.base import Environment, SingleTurn, ToolEnv
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
+from rlvr.rewards.call import dataset_columns
 from rlvr.rollout.engine import Rollout
 from rlvr.tasks.base import Problem
 
@@ -108,17 +109,12 @@ def model_token_lists(r: Rollout) -> list[list[int]]:
     return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(r.completion_ids.tolist(), r.completion_mask.tolist())]
 
 
-RESERVED = ("completions", "prompts", "completion_ids", "trainer_state")  # TRL's own argument names
-
-
 def reward_inputs(problems: list[Problem], ep: Episodes, g: int) -> tuple[list, dict[str, list]]:
     """What the reward functions get, as TRL passes it: the completions (the final model turn's text; for
     a conversational dataset the episode's messages, tool calls and results included) and the keyword
-    columns, one value per episode: `prompts`, `completion_ids`, every dataset column under its own name
-    (None where a row lacks it), rlvr's `answer`, and the environments' columns."""
-    rows = [{k: v for k, v in p.columns().items() if k not in RESERVED} for p in problems]
-    keys = list(dict.fromkeys(k for c in rows for k in c))
-    columns = {k: [c.get(k) for c in rows for _ in range(g)] for k in keys}
+    columns, one value per episode: `prompts` (with what each reset added), `completion_ids`, every
+    dataset column under its own name, rlvr's `answer`, and the environments' columns."""
+    columns = dataset_columns(problems, g)
     columns["prompts"] = ep.prompts
     columns["completion_ids"] = model_token_lists(ep.rollout)  # the model's own tokens (single-turn: all of them)
     columns.update(ep.columns)

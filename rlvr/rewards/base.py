@@ -136,21 +136,26 @@ def _row(columns: dict[str, list], i: int) -> dict[str, list]:
     return {k: v[i:i + 1] for k, v in columns.items()}
 
 
+def _outcome(result, n: int):
+    """(scores, reasons) of one call's result, or the exception it raised or its unreadable return made."""
+    if isinstance(result, BaseException):
+        return result
+    try:
+        return as_scores(result, n)
+    except Exception as e:  # a bad return is that call's failure, like a raise
+        return e
+
+
 def _each_row(rf: RewardFunction, completions: list, columns: dict[str, list], shared: dict) -> list:
     """A failed batch call retried one completion at a time: (scores, reasons) of one, or the exception."""
     outs = run_all([lambda i=i: invoke(rf.fn, completions[i:i + 1], _row(columns, i), shared)
                     for i in range(len(completions))])
-    got = []
-    for out in outs:
-        try:
-            got.append(as_scores(out, 1))
-        except Exception as e:  # this completion's failure alone
-            got.append(e)
-    return got
+    return [_outcome(out, 1) for out in outs]
 
 
 def _stop(name: str, error: Exception, origin: str, completion) -> RewardFunctionError:
-    trace = "".join(traceback.format_exception(error)).rstrip()
+    # the exception's message may quote model text: each line printable (issue 13), the lines kept
+    trace = "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
     return RewardFunctionError(
         f"reward function '{name}' raised on every completion of the batch, so the run stops (a broken reward "
         f"would look like a run that learned nothing). First row: {origin}; completion "
@@ -169,18 +174,18 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
     firsts = run_all([lambda rf=rf: invoke(rf.fn, completions, columns, shared) for rf in functions])
     per, reasons, failed = {}, {}, {}
     for rf, first in zip(functions, firsts):
-        try:
-            per[rf.name], reasons[rf.name] = as_scores(first, n)
+        whole = _outcome(first, n)
+        if not isinstance(whole, BaseException):
+            per[rf.name], reasons[rf.name] = whole
             failed[rf.name] = [False] * n
             continue
-        except Exception as e:  # a user's reward must not end the run for one bad completion
-            rows = _each_row(rf, completions, columns, shared) if n > 1 else [e]
-        errors = [r for r in rows if isinstance(r, Exception)]
+        rows = _each_row(rf, completions, columns, shared) if n > 1 else [whole]
+        errors = [r for r in rows if isinstance(r, BaseException)]
         if stop_if_all_fail and n and len(errors) == n:
             raise _stop(rf.name, errors[0], (origins or ["row 1"])[0], completions[0])
         if errors and on_error is not None:
             on_error(rf.name, errors[0])
-        ok = lambda r: not isinstance(r, Exception)
+        ok = lambda r: not isinstance(r, BaseException)
         per[rf.name] = [r[0][0] if ok(r) else 0.0 for r in rows]
         reasons[rf.name] = [r[1][0] if ok(r) else f"reward function raised {type(r).__name__}: {r}" for r in rows]
         failed[rf.name] = [not ok(r) for r in rows]

@@ -37,6 +37,24 @@ class TrainerState:
     log_history: list = field(default_factory=list)
 
 
+RESERVED = ("completions", "prompts", "completion_ids", "trainer_state")  # TRL's own argument names
+
+
+def dataset_columns(problems: list, g: int) -> dict[str, list]:
+    """The keyword columns of a batch of rlvr Problems, G completions each: every dataset column under its
+    own name (None where a row lacks it), rlvr's `answer`, and `prompts` (each as the dataset gave it)."""
+    rows = [{k: v for k, v in p.columns().items() if k not in RESERVED} for p in problems]
+    keys = list(dict.fromkeys(k for c in rows for k in c))
+    columns = {k: [c.get(k) for c in rows for _ in range(g)] for k in keys}
+    columns["prompts"] = [p.prompt for p in problems for _ in range(g)]
+    return columns
+
+
+def as_chat(problem, text: str):
+    """A completion in the dataset's form: a message list for a conversational prompt (TRL), else text."""
+    return [{"role": "assistant", "content": text}] if problem.messages else text
+
+
 def completion_text(completion) -> str:
     """TRL passes either a string or a list of chat messages; the last message's content is scored
     (an episode's final model turn)."""
@@ -108,8 +126,6 @@ def _one(v, i: int) -> tuple[float, str]:
 def as_scores(values, n: int) -> tuple[list[float], list[str]]:
     """(scores, reasons) from a reward's return: a list, tuple, numpy array or tensor of n numbers, None
     or NaN (not applicable: 0 in the total, as TRL's nansum), or rlvr Verdicts. Else ValueError."""
-    if isinstance(values, BaseException):
-        raise values
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
         values = values.tolist()
     if not isinstance(values, (list, tuple)) or len(values) != n:

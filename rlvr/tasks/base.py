@@ -71,11 +71,15 @@ def problem_messages(problem: Problem, few_shot: list[tuple[str, str]], system_p
     return system + messages[:head] + shots + messages[head:]
 
 
+def encode_messages(tok, messages: list[dict]) -> list[int]:
+    """Token ids of a chat, ending with the assistant turn's opening."""
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
 def encode_prompt(tok, question: str, few_shot: list[tuple[str, str]], system_prompt: str = "") -> list[int]:
     """Token ids of the chat prompt, ending with the assistant turn's opening."""
-    text = tok.apply_chat_template(chat_messages(question, few_shot, system_prompt),
-                                   add_generation_prompt=True, tokenize=False)
-    return tok(text, add_special_tokens=False)["input_ids"]
+    return encode_messages(tok, chat_messages(question, few_shot, system_prompt))
 
 
 class Epochs:
