@@ -155,8 +155,9 @@ class EnvConfig:
     or a TRL-style environment class (reset(**row), public methods as tools, optional get_reward() scored
     by the `env` reward)."""
     tools: list[str] = field(default_factory=lambda: ["calculator"])
-    """Built-in tools offered with env.name tools (or beside a class's own): calculator (exact arithmetic,
-    parsed, never evaluated as code), python (runs in the verifier's sandbox)."""
+    """Tools offered with env.name tools (or beside a class's own): calculator (exact arithmetic, parsed,
+    never evaluated as code), python (runs in the verifier's sandbox), or 'module:function' (a plain
+    function, as TRL's tools=[fn]: its schema from the signature and docstring)."""
     max_turns: int = 4
     """Model turns per episode at most."""
     max_tool_tokens: int = 64

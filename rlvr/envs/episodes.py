@@ -20,6 +20,7 @@ from rlvr.envs.base import Environment, SingleTurn, ToolEnv
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
+from rlvr.rewards.base import load_callable
 from rlvr.rewards.call import dataset_columns
 from rlvr.rollout.engine import Rollout
 from rlvr.tasks.base import Problem
@@ -59,8 +60,11 @@ def builtin_tools(names: list[str]) -> list[Tool]:
             from rlvr.envs.python_tool import make_python_tool
 
             tools.append(make_python_tool())
+        elif ":" in name:  # a plain function, as TRL's GRPOTrainer(tools=[fn]) takes it
+            tools.append(Tool.from_function(load_callable(name, "tool")))
         else:
-            raise RlvrError(f"env.tools: unknown tool '{name}'; built-in tools are calculator, python")
+            raise RlvrError(f"env.tools: unknown tool '{name}'; built-in tools are calculator, python; "
+                            "or give 'module:function'")
     return tools
 
 

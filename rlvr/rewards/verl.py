@@ -5,7 +5,8 @@ the reason). Named in rewards.weights as 'verl:module:compute_score' (or 'verl:p
 The arguments come from the row as verl's parquet files lay it out: `data_source`, the ground truth
 from `reward_model.ground_truth` (else a `ground_truth` column, else rlvr's gold answer), `extra_info`.
 A function that takes fewer of them (verl's own gsm8k scorer takes solution_str and ground_truth) gets
-only those.
+only those. A batch scorer (verl's BatchRewardManager: data_sources, solution_strs, ground_truths,
+extra_infos) is called once with the lists.
 """
 from __future__ import annotations
 
@@ -47,9 +48,32 @@ def verdict_of(result):
     return Verdict(float(result), "")
 
 
+def batch_arguments(completions: list, columns: dict[str, list]) -> dict[str, list]:
+    """verl's batch reward manager's call: the same arguments, plural, one list each."""
+    n = len(completions)
+    return {"data_sources": columns.get("data_source", [None] * n),
+            "solution_strs": [completion_text(c) for c in completions],
+            "ground_truths": ground_truths(columns, n), "extra_infos": columns.get("extra_info", [None] * n)}
+
+
+def _then(result, f: Callable):
+    """f(result), or for an awaitable result (an async scorer) an awaitable of it."""
+    if not inspect.isawaitable(result):
+        return f(result)
+
+    async def later():
+        return f(await result)
+    return later()
+
+
+async def _each(fn: Callable, calls: list[dict]) -> list:
+    return list(await asyncio.gather(*(fn(**a) for a in calls)))
+
+
 def from_compute_score(fn: Callable) -> Callable:
-    """A batch reward (rlvr's verdict form) calling verl's one-sample `fn` once per completion."""
-    is_async = inspect.iscoroutinefunction(fn)
+    """A batch reward (rlvr's verdict form) over verl's `fn`: once per completion, or once with lists for
+    a batch scorer; an async scorer's calls run concurrently."""
+    batched = "solution_strs" in inspect.signature(fn).parameters  # verl's BatchRewardManager form
 
     def arguments(completions: list, columns: dict[str, list]) -> list[dict]:
         n = len(completions)
@@ -59,20 +83,16 @@ def from_compute_score(fn: Callable) -> Callable:
                 for i, (c, gt) in enumerate(zip(completions, ground_truths(columns, n)))]
 
     def verdicts(completions, **columns):
-        calls = arguments(completions, columns)
-        if is_async:
-            async def together():
-                return [verdict_of(r) for r in await asyncio.gather(*(fn(**a) for a in calls))]
-            return together()
-        return [verdict_of(fn(**a)) for a in calls]
+        if batched:
+            out = fn(**accepted(fn, batch_arguments(completions, columns)))
+        elif inspect.iscoroutinefunction(fn):
+            out = _each(fn, arguments(completions, columns))
+        else:
+            out = [fn(**a) for a in arguments(completions, columns)]
+        return _then(out, lambda rs: [verdict_of(r) for r in (rs.tolist() if hasattr(rs, "tolist") else rs)])
 
     def reward(completions, **columns):
-        got = verdicts(completions, **columns)
-        if is_async:
-            async def scores():
-                return [v.score for v in await got]
-            return scores()
-        return [v.score for v in got]
+        return _then(verdicts(completions, **columns), lambda vs: [v.score for v in vs])
 
     reward.verdicts = verdicts
     reward.checks_correctness = True  # a verl scorer checks the answer: pass rates and the curriculum read it

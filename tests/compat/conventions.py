@@ -94,3 +94,22 @@ def solved_reward(environments, **kwargs):
     """TRL passes the episode's environment instances."""
     return [1.0 if env.answered is not None and env.answered.strip() == str(env.a + env.b) else 0.0
             for env in environments]
+
+
+async def async_compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    await asyncio.sleep(0)
+    return float(solution_str.strip() == str(ground_truth))
+
+
+def batch_compute_score(data_sources, solution_strs, ground_truths, extra_infos):
+    """verl's BatchRewardManager form: lists in, one score each out."""
+    return [float(s.endswith(str(g))) for s, g in zip(solution_strs, ground_truths)]
+
+
+def word_count(text: str) -> int:
+    """Count the words of a text.
+
+    Args:
+        text: the text
+    """
+    return len(text.split())

@@ -84,3 +84,12 @@ def test_completion_messages_carry_tool_calls_and_results():
          "tool_calls": [{"type": "function", "function": {"name": "submit", "arguments": {"answer": "12"}}}]},
         {"role": "tool", "content": "correct"},
         {"role": "assistant", "content": "Answer: 12"}]
+
+
+def test_plain_functions_are_tools_by_name(tiny):
+    from rlvr.envs.base import ToolEnv
+    from rlvr.envs.episodes import builtin_tools
+
+    env = ToolEnv(builtin_tools(["calculator", "tests.compat.conventions:word_count"]))
+    reply = env.step('<tool_call>{"name": "word_count", "arguments": {"text": "a b c"}}</tool_call>')
+    assert reply.text == "3" and reply.calls == [{"name": "word_count", "error": ""}]

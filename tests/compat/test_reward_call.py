@@ -130,3 +130,13 @@ def test_verl_gets_data_source_and_extra_info_and_a_flat_ground_truth(tmp_path):
     assert s.total == [1.0, 0.0]
     with pytest.raises(RlvrError, match="cannot load verl compute_score 'nowhere.py:compute_score'"):
         build_rewards({"verl:nowhere.py:compute_score": 1.0})
+
+
+def test_verl_async_and_batch_scorers():
+    fns = build_rewards({f"verl:{CONV}:async_compute_score": 1.0, f"verl:{CONV}:batch_compute_score": 2.0})
+    s = score_batch(fns, ["4", "so 4", "5"], {"reward_model": [{"ground_truth": 4}] * 3})
+    assert s.per_function[f"verl:{CONV}:async_compute_score"] == [1.0, 0.0, 0.0]
+    assert s.per_function[f"verl:{CONV}:batch_compute_score"] == [1.0, 1.0, 0.0]
+    assert s.total == [3.0, 2.0, 0.0]
+    # called directly, as TRL would call any reward function: an awaitable of the scores
+    assert asyncio.run(fns[0].fn(completions=["4", "5"], reward_model=[{"ground_truth": 4}] * 2)) == [1.0, 0.0]
