@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rlvr.envs.tools import Tool, ToolCall, execute, parse_tool_calls, tool_prompt, tools_from_object
+from rlvr.errors import RlvrError
 from rlvr.rewards.call import accepted
 from rlvr.tasks.base import Problem, problem_messages
 
@@ -91,19 +92,27 @@ class ToolEnv:
         self.obj = obj
         own = tools_from_object(obj) if obj is not None else []
         self.tools = {t.name: t for t in [*tools, *own]}
-        system = "\n\n".join(s for s in (system_prompt, tool_prompt(list(self.tools.values())) if describe else "") if s)
-        self.head = ([{"role": "system", "content": system}] if system else []) + [dict(m) for m in example]
-        self.few_shot = list(few_shot)
+        self.system_prompt, self.example, self.few_shot = system_prompt, [dict(m) for m in example], list(few_shot)
+        self.described = tool_prompt(list(self.tools.values())) if describe else ""
 
     def reset(self, problem: Problem) -> list[dict]:
         self.prompt = problem.prompt  # what reward functions get as `prompts`
         if self.obj is not None and callable(getattr(self.obj, "reset", None)):
-            extra = self.obj.reset(**accepted(self.obj.reset, row_of(problem)))
+            row = row_of(problem)
+            try:
+                extra = self.obj.reset(**accepted(self.obj.reset, row))
+            except TypeError as e:  # most often a reset that names a column the dataset lacks
+                raise RlvrError(f"{type(self.obj).__name__}.reset: {e}; it gets the row's columns "
+                                f"({', '.join(row)}) by name") from None
             if extra:
                 self.prompt = with_extra(self.prompt, str(extra))
                 question = with_extra(problem.question, str(extra))
                 problem = dataclasses.replace(problem, question=question)
-        return self.head + problem_messages(problem, self.few_shot)
+        messages = problem_messages(problem, self.few_shot)
+        has_own = messages[0]["role"] == "system"  # a chat prompt's own system turn wins over the task's
+        system = "\n\n".join(s for s in (messages[0]["content"] if has_own else self.system_prompt, self.described) if s)
+        head = [{"role": "system", "content": system}] if system else []
+        return head + self.example + messages[1 if has_own else 0:]
 
     def step(self, text: str) -> Reply:
         calls = parse_tool_calls(text)
