@@ -50,6 +50,10 @@ def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     for rf in rewards:
         if "answer" in getattr(rf.fn, "columns", ()):
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
+    bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
+    if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
+        say(f"task: {bare} held-out/OOD problems have no gold answer (column "
+            f"'{task.columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with task.columns.answer")
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:

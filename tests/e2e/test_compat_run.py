@@ -66,3 +66,17 @@ def test_a_reward_that_always_raises_stops_the_run_with_its_traceback(tmp_path, 
     assert "train.parquet row " in err and "Traceback (most recent call last)" in err
     assert "missing 1 required positional argument: 'solution'" in err
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_trl_conversational_dataset_with_a_solution_column(tmp_path, capsys):
+    rows = [{"prompt": [{"role": "system", "content": "Think, then answer."},
+                        {"role": "user", "content": f"What is {i} times 3?"}], "solution": str(3 * i)} for i in range(8)]
+    data = tmp_path / "trl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    weights = {f"{CONV}:accuracy_reward": 1.0, f"{CONV}:think_format_reward": 0.5, f"{CONV}:only_with_solution": 0.1}
+    assert main(["train", config(tmp_path, str(data), weights)]) == 0
+    assert "2 held-out/OOD problems have no gold answer (column 'answer')" in capsys.readouterr().err
+    samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
+    assert all(s["rewards"][f"{CONV}:only_with_solution"]["score"] == 1.0 for s in samples)
+    metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert all(m[f"reward/{name}/errors"] == 0 for m in metrics for name in weights)
