@@ -96,7 +96,7 @@ class ToolEnv:
         self.described = tool_prompt(list(self.tools.values())) if describe else ""
 
     def reset(self, problem: Problem) -> list[dict]:
-        self.prompt = problem.prompt  # what reward functions get as `prompts`
+        self.prompt, self.added = problem.prompt, ""  # what reward functions get as `prompts`; reset's text
         if self.obj is not None and callable(getattr(self.obj, "reset", None)):
             row = row_of(problem)
             try:
@@ -105,7 +105,8 @@ class ToolEnv:
                 raise RlvrError(f"{type(self.obj).__name__}.reset: {e}; it gets the row's columns "
                                 f"({', '.join(row)}) by name") from None
             if extra:
-                self.prompt = with_extra(self.prompt, str(extra))
+                self.added = str(extra)
+                self.prompt = with_extra(self.prompt, self.added)
                 question = with_extra(problem.question, str(extra))
                 problem = dataclasses.replace(problem, question=question)
         messages = problem_messages(problem, self.few_shot)

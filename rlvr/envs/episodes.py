@@ -215,6 +215,9 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
         active = go
     episodes = _assemble(prompts, rows, envs, group_size, pad_id, tok)
     episodes.prompts = _episode_prompts(envs, problems, group_size)
+    for record, env in zip(episodes.records, envs):
+        if getattr(env, "added", ""):  # what a TRL reset added to this episode's question (samples.jsonl)
+            record["reset"] = env.added
     return episodes
 
 

@@ -32,6 +32,7 @@ def test_each_episode_answers_its_own_draw(tiny):
     for b, (env, prompt) in enumerate(zip(envs, ep.prompts)):
         base = PROBLEMS[b // 2].question
         assert prompt == [{"role": "user", "content": f"{base}\n\nWhat is {env.a} + {env.b}?"}]
+        assert ep.records[b]["reset"] == f"What is {env.a} + {env.b}?"
         # the group's prompt is the shared start; this episode's own part comes first, as context
         r = ep.rollout
         own = int(r.env_mask[b].cumprod(0).sum())
