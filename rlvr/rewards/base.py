@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,7 @@ def load_callable(spec: str, what: str) -> Callable:
             if loader is None or not path.exists():
                 raise ImportError(f"no such file {path}")
             module = importlib.util.module_from_spec(loader)
+            sys.modules[path.stem] = module  # as an import would: dataclasses and pickling look it up there
             loader.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)

@@ -140,3 +140,13 @@ def test_verl_async_and_batch_scorers():
     assert s.total == [3.0, 2.0, 0.0]
     # called directly, as TRL would call any reward function: an awaitable of the scores
     assert asyncio.run(fns[0].fn(completions=["4", "5"], reward_model=[{"ground_truth": 4}] * 2)) == [1.0, 0.0]
+
+
+def test_a_reward_from_a_file_path_with_a_dataclass(tmp_path):
+    module = tmp_path / "trl_rewards.py"
+    module.write_text("from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
+                      "@dataclass\nclass Rule:\n    word: str\n\n"
+                      "def has_word(completions, **kwargs):\n"
+                      "    return [float(Rule('yes').word in c) for c in completions]\n")
+    fns = build_rewards({f"{module}:has_word": 1.0})
+    assert score_batch(fns, ["yes", "no"], {}).total == [1.0, 0.0]
