@@ -12,6 +12,7 @@ from typing import Callable
 from rlvr.errors import RlvrError
 from rlvr.rewards.call import Verdict, as_scores, completion_text, invoke, run_all
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
+from rlvr.tasks.base import as_text
 
 
 MAX_REASON_CHARS = 300
@@ -37,7 +38,7 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
     """
 
     def verdicts(completions, **kwargs) -> list[Verdict]:
-        cols = [kwargs[c] for c in columns]
+        cols = [[as_text(v) for v in kwargs[c]] for c in columns]  # a dataset's raw value (12, a list) as text
         texts = [completion_text(c) for c in completions]
         if verdicts_fn is not None:
             return verdicts_fn(texts, *cols)

@@ -1,6 +1,7 @@
 """Problems, splits, and turning a problem into a chat prompt."""
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -23,7 +24,10 @@ class Problem:
     def columns(self) -> dict[str, object]:
         """The reward-function keyword columns: the row's own columns, then rlvr's gold `answer`,
         `difficulty` and `tests` (the names rlvr's built-in rewards read)."""
-        cols = {**self.row, "answer": self.answer, "difficulty": self.difficulty}
+        own = self.row.get("answer")
+        # the dataset's own answer as it is (TRL passes 12, not "12") when it is the gold; else the gold
+        gold = own if own is not None and as_text(own) == self.answer else self.answer
+        cols = {**self.row, "answer": gold, "difficulty": self.difficulty}
         if self.tests:
             cols["tests"] = self.tests
         return cols
@@ -34,6 +38,14 @@ class Problem:
         if not self.messages:
             return self.question
         return [*(dict(m) for m in self.messages[:-1]), {**self.messages[-1], "content": self.question}]
+
+
+def as_text(value):
+    """A dataset value as the text rlvr's checkers compare: numbers as written, lists and dicts as JSON;
+    None stays None."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
 @dataclass

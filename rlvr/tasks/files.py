@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rlvr.errors import RlvrError
-from rlvr.tasks.base import Problem, Splits
+from rlvr.tasks.base import Problem, Splits, as_text
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
@@ -135,9 +135,9 @@ def _text(value, key: str, where: str) -> str:
     if isinstance(value, str):
         return value
     if key in ("tests", "answer") and isinstance(value, (dict, list)):
-        return json.dumps(value)  # a verl ground truth may be a list of accepted answers
+        return as_text(value)  # a verl ground truth may be a list of accepted answers
     if key in ("answer", "difficulty") and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
+        return as_text(value)
     raise RlvrError(f"{where}: column for {key} holds a {type(value).__name__}, expected text")
 
 

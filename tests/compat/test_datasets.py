@@ -112,3 +112,14 @@ def test_a_chat_prompts_system_turn_joins_the_tools_description():
     messages = ToolEnv([Tool.from_function(calculator)], system_prompt="ignored").reset(p)
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"].startswith("Be brief.\n\nYou may call one or more tools")  # the row's own wins
+
+
+def test_a_numeric_answer_reaches_trl_functions_as_it_is_and_builtins_as_text(tmp_path):
+    from rlvr.rewards import build_rewards, score_batch
+
+    path = tmp_path / "ints.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{i} + {i}?", "answer": 2 * i}) + "\n" for i in range(4)))
+    p = build_splits(TaskConfig(name=str(path), heldout_size=1, few_shot=0)).train[0]
+    assert p.answer == str(2 * int(p.question.split()[0])) and p.columns()["answer"] == int(p.answer)
+    s = score_batch(build_rewards({"correctness": 1.0}), [f"Answer: {p.answer}"], {"answer": [p.columns()["answer"]]})
+    assert s.total == [1.0]
