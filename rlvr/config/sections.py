@@ -51,7 +51,8 @@ class TaskConfig:
     """File tasks: out-of-distribution rows; empty leaves OOD empty unless task.ood_name is set."""
     columns: dict[str, str] = field(default_factory=dict)
     """File tasks: column mapping, e.g. {prompt: question, answer: final}; keys prompt, answer, tests,
-    difficulty, solution; unmapped keys use the column of the same name when present."""
+    difficulty, solution; unmapped keys use the column of the same name when present (the gold answer:
+    answer, else verl's reward_model.ground_truth); a dotted name reaches a nested field."""
     prompt_template: str = "{prompt}"
     """User turn built from the problem; {prompt} is the problem text."""
     digits: int = 1
@@ -156,8 +157,9 @@ class EnvConfig:
     or a TRL-style environment class (reset(**row), public methods as tools, optional get_reward() scored
     by the `env` reward)."""
     tools: list[str] = field(default_factory=lambda: ["calculator"])
-    """Built-in tools offered with env.name tools (or beside a class's own): calculator (exact arithmetic,
-    parsed, never evaluated as code), python (runs in the verifier's sandbox)."""
+    """Tools offered with env.name tools (or beside a class's own): calculator (exact arithmetic, parsed,
+    never evaluated as code), python (runs in the verifier's sandbox), or 'module:function' (a plain
+    function, as TRL's tools=[fn]: its schema from the signature and docstring)."""
     max_turns: int = 4
     """Model turns per episode at most."""
     max_tool_tokens: int = 64
@@ -176,8 +178,10 @@ class EnvConfig:
 @dataclass
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
-    """Reward functions and their weights: a built-in name (correctness, format, length) or
-    'module:function' with the TRL signature f(completions, **columns) -> list[float | None]."""
+    """Reward functions and their weights: a built-in name (correctness, format, code_tests, env, length),
+    'module:function' written for TRL's GRPOTrainer (called by keyword: prompts, completions,
+    completion_ids, every dataset column, trainer_state; async, numpy and None returns accepted), or
+    'verl:module:compute_score' (verl's one-sample scorer; a module may be a .py file's path)."""
     overlong_buffer: int = 8
     """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
     overlong_penalty: float = 1.0

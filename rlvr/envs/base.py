@@ -8,19 +8,24 @@ what the reward functions should see besides the final answer.
 
 `SingleTurn` is every task as it always was: the prompt, one answer, done. `ToolEnv` lets the model call
 tools by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call> (rlvr/envs/tools.py); it also
-runs a TRL-style environment class (TRL's `environment_factory` convention): `reset(**row)` may return
-text added to the question, its public methods are tools, an optional `get_reward()` is scored by the
-`env` reward. One environment object serves one episode.
+runs a TRL-style environment class (TRL's `environment_factory` convention): `reset(**row)` gets every
+column of the dataset row (the prompt as given: text or messages) and may return text added to the last
+user turn, its public methods are tools, an optional `get_reward()` is scored by the `env` reward. One
+environment object serves one episode, so a reset that draws its own random problem gives each episode
+its own; the G episodes of a dataset row are its group whatever each drew, as in TRL (episodes.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from rlvr.envs.metrics import UNKNOWN
 from rlvr.envs.tools import Tool, ToolCall, parse_tool_calls, run_calls, tool_prompt, tools_from_object
-from rlvr.tasks.base import Problem, chat_messages
+from rlvr.errors import RlvrError
+from rlvr.rewards.call import accepted
+from rlvr.tasks.base import Problem, problem_messages
 
 
 @dataclass
@@ -51,7 +56,8 @@ class SingleTurn:
         self.few_shot, self.system_prompt = few_shot, system_prompt
 
     def reset(self, problem: Problem) -> list[dict]:
-        return chat_messages(problem.question, self.few_shot, self.system_prompt)
+        self.prompt = problem.prompt  # what reward functions get as `prompts`
+        return problem_messages(problem, self.few_shot, self.system_prompt)
 
     def step(self, text: str) -> Reply:
         return Reply(done=True)
@@ -61,8 +67,16 @@ class SingleTurn:
 
 
 def row_of(problem: Problem) -> dict:
-    """The dataset row a TRL-style reset(**row) receives: the reward columns and the prompt."""
-    return {"prompt": problem.question, "question": problem.question, **problem.columns()}
+    """The dataset row a TRL-style reset(**row) receives: every column (rlvr's answer among them) and
+    the prompt as the dataset gave it."""
+    return {"question": problem.question, **problem.columns(), "prompt": problem.prompt}
+
+
+def with_extra(prompt, extra: str):
+    """A prompt (text, or messages ending with a user turn) with a reset's text added to its last turn."""
+    if isinstance(prompt, str):
+        return f"{prompt}\n\n{extra}"
+    return [*prompt[:-1], {**prompt[-1], "content": f"{prompt[-1]['content']}\n\n{extra}"}]
 
 
 class ToolEnv:
@@ -83,17 +97,28 @@ class ToolEnv:
         self.budget_s, self.spent_s = (float("inf") if budget_s is None else budget_s), 0.0
         own = tools_from_object(obj) if obj is not None else []
         self.tools = {t.name: t for t in [*tools, *own]}
-        system = "\n\n".join(s for s in (system_prompt, tool_prompt(list(self.tools.values())) if describe else "") if s)
-        self.head = ([{"role": "system", "content": system}] if system else []) + [dict(m) for m in example]
-        self.few_shot = list(few_shot)
+        self.system_prompt, self.example, self.few_shot = system_prompt, [dict(m) for m in example], list(few_shot)
+        self.described = tool_prompt(list(self.tools.values())) if describe else ""
 
     def reset(self, problem: Problem) -> list[dict]:
-        question = problem.question
-        if self.obj is not None and hasattr(self.obj, "reset"):
-            extra = self.obj.reset(**row_of(problem))
+        self.prompt, self.added = problem.prompt, ""  # what reward functions get as `prompts`; reset's text
+        if self.obj is not None and callable(getattr(self.obj, "reset", None)):
+            row = row_of(problem)
+            try:
+                extra = self.obj.reset(**accepted(self.obj.reset, row))
+            except TypeError as e:  # most often a reset that names a column the dataset lacks
+                raise RlvrError(f"{type(self.obj).__name__}.reset: {e}; it gets the row's columns "
+                                f"({', '.join(row)}) by name") from None
             if extra:
-                question = f"{question}\n\n{extra}"
-        return self.head + chat_messages(question, self.few_shot)
+                self.added = str(extra)
+                self.prompt = with_extra(self.prompt, self.added)
+                question = with_extra(problem.question, str(extra))
+                problem = dataclasses.replace(problem, question=question)
+        messages = problem_messages(problem, self.few_shot)
+        has_own = messages[0]["role"] == "system"  # a chat prompt's own system turn wins over the task's
+        system = "\n\n".join(s for s in (messages[0]["content"] if has_own else self.system_prompt, self.described) if s)
+        head = [{"role": "system", "content": system}] if system else []
+        return head + self.example + messages[1 if has_own else 0:]
 
     def step(self, text: str) -> Reply:
         calls = parse_tool_calls(text)

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import importlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from rlvr.envs.base import Environment, SingleTurn, ToolEnv
 from rlvr.envs.render import TurnRender
-from rlvr.envs.tools import Tool, template_supports_tools
+from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
+from rlvr.rewards.base import load_callable
+from rlvr.rewards.call import dataset_columns
 from rlvr.rollout.engine import Rollout
 from rlvr.tasks.base import Problem
 
@@ -60,8 +62,11 @@ def builtin_tools(names: list[str]) -> list[Tool]:
             from rlvr.envs.python_tool import make_python_tool
 
             tools.append(make_python_tool())
+        elif ":" in name:  # a plain function, as TRL's GRPOTrainer(tools=[fn]) takes it
+            tools.append(Tool.from_function(load_callable(name, "tool")))
         else:
-            raise RlvrError(f"env.tools: unknown tool '{name}'; built-in tools are calculator, python")
+            raise RlvrError(f"env.tools: unknown tool '{name}'; built-in tools are calculator, python; "
+                            "or give 'module:function'")
     return tools
 
 
@@ -98,11 +103,31 @@ class Episodes:
     texts: list[str]  # each row's final model turn, decoded: what reward functions score
     records: list[dict]  # each row's turns, tool calls and end (rlvr/envs/metrics.py reads them)
     columns: dict[str, list]  # reward-function columns from the environments (one value per row)
+    prompts: list = field(default_factory=list)  # each row's prompt as TRL's `prompts` (text or messages)
+
+    @property
+    def messages(self) -> list[list[dict]]:
+        """Each row's episode as chat messages (TRL's conversational `completions`)."""
+        return [completion_messages(r["turns"]) for r in self.records]
 
 
 def model_token_lists(r: Rollout) -> list[list[int]]:
     """Each row's model tokens, every turn's in order (the environment's left out)."""
     return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(r.completion_ids.tolist(), r.completion_mask.tolist())]
+
+
+def reward_inputs(problems: list[Problem], ep: Episodes, g: int) -> tuple[list, dict[str, list]]:
+    """What the reward functions get, as TRL passes it: the completions (the final model turn's text; for
+    a conversational dataset the episode's messages, tool calls and results included) and the keyword
+    columns, one value per episode: `prompts` (with what each reset added), `completion_ids`, every
+    dataset column under its own name, rlvr's `answer`, and the environments' columns."""
+    columns = dataset_columns(problems, g)
+    columns["prompts"] = ep.prompts
+    columns["completion_ids"] = model_token_lists(ep.rollout)  # the model's own tokens (single-turn: all of them)
+    columns.update(ep.columns)
+    messages = ep.messages if any(p.messages for p in problems) else []
+    completions = [messages[b] if problems[b // g].messages else t for b, t in enumerate(ep.texts)]
+    return completions, columns
 
 
 class _Row:
@@ -113,13 +138,51 @@ class _Row:
         self.end, self.used, self.cut, self.final = "", 0, 0, ""
 
 
-def _prompts(spec: EnvSpec, envs: list[Environment], problems: list[Problem], g: int) -> list[list[int]]:
+def _common(lists: list[list[int]]) -> int:
+    n = min(len(x) for x in lists)
+    return next((i for i in range(n) if any(x[i] != lists[0][i] for x in lists)), n)
+
+
+def _prompts(spec: EnvSpec, envs: list[Environment], problems: list[Problem], g: int):
+    """Each group's prompt tokens and each row's own tokens after it. A TRL environment whose reset
+    draws its own problem gives the episodes of one row different prompts: the group's prompt is then
+    their common token prefix, and each row's remainder enters its episode as environment tokens
+    (attended, never trained on) before the first model turn. Otherwise the remainders are empty."""
     messages = [env.reset(problems[b // g]) for b, env in enumerate(envs)]
-    for b, m in enumerate(messages):
-        if m != messages[b - b % g]:
-            raise RlvrError("an environment's reset gave different messages for episodes of the same problem; "
-                            "the G episodes of a group must start from one prompt")
-    return [spec.render.prompt(messages[i * g]) for i in range(len(problems))]
+    prompts, rests = [], []
+    for i in range(len(problems)):
+        own = messages[i * g:(i + 1) * g]
+        if all(m == own[0] for m in own):
+            prompts.append(spec.render.prompt(own[0]))
+            rests += [[] for _ in own]
+            continue
+        tokens = [spec.render.prompt(m) for m in own]
+        n = _common(tokens)
+        if n == 0:
+            raise RlvrError("the episodes of one problem start with different first tokens; an environment's "
+                            "reset may change the question, not the chat's start")
+        prompts.append(tokens[0][:n])
+        rests += [t[n:] for t in tokens]
+    return prompts, rests
+
+
+def _episode_prompts(envs: list[Environment], problems: list[Problem], g: int) -> list:
+    """TRL's `prompts`: each episode's prompt as the dataset gave it, with what its reset added."""
+    return [getattr(env, "prompt", None) or problems[b // g].prompt for b, env in enumerate(envs)]
+
+
+def completion_messages(turns: list[dict]) -> list[dict]:
+    """An episode as TRL's conversational `completions` hold it: the assistant turns (with the tool calls
+    they made) and the environment's answers, in order."""
+    out = []
+    for t in turns:
+        if t["source"] != "model":
+            out.append({"role": t["role"], "content": t["text"]})
+            continue
+        calls = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                 for c in parse_tool_calls(t["text"]) if not c.error]
+        out.append({"role": "assistant", "content": t["text"], **({"tool_calls": calls} if calls else {})})
+    return out
 
 
 def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: int, max_new_tokens: int,
@@ -128,11 +191,17 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
     """group_size episodes of each problem (module docstring); max_new_tokens caps each model turn."""
     tok, lim = spec.render.tok, spec.limits
     envs = [spec.make() for _ in range(len(problems) * group_size)]
-    prompts = _prompts(spec, envs, problems, group_size)
+    prompts, rests = _prompts(spec, envs, problems, group_size)
     extra = {"generator": generator} if generator is not None else {}
     session = engine.session(prompts, seeds=seeds, group_size=group_size, temperature=temperature, top_p=top_p,
                              top_k=top_k, stop_ids=stop_ids, pad_id=pad_id, **extra)
     rows = [_Row() for _ in envs]
+    own = [b for b, rest in enumerate(rests) if rest]
+    if own:  # each episode's own part of its prompt, before its first turn
+        session.extend(own, [rests[b] for b in own])
+        for b in own:
+            rows[b].pieces.append((rests[b], None))
+            rows[b].used += len(rests[b])
     active = list(range(len(rows)))
     for turn in range(lim.max_turns if spec.multi_turn else 1):
         last = turn == lim.max_turns - 1 or not spec.multi_turn
@@ -150,7 +219,12 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
             break
         session.extend(go, feeds)
         active = go
-    return _assemble(prompts, rows, envs, group_size, pad_id, tok)
+    episodes = _assemble(prompts, rows, envs, group_size, pad_id, tok)
+    episodes.prompts = _episode_prompts(envs, problems, group_size)
+    for record, env in zip(episodes.records, envs):
+        if getattr(env, "added", ""):  # what a TRL reset added to this episode's question (samples.jsonl)
+            record["reset"] = env.added
+    return episodes
 
 
 def _record(spec: EnvSpec, row: _Row, t, budget_cap: bool) -> str | None:

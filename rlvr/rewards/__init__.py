@@ -1,4 +1,6 @@
-"""Reward functions with the TRL signature f(completions, **columns) -> list[float | None].
+"""Reward functions, called as TRL's GRPOTrainer calls them (rlvr/rewards/call.py): by keyword, with
+completions, prompts, completion_ids, every dataset column and trainer_state; -> list[float | None].
+verl's one-sample compute_score runs through rlvr/rewards/verl.py.
 
 Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`, whose reason is
 kept with the sample.

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Callable
 
 from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
+from rlvr.rewards.call import as_chat, dataset_columns
 from rlvr.tasks import Problem, Splits, normalise
 
 
@@ -210,9 +211,10 @@ def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
     """attack -> reward name -> the highest score that attack got on any of the problems."""
     table = {}
     for attack in attacks:
-        completions = [attack.make(p) for p in problems]
-        columns = {k: [p.columns()[k] for p in problems] for k in problems[0].columns()}
-        columns["completion_ids"] = [list(range(max(1, len(c) // 4))) for c in completions]
+        texts = [attack.make(p) for p in problems]
+        completions = [as_chat(p, t) for p, t in zip(problems, texts)]  # in the dataset's form, as in training
+        columns = dataset_columns(problems, 1)
+        columns["completion_ids"] = [list(range(max(1, len(t) // 4))) for t in texts]
         scores = score_batch(rewards, completions, columns)
         table[attack.name] = {rf.name: max(scores.per_function[rf.name]) for rf in rewards}
     return table

@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from rlvr.errors import RlvrError
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One completion's score under one reward function, with the reason the samples show."""
-
-    score: float
-    reason: str
-    extracted: str | None = None
+from rlvr.rewards.call import Verdict, as_scores, completion_text, invoke, run_all
+from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
+from rlvr.tasks.base import as_text
 
 
 MAX_REASON_CHARS = 300
@@ -30,15 +28,6 @@ def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def completion_text(completion) -> str:
-    """TRL passes either a string or a list of chat messages; the last assistant content is scored."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
-    raise TypeError(f"a completion must be a string or a list of chat messages, got {type(completion).__name__}")
-
-
 def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
                verdicts_fn: Callable[..., list[Verdict]] | None = None):
     """Turn a one-item verdict function into a TRL reward f(completions, **columns) -> list[float].
@@ -49,7 +38,7 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
     """
 
     def verdicts(completions, **kwargs) -> list[Verdict]:
-        cols = [kwargs[c] for c in columns]
+        cols = [[as_text(v) for v in kwargs[c]] for c in columns]  # a dataset's raw value (12, a list) as text
         texts = [completion_text(c) for c in completions]
         if verdicts_fn is not None:
             return verdicts_fn(texts, *cols)
@@ -64,6 +53,10 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
     reward.__name__ = verdict_fn.__name__.removesuffix("_verdict")
     reward.__doc__ = verdict_fn.__doc__
     return reward
+
+
+class RewardFunctionError(RlvrError):
+    """A reward function failed on every completion of a batch: a bug in it, not a bad completion."""
 
 
 @dataclass
@@ -106,49 +99,99 @@ def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = Fals
     return [rf for rf in rewards if getattr(rf.fn, "checks_correctness", unknown_is_strict)]
 
 
+def load_callable(spec: str, what: str) -> Callable:
+    """'module:function' or 'path/to/file.py:function' (verl's custom_reward_function.path form)."""
+    module_name, _, attr = spec.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            loader = importlib.util.spec_from_file_location(path.stem, path)
+            if loader is None or not path.exists():
+                raise ImportError(f"no such file {path}")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[path.stem] = module  # as an import would: dataclasses and pickling look it up there
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except (ImportError, AttributeError) as e:
+        raise RlvrError(f"cannot load {what} '{spec}': {e}") from None
+    if not callable(fn):
+        raise RlvrError(f"{what} '{spec}' is not callable")
+    return fn
+
+
 def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFunction:
+    """A built-in by name; 'module:function' (a TRL-style reward); 'verl:module:function' (verl's
+    one-sample compute_score, rlvr/rewards/verl.py). A module may be a .py file's path."""
     if name in builtins:
         return RewardFunction(name, weight, builtins[name])
     if ":" not in name:
         raise RlvrError(f"unknown reward '{name}' in rewards.weights: built in: {', '.join(builtins)}, "
-                        "or give 'module:function'")
-    module_name, attr = name.split(":", 1)
+                        "'module:function' (TRL's form) or 'verl:module:compute_score'")
+    if name.startswith(VERL_PREFIX):
+        fn = load_callable(name[len(VERL_PREFIX):], "verl compute_score")
+        return RewardFunction(name, weight, from_compute_score(fn))
+    return RewardFunction(name, weight, load_callable(name, "reward function"))
+
+
+def _row(columns: dict[str, list], i: int) -> dict[str, list]:
+    return {k: v[i:i + 1] for k, v in columns.items()}
+
+
+def _outcome(result, n: int):
+    """(scores, reasons) of one call's result, or the exception it raised or its unreadable return made."""
+    if isinstance(result, BaseException):
+        return result
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise RlvrError(f"cannot load reward function '{name}': {e}") from None
-    if not callable(fn):
-        raise RlvrError(f"reward '{name}' is not callable")
-    return RewardFunction(name, weight, fn)
+        return as_scores(result, n)
+    except Exception as e:  # a bad return is that call's failure, like a raise
+        return e
 
 
-def _run_one(rf: RewardFunction, completions: list[str], columns: dict[str, list]) -> tuple[list[float], list[str]]:
-    verdicts = getattr(rf.fn, "verdicts", None)
-    if verdicts is not None:
-        vs = verdicts(completions, **columns)
-        return [v.score for v in vs], [clean_reason(v.reason) for v in vs]
-    values = rf.fn(completions, **columns)
-    if not isinstance(values, (list, tuple)) or len(values) != len(completions):
-        raise ValueError(f"returned {type(values).__name__} of length "
-                         f"{len(values) if hasattr(values, '__len__') else '?'}, expected a list of {len(completions)}")
-    scores = [0.0 if v is None else float(v) for v in values]
-    return scores, ["not applicable" if v is None else "" for v in values]
+def _each_row(rf: RewardFunction, completions: list, columns: dict[str, list], shared: dict) -> list:
+    """A failed batch call retried one completion at a time: (scores, reasons) of one, or the exception."""
+    outs = run_all([lambda i=i: invoke(rf.fn, completions[i:i + 1], _row(columns, i), shared)
+                    for i in range(len(completions))])
+    return [_outcome(out, 1) for out in outs]
 
 
-def score_batch(functions: list[RewardFunction], completions: list[str], columns: dict[str, list],
-                on_error: Callable[[str, Exception], None] | None = None) -> Scores:
-    """Score every completion with every function. A function that raises scores the whole batch 0
-    and each of its completions is marked in `failed`; training goes on."""
+def _stop(name: str, error: Exception, origin: str, completion) -> RewardFunctionError:
+    # the exception's message may quote model text: each line printable (issue 13), the lines kept
+    trace = "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
+    return RewardFunctionError(
+        f"reward function '{name}' raised on every completion of the batch, so the run stops (a broken reward "
+        f"would look like a run that learned nothing). First row: {origin}; completion "
+        f"{clean_reason(completion_text(completion), 200)!r}.\n{trace}")
+
+
+def score_batch(functions: list[RewardFunction], completions: list, columns: dict[str, list],
+                on_error: Callable[[str, Exception], None] | None = None, *, shared: dict | None = None,
+                origins: list[str] | None = None, stop_if_all_fail: bool = False) -> Scores:
+    """Score every completion with every function, called as TRL calls them (rlvr/rewards/call.py):
+    `columns` hold one value per completion, `shared` one value for all (trainer_state). The functions
+    run together (async ones concurrently). A batch call that raises is retried one completion at a
+    time: the completions it still fails on score 0 and are marked in `failed`, and training goes on;
+    when it fails on every one and stop_if_all_fail, RewardFunctionError names the row (`origins`)."""
+    shared, n = shared or {}, len(completions)
+    firsts = run_all([lambda rf=rf: invoke(rf.fn, completions, columns, shared) for rf in functions])
     per, reasons, failed = {}, {}, {}
-    for rf in functions:
-        try:
-            per[rf.name], reasons[rf.name] = _run_one(rf, completions, columns)
-            failed[rf.name] = [False] * len(completions)
-        except Exception as e:  # a user's reward must not end the run
-            per[rf.name] = [0.0] * len(completions)
-            reasons[rf.name] = [clean_reason(f"reward function raised {type(e).__name__}: {e}")] * len(completions)
-            failed[rf.name] = [True] * len(completions)
-            if on_error is not None:
-                on_error(rf.name, e)
-    total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(len(completions))]
+    for rf, first in zip(functions, firsts):
+        whole = _outcome(first, n)
+        if not isinstance(whole, BaseException):
+            per[rf.name], reasons[rf.name] = whole
+            failed[rf.name] = [False] * n
+            continue
+        rows = _each_row(rf, completions, columns, shared) if n > 1 else [whole]
+        errors = [r for r in rows if isinstance(r, BaseException)]
+        if stop_if_all_fail and n and len(errors) == n:
+            raise _stop(rf.name, errors[0], (origins or ["row 1"])[0], completions[0])
+        if errors and on_error is not None:
+            on_error(rf.name, errors[0])
+        ok = lambda r: not isinstance(r, BaseException)
+        per[rf.name] = [r[0][0] if ok(r) else 0.0 for r in rows]
+        reasons[rf.name] = [r[1][0] if ok(r) else f"reward function raised {type(r).__name__}: {r}" for r in rows]
+        failed[rf.name] = [not ok(r) for r in rows]
+    reasons = {k: [clean_reason(x) for x in v] for k, v in reasons.items()}
+    total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(n)]
     return Scores(per, reasons, total, failed)

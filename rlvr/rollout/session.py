@@ -215,6 +215,7 @@ class RecomputeSession:
         self.context = [list(prompts[b // group_size]) for b in range(len(prompts) * group_size)]
         self.pending: list[list[int]] = [[] for _ in self.context]
         self.turns = [0] * len(self.context)
+        self.shared = True  # every row's context is still its group's prompt (nothing extended yet)
 
     def _run(self, prompts, seeds, group_size: int, width: int) -> list[Turn]:
         kw = {"generator": self.generator} if self.generator is not None and seeds is None else {}
@@ -227,7 +228,7 @@ class RecomputeSession:
         if any(self.pending[b] for b in rows):
             raise RuntimeError("sample() again before extend(): a row's last turn is not in its context yet")
         width = max(caps)
-        if rows == list(range(len(self.context))) and not any(self.turns):
+        if rows == list(range(len(self.context))) and self.shared and not any(self.turns):
             got = self._run(self.prompts, self.seeds, self.g, width)
         else:
             seeds = None if self.seeds is None else [row_turn_seed(self.seeds[b // self.g], b % self.g, self.turns[b])
@@ -239,6 +240,7 @@ class RecomputeSession:
         return turns
 
     def extend(self, rows: list[int], tokens: list[list[int]]) -> None:
+        self.shared = False
         for b, t in zip(rows, tokens):
             self.context[b] += self.pending[b] + list(t)
             self.pending[b] = []

@@ -1,6 +1,7 @@
 """Problems, splits, and turning a problem into a chat prompt."""
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -14,12 +15,37 @@ class Problem:
     difficulty: str = ""
     tests: str = ""  # code tasks: the JSON test spec (rlvr.rewards.code)
     solution: str = ""  # a worked solution ending in the answer, for SFT and few-shot turns
+    # a conversational dataset's prompt as given (TRL's message lists); question is its last user turn
+    messages: tuple[dict, ...] = field(default=(), hash=False, compare=False)
+    # every other column of the dataset row, as given (nested values kept): reward functions get each by name
+    row: dict = field(default_factory=dict, hash=False, compare=False)
+    origin: str = ""  # where the problem came from, e.g. "data.jsonl line 3" (file tasks), for errors
 
     def columns(self) -> dict[str, object]:
-        cols = {"answer": self.answer, "difficulty": self.difficulty}
+        """The reward-function keyword columns: the row's own columns, then rlvr's gold `answer`,
+        `difficulty` and `tests` (the names rlvr's built-in rewards read)."""
+        own = self.row.get("answer")
+        # the dataset's own answer as it is (TRL passes 12, not "12") when it is the gold; else the gold
+        gold = own if own is not None and as_text(own) == self.answer else self.answer
+        cols = {**self.row, "answer": gold, "difficulty": self.difficulty}
         if self.tests:
             cols["tests"] = self.tests
         return cols
+
+    @property
+    def prompt(self):
+        """The prompt as the dataset gave it (TRL's `prompts`): the message list, else the text."""
+        if not self.messages:
+            return self.question
+        return [*(dict(m) for m in self.messages[:-1]), {**self.messages[-1], "content": self.question}]
+
+
+def as_text(value):
+    """A dataset value as the text rlvr's checkers compare: numbers as written, lists and dicts as JSON;
+    None stays None."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
 @dataclass
@@ -42,11 +68,30 @@ def chat_messages(question: str, few_shot: list[tuple[str, str]], system_prompt:
     return messages + [{"role": "user", "content": question}]
 
 
+def problem_messages(problem: Problem, few_shot: list[tuple[str, str]], system_prompt: str = "") -> list[dict]:
+    """The chat before the model's first turn. A conversational prompt keeps its own messages (its
+    last user turn is `question`, template applied); the task's system prompt goes first unless the
+    prompt has its own, and few-shot turns follow the leading system messages."""
+    if not problem.messages:
+        return chat_messages(problem.question, few_shot, system_prompt)
+    messages = problem.prompt
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    system = [{"role": "system", "content": system_prompt}] if system_prompt and not head else []
+    shots = [m for q, a in few_shot for m in ({"role": "user", "content": q}, {"role": "assistant", "content": a})]
+    return system + messages[:head] + shots + messages[head:]
+
+
+def encode_messages(tok, messages: list[dict]) -> list[int]:
+    """Token ids of a chat, ending with the assistant turn's opening."""
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
 def encode_prompt(tok, question: str, few_shot: list[tuple[str, str]], system_prompt: str = "") -> list[int]:
     """Token ids of the chat prompt, ending with the assistant turn's opening."""
-    text = tok.apply_chat_template(chat_messages(question, few_shot, system_prompt),
-                                   add_generation_prompt=True, tokenize=False)
-    return tok(text, add_special_tokens=False)["input_ids"]
+    return encode_messages(tok, chat_messages(question, few_shot, system_prompt))
 
 
 class Epochs:

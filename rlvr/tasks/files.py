@@ -1,7 +1,8 @@
 """File tasks: .jsonl, .csv, .parquet, or a directory written by Hugging Face datasets' save_to_disk.
 
-Rows become Problems through a column mapping (task.columns); a bad row is an error naming the file
-and the row (the 1-based line for JSONL and CSV, the 1-based row for parquet and arrow).
+Rows become Problems through a column mapping (task.columns; dotted names reach nested fields, as
+verl's reward_model.ground_truth); the prompt may be text or chat messages (TRL's conversational form);
+every column is kept for the reward functions. A bad row is an error naming the file and the row (the 1-based line for JSONL and CSV, the 1-based row for parquet and arrow).
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 from typing import Iterator
 
 from rlvr.errors import RlvrError
-from rlvr.tasks.base import Problem, Splits
+from rlvr.tasks.base import Problem, Splits, as_text
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
+GOLD_DEFAULTS = ("answer", "reward_model.ground_truth")  # rlvr's name, then verl's parquet layout
 OPTIONAL = ("difficulty", "solution")  # a row may lack these even when mapped (few rows have a solution)
 Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
@@ -132,30 +134,93 @@ def read_rows(name: str) -> list[Row]:
 def _text(value, key: str, where: str) -> str:
     if isinstance(value, str):
         return value
-    if key == "tests" and isinstance(value, (dict, list)):
-        return json.dumps(value)
+    if key in ("tests", "answer") and isinstance(value, (dict, list)):
+        return as_text(value)  # a verl ground truth may be a list of accepted answers
     if key in ("answer", "difficulty") and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
+        return as_text(value)
     raise RlvrError(f"{where}: column for {key} holds a {type(value).__name__}, expected text")
+
+
+def lookup(row: dict, column: str):
+    """A column's value; a dotted name reaches into nested fields (verl's reward_model.ground_truth).
+    Raises KeyError when absent."""
+    if column in row:
+        return row[column]
+    value = row
+    for part in column.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(column)
+        value = value[part]
+    return value
+
+
+def gold_column(row: dict, columns: dict[str, str]) -> str:
+    """The column holding the gold answer: task.columns.answer, else `answer`, else verl's layout."""
+    if "answer" in columns:
+        return columns["answer"]
+    for name in GOLD_DEFAULTS:
+        try:
+            lookup(row, name)
+            return name
+        except KeyError:
+            pass
+    return "answer"
+
+
+def chat_prompt(value: list, where: str) -> tuple[tuple[dict, ...], str]:
+    """A conversational prompt (TRL): its messages and its last (user) turn's text."""
+    ok = all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+             for m in value)
+    if not value or not ok:
+        raise RlvrError(f"{where}: the prompt is a list but not of chat messages "
+                        "({'role': ..., 'content': <text>}); give text or a list of messages")
+    if value[-1]["role"] != "user":
+        raise RlvrError(f"{where}: a conversational prompt must end with a user message, this one ends "
+                        f"with {value[-1]['role']!r}")
+    return tuple(dict(m) for m in value), value[-1]["content"]
+
+
+def _value(row: dict, key: str, col: str, columns: dict[str, str], where: str):
+    """A mapped key's value, "" when absent and allowed to be; required keys raise naming the column."""
+    try:
+        value, present = lookup(row, col), True
+    except KeyError:
+        value, present = None, False
+    missing = value is None or (isinstance(value, str) and not value.strip())
+    if missing and key not in OPTIONAL and (key in columns or key == "prompt"):
+        what = f"an empty '{col}'" if present else f"no column '{col}'"
+        mapped = f" (task.columns.{key})" if key in columns else ""
+        raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}")
+    return None if missing else value
 
 
 def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
     """One row through the column mapping; mapped columns other than difficulty and solution are
-    required in every row, and every row needs a prompt and an answer or tests."""
-    values = {}
+    required in every row, and every row needs a prompt (text, or chat messages: TRL's conversational
+    form). The gold answer may be absent: a reward that needs it says so (check_gold). Every column
+    but the prompt stays on the problem for the reward functions and an environment's reset."""
+    prompt_col = columns.get("prompt", "prompt")
+    values, messages = {}, ()
     for key in KEYS:
-        col = columns.get(key, key)
-        value = row.get(col)
-        missing = col not in row or value is None or (isinstance(value, str) and not value.strip())
-        if missing and key not in OPTIONAL and (key in columns or key == "prompt"):
-            what = f"no column '{col}'" if col not in row else f"an empty '{col}'"
-            mapped = f" (task.columns.{key})" if key in columns else ""
-            raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}")
-        values[key] = "" if missing else _text(value, key, where)
-    if not values["answer"] and not values["tests"]:
-        raise RlvrError(f"{where}: no answer (column '{columns.get('answer', 'answer')}') and no tests "
-                        f"(column '{columns.get('tests', 'tests')}'); map one with task.columns")
-    return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"])
+        col = gold_column(row, columns) if key == "answer" else columns.get(key, key)
+        value = _value(row, key, col, columns, where)
+        if key == "prompt" and isinstance(value, list):
+            messages, value = chat_prompt(value, where)
+        values[key] = "" if value is None else _text(value, key, where)
+    rest = {k: v for k, v in row.items() if k != prompt_col}
+    return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"],
+                   messages, rest, where)
+
+
+def check_gold(problems: list[Problem], reward: str, column: str) -> None:
+    """A built-in reward that compares with the gold answer needs one in every row: the first row
+    without it is an error naming the file, the row and the column."""
+    for p in problems:
+        if not p.answer and not p.tests:
+            raise RlvrError(f"{p.origin or repr(p.question[:60])}: no gold answer in column '{column}', which "
+                            f"the '{reward}' reward compares with; name the gold column with task.columns.answer "
+                            f"(a dotted name reaches nested fields, e.g. reward_model.ground_truth) or drop "
+                            f"'{reward}' from rewards.weights")
 
 
 def load_problems(name: str, columns: dict[str, str], notes: list[str]) -> list[Problem]:

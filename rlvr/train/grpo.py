@@ -25,7 +25,8 @@ from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
 from rlvr.report.trackers import open_trackers
 from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores
-from rlvr.envs.episodes import model_token_lists, run_episodes
+from rlvr.rewards.call import TrainerState
+from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.engine import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.advantage import compute_advantages
@@ -74,11 +75,12 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
                           stop_ids=run.stop_ids, pad_id=run.pad_id)
     run.engine.sleep()
     rollout, texts = ep.rollout, ep.texts  # texts: each episode's final answer
-    columns = {k: [p.columns()[k] for p in problems for _ in range(r.group_size)] for k in problems[0].columns()}
-    columns["completion_ids"] = model_token_lists(rollout)  # the model's own tokens (single-turn: all of them)
-    columns.update(ep.columns)
+    completions, columns = reward_inputs(problems, ep, r.group_size)  # as TRL passes them
+    origins = [p.origin or repr(p.question[:80]) for p in problems for _ in range(r.group_size)]
     t0 = time.perf_counter()
-    scores = score_batch(run.rewards, texts, columns, _on_reward_error(run))  # code: across the sandbox pool
+    scores = score_batch(run.rewards, completions, columns, _on_reward_error(run),  # code: across the sandbox pool
+                         shared={"trainer_state": TrainerState(step - 1, run.cfg.train.steps)}, origins=origins,
+                         stop_if_all_fail=True)
     reward_s = time.perf_counter() - t0
     passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
     run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch

@@ -13,9 +13,11 @@ from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
 from rlvr.rewards import rewards_of
+from rlvr.rewards.base import RewardFunction
 from rlvr.rollout.protocol import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
+from rlvr.tasks.files import check_gold
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
@@ -29,6 +31,17 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
+    """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
+    for rf in rewards:
+        if "answer" in getattr(rf.fn, "columns", ()):
+            check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
+    bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
+    if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
+        say(f"task: {bare} held-out/OOD problems have no gold answer (column "
+            f"'{task.columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with task.columns.answer")
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:
@@ -82,12 +95,14 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     splits = build_splits(cfg.task)
     for note in splits.notes:
         say(f"task: {note}")
+    rewards = rewards_of(cfg)  # the same set rlvr audit attacks
+    check_gold_answers(rewards, splits, cfg.task)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
     ref = Reference.of(policy) if cfg.algo.beta > 0 else None  # a copy on the policy's device
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
-    return Run(cfg, out, policy, tok, splits, env, rewards_of(cfg), ref, critic, optimizer, scheduler,
+    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
                stop_token_ids(policy, tok), tok.pad_token_id, d, precision)

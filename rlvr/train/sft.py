@@ -32,9 +32,10 @@ from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json
 from rlvr.envs.episodes import make_spec
-from rlvr.tasks import Epochs, Problem, build_splits, encode_prompt
-from rlvr.train.distributed import Dist
+from rlvr.tasks import Epochs, Problem, build_splits
+from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.train.checkpoint import prepare_run_dir
+from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
 from rlvr.train.optim import adamw, warmup_scheduler
 
@@ -65,7 +66,7 @@ def with_solutions(problems: list[Problem], task_name: str) -> list[Problem]:
 
 def make_example(tok, problem: Problem, few_shot: list[tuple[str, str]], system_prompt: str,
                  end_id: int) -> Example:
-    prompt = encode_prompt(tok, problem.question, few_shot, system_prompt)
+    prompt = encode_messages(tok, problem_messages(problem, few_shot, system_prompt))  # a chat prompt keeps its turns
     # Tokenised apart from the prompt: generation, too, continues the prompt's ids token by token.
     target = tok(problem.solution, add_special_tokens=False)["input_ids"] + [end_id]
     return Example(prompt, target)

@@ -33,3 +33,20 @@ def test_custom_environment_example_runs():
     assert env.reward_columns() == {"env_reward": 0.0}
     assert env.step(call % 42).text == "right" and env.step("Answer: 42").done
     assert env.reward_columns() == {"env_reward": 1.0}
+
+
+def test_trl_and_verl_examples_run_unchanged():
+    """The README's TRL reward and verl compute_score, scored as rlvr scores them."""
+    from rlvr.rewards.base import RewardFunction, score_batch
+    from rlvr.rewards.verl import from_compute_score
+
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## TRL and verl code, unchanged\n\n```python\n(.*?)```", readme, re.S).group(1)
+    namespace: dict = {}
+    exec(code, namespace)
+    fns = [RewardFunction("trl", 1.0, namespace["accuracy"]),
+           RewardFunction("verl", 0.5, from_compute_score(namespace["compute_score"]))]
+    completions = [[{"role": "assistant", "content": "so 12"}], [{"role": "assistant", "content": "13"}]]
+    s = score_batch(fns, completions, {"solution": ["12", "12"], "reward_model": [{"ground_truth": "12"}] * 2,
+                                       "data_source": ["toy"] * 2, "extra_info": [{}, {}]})
+    assert s.total == [1.5, 0.0] and s.reasons["verl"] == ["pred=12", "pred=13"]

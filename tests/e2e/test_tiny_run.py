@@ -1,4 +1,5 @@
 """Whole runs on tiny-random through the command line: the run-directory contract, determinism, bad input."""
+import importlib
 import json
 from pathlib import Path
 
@@ -67,11 +68,34 @@ def raising_reward(completions, **kw):
     raise ValueError("bad reward")
 
 
-def test_raising_reward_is_counted_and_training_goes_on(tmp_path, capsys):
-    out = run(tmp_path, "r", "--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:raising_reward': 1.0}")
+CALLS = []
+
+
+def flaky_reward(completions, **kw):
+    """Raises on every other call: the step's batch call, then every other one-completion retry."""
+    CALLS.append(len(completions))
+    if len(CALLS) % 2:
+        raise ValueError("flaky")
+    return [1.0] * len(completions)
+
+
+def test_a_reward_failing_now_and_then_is_counted_and_training_goes_on(tmp_path, capsys):
+    calls = importlib.import_module("tests.e2e.test_tiny_run").CALLS  # the module rlvr loads the reward from
+    calls.clear()
+    out = run(tmp_path, "r", "--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:flaky_reward': 1.0}")
     metrics = read_jsonl(out / "metrics.jsonl")
-    assert [m["reward/tests.e2e.test_tiny_run:raising_reward/errors"] for m in metrics] == [6, 6]
-    assert "reward function 'tests.e2e.test_tiny_run:raising_reward' raised ValueError" in capsys.readouterr().err
+    # step 1: call 1 (6 completions) raises; retries 2-7 one at a time, 3, 5 and 7 raise; step 2: call 8 passes
+    assert calls == [6, 1, 1, 1, 1, 1, 1, 6]
+    assert [m["reward/tests.e2e.test_tiny_run:flaky_reward/errors"] for m in metrics] == [3, 0]
+    assert "reward function 'tests.e2e.test_tiny_run:flaky_reward' raised ValueError: flaky" in capsys.readouterr().err
+
+
+def test_a_reward_failing_on_every_completion_stops_the_run(tmp_path, capsys):
+    args = ["--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:raising_reward': 1.0}"]
+    assert main(["train", *SMOKE, f"--train.out={tmp_path}/r", *args]) == 2
+    err = capsys.readouterr().err
+    assert "reward function 'tests.e2e.test_tiny_run:raising_reward' raised on every completion" in err
+    assert 'raise ValueError("bad reward")' in err and "During handling" not in err
 
 
 @pytest.mark.parametrize("args, message", [

@@ -67,7 +67,7 @@ def test_selected_groups_count_only_their_own_errors():
     # dynamic sampling keeps some groups (G = 2) of each round and concatenates them: the errors are
     # those of the kept completions, never a whole round's count once per kept group
     fns = [RewardFunction("picky", 1.0, picky_reward)]
-    a = score_batch(fns, ["x", "b", "c", "d"], {})  # raises: all 4 of round a fail
+    a = score_batch(fns, ["x", "xb", "xc", "xd"], {})  # raises on each: all 4 of round a fail
     b = score_batch(fns, ["e", "f", "g", "h"], {})  # no error in round b
     assert a.errors == {"picky": 4} and b.errors == {"picky": 0}
     kept = Scores.concat([a.select([2, 3]), b.select([0, 1]), b.select([2, 3])])

@@ -9,6 +9,7 @@ import pytest
 from rlvr.config import TaskConfig
 from rlvr.errors import RlvrError
 from rlvr.tasks import build_splits, normalise
+from rlvr.tasks.files import check_gold
 
 ROWS = [{"question": f"What is {i} + {i}?", "final": str(2 * i), "level": f"L{i % 3}"} for i in range(30)]
 MAPPING = {"prompt": "question", "answer": "final", "difficulty": "level"}
@@ -124,9 +125,13 @@ def test_code_rows_need_tests_not_answer(tmp_path):
     rows = [{"prompt": f"Write f #{i}", "tests": spec} for i in range(4)]
     s = build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "code.jsonl", rows)), heldout_size=1, few_shot=0))
     assert s.train[0].answer == "" and json.loads(s.train[0].tests) == spec
+    # a row with neither gold nor tests loads (a user's own reward may need neither); a built-in reward
+    # that compares with the gold answer names the file, the row and the column (check_gold)
     path = write_jsonl(tmp_path / "bare.jsonl", [{"prompt": "Write f"}, {"prompt": "Write g"}])
-    with pytest.raises(RlvrError, match=r"bare\.jsonl line 1: no answer \(column 'answer'\) and no tests"):
-        build_splits(TaskConfig(name=str(path), heldout_size=1))
+    bare = build_splits(TaskConfig(name=str(path), heldout_size=1, few_shot=0))
+    with pytest.raises(RlvrError, match=r"bare\.jsonl line 1: no gold answer in column 'answer', which the "
+                                        r"'correctness' reward compares with"):
+        check_gold(bare.train, "correctness", "answer")
 
 
 def test_few_shot_rows_with_solutions_leave_every_split(tmp_path):

@@ -1,0 +1,135 @@
+"""Calling a reward function as TRL's GRPOTrainer calls it, and reading back what it returns.
+
+TRL's convention (GRPOTrainer, TRL 0.2x): every argument by keyword, `prompts` and `completions` (text,
+or lists of chat messages when the dataset is conversational), `completion_ids` (token-id lists), every
+dataset column under its own name (one value per completion), `trainer_state`, and `**kwargs` for the
+rest. An `async def` function is awaited, all of a step's concurrently. The return is one value per
+completion, a list, numpy array or tensor; None (or NaN) means "does not apply": it adds nothing to the
+weighted total, as TRL's nansum over the functions.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+NOT_APPLICABLE = "not applicable"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One completion's score under one reward function, with the reason the samples show."""
+
+    score: float
+    reason: str
+    extracted: str | None = None
+
+
+@dataclass
+class TrainerState:
+    """What TRL passes as `trainer_state`: the step being scored (0-based) of max_steps."""
+
+    global_step: int = 0
+    max_steps: int = 0
+    log_history: list = field(default_factory=list)
+
+
+RESERVED = ("completions", "prompts", "completion_ids", "trainer_state")  # TRL's own argument names
+
+
+def dataset_columns(problems: list, g: int) -> dict[str, list]:
+    """The keyword columns of a batch of rlvr Problems, G completions each: every dataset column under its
+    own name (None where a row lacks it), rlvr's `answer`, and `prompts` (each as the dataset gave it)."""
+    rows = [{k: v for k, v in p.columns().items() if k not in RESERVED} for p in problems]
+    keys = list(dict.fromkeys(k for c in rows for k in c))
+    columns = {k: [c.get(k) for c in rows for _ in range(g)] for k in keys}
+    columns["prompts"] = [p.prompt for p in problems for _ in range(g)]
+    return columns
+
+
+def as_chat(problem, text: str):
+    """A completion in the dataset's form: a message list for a conversational prompt (TRL), else text."""
+    return [{"role": "assistant", "content": text}] if problem.messages else text
+
+
+def completion_text(completion) -> str:
+    """TRL passes either a string or a list of chat messages; the last message's content is scored
+    (an episode's final model turn)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content") or "")
+    raise TypeError(f"a completion must be a string or a list of chat messages, got {type(completion).__name__}")
+
+
+def accepted(fn: Callable, kwargs: dict) -> dict:
+    """The kwargs `fn` can take: every one when it has **kwargs (as TRL's functions must), else its
+    named parameters only, so a function written for fewer columns still runs."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: give it everything
+        return kwargs
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return kwargs
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+def invoke(fn: Callable, completions: list, columns: dict[str, list], shared: dict):
+    """One call of a reward over a batch: rlvr's built-ins through their verdict form (reasons kept),
+    anything else as TRL calls it. Returns what the function returns (an awaitable for async ones)."""
+    target = getattr(fn, "verdicts", None) or fn
+    return target(**accepted(target, {"completions": completions, **columns, **shared}))
+
+
+def _await_all(awaitables: list) -> list:
+    async def gather():
+        return await asyncio.gather(*awaitables, return_exceptions=True)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(gather())
+    with ThreadPoolExecutor(1) as pool:  # inside a running loop (a notebook): a loop of its own in a thread
+        return pool.submit(asyncio.run, gather()).result()
+
+
+def run_all(thunks: list[Callable[[], object]]) -> list:
+    """Each thunk's result or the exception it raised, in order; results that are awaitable (async
+    reward functions) are awaited together, concurrently."""
+    results: list = []
+    for thunk in thunks:
+        try:
+            results.append(thunk())
+        except Exception as e:  # the caller decides what a failing reward means
+            results.append(e)
+    waiting = [i for i, r in enumerate(results) if inspect.isawaitable(r)]
+    for i, r in zip(waiting, _await_all([results[i] for i in waiting]) if waiting else ()):
+        results[i] = r
+    return results
+
+
+def _one(v, i: int) -> tuple[float, str]:
+    if isinstance(v, Verdict):
+        return float(v.score), v.reason
+    if hasattr(v, "item") and not isinstance(v, (int, float)):  # numpy scalar, 0-d tensor
+        v = v.item()
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return 0.0, NOT_APPLICABLE
+    if isinstance(v, (int, float)):
+        return float(v), ""
+    raise ValueError(f"returned a {type(v).__name__} for completion {i}, expected a number or None")
+
+
+def as_scores(values, n: int) -> tuple[list[float], list[str]]:
+    """(scores, reasons) from a reward's return: a list, tuple, numpy array or tensor of n numbers, None
+    or NaN (not applicable: 0 in the total, as TRL's nansum), or rlvr Verdicts. Else ValueError."""
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)) or len(values) != n:
+        size = len(values) if hasattr(values, "__len__") else "?"
+        raise ValueError(f"returned {type(values).__name__} of length {size}, expected a list of {n}")
+    pairs = [_one(v, i) for i, v in enumerate(values)]
+    return [s for s, _ in pairs], [r for _, r in pairs]

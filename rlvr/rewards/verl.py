@@ -1,0 +1,100 @@
+"""verl's reward functions, used as they are: `compute_score(data_source, solution_str, ground_truth,
+extra_info)` scores one sample and returns a number or a dict with "score" (its other keys are kept as
+the reason). Named in rewards.weights as 'verl:module:compute_score' (or 'verl:path/to/file.py:name').
+
+The arguments come from the row as verl's parquet files lay it out: `data_source`, the ground truth
+from `reward_model.ground_truth` (else a `ground_truth` column, else rlvr's gold answer), `extra_info`.
+A function that takes fewer of them (verl's own gsm8k scorer takes solution_str and ground_truth) gets
+only those. A batch scorer (verl's BatchRewardManager: data_sources, solution_strs, ground_truths,
+extra_infos) is called once with the lists.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Callable
+
+from rlvr.rewards.call import Verdict, accepted, completion_text
+
+VERL_PREFIX = "verl:"
+
+
+def ground_truths(columns: dict[str, list], n: int) -> list:
+    """Each row's ground truth, wherever its dataset keeps it."""
+    nested = columns.get("reward_model")
+    flat = columns.get("ground_truth")
+    gold = columns.get("answer", [None] * n)
+    out = []
+    for i in range(n):
+        rm = nested[i] if nested is not None else None
+        if isinstance(rm, dict) and "ground_truth" in rm:
+            out.append(rm["ground_truth"])
+        else:
+            out.append(flat[i] if flat is not None else gold[i])
+    return out
+
+
+def verdict_of(result):
+    """A Verdict from compute_score's return: a number, or a dict with "score" and details."""
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise ValueError(f"compute_score returned a dict without 'score' (keys {', '.join(map(str, result))})")
+        details = ", ".join(f"{k}={v}" for k, v in result.items() if k != "score")
+        return Verdict(float(result["score"]), details)
+    if hasattr(result, "item") and not isinstance(result, (int, float)):  # numpy scalar, 0-d tensor
+        result = result.item()
+    if not isinstance(result, (int, float)):
+        raise ValueError(f"compute_score returned a {type(result).__name__}, expected a number or a dict with 'score'")
+    return Verdict(float(result), "")
+
+
+def batch_arguments(completions: list, columns: dict[str, list]) -> dict[str, list]:
+    """verl's batch reward manager's call: the same arguments, plural, one list each."""
+    n = len(completions)
+    return {"data_sources": columns.get("data_source", [None] * n),
+            "solution_strs": [completion_text(c) for c in completions],
+            "ground_truths": ground_truths(columns, n), "extra_infos": columns.get("extra_info", [None] * n)}
+
+
+def _then(result, f: Callable):
+    """f(result), or for an awaitable result (an async scorer) an awaitable of it."""
+    if not inspect.isawaitable(result):
+        return f(result)
+
+    async def later():
+        return f(await result)
+    return later()
+
+
+async def _each(fn: Callable, calls: list[dict]) -> list:
+    return list(await asyncio.gather(*(fn(**a) for a in calls)))
+
+
+def from_compute_score(fn: Callable) -> Callable:
+    """A batch reward (rlvr's verdict form) over verl's `fn`: once per completion, or once with lists for
+    a batch scorer; an async scorer's calls run concurrently."""
+    batched = "solution_strs" in inspect.signature(fn).parameters  # verl's BatchRewardManager form
+
+    def arguments(completions: list, columns: dict[str, list]) -> list[dict]:
+        n = len(completions)
+        sources, extra = columns.get("data_source", [None] * n), columns.get("extra_info", [None] * n)
+        return [accepted(fn, {"data_source": sources[i], "solution_str": completion_text(c), "ground_truth": gt,
+                              "extra_info": extra[i]})
+                for i, (c, gt) in enumerate(zip(completions, ground_truths(columns, n)))]
+
+    def verdicts(completions, **columns):
+        if batched:
+            out = fn(**accepted(fn, batch_arguments(completions, columns)))
+        elif inspect.iscoroutinefunction(fn):
+            out = _each(fn, arguments(completions, columns))
+        else:
+            out = [fn(**a) for a in arguments(completions, columns)]
+        return _then(out, lambda rs: [verdict_of(r) for r in (rs.tolist() if hasattr(rs, "tolist") else rs)])
+
+    def reward(completions, **columns):
+        return _then(verdicts(completions, **columns), lambda vs: [v.score for v in vs])
+
+    reward.verdicts = verdicts
+    reward.checks_correctness = True  # a verl scorer checks the answer: pass rates and the curriculum read it
+    reward.__name__ = getattr(fn, "__name__", "compute_score")
+    return reward
