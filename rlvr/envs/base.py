@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rlvr.envs.metrics import UNKNOWN
+from rlvr.envs.episode_metrics import UNKNOWN
 from rlvr.envs.tools import Tool, ToolCall, parse_tool_calls, run_calls, tool_prompt, tools_from_object
 from rlvr.errors import RlvrError
 from rlvr.rewards.call import accepted

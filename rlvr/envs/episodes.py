@@ -101,7 +101,7 @@ def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str 
 class Episodes:
     rollout: Rollout  # completion_mask: model tokens; env_mask: environment tokens
     texts: list[str]  # each row's final model turn, decoded: what reward functions score
-    records: list[dict]  # each row's turns, tool calls and end (rlvr/envs/metrics.py reads them)
+    records: list[dict]  # each row's turns, tool calls and end (rlvr/envs/episode_metrics.py reads them)
     columns: dict[str, list]  # reward-function columns from the environments (one value per row)
     prompts: list = field(default_factory=list)  # each row's prompt as TRL's `prompts` (text or messages)
 

@@ -8,7 +8,7 @@ import torch
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.grading import grade
-from rlvr.eval.metrics import majority_vote, stated_answer
+from rlvr.eval.estimators import majority_vote, stated_answer
 from rlvr.rewards.math import check_answer
 from rlvr.envs.episodes import EnvSpec, run_episodes
 from rlvr.rollout.protocol import builtin_engine

@@ -9,7 +9,7 @@ scripts that evaluate one task, the first task's metrics again at the top level:
      "tasks": {T1: {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50, "per_difficulty": {..}}, T2: ..}}
 
 pass@1 is greedy; `format-free@1` is the same greedy completion graded format-free (rlvr.eval.lenient);
-pass@k and maj@k come from the sampled completions (rlvr.eval.metrics). With `--baseline B`, each
+pass@k and maj@k come from the sampled completions (rlvr.eval.estimators). With `--baseline B`, each
 task's entry also holds "baseline": {"model": B, "pass@1", "format-free@1", "flips", "decomposition"},
 the per-problem comparison of B's greedy completions with the model's (rlvr.eval.flips).
 """
@@ -25,7 +25,7 @@ from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.flips import decompose, describe, flips
-from rlvr.eval.metrics import summarize_by_difficulty
+from rlvr.eval.estimators import summarize_by_difficulty
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled
 from rlvr.tasks import build_splits
 

@@ -41,7 +41,7 @@ def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) 
     for s in samples[::group_size][:k]:
         rewards = ", ".join(f"{n}={v['score']:g} ({v['reason']})" for n, v in s["rewards"].items())
         if "episode" in s:  # multi-turn: every turn, then the final answer's scores
-            from rlvr.envs.metrics import episode_text
+            from rlvr.envs.episode_metrics import episode_text
 
             lines.append(f"Q: {s['prompt']}\n{episode_text(s['episode']).rstrip()}\n   {rewards}")
         else:

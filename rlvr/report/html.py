@@ -5,7 +5,7 @@ import html
 import json
 from pathlib import Path
 
-from rlvr.envs.metrics import END_REASONS
+from rlvr.envs.episode_metrics import END_REASONS
 from rlvr.errors import RlvrError
 from rlvr.report.compare import _jsonl
 from rlvr.report.console import ROWS

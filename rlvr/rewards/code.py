@@ -4,7 +4,7 @@ The `tests` column holds a spec (rlvr.rewards.code_spec: stdio, function or asse
 hidden). Score 1 when every case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
 
 The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
-plain data (rlvr.rewards.harness, rlvr.rewards.session); expected values, test sources and every
+plain data (rlvr.rewards.harness, rlvr.rewards.program_session); expected values, test sources and every
 comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run in this
 process's side of the sandbox with the candidate's functions as proxies (rlvr.rewards.checks): in a
 killable worker process (rlvr.rewards.judge_worker) that gives the whole check a wall clock, since the
@@ -24,7 +24,7 @@ from rlvr.rewards.checks import Runner, Undecidable, UndecidableSpec, run_test
 from rlvr.rewards.code_spec import Case, Spec, parse_spec, with_prelude  # parse_spec: part of this API
 from rlvr.rewards.judge_worker import shared_pool
 from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness, unsafe_requested
-from rlvr.rewards.session import Session
+from rlvr.rewards.program_session import ProgramSession
 
 _PY_LANGS = ("", "python", "py", "python3")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
@@ -111,7 +111,7 @@ def _stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tupl
 def session_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
     """One sandbox for the program; every call over its pipes, every check decided on this side
     (for test code: in a judge worker, `_worker_outcomes`)."""
-    with Session(program, cfg.limits, cfg.sandbox) as session:
+    with ProgramSession(program, cfg.limits, cfg.sandbox) as session:
         if session.load_error is not None:
             return [(False, _load_reason(*session.load_error))] * len(spec.cases)
         if spec.kind == "function":
@@ -143,7 +143,7 @@ def _worker_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tup
     return [(bool(ok), str(why)) for ok, why in reply["outcomes"]]
 
 
-def _function_outcomes(session: Session, spec: Spec) -> list[tuple[bool, str]]:
+def _function_outcomes(session: ProgramSession, spec: Spec) -> list[tuple[bool, str]]:
     name = spec.entry_point
     replies = session.call([[name, harness.encode(c.args), harness.encode(c.kwargs)] for c in spec.cases])
     outcomes = []

@@ -37,7 +37,7 @@ class Rollout:
 
     def to(self, device: torch.device) -> "Rollout":
         """The same rollout with its tensors on `device`: the one host-to-device crossing of a training
-        batch (rlvr.train.grpo.make_batch). Rollouts live on the host until then, so that scoring, logging
+        batch (rlvr.train.batch.make_batch). Rollouts live on the host until then, so that scoring, logging
         and gathering across ranks read plain memory."""
         move = lambda x: None if x is None else x.to(device, non_blocking=True)
         return Rollout(self.prompt_ids, move(self.completion_ids), move(self.completion_mask), move(self.sampler_logp),

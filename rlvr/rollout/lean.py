@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, bf16_linear, causal_lm, int8_linear
+from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, bf16_linear, causal_lm, int8_linear
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _products(x: torch.Tensor, *modules: nn.Module) -> list[torch.Tensor]:
-    """Each module applied to x [A, K]; Parts of one fused layer share a single product."""
-    if all(isinstance(m, Part) for m in modules) and len({id(m.shared) for m in modules}) == 1:
+    """Each module applied to x [A, K]; FusedSlices of one fused layer share a single product."""
+    if all(isinstance(m, FusedSlice) for m in modules) and len({id(m.shared) for m in modules}) == 1:
         y = modules[0].shared.layer(x)  # [A, sum of the parts' rows]
         return [y[:, m.start:m.stop] for m in modules]
     return [m(x) for m in modules]
@@ -116,8 +116,8 @@ def _output_and_mlp(x, o, o_w, o_s, o_b, norm, eps: float, gu_w, gu_s, gu_b, d_w
 
 
 def _tensors(module: nn.Module) -> tuple:
-    """(weight, scale or None, bias) of a rollout-copy linear layer, or of the fused layer behind a Part."""
-    layer = module.shared.layer if isinstance(module, Part) else module
+    """(weight, scale or None, bias) of a rollout-copy linear layer, or of the fused layer behind a FusedSlice."""
+    layer = module.shared.layer if isinstance(module, FusedSlice) else module
     return layer.weight, getattr(layer, "scale", None), layer.bias
 
 
@@ -155,7 +155,7 @@ def compilable(model: nn.Module) -> bool:
     for layer in lm.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         parts = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
-        if not all(isinstance(m, Part) and isinstance(m.shared.layer, fused) for m in parts):
+        if not all(isinstance(m, FusedSlice) and isinstance(m.shared.layer, fused) for m in parts):
             return False
         if not all(isinstance(m, fused) for m in (attn.o_proj, mlp.down_proj)):
             return False

@@ -15,7 +15,7 @@ bench/rollout_weights.py on a 2-core AVX-512 (VNNI, bf16) CPU, SmolLM2-135M, bat
 matmuls take fp32 103 ms, bf16 60 ms (1.7x), int8 49 ms (2.1x); the whole built-in engine, 256 new
 tokens at torch's default 2 threads, decodes 1.66x (bf16, 210 tokens/s) and 1.88x (int8, 238) the
 tokens/s of fp32 (127). Siblings that read the same input (q, k, v; gate, up: FUSE) run as one product
-(Part). Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`) is no faster than fp32 there with bf16
+(FusedSlice). Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`) is no faster than fp32 there with bf16
 activations and 20x slower with fp32 ones, hence W8A8. The price is accuracy: against fp32, mean |log p
 difference| per token 0.008 (bf16) and 0.06 (int8; weight-only int8 would be 0.02, so most of it is the
 activation rounding), greedy answers identical 90% (bf16) and 69% (int8) of the time. The trainer
@@ -131,7 +131,7 @@ _MODULES = {"bf16": Bf16Linear, "int8": Int8Linear}
 FUSE = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read the same input
 
 
-class _Shared:
+class FusedProduct:
     """The one product of a fused group (a plain object: the layer is registered once, on the parent) and
     the input it was last run on."""
 
@@ -144,13 +144,13 @@ class _Shared:
         return self.y
 
 
-class Part(nn.Module):
+class FusedSlice(nn.Module):
     """One member of a fused group (FUSE: q, k and v, or gate and up, which the model calls on the same
     hidden states): its rows start .. stop of the group's weight. The first member's call runs one
     product for the whole group (one activation quantisation, one larger GEMM); the others take their
     columns of it; the last member lets the result go."""
 
-    def __init__(self, shared: _Shared, start: int, stop: int, last: bool):
+    def __init__(self, shared: FusedProduct, start: int, stop: int, last: bool):
         super().__init__()
         self.shared, self.start, self.stop, self.last = shared, start, stop, last
 
@@ -267,13 +267,13 @@ def _fusable(names: list[str], biases: dict) -> list[list[str]]:
 
 
 def _fuse(model: nn.Module, group: list[str], rows: list[int], layer: nn.Module) -> None:
-    """Replace the modules named `group` (siblings, rows[i] output rows each) by Parts of `layer`, which is
+    """Replace the modules named `group` (siblings, rows[i] output rows each) by FusedSlices of `layer`, which is
     registered on their parent."""
     parent = group[0].rpartition(".")[0]
     model.get_submodule(parent).register_module("fused_" + "_".join(n.rpartition(".")[2] for n in group), layer)
-    shared, start = _Shared(layer), 0
+    shared, start = FusedProduct(layer), 0
     for i, (name, n) in enumerate(zip(group, rows)):
-        model.set_submodule(name, Part(shared, start, start + n, i == len(group) - 1))
+        model.set_submodule(name, FusedSlice(shared, start, start + n, i == len(group) - 1))
         start += n
 
 
@@ -282,8 +282,8 @@ def refresh(rollout_model: nn.Module, policy: nn.Module) -> None:
     """Bring a `rollout_copy` up to the policy's current weights, in place (same buffers): re-quantise
     every swapped linear layer (LoRA merged) and copy the other parameters (norms, embedding)."""
     modules = dict(rollout_model.named_modules())
-    behind_parts = {id(m.shared.layer) for m in modules.values() if isinstance(m, Part)}  # loaded through them
-    names = [n for n, m in modules.items() if isinstance(m, (Part, *_MODULES.values())) and id(m) not in behind_parts]
+    behind_parts = {id(m.shared.layer) for m in modules.values() if isinstance(m, FusedSlice)}  # loaded through them
+    names = [n for n, m in modules.items() if isinstance(m, (FusedSlice, *_MODULES.values())) and id(m) not in behind_parts]
     items = dict(policy_weight_items(policy))
     weights = _weights(items, names, _tied_name(causal_lm(policy)))
     for name in names:

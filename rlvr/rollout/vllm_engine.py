@@ -206,7 +206,7 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
 def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
     """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
     front when vllm or a GPU is missing. The settings were checked where every setting is: their values
-    in rlvr/config/validate.py, what torchrun supports in rlvr.train.setup.check_distributed."""
+    in rlvr/config/validate.py, what torchrun supports in rlvr.train.assemble.check_distributed."""
     v = cfg.rollout.vllm
     check_vllm_usable()
     device = next(policy.parameters()).device

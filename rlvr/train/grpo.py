@@ -15,7 +15,6 @@ from typing import Callable
 
 import torch
 
-from rlvr.algo import drop_nonfinite
 from rlvr.config import Config, to_dict
 from rlvr.device import sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
@@ -29,18 +28,17 @@ from rlvr.rewards.call import TrainerState
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.engine import select_groups
 from rlvr.rollout.sampling import group_seed
-from rlvr.train.advantage import compute_advantages
+from rlvr.train.batch import make_batch
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, latest_checkpoint, load_checkpoint, restore,
                                    save_final, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
-from rlvr.train.logprobs import completion_logprobs, reference_logprobs
 from rlvr.train.metrics import sample_records, step_metrics
-from rlvr.train.setup import setup
+from rlvr.train.assemble import setup
 from rlvr.train.sft import baseline_of
 from rlvr.train.state import Collected, Progress, Run, merge_collected
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.update import UpdateSettings, policy_update
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
@@ -116,37 +114,6 @@ def collect(run: Run, step: int) -> Collected:
                           run.pad_id)
     out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s}
     return out
-
-
-def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
-    """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
-    a, r = run.cfg.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
-    mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
-    sampler_logp, env_mask, dropped = r.sampler_logp, r.env_mask, None
-    if sampler_logp is not None:  # a -inf sampler log-prob would make an inf importance ratio: not trained on
-        mask, env_mask, sampler_logp, dropped = drop_nonfinite(sampler_logp, mask, env_mask)
-    logp = ref_logp = values = None
-    with torch.no_grad():
-        if a.kl_in == "reward" and run.ref is not None:
-            ref_logp = reference_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                          r.group_size, run.pad_id, run.cfg.rollout.temperature, r.env_mask)
-        if ref_logp is not None or run.critic is not None:
-            # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
-            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty (issue 28)
-            out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                      r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
-                                      env_mask=r.env_mask)
-            logp = out.logp  # [B, T]
-            if run.critic is not None:
-                values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
-    rewards = torch.tensor(c.scores.total, device=run.dist.device)  # [B]
-    adv, returns, metrics = compute_advantages(a, rewards, r.group_size, mask, logp, ref_logp,
-                                               values)  # whitened over trained tokens
-    if dropped is not None:
-        metrics["rollout/nonfinite_logp_tokens"] = int(dropped)
-    batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
-                  sampler_logp=sampler_logp, env_mask=env_mask)
-    return batch, metrics
 
 
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:

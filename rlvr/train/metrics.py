@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from rlvr.envs.metrics import episode_metrics
+from rlvr.envs.episode_metrics import episode_metrics
 from rlvr.rewards import math_worker, strict_rewards
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.

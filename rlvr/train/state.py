@@ -1,4 +1,4 @@
-"""What a run holds: `Run` (models, data, optimizer, engine; built by rlvr/train/setup.py), `Progress`
+"""What a run holds: `Run` (models, data, optimizer, engine; built by rlvr/train/assemble.py), `Progress`
 (what the loop carries from step to step; checkpointed) and `Collected` (one step's scored rollouts).
 Plain dataclasses, so every phase of the loop can say `run: Run`."""
 from __future__ import annotations

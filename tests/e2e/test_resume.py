@@ -128,7 +128,7 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
 
     import torch
 
-    import rlvr.train.setup as setup_module
+    import rlvr.train.assemble as assemble_module
     from rlvr.rollout.protocol import PolicyEngine, make_engine
 
     calls = []
@@ -141,7 +141,7 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
         def sync_weights(self, policy):
             calls.append(("sync", float(sum(v.double().sum() for v in policy.state_dict().values()))))
 
-    monkeypatch.setattr(setup_module, "make_engine",
+    monkeypatch.setattr(assemble_module, "make_engine",
                         lambda cfg, policy, out, precision: Recording(policy, make_engine(cfg, policy, out, precision)._generate))
     out = tmp_path / "run"
     shutil.copytree(alone, out)

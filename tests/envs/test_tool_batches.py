@@ -5,7 +5,7 @@ import threading
 
 from rlvr.envs.base import ToolEnv
 from rlvr.envs.episodes import EnvSpec, Limits, _step_all
-from rlvr.envs.metrics import episode_metrics
+from rlvr.envs.episode_metrics import episode_metrics
 from rlvr.envs.python_tool import make_python_tool
 from rlvr.envs.tools import Tool
 

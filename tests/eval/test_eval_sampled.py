@@ -4,7 +4,7 @@ from rlvr.config import EnvConfig, TaskConfig
 from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
 from rlvr.eval.grading import grade
-from rlvr.eval.metrics import pass_at_k
+from rlvr.eval.estimators import pass_at_k
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled, problem_record
 from rlvr.eval.suite import evaluate_tasks, format_table, task_configs, task_problems
 from rlvr.models import stop_token_ids

@@ -3,7 +3,7 @@ the program however it is written), and maths problems by their answer, in one c
 import json
 
 from rlvr.eval.grading import grade, loose_program
-from rlvr.eval.metrics import summarize
+from rlvr.eval.estimators import summarize
 from rlvr.eval.sampled import problem_record
 from rlvr.eval.suite import format_table
 from rlvr.tasks import Problem

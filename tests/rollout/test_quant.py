@@ -11,7 +11,7 @@ from rlvr.config import build_config
 from rlvr.errors import RlvrError
 from rlvr.rollout.session import generate
 from rlvr.rollout.protocol import PolicyEngine, QuantizedEngine, make_engine
-from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, quantize_rows, refresh, rollout_copy
+from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, quantize_rows, refresh, rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
 W = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.0, -0.5], [0.0, 0.0, 0.0]])  # [N=3, K=3]; the last row all zero
@@ -82,7 +82,7 @@ def test_copy_swaps_every_linear_and_leaves_the_policy(tiny, fmt, cls):
     model, _ = tiny
     before = {n: p.clone() for n, p in model.state_dict().items()}
     copy = rollout_copy(model, fmt)
-    swapped = [n for n, m in copy.named_modules() if isinstance(m, (cls, Part)) and "fused_" not in n]
+    swapped = [n for n, m in copy.named_modules() if isinstance(m, (cls, FusedSlice)) and "fused_" not in n]
     assert len(swapped) == 2 * 7 + 1  # q k v o gate up down per layer, and the lm_head
     assert not any(isinstance(m, nn.Linear) for m in copy.modules())
     assert all(isinstance(m, nn.Linear) for n, m in model.named_modules() if n in swapped)  # policy untouched
@@ -141,7 +141,7 @@ def test_engine_samples_from_the_copy(tiny):
 def test_sync_weights_requantises_in_place(tiny):
     model, _ = tiny
     engine = engine_of(model)
-    up = engine.policy.model.layers[0].mlp.up_proj  # a Part: rows 128 .. 256 of the fused gate and up
+    up = engine.policy.model.layers[0].mlp.up_proj  # a FusedSlice: rows 128 .. 256 of the fused gate and up
     fused = engine.policy.model.layers[0].mlp.fused_gate_proj_up_proj
     assert (up.start, up.stop) == (128, 256) and fused.weight.shape == (256, 64)
     ptrs = (fused.weight.data_ptr(), fused.scale.data_ptr())

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from rlvr.config import build_config
-from rlvr.train.grpo import collect, make_batch
+from rlvr.train.batch import make_batch
+from rlvr.train.grpo import collect
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.setup import setup
+from rlvr.train.assemble import setup
 from rlvr.train.update import UpdateSettings, policy_update
 
 

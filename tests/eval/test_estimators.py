@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.eval.metrics import (majority_vote, pass_at_k, stated_answer, summarize, summarize_by_difficulty,
+from rlvr.eval.estimators import (majority_vote, pass_at_k, stated_answer, summarize, summarize_by_difficulty,
                                vote_key)
 
 

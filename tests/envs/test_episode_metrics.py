@@ -1,7 +1,7 @@
 """Episode metrics on hand-made episodes, and their console rendering."""
 import pytest
 
-from rlvr.envs.metrics import episode_metrics, episode_text, is_single_turn
+from rlvr.envs.episode_metrics import episode_metrics, episode_text, is_single_turn
 
 
 def turn(source, text, tokens):

@@ -27,7 +27,7 @@ def _well_formed(reply) -> bool:
     return reply[0] != "e" and reply[0] != "n" or all(type(x) is str for x in reply[1:])
 
 
-class Session:
+class ProgramSession:
     """Load `source` in a fresh sandbox; `call` ships calls in and returns their replies.
 
     A reply is ["v", value], ["e", type, builtin base, message], ["n", type], ["m"], or, once the

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlvr.config import AlgoConfig
-from rlvr.train.advantage import compute_advantages
+from rlvr.train.batch import compute_advantages
 
 G = 2
 REWARDS = torch.tensor([1.0, 0.0, 2.0, 0.0])  # [B]: groups [1, 0] and [2, 0]
