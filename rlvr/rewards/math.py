@@ -16,7 +16,6 @@ in a killable worker (rlvr.rewards.math_worker), with one time budget for the wh
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -26,7 +25,8 @@ from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.math_worker import shared_worker
 from rlvr.rewards.mathforms import Form, answer_key, as_interval, parse_form, unlabel
 from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exact_value, has_plus_minus,
-                                   is_rounded_decimal, is_words, looks_like_several, within_rounding)
+                                   is_rounded_decimal, is_words, looks_like_several, squash,
+                                   within_rounding)
 
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
 
@@ -41,14 +41,10 @@ class _Budget:
         return self.deadline - time.monotonic()
 
 
-def _squash(s: str) -> str:
-    return re.sub(r"\s+", "", s)
-
-
 def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     """Two single values: exact rationals, then the same text (words in any case), then sympy."""
     if looks_like_several(a):  # unless the gold says the same words ("x < -2 or x > 2")
-        same = looks_like_several(g) and _squash(a) == _squash(g)
+        same = looks_like_several(g) and squash(a) == squash(g)
         return same, "correct" if same else "a list of candidates, not one answer"
     av, gv = exact_value(a), exact_value(g)
     if av is not None and gv is not None:
@@ -60,7 +56,7 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
         if is_rounded_decimal(g) and (places is None or places >= decimal_places(g)) and within_rounding(av, g):
             return True, "correct to the gold's rounding"
         return False, f"wrong: {a} != {g}"
-    if _squash(a) == _squash(g) or (is_words(a) and is_words(g) and a.casefold() == g.casefold()):
+    if squash(a) == squash(g) or (is_words(a) and is_words(g) and a.casefold() == g.casefold()):
         return True, "correct"
     if is_words(a) or is_words(g):
         return False, f"wrong: {a} != {g}"
@@ -103,7 +99,7 @@ def _equation_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     if a.ops != g.ops:
         return False, "not the same relation"
     (la, ra), (lg, rg) = a.parts, g.parts
-    if _squash(la) == _squash(lg):
+    if squash(la) == squash(lg):
         return _equal(ra, rg, budget)
     if a.ops != ("=",) or not budget.symbolic:
         return False, "not the same equation"
@@ -199,7 +195,7 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
     cands = final_answers(completion)
     if not cands:
         return Verdict(0.0, "no final answer")
-    if len({answer_key(c) for c in cands}) > 1:
+    if len(cands) > 1 and len({answer_key(c) for c in cands}) > 1:
         return Verdict(0.0, f"several different final answers: {cands[:4]}")
     equal, reason = check_answer(cands[0], answer)
     return Verdict(1.0 if equal else 0.0, reason, cands[0][:MAX_ANSWER_CHARS])

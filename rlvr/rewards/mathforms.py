@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value
+from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
 
 _INEQUALITIES = {"\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=", "\\lt": "<", "\\gt": ">",
                  "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
@@ -140,5 +140,5 @@ def answer_key(answer: str) -> str:
     if form is not None and form.kind == "equation" and is_label(form.parts[0]):
         text = form.parts[1]
     value = exact_value(text)
-    key = str(value) if value is not None else re.sub(r"\s+", "", text)
+    key = str(value) if value is not None else squash(text)
     return key + "%" if norm.percent else key

@@ -16,6 +16,7 @@ _TAIL = 80  # trailing units and percent words are looked for in this many last 
 
 _WRAPPERS = [r"\left", r"\right", r"\displaystyle", r"\,", r"\!", r"\;", r"\:", r"\quad", "\\$", "$",
              "^{\\circ}", "^\\circ", "°", "\\degree", "€", "£"]
+_WRAPPER = re.compile("|".join(re.escape(w) for w in _WRAPPERS))  # one pass, earlier ones first
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textnormal|mathrm|mathbf|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
@@ -31,9 +32,13 @@ _UNIT_WORDS = ("cm|mm|km|in|inch|inches|ft|feet|foot|yd|yards?|miles?|meters?|me
                "units?|square units|degrees?|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|"
                "months?|years?|dollars?|cents?|pounds?|lbs?|kg|grams?|liters?|litres?|ml|mph|km/h|"
                "people|students|ways|cups|pages|inches squared|square feet|square inches|square meters")
-_UNIT = re.compile(r"(?<=[\w}).])\s*(?:\\(?:text|mbox|mathrm|textnormal)\{(\s*[^{}]*[a-zA-Z][^{}]*)\}"
+# Never a number or "or"/"and" in a unit: `12 \text{ or 13}` is two answers, not 12 of something.
+_UNIT = re.compile(r"(?<=[\w}).])\s*(?:\\(?:text|mbox|mathrm|textnormal)\{(?![^{}]*\b(?:or|and)\b)"
+                   r"([^{}\d]*[a-zA-Z][^{}\d]*)\}"
                    r"|\s(" + _UNIT_WORDS + r")\b\.?)(?:\^\{?[23]\}?)?\s*$", re.IGNORECASE)
 _CHOICE = re.compile(r"^\(([A-E])\)$")
+_PLAIN = re.compile(r"[\d.,+\- /]*")
+_INTEGER = re.compile(r"[+-]?\d{1,30}")
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,10 @@ def clean(answer: str) -> Normalised:
     """Strip LaTeX decoration, degrees, currency, a unit and a trailing full stop; note a percent
     sign or word. `(C)` becomes `C`. A label (`x = 5`) is left to the caller (rlvr.rewards.mathforms)."""
     s = answer.strip()
-    for w in _WRAPPERS:
-        s = s.replace(w, "")
-    s = s.strip().removesuffix(".").strip()
-    s, percent = _strip_tail(_PERCENT, s)
+    if _PLAIN.fullmatch(s):  # most answers: a number, nothing to strip (the checks-per-second path)
+        return Normalised(s.removesuffix(".").strip(), False)
+    s = _WRAPPER.sub("", s).strip().removesuffix(".").strip()
+    s, percent = _strip_tail(_PERCENT, s) if "%" in s or "p" in s or "P" in s else (s, None)
     s, unit_match = _strip_tail(_UNIT, s.strip())
     unit = ""
     if unit_match:
@@ -76,10 +81,16 @@ def exact_value(s: str) -> Fraction | None:
     A comma counts as a thousands separator only between groups of three digits, without spaces
     (`32, 349` is two numbers)."""
     s = s.strip()
+    if _INTEGER.fullmatch(s):
+        return Fraction(int(s))
+    if len(s) > MAX_ANSWER_CHARS:  # int() refuses 4300 digits; such a number is the worker's
+        return None
     if "," in s:
         if not _THOUSANDS.match(s):
             return None
         s = s.replace(",", "")
+    if _SPACED_NUMBERS.search(s):  # `9 1 6` is three numbers, not 916
+        return None
     s = s.replace(" ", "")
     if _DECIMAL.match(s):
         return Fraction(s.rstrip(".") if not s.endswith(".") else s[:-1])
@@ -96,6 +107,12 @@ def exact_value(s: str) -> Fraction | None:
         value = int(whole) + Fraction(int(num), int(den))
         return -value if sign == "-" else value
     return None
+
+
+def squash(s: str) -> str:
+    """Whitespace removed where it separates nothing (`2x + 1` is `2x+1`), one space kept between
+    two letters or digits (`9 1 6` is not `916`)."""
+    return re.sub(r"(?<=\W) | (?=\W)", "", " ".join(s.split()))
 
 
 def decimal_places(s: str) -> int | None:
