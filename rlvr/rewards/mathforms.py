@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
 
@@ -31,23 +32,25 @@ class Form:
     ops: tuple = ()
 
 
+@lru_cache(maxsize=None)
+def _tokens(seps: tuple[str, ...]) -> re.Pattern:
+    return re.compile("|".join(re.escape(t) for t in seps) + r"|[()\[\]{}]")
+
+
 def split_top(s: str, seps) -> tuple[list[str], list[str]]:
-    """Split `s` at every separator (longest first) outside brackets; (pieces, separators found)."""
-    pieces, found, depth, start, i = [], [], 0, 0, 0
-    while i < len(s):
-        ch = s[i]
-        if ch in "([{":
+    """Split `s` at every separator (longest first) outside brackets; (pieces, separators found).
+    A LaTeX separator glued to more letters (`\\le` in `\\left`) is not one."""
+    pieces, found, depth, start = [], [], 0, 0
+    for m in _tokens(tuple(seps)).finditer(s):
+        tok = m.group()
+        if tok in "([{":
             depth += 1
-        elif ch in ")]}":
+        elif tok in ")]}":
             depth -= 1
-        elif depth == 0:
-            sep = next((t for t in seps if s.startswith(t, i)), None)
-            if sep is not None and not (sep[0] == "\\" and s[i + len(sep):i + len(sep) + 1].isalpha()):
-                pieces.append(s[start:i])
-                found.append(sep)
-                i = start = i + len(sep)
-                continue
-        i += 1
+        elif depth == 0 and not (tok[0] == "\\" and s[m.end():m.end() + 1].isalpha()):
+            pieces.append(s[start:m.start()])
+            found.append(tok)
+            start = m.end()
     pieces.append(s[start:])
     return [p.strip() for p in pieces], found
 
