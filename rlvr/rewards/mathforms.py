@@ -18,6 +18,7 @@ _SUB = r"(?:_\{?\w+\}?)?"
 _LABEL = re.compile(r"(?:[a-zA-Z]+" + _SUB + r"|\\(?!pi\b|infty\b)[a-zA-Z]+" + _SUB + r")(?:\([^()=]*\))?"
                     r"|\(\s*[a-zA-Z]" + _SUB + r"(?:\s*,\s*[a-zA-Z]" + _SUB + r")*\s*\)")
 _MATRIX = re.compile(r"\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}", re.DOTALL)
+_STRUCTURE = re.compile(r"[,=<>≤≥]|\\(?:cup|in|le|ge|lt|gt|begin)")
 _VARIABLE = re.compile(r"[a-zA-Z]" + _SUB)
 
 
@@ -72,6 +73,8 @@ def is_label(s: str) -> bool:
 def parse_form(s: str) -> Form:
     """The shape of a cleaned answer (module docstring)."""
     s = s.strip()
+    if not _STRUCTURE.search(s) and not s.startswith(("(", "[", "{", "\\{")):
+        return Form("value", (s,))  # most answers: no separator, relation or bracket to look at
     if m := _MATRIX.fullmatch(s):
         rows = split_top(m.group(2), ["\\\\"])[0]
         cells = tuple(tuple(split_top(r, ["&"])[0]) for r in rows if r)
