@@ -96,8 +96,10 @@ def parse_form(s: str) -> Form:
 def _bracketed(s: str) -> Form:
     for open_, close in (("\\{", "\\}"), ("{", "}")):
         if s.startswith(open_) and s.endswith(close) and _enclosed(s[len(open_) - 1:]):
-            inner = s[len(open_):-len(close)]
-            return Form("set", tuple(split_top(inner, [","])[0]) if inner.strip() else ())
+            items = split_top(s[len(open_):-len(close)], [","])[0]
+            if open_ == "{" and len(items) == 1:  # a plain LaTeX group: `{5}` is 5
+                return parse_form(items[0])
+            return Form("set", tuple(items) if items != [""] else ())
     if s[:1] in "([" and s[-1:] in ")]" and _enclosed(s):
         items = split_top(s[1:-1], [","])[0]
         if len(items) > 1:
