@@ -179,6 +179,7 @@ def cmd_eval(argv: list[str]) -> int:
     from rlvr.eval.sampled import SampleSettings
     from rlvr.eval.suite import (baseline_lines, compare_to_baseline, eval_json, evaluate_tasks, format_table,
                                  task_configs, write_outputs)
+    from rlvr.device import resolve_device
     from rlvr.models import load_model, stop_token_ids
 
     tasks = task_configs(cfg.task, args.task or [cfg.task.name])
@@ -188,13 +189,14 @@ def cmd_eval(argv: list[str]) -> int:
                        batch_size=given(args.batch_size, cfg.eval.batch_size), seed=args.seed)
     s.check()
     model = args.model or cfg.model.name
-    policy, tok = load_model(model, cfg.model.dtype)
+    device = resolve_device(cfg.train.device)
+    policy, tok = load_model(model, cfg.model.dtype, device)
     results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env)
     summaries = {label: summary for label, (summary, _) in results.items()}
     print(format_table(summaries, s.k))
     if args.baseline:
         del policy  # one model in memory at a time
-        base_policy, base_tok = load_model(args.baseline, cfg.model.dtype)
+        base_policy, base_tok = load_model(args.baseline, cfg.model.dtype, device)
         compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok), args.baseline,
                                        tasks, args.split, args.n, s, results, cfg.env)
         for label, base in compared.items():
@@ -209,7 +211,7 @@ def cmd_eval(argv: list[str]) -> int:
 SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
 SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.warmup_steps", "algo.max_grad_norm",
             "algo.micro_batch_prompts", "rollout.prompts_per_step", "train.steps", "train.seed", "train.out",
-            "train.threads")
+            "train.threads", "train.device", "train.mixed_precision")
 
 
 def sft_parser() -> argparse.ArgumentParser:

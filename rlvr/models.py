@@ -28,29 +28,30 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RLVR_CACHE", Path.home() / ".cache" / "rlvr"))
 
 
-def load_model(name: str, dtype: str = "float32"):
-    """Return (model, tokenizer) for a built-in name or a local model directory."""
+def load_model(name: str, dtype: str = "float32", device: torch.device | str = "cpu"):
+    """Return (model, tokenizer) for a built-in name or a local model directory, the model on `device`
+    (a resolved train.device: rlvr.device.resolve_device)."""
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     if name == TINY:
         model, tok = tiny_random()
-        return model.to(torch_dtype), tok
+        return model.to(device=device, dtype=torch_dtype), tok
     if name == SMOLLM2:
-        return _load_dir(prepare_smollm2(), torch_dtype)
+        return _load_dir(prepare_smollm2(), torch_dtype, device)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
-        return _load_dir(path, torch_dtype)
+        return _load_dir(path, torch_dtype, device)
     if "/" in name or name.startswith(".") or path.suffix:
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory or a built-in name ({', '.join(BUILTINS)})")
 
 
-def _load_dir(path: Path, torch_dtype):
+def _load_dir(path: Path, torch_dtype, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok

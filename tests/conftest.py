@@ -12,6 +12,37 @@ def tiny():
     return model, tok
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # equivalence tests run on each
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
+
+
+@pytest.fixture
+def tiny_on(device):
+    """The tiny model on each device present (the CPU always, CUDA when torch sees a GPU)."""
+    model, tok = tiny_random(seed=0)
+    model.to(device).eval()
+    return model, tok
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: the test runs on CUDA (skipped where torch sees no GPU)")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_asked(request, monkeypatch):
+    """On a GPU machine train.device=auto would move every whole run to CUDA and bf16, where the exact
+    equalities those tests pin (resume = uninterrupted, N processes = one) do not hold bit for bit. So a
+    test sees no GPU unless it asks for one: the gpu marker, or the cuda case of the `device` fixture."""
+    params = getattr(request.node, "callspec", None)
+    asked = request.node.get_closest_marker("gpu") or (params and params.params.get("device") == "cuda")
+    if not asked:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -182,7 +182,7 @@ def test_two_tis_caps_that_disagree_are_an_error():
 def test_tis_cap_resolution(overrides, cap):
     from rlvr.train.update import UpdateSettings
 
-    assert UpdateSettings.of(build_config(None, overrides), pad_id=0).tis_cap == cap
+    assert UpdateSettings.of(build_config(None, overrides), pad_id=0, precision="no").tis_cap == cap
 
 
 def test_old_config_with_vllm_tis_cap_round_trips(tmp_path):

@@ -69,8 +69,8 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     b, t_len = rewards.shape
     m = mask.to(rewards.dtype)
     adv = torch.zeros_like(rewards)
-    next_value = torch.zeros(b, dtype=rewards.dtype)
-    next_adv = torch.zeros(b, dtype=rewards.dtype)
+    next_value = torch.zeros(b, dtype=rewards.dtype, device=rewards.device)
+    next_adv = torch.zeros(b, dtype=rewards.dtype, device=rewards.device)
     for t in reversed(range(t_len)):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         a_t = delta + gamma * lam * next_adv

@@ -138,6 +138,10 @@ class RolloutConfig:
     """Compile the builtin engine's decode step for a bf16/int8 rollout copy with torch.compile (needs a
     C++ compiler; 10-30 s at the first rollout, cached on disk for later runs): about 1.2x faster decoding
     on a CPU (rlvr/rollout/lean.py, bench/rollout_weights.py)."""
+    cuda_graph: bool = True
+    """On CUDA, decode through static buffers replayed as a CUDA graph (Llama, Mistral and Qwen2 models;
+    rlvr/rollout/graphed.py): single-turn rollouts, evaluation and the last turn of episodes; false keeps
+    the eager loop. Ignored on the CPU."""
     tis_cap: Optional[float] = None
     """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
@@ -261,6 +265,9 @@ class TrainConfig:
     """Print a few samples every this many steps (0: never); all go to samples.jsonl."""
     eval_every: int = 0
     """Evaluate held-out accuracy every this many steps into evals.jsonl (0: only before and after)."""
+    device: str = "auto"
+    """Where the models, rollouts and updates run: auto (the GPU when torch sees one, else the CPU), cpu,
+    cuda, or cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK."""
     threads: int = 0
     """torch CPU threads; 0 keeps torch's default."""
     save_every: int = 10
@@ -274,8 +281,9 @@ class TrainConfig:
     (FSDP2 fully_shard: parameters sharded, gradients reduce-scattered as sums)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
-    mixed_precision: str = "no"
-    """no, or bf16 (autocast the training forward to bfloat16)."""
+    mixed_precision: str = "auto"
+    """auto (bf16 on CUDA, no on the CPU), no, or bf16: autocast the training forward (and, on CUDA, the
+    rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlvr.algo.losses import AGGREGATIONS
 from rlvr.config.sections import Config, ConfigError
+from rlvr.device import check_device_spec
 
 
 def _one_of(value: str, key: str, choices: tuple[str, ...]) -> tuple[bool, str]:
@@ -76,7 +77,8 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
          "train.save_every, train.eval_every, train.samples_every and train.threads must be >= 0"),
         _one_of(t.parallel, "train.parallel", ("ddp", "fsdp")),
-        _one_of(t.mixed_precision, "train.mixed_precision", ("no", "bf16")),
+        _one_of(t.mixed_precision, "train.mixed_precision", ("auto", "no", "bf16")),
+        (check_device_spec(t.device) is None, check_device_spec(t.device) or ""),
         (cfg.eval.max_new_tokens >= 1 and cfg.eval.batch_size >= 1,
          "eval.max_new_tokens and eval.batch_size must be at least 1"),
     ]

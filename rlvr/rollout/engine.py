@@ -1,8 +1,11 @@
-"""Built-in rollout engine for Hugging Face causal LMs.
+"""The built-in engine's pieces: the Rollout, prefill with a shared prompt prefix, and the decode loop.
 
-The G completions of a prompt share its prefix, so the prompt is prefilled once and its KV cache is
-repeated G times into a cache preallocated for the whole rollout; finished sequences are dropped from
-the batch so they cost nothing further.
+Every rollout of the built-in engine, single-turn or multi-turn, in training, evaluation and the
+benchmarks, goes through `rlvr.rollout.session.BuiltinSession` (`session.generate` is its single
+turn): the prompts are prefilled once (a prefix common to all of them once more, `prefill`), each
+row's cache is gathered into buffers with room for the turn, and `decode` samples until every row
+stops. On the CPU finished rows leave the batch each step; on CUDA the loop runs over static buffers
+replayed as a CUDA graph (rlvr/rollout/graphed.py).
 """
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.rollout.kvcache import preallocate
-from rlvr.rollout.sampling import sample_next, uniforms
+from rlvr.device import of_model
+from rlvr.rollout import graphed, lean
+from rlvr.rollout.sampling import sample_next
 
 
 @dataclass
@@ -30,6 +34,14 @@ class Rollout:
     def present(self) -> torch.Tensor:
         """[B, Tc] 1.0 on every real token after the prompt, the model's and the environment's."""
         return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
+
+    def to(self, device: torch.device) -> "Rollout":
+        """The same rollout with its tensors on `device`: the one host-to-device crossing of a training
+        batch (rlvr.train.grpo.make_batch). Rollouts live on the host until then, so that scoring, logging
+        and gathering across ranks read plain memory."""
+        move = lambda x: None if x is None else x.to(device, non_blocking=True)
+        return Rollout(self.prompt_ids, move(self.completion_ids), move(self.completion_mask), move(self.sampler_logp),
+                       move(self.truncated), self.group_size, move(self.env_mask))
 
     def completion_token_lists(self) -> list[list[int]]:
         lengths = self.present.sum(-1).long().tolist()
@@ -59,8 +71,10 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
                    torch.cat([p.truncated for p in parts]), parts[0].group_size, env)
 
 
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists: returns (ids [N, T], mask [N, T]) with mask 1 on real tokens."""
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists: returns (ids [N, T], mask [N, T]) with mask 1 on real tokens, built on the
+    host and moved to `device` in one copy each."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -68,7 +82,7 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
         if s:
             ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
             mask[i, width - len(s):] = 1
-    return ids, mask
+    return (ids, mask) if device is None else (ids.to(device), mask.to(device))
 
 
 def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -92,51 +106,20 @@ def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8, *
     out; the positions skip it). Every prompt keeps at least its last token in the second pass.
     `model` is a causal LM (rollouts: kwargs logits_to_keep=1) or its trunk (the training forward,
     rlvr/train/logprobs.py, which reads the cache and the last hidden state, with gradient)."""
+    device = of_model(model)
     shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1) if len(prompts) > 1 else 0
     if shared < min_shared:
-        ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+        ids, mask = left_pad(prompts, pad_id, device)  # [P, Tp]
         return model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=True,
                      **kwargs), mask
-    head = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, **kwargs)
+    head = model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, **kwargs)
     cache = head.cache
     cache.batch_repeat_interleave(len(prompts))
-    ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_id)  # [P, Tr]
-    mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long), rest_mask], dim=-1)  # [P, Tp]
+    ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_id, device)  # [P, Tr]
+    mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long, device=device), rest_mask], dim=-1)  # [P, Tp]
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)[:, shared:],
                 cache=cache, use_cache=True, **kwargs)
     return out, mask
-
-
-@torch.no_grad()
-def generate(
-    model,
-    prompts: list[list[int]],
-    *,
-    group_size: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    stop_ids: list[int],
-    pad_id: int,
-    generator: torch.Generator | None = None,
-    seeds: list[int] | None = None,
-) -> Rollout:
-    """Sample `group_size` completions for each prompt (temperature 0: greedy). The draws come from
-    `seeds`, one per prompt (rlvr.rollout.sampling.group_seed), when given, else from `generator`."""
-    out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp] mask
-    cache = preallocate(out.cache, mask.shape[1] + max_new_tokens)  # decoding writes in place, no concatenation
-    cache.batch_repeat_interleave(group_size)
-    logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [B, V]
-    mask = mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
-    next_pos = mask.sum(-1, keepdim=True)  # [B, 1] position of the first completion token
-
-    n = len(prompts) * group_size
-    u = uniforms(n, max_new_tokens, group_size, seeds, generator) if temperature > 0 else None  # [B, Tc]
-    caps = torch.full((n,), max_new_tokens, dtype=torch.long)
-    tokens_out, logp_out = decode(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k,
-                                  stop_ids, pad_id)
-    return end_at_first_stop(prompts, tokens_out, logp_out, group_size, stop_ids, pad_id)
 
 
 def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor, u: torch.Tensor | None,
@@ -144,28 +127,35 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
            park=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample every row until it draws a stop token or reaches its cap. logits [A, V]: each row's
     next-token logits; mask [A, L]: attention over the cache; next_pos [A, 1]; u [A, T] draws (None:
-    greedy); caps [A] tokens allowed per row, T = caps.max(). Finished rows leave the batch; with `park`,
-    park(rows, kv, mask, next_pos) first gets their cache (per layer (keys, values) [r, H, L, D]), which a
-    multi-turn session keeps for the next turn (rlvr/rollout/session.py). Returns tokens [A, T] (pad_id
-    after a row's end) and their sampler log-probs [A, T]."""
+    greedy); caps [A] tokens allowed per row (on the host), T = caps.max(). Finished rows leave the batch;
+    with `park`, park(rows, kv, mask, next_pos) first gets their cache (per layer (keys, values)
+    [r, H, L, D]), which a multi-turn session keeps for the next turn (rlvr/rollout/session.py). Returns
+    tokens [A, T] (pad_id after a row's end) and their sampler log-probs [A, T], on the model's device.
+    Tensors live where the logits are; the host reads one number per token (how many rows finished),
+    which dropping finished rows needs."""
+    if park is None and graphed.enabled(model):  # static buffers, a CUDA graph on a GPU (rollout.cuda_graph)
+        return graphed.decode(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k, stop_ids,
+                              pad_id)
+    device = logits.device
     n, width = logits.shape[0], int(caps.max()) if len(caps) else 0
-    tokens_out = torch.full((n, width), pad_id, dtype=torch.long)
-    logp_out = torch.zeros((n, width))
-    active = torch.arange(n)  # rows of the batch that are still generating
-    from rlvr.rollout import lean  # imports quant, which imports this module
+    tokens_out = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    logp_out = torch.zeros((n, width), device=device)
+    active = torch.arange(n, device=device)  # rows of the batch that are still generating
+    caps = caps.to(device)
 
-    stop = torch.tensor(stop_ids, dtype=torch.long)
+    stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     fast = lean.is_compiled(model)  # a rollout copy with rollout.compile: its compiled layers (rlvr/rollout/lean.py)
     for t in range(width):
         tok, logp = sample_next(logits, temperature, top_p, top_k, None if u is None else u[active, t])  # [A]
         tokens_out[active, t] = tok
         logp_out[active, t] = logp
         finished = torch.isin(tok, stop) | (caps[active] <= t + 1)  # [A]
-        if bool(finished.all()):
+        n_done = int(finished.sum())  # the loop's one host read per token
+        if n_done == len(active):
             if park is not None:
                 park(active, [(layer.keys, layer.values) for layer in cache.layers], mask, next_pos)
             break
-        if bool(finished.any()):
+        if n_done:
             if park is not None:
                 done = finished.nonzero().squeeze(-1)
                 park(active[done], [(layer.keys[done], layer.values[done]) for layer in cache.layers], mask[done],

@@ -14,6 +14,7 @@ import contextlib
 import torch
 from transformers import GenerationConfig
 
+from rlvr.device import of_model
 from rlvr.rollout.engine import Rollout, concat_rollouts, end_at_first_stop, left_pad
 
 
@@ -34,14 +35,16 @@ def _generation_config(max_new_tokens: int, temperature: float, top_p: float, to
 
 
 @contextlib.contextmanager
-def _seeded(generator: torch.Generator | None):
-    """generate samples from the global RNG: seed a forked copy from `generator` so runs repeat
-    without touching the caller's global state; with no generator, use the global RNG as it is."""
+def _seeded(generator: torch.Generator | None, device: torch.device):
+    """generate samples from the global RNG of the model's device: seed a forked copy from `generator`
+    so runs repeat without touching the caller's global state; with no generator, use the global RNG as
+    it is. (HF's CUDA sampling draws differ from the CPU's: only the built-in engine samples the same
+    tokens on every device.)"""
     if generator is None:
         yield
         return
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         yield
 
@@ -69,16 +72,17 @@ def generate(
                           top_p=top_p, top_k=top_k, stop_ids=stop_ids, pad_id=pad_id,
                           generator=torch.Generator().manual_seed(s)) for p, s in zip(prompts, seeds)]
         return concat_rollouts(parts, pad_id)
-    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+    device = of_model(model)
+    ids, mask = left_pad(prompts, pad_id, device)  # [P, Tp]
     # What num_return_sequences does inside generate, done here because greedy decoding refuses it.
     ids, mask = ids.repeat_interleave(group_size, dim=0), mask.repeat_interleave(group_size, dim=0)  # [B, Tp]
     config = _generation_config(max_new_tokens, temperature, top_p, top_k, stop_ids, pad_id)
-    with _seeded(generator):
+    with _seeded(generator, device):
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     new = out.sequences[:, ids.shape[1]:]  # [B, Tg], rows repeat_interleaved: row b is prompt b // G
     n, width_gen = new.shape
 
-    logp = torch.zeros((n, width_gen))
+    logp = torch.zeros((n, width_gen), device=device)
     for t, scores in enumerate(out.scores):  # one [B, V] fp32 tensor per step, after the warpers
-        logp[:, t] = scores.log_softmax(-1).gather(-1, new[:, t:t + 1]).squeeze(-1)
-    return end_at_first_stop(prompts, new, logp, group_size, stop_ids, pad_id)
+        logp[:, t] = scores.float().log_softmax(-1).gather(-1, new[:, t:t + 1]).squeeze(-1)
+    return end_at_first_stop(prompts, new.cpu(), logp.cpu(), group_size, stop_ids, pad_id)

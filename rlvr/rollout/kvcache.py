@@ -55,13 +55,6 @@ class PreallocatedLayer(DynamicLayer):
         self._views()
 
 
-def preallocate(cache, capacity: int):
-    """Swap every layer of a prefilled DynamicCache for a PreallocatedLayer with room for `capacity`
-    positions (prompt + new tokens). Returns the same cache object."""
-    cache.layers = [PreallocatedLayer(layer.keys, layer.values, capacity) for layer in cache.layers]
-    return cache
-
-
 def cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], length: int, config):
     """A DynamicCache over ready buffers [B, H, capacity, D] per layer whose first `length` positions
     hold the context (multi-turn sessions build these from rows of different lengths)."""

@@ -21,6 +21,8 @@ from typing import Callable, Protocol
 
 import torch
 
+from rlvr.device import of_model
+from rlvr.errors import RlvrError
 from rlvr.rollout.engine import Rollout
 from rlvr.rollout.session import BuiltinSession, RecomputeSession, Turn
 
@@ -96,14 +98,29 @@ class QuantizedEngine(PolicyEngine):
         refresh(self.policy, policy)
 
 
-def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> RolloutEngine:
+def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> RolloutEngine:
     """The engine rollout.engine names, sampling from `policy` (cfg: a rlvr Config), or from a copy in
-    rollout.weights' format when that is not fp32."""
+    rollout.weights' format when that is not fp32; copies are made on the policy's device. `precision`:
+    train.mixed_precision resolved ("bf16": vLLM samples in bf16)."""
     r = cfg.rollout
+    check_device(r, of_model(policy))
     if r.engine == "vllm":
         from rlvr.rollout.vllm_engine import make_engine as make_vllm_engine
 
-        return make_vllm_engine(cfg, policy, workdir)
+        return make_vllm_engine(cfg, policy, workdir, precision)
+    engine = _local_engine(r, policy)
+    if r.engine == "builtin" and r.cuda_graph and of_model(policy).type == "cuda":
+        from rlvr.rollout import graphed
+
+        graphed.enable(policy)  # greedy evaluation samples with the policy itself
+        if not graphed.enable(engine.policy):
+            log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
+                        "Mistral or Qwen2 with full attention); decoding eagerly")
+    return engine
+
+
+def _local_engine(r, policy: torch.nn.Module) -> PolicyEngine:
+    """The builtin or hf engine of rollout section r, on the policy or a rollout copy of it."""
     if r.engine == "hf":
         from rlvr.rollout.hf_engine import generate as hf_generate
 
@@ -112,13 +129,25 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> RolloutEngine:
         return PolicyEngine(policy, hf_generate)
     if r.weights == "fp32":
         return builtin_engine(policy)
-    from rlvr.rollout.engine import generate
+    from rlvr.rollout.session import generate
 
     return QuantizedEngine(policy, r.weights, generate, keeps_cache=True, compile=r.compile)
 
 
+def check_device(r, device: torch.device) -> None:
+    """Refuse rollout settings (r: rlvr.config.RolloutConfig) that do not work on `device`, saying why."""
+    if device.type == "cuda" and r.weights == "int8":
+        raise RlvrError("rollout.weights=int8 is a CPU format: its integer GEMM (torch._int_mm, with every "
+                        "activation row quantised) needs more than 16 rows and shapes in multiples of 8 on CUDA, "
+                        "and bf16 is as fast there; on a GPU use rollout.weights=bf16, or fp32 (with "
+                        "train.mixed_precision bf16, rollouts then decode under bf16 autocast)")
+    if device.type == "cuda" and r.compile:
+        raise RlvrError("rollout.compile compiles the CPU decode step (rlvr/rollout/lean.py); on a GPU set "
+                        "rollout.compile=false")
+
+
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
     """The built-in engine on `policy` (evaluation samples with it whatever rollout.engine is)."""
-    from rlvr.rollout.engine import generate
+    from rlvr.rollout.session import generate
 
     return PolicyEngine(policy, generate, keeps_cache=True)

@@ -39,7 +39,7 @@ from torch import nn
 
 from rlvr.errors import RlvrError
 from rlvr.models import unwrap
-from rlvr.rollout.vllm_engine import policy_weight_items
+from rlvr.rollout.weights import policy_weight_items
 
 QMAX = 127  # symmetric int8: -128 is never used, so q and -q are both representable
 

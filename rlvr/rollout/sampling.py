@@ -62,16 +62,16 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     A token of weight 0 is never drawn (its cumulative weight equals its predecessor's, and rounding at
     the top end is clamped to the last live block and token)."""
     n, v = weights.shape
-    rows = torch.arange(n)
+    rows = torch.arange(n, device=weights.device)
     blocks = torch.nn.functional.pad(weights, (0, (-v) % BLOCK)).view(n, -1, BLOCK)  # [B, nb, BLOCK]
     totals = blocks.sum(-1)  # [B, nb]
     cum = totals.cumsum(-1)  # [B, nb]
     target = u.to(cum.dtype)[:, None] * cum[:, -1:]  # [B, 1]
-    last_live = torch.where(totals > 0, torch.arange(totals.shape[1]), 0).amax(-1, keepdim=True)  # [B, 1]
+    last_live = torch.where(totals > 0, torch.arange(totals.shape[1], device=weights.device), 0).amax(-1, keepdim=True)  # [B, 1]
     b = torch.minimum(torch.searchsorted(cum, target, right=True), last_live)  # [B, 1] the chosen block
     inside = blocks[rows, b.squeeze(-1)]  # [B, BLOCK]
     rest = target - (cum.gather(-1, b) - totals.gather(-1, b))  # [B, 1] weight still to pass in the block
-    last_in = torch.where(inside > 0, torch.arange(BLOCK), 0).amax(-1, keepdim=True)  # [B, 1]
+    last_in = torch.where(inside > 0, torch.arange(BLOCK, device=weights.device), 0).amax(-1, keepdim=True)  # [B, 1]
     j = torch.minimum(torch.searchsorted(inside.cumsum(-1), rest, right=True), last_in)  # [B, 1]
     return (b * BLOCK + j).squeeze(-1)  # [B]
 

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from rlvr.device import of_model
 from rlvr.rollout.engine import Rollout, decode, left_pad, prefill
 from rlvr.rollout.kvcache import cache_of
 from rlvr.rollout.sampling import row_turn_seed, uniforms
@@ -86,7 +87,7 @@ class BuiltinSession:
     def __init__(self, model, prompts: list[list[int]], *, group_size: int, temperature: float, top_p: float = 1.0,
                  top_k: int = 0, stop_ids: list[int], pad_id: int, seeds: list[int] | None = None,
                  generator: torch.Generator | None = None):
-        self.model, self.stop_ids, self.pad_id = model, list(stop_ids), pad_id
+        self.model, self.stop_ids, self.pad_id, self.device = model, list(stop_ids), pad_id, of_model(model)
         self.sampling = (temperature, top_p, top_k)
         out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp]; shared prefix run once
         block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], mask, out.logits[:, -1])
@@ -105,8 +106,9 @@ class BuiltinSession:
             _, pos, idx = groups.setdefault(id(s.block), (s.block, [], []))
             pos.append(i)
             idx.append(s.index)
-        parts = [(blk, torch.tensor(pos), torch.tensor(idx)) for blk, pos, idx in groups.values()]
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        parts = [(blk, torch.tensor(pos, device=self.device), torch.tensor(idx, device=self.device))
+                 for blk, pos, idx in groups.values()]
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
         layers = []
         for layer in range(len(states[0].block.kv)):
             k0, v0 = states[0].block.kv[layer]
@@ -124,7 +126,7 @@ class BuiltinSession:
             mask[pos, :blk.mask.shape[1]] = blk.mask[idx]
             if logits is not None:
                 logits[pos] = blk.logits[idx]
-        next_pos = torch.tensor([[s.next_pos] for s in states], dtype=torch.long)
+        next_pos = torch.tensor([[s.next_pos] for s in states], dtype=torch.long, device=self.device)
         return cache_of(layers, width, self.model.config), mask, next_pos, logits
 
     @torch.no_grad()
@@ -135,11 +137,11 @@ class BuiltinSession:
         if any(s.pending or s.block.logits is None for s in states):
             raise RuntimeError("sample() again before extend(): a row's last turn is not in its context yet")
         cache, mask, next_pos, logits = self._gather(rows, max(caps))
-        u = self.draws(rows, [s.turn for s in states], max(caps))
+        u = self.draws(rows, [s.turn for s in states], max(caps))  # [A, T] on the host: the same on any device
         park = self._parker(rows) if keep else None
         temperature, top_p, top_k = self.sampling
-        tokens, logp = decode(self.model, cache, logits, mask, next_pos, u, torch.tensor(caps), temperature, top_p,
-                              top_k, self.stop_ids, self.pad_id, park)
+        tokens, logp = decode(self.model, cache, logits, mask, next_pos, None if u is None else u.to(self.device),
+                              torch.tensor(caps), temperature, top_p, top_k, self.stop_ids, self.pad_id, park)
         turns = [_cut(t, lp, self.stop_ids, cap) for t, lp, cap in zip(tokens.tolist(), logp.tolist(), caps)]
         for s, turn in zip(states, turns):
             s.pending, s.turn = turn.tokens[-1:], s.turn + 1
@@ -160,7 +162,7 @@ class BuiltinSession:
         feeds = [s.pending + list(t) for s, t in zip(states, tokens)]
         if not all(feeds):
             raise ValueError("extend() needs at least one token per row")
-        ids, feed_mask = left_pad(feeds, self.pad_id)  # [A, W]: padding between old context and new tokens
+        ids, feed_mask = left_pad(feeds, self.pad_id, self.device)  # [A, W]: padding between old context and new tokens
         cache, mask, next_pos, _ = self._gather(rows, ids.shape[1])
         full = torch.cat([mask, feed_mask], dim=-1)  # [A, L + W]
         positions = next_pos + (feed_mask.cumsum(-1) - 1).clamp(min=0)  # [A, W]
@@ -169,6 +171,35 @@ class BuiltinSession:
         block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], full, out.logits[:, -1])
         for i, (s, feed) in enumerate(zip(states, feeds)):
             s.block, s.index, s.next_pos, s.pending = block, i, s.next_pos + len(feed), []
+
+
+@torch.no_grad()
+def generate(model, prompts: list[list[int]], *, group_size: int, max_new_tokens: int, temperature: float,
+             top_p: float = 1.0, top_k: int = 0, stop_ids: list[int], pad_id: int,
+             generator: torch.Generator | None = None, seeds: list[int] | None = None) -> Rollout:
+    """group_size completions of each prompt (temperature 0: greedy): one turn of a BuiltinSession, so
+    `generate`, the training loop's episodes and the benchmarks run the same code. Draws come from
+    `seeds`, one per prompt (rlvr.rollout.sampling.group_seed), when given, else from `generator`.
+    The Rollout is on the host (rlvr.rollout.engine.Rollout.to moves a training batch)."""
+    n = len(prompts) * group_size
+    session = BuiltinSession(model, prompts, group_size=group_size, temperature=temperature, top_p=top_p,
+                             top_k=top_k, stop_ids=stop_ids, pad_id=pad_id, seeds=seeds, generator=generator)
+    return turns_to_rollout(prompts, session.sample(list(range(n)), [max_new_tokens] * n, keep=False), group_size,
+                            pad_id)
+
+
+def turns_to_rollout(prompts: list[list[int]], turns: list[Turn], group_size: int, pad_id: int) -> Rollout:
+    """One turn per row -> a Rollout: tokens right-padded with pad_id (log-prob 0), truncated where a
+    row reached its cap without a stop token."""
+    width = max((len(t.tokens) for t in turns), default=0)
+    ids = torch.full((len(turns), width), pad_id, dtype=torch.long)  # [B, Tc]
+    mask, logp = torch.zeros((len(turns), width)), torch.zeros((len(turns), width))  # [B, Tc]
+    for b, t in enumerate(turns):
+        ids[b, :len(t.tokens)] = torch.tensor(t.tokens, dtype=torch.long)
+        mask[b, :len(t.tokens)] = 1.0
+        logp[b, :len(t.tokens)] = torch.tensor(t.logp)
+    return Rollout([list(p) for p in prompts], ids, mask, logp, torch.tensor([not t.stopped for t in turns]),
+                   group_size)
 
 
 class RecomputeSession:

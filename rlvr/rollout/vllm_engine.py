@@ -1,9 +1,12 @@
 """vLLM rollout engine (GPU, `rollout.engine=vllm`), colocated in the training process.
 
-vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`); while
-the trainer updates, vLLM sleeps (level 1: weights offloaded to CPU, KV cache freed). Everything
-that does not need vLLM or a GPU is a pure function here and is tested on CPU:
-`outputs_to_rollout`, `vllm_weight_items`. Truncated importance sampling against vLLM's log-probs
+vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`), device to
+device when the trainer is on the GPU (train.device cuda: the tensors handed to load_weights are the
+policy's own CUDA tensors, no host round trip); while the trainer updates, vLLM sleeps at level 2 (KV
+cache and weights freed, nothing copied to the host), since the sync after the update rewrites every
+weight anyway. Everything
+that does not need vLLM or a GPU is a pure function here and is tested on CPU: `outputs_to_rollout`, and
+the weight export it shares with the rollout copies (rlvr/rollout/weights.py). Truncated importance sampling against vLLM's log-probs
 (rollout.vllm.tis_cap) is `rlvr.algo.tis_weights`.
 
 vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
@@ -14,22 +17,24 @@ vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
 - `SamplingParams(logprobs=0)` returns the sampled token's log-prob only; with a seed, the n
   completions of a request are seeded seed + index (vllm/v1/engine/parallel_sampling.py).
 - Sleep level 2 discards the weights and has produced garbage after wake-up unless every weight is
-  reloaded (vllm issue 29341); level 1 keeps a CPU copy, so it is safe even if a sync is skipped.
+  reloaded (vllm issue 29341). The loop reloads every weight after every update (and after a resume)
+  before it samples again, so level 2 is safe here; level 1 would copy all weights to the host at each
+  sleep and back at each wake, two full transfers per step for a copy that is then overwritten.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
 from pathlib import Path
 
 import torch
 
 from rlvr.errors import RlvrError
 from rlvr.rollout.engine import Rollout
+from rlvr.rollout.weights import policy_weight_items
 
 INSTALL_HINT = "pip install 'rlvr[vllm]'"
-SLEEP_LEVEL = 1
+SLEEP_LEVEL = 2  # weights and KV cache dropped while the trainer updates: sync_weights rewrites them all
 
 
 # ---------------------------------------------------------------- guards
@@ -116,93 +121,6 @@ def outputs_to_rollout(prompts: list[list[int]], token_ids: list[list[int]], log
                    torch.tensor(truncated, dtype=torch.bool), group_size)
 
 
-# ---------------------------------------------------------------- weight sync
-
-# Wrapper prefixes: DDP (module.), torch.compile (_orig_mod.), FSDP1 and activation checkpointing.
-_WRAPPERS = re.compile(r"(^|\.)(module|_orig_mod|_fsdp_wrapped_module|_checkpoint_wrapped_module)\.")
-_LORA = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])\.(?P<adapter>[^.]+)\.weight$")
-_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
-
-
-def strip_wrappers(name: str) -> str:
-    """'module.base_model.model.model.layers.0...' -> 'model.layers.0...' (PEFT's base_model.model.
-    included); LoRA, base_layer and modules_to_save parts are left for vllm_weight_items."""
-    while True:  # one pass can miss a wrapper right after another ('module._orig_mod.')
-        stripped = _WRAPPERS.sub(lambda m: m.group(1), name)
-        if stripped == name:
-            return name.removeprefix("base_model.model.")
-        name = stripped
-
-
-def vllm_weight_items(named_tensors, *, tie_word_embeddings: bool,
-                      lora_scaling: dict[str, float] | None = None) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs of a policy's state dict -> the Hugging Face names and tensors that vLLM's
-    model.load_weights expects, with LoRA merged: W + scale * B @ A (Hu et al. 2021).
-
-    lora_scaling: LoRA module path (wrapper-free, e.g. 'model.layers.0.self_attn.q_proj') -> scale,
-    from `lora_scalings(model)`. A tied lm_head is dropped (vLLM ties it to embed_tokens itself).
-    """
-    lora_scaling = lora_scaling or {}
-    weights: dict[str, torch.Tensor] = {}
-    lora: dict[str, dict[str, torch.Tensor]] = {}
-    for raw, tensor in named_tensors:
-        if hasattr(tensor, "full_tensor"):  # FSDP2 DTensor shard: gather the full weight
-            tensor = tensor.full_tensor()
-        tensor = tensor.detach()
-        name = strip_wrappers(raw)
-        if "lora_embedding_" in name or "lora_magnitude_vector" in name:
-            raise RlvrError(f"weight '{raw}': LoRA on embeddings and DoRA cannot be merged for vLLM yet; "
-                            "use linear-layer LoRA (model.lora.target_modules) or rollout.engine=builtin")
-        m = _LORA.match(name)
-        if m:
-            lora.setdefault(m["module"], {})[m["part"]] = tensor
-            continue
-        if ".original_module." in name or name.endswith("rotary_emb.inv_freq"):
-            continue
-        name = _TO_SAVE.sub(".", name).replace(".base_layer.", ".")
-        if tie_word_embeddings and name == "lm_head.weight":
-            continue
-        weights[name] = tensor
-    for module, parts in lora.items():
-        if set(parts) != {"A", "B"} or module not in lora_scaling or f"{module}.weight" not in weights:
-            raise ValueError(f"LoRA module '{module}' needs lora_A, lora_B, its base weight and a scale; "
-                             f"found parts {sorted(parts)}, scale {module in lora_scaling}")
-        w = weights[f"{module}.weight"]
-        delta = parts["B"].float() @ parts["A"].float()  # [out, r] @ [r, in] -> [out, in]
-        weights[f"{module}.weight"] = (w.float() + lora_scaling[module] * delta).to(w.dtype)
-    return list(weights.items())
-
-
-def lora_scalings(model: torch.nn.Module) -> dict[str, float]:
-    """Scale of each PEFT LoRA layer, keyed by its wrapper-free module path; empty without LoRA."""
-    out = {}
-    for name, module in model.named_modules():
-        scaling = getattr(module, "scaling", None)
-        if not isinstance(scaling, dict) or not hasattr(module, "lora_A"):
-            continue
-        active = list(getattr(module, "active_adapters", scaling))
-        if len(active) != 1:
-            raise RlvrError(f"LoRA layer '{name}' has active adapters {active}; the vLLM sync merges exactly one")
-        if getattr(module, "fan_in_fan_out", False):
-            raise RlvrError(f"LoRA layer '{name}' is fan_in_fan_out (Conv1D); the vLLM sync merges nn.Linear only")
-        out[strip_wrappers(name)] = float(scaling[active[0]])
-    return out
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    while hasattr(model, "module"):  # DDP / FSDP1
-        model = model.module
-    return model
-
-
-def policy_weight_items(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """The policy's current weights, named and merged for vLLM (see vllm_weight_items)."""
-    config = getattr(_unwrap(policy), "config", None)
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    return vllm_weight_items(policy.state_dict().items(), tie_word_embeddings=tied,
-                             lora_scaling=lora_scalings(policy))
-
-
 # ---------------------------------------------------------------- the engine
 
 
@@ -285,7 +203,7 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
     return Path(name).expanduser()
 
 
-def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
+def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
     """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
     front when vllm or a GPU is missing, or for settings not supported yet."""
     v = cfg.rollout.vllm
@@ -293,12 +211,18 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmEngine:
         raise RlvrError("rollout.vllm.server_url: server mode (vLLM in a separate server) is not implemented; "
                         "leave it empty to run vLLM in the training process")
     check_vllm_usable()
+    device = next(policy.parameters()).device
+    if device.type != "cuda":
+        raise RlvrError(f"rollout.engine=vllm samples on the GPU while the trainer is on {device}: every weight "
+                        "would cross from host to device at every step; set train.device=cuda (or auto)")
     if torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_world_size() > 1:
         raise RlvrError("rollout.engine=vllm runs in a single process for now; launch without torchrun")
     if not 0 < v.gpu_memory_utilization < 1:
         raise RlvrError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {v.gpu_memory_utilization}")
-    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=cfg.model.dtype,
+    # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
+    dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
+    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=dtype,
                         gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.train.seed)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
     # resume the loop syncs again, once the checkpoint is restored)

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as tdist
 import torch.nn.functional as F
 
+from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
 
 SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups")  # and every key ending in /errors
@@ -52,27 +53,27 @@ class Dist:
         return self.world > 1
 
 
-def init_distributed(env: dict | None = None) -> Dist:
-    """Read torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and join
-    the process group: nccl with one GPU per local rank when CUDA is available, gloo on CPU. Without
-    torchrun (no WORLD_SIZE, or 1) nothing is initialised and Dist() is returned."""
+def init_distributed(device: str = "auto", env: dict | None = None) -> Dist:
+    """Resolve train.device (`device`; rlvr.device.resolve_device) and, under torchrun (WORLD_SIZE,
+    RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), join the process group: nccl with the GPU of this local
+    rank when the device is CUDA, gloo on the CPU. Without torchrun (no WORLD_SIZE, or 1) no process
+    group is made and the Dist holds only the device."""
     env = os.environ if env is None else env
     world = int(env.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return Dist()
+        return Dist(device=resolve_device(device))
     missing = [k for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in env]
     if missing:
         raise RlvrError(f"WORLD_SIZE={world} is set but {', '.join(missing)} is not: launch with "
                         f"torchrun --nproc-per-node={world} -m rlvr train ...")
     rank, local_rank = int(env["RANK"]), int(env["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        backend, device = "nccl", torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        backend, device = "gloo", torch.device("cpu")
+    where = resolve_device(device, local_rank)
+    backend = "nccl" if where.type == "cuda" else "gloo"
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
     if not tdist.is_initialized():
         tdist.init_process_group(backend, rank=rank, world_size=world)
-    return Dist(rank, world, local_rank, device, backend)
+    return Dist(rank, world, local_rank, where, backend)
 
 
 def close_distributed(d: Dist) -> None:
@@ -124,7 +125,6 @@ def wrap_model(model: torch.nn.Module, mode: str, d: Dist) -> torch.nn.Module:
         raise RlvrError(f"train.parallel must be ddp or fsdp, got {mode!r}")
     if not d.enabled:
         return model
-    model.to(d.device)
     if mode == "ddp":
         with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):

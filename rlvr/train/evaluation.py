@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.device import sampling_autocast
 from rlvr.eval import evaluate
 from rlvr.eval.flips import decompose, describe, flips
 from rlvr.report.console import say
@@ -30,7 +31,8 @@ class EvalTarget:
     stop_ids: list[int]
     out: Path
     baseline: dict = field(default_factory=dict)  # split -> records before training (flips)
-    dist: Dist = field(default_factory=Dist)
+    dist: Dist = field(default_factory=Dist)  # its device is where the policy is
+    precision: str = "no"  # train.mixed_precision resolved for that device
 
 
 def evaluate_splits(policy, tok, problems: dict, spec, eval_cfg, stop_ids: list[int], tag: str,
@@ -119,5 +121,5 @@ def log_eval(run: Run | EvalTarget, sink: JsonlWriter, step: int, result: dict, 
 
 def eval_on_main(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation on rank 0 (the others get {}, {}); under FSDP every rank helps gather the weights."""
-    with gathered(run.policy):
+    with gathered(run.policy), sampling_autocast(run.dist.device, run.precision):
         return run_eval(run, tag, splits) if run.dist.is_main else ({}, {})

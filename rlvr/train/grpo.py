@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from rlvr.config import Config, to_dict
+from rlvr.device import sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
@@ -66,7 +67,7 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
     mine = shard_groups(len(idx), d.rank, d.world)  # this rank's whole groups
     problems = [run.splits.train[i] for i in idx[mine]]
     seeds = [group_seed(run.cfg.train.seed, step, round_ * n_prompts + i) for i in range(mine.start, mine.stop)]
-    with gathered(run.policy):  # FSDP: this rank holds the full weights while it samples
+    with gathered(run.policy), sampling_autocast(run.dist.device, run.precision):  # FSDP: this rank holds the full weights while it samples
         ep = run_episodes(run.engine, run.env, problems, group_size=r.group_size, seeds=seeds,
                           max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                           stop_ids=run.stop_ids, pad_id=run.pad_id)
@@ -116,7 +117,7 @@ def collect(run: Run, step: int) -> Collected:
 
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
-    a, r = run.cfg.algo, c.rollout
+    a, r = run.cfg.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
     mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
     ref_logp = values = None
     with torch.no_grad():
@@ -128,7 +129,8 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
                                       r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
                                       env_mask=r.env_mask)
             values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
-    adv, returns, metrics = compute_advantages(a, torch.tensor(c.scores.total), r.group_size, mask,
+    rewards = torch.tensor(c.scores.total, device=run.dist.device)  # [B]
+    adv, returns, metrics = compute_advantages(a, rewards, r.group_size, mask,
                                                r.sampler_logp, ref_logp, values)  # whitened over trained tokens
     batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
                   sampler_logp=r.sampler_logp, env_mask=r.env_mask)
@@ -257,7 +259,7 @@ def train(cfg: Config, resume: bool = False) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
     continue from the run directory's newest checkpoint. Under torchrun every process runs this."""
     wall_start = time.perf_counter()
-    d = init_distributed()
+    d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
     try:
         with StopOnSignal() as stop:
@@ -282,7 +284,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist) -> dict:
         p.eval_rows.append(log_eval(run, out.evals, 0, before, "before", 0.0))
     started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
-    settings = UpdateSettings.of(cfg, run.pad_id)
+    settings = UpdateSettings.of(cfg, run.pad_id, run.precision)
     bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
     run.policy.train()
     stopped = False

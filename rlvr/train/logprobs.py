@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from rlvr.models import checkpointing_active, is_peft, unwrap
@@ -41,20 +42,39 @@ class ForwardOut:
 
 
 def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Tensor, temperature: float = 1.0,
-                   chunk: int = 256, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   chunk: int = 256, with_entropy: bool = False, entropy_grad: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """hidden [N, H] predicts tokens [N]; returns (log p(token) [N] fp32, entropy [N] or None),
-    `chunk` rows of logits at a time."""
-    out, ent = [], []
-    for start in range(0, hidden.shape[0], chunk):
-        logits = head(hidden[start:start + chunk]).float()  # [n, V]
+    `chunk` rows of logits at a time. The entropy carries a gradient only with `entropy_grad` (an
+    entropy bonus in the loss); as a metric it is computed from detached log-probs, so autograd keeps
+    no [N, V] tensors for it.
+
+    On CUDA, with a gradient, each chunk runs under activation checkpointing: the backward pass
+    recomputes the chunk's logits, so only hidden and tokens are kept and at most one chunk's
+    float32 [chunk, V] logits exist at a time (152k-word vocabularies would otherwise hold N x V x 4
+    bytes per micro-batch). On the CPU the chunks' log-probs are kept: recomputing the head would
+    cost a small model a large share of its step."""
+    def piece(h: torch.Tensor, t: torch.Tensor):
+        logits = head(h).float()  # [n, V]
         if temperature != 1.0:
             logits = logits / temperature
         logp_all = logits.log_softmax(-1)
-        out.append(logp_all.gather(-1, tokens[start:start + chunk, None]).squeeze(-1))  # [n]
+        logp = logp_all.gather(-1, t[:, None]).squeeze(-1)  # [n]
+        if not with_entropy:
+            return logp, None
+        src = logp_all if entropy_grad else logp_all.detach()
+        return logp, -(src.exp() * src).sum(-1)
+
+    recompute = hidden.is_cuda and hidden.requires_grad and torch.is_grad_enabled()
+    out, ent = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start:start + chunk], tokens[start:start + chunk]
+        logp, e = checkpoint(piece, h, t, use_reentrant=False) if recompute else piece(h, t)
+        out.append(logp)
         if with_entropy:
-            ent.append(-(logp_all.exp() * logp_all).sum(-1))
+            ent.append(e)
     if not out:
-        empty = hidden.new_zeros(0)
+        empty = hidden.new_zeros(0, dtype=torch.float32)
         return empty, (empty if with_entropy else None)
     return torch.cat(out), (torch.cat(ent) if with_entropy else None)
 
@@ -63,19 +83,20 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
                         completion_mask: torch.Tensor, group_size: int, pad_id: int,
                         temperature: float = 1.0, with_hidden: bool = False, with_entropy: bool = False,
                         max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD,
-                        env_mask: torch.Tensor | None = None):
+                        env_mask: torch.Tensor | None = None, entropy_grad: bool = False):
     """log p(completion token | prompt, earlier tokens): [B, Tc], zero where completion_mask is 0.
     env_mask [B, Tc] (multi-turn episodes): environment tokens, attended to like the others but never
     scored, so they get no log-prob and no gradient of their own.
 
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
-    row b continuing prompt b // group_size. With with_hidden or with_entropy, returns a ForwardOut
+    row b continuing prompt b // group_size. With with_hidden or with_entropy (differentiable only with
+    entropy_grad), returns a ForwardOut
     (hidden past a row's real tokens is unspecified: zero beyond its bucket's width). Rows run in up to max_buckets length buckets
     (plan_buckets); max_buckets=1 pads every row to the longest.
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
-    ids, mask = left_pad(prompts, pad_id)  # [P, Tp]
+    ids, mask = left_pad(prompts, pad_id, completion_ids.device)  # [P, Tp]
     present = completion_mask if env_mask is None else completion_mask + env_mask  # [B, Tc] attended tokens
     plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)
     if checkpointing_active(model):
@@ -84,12 +105,13 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
         pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, present, group_size, plan)
     hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
-    logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy)
-    logp = torch.zeros(completion_ids.shape, dtype=logp.dtype).masked_scatter(real, logp)  # [B, Tc]
+    logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy,
+                               entropy_grad=entropy_grad)
+    logp = logp.new_zeros(completion_ids.shape).masked_scatter(real, logp)  # [B, Tc]
     if not (with_hidden or with_entropy):
         return logp
     if ent is not None:
-        ent = torch.zeros(completion_ids.shape, dtype=ent.dtype).masked_scatter(real, ent)
+        ent = ent.new_zeros(completion_ids.shape).masked_scatter(real, ent)
     return ForwardOut(logp, hidden if with_hidden else None, ent)
 
 

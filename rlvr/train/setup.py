@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from rlvr.config import Config, to_yaml
+from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
@@ -70,7 +71,7 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
     critic = None
     groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
     if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk
-        critic = torch.nn.Linear(policy.config.hidden_size, 1)
+        critic = torch.nn.Linear(policy.config.hidden_size, 1, device=next(policy.parameters()).device)
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
@@ -92,7 +93,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
@@ -101,10 +102,11 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     for note in splits.notes:
         say(f"task: {note}")
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
-    ref = Reference.of(policy) if cfg.algo.beta > 0 else None
+    ref = Reference.of(policy) if cfg.algo.beta > 0 else None  # a copy on the policy's device
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
+    precision = resolve_precision(cfg.train.mixed_precision, d.device)
     return Run(cfg, out, policy, tok, splits, env, reward_functions(cfg), ref, critic, optimizer, scheduler,
-               build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out),
-               stop_token_ids(policy, tok), tok.pad_token_id, d)
+               build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
+               stop_token_ids(policy, tok), tok.pad_token_id, d, precision)

@@ -9,6 +9,7 @@ Cross-entropy is taken on the target tokens only. There is no `sft` config secti
     rollout.prompts_per_step    examples per optimizer step (the batch)
     algo.micro_batch_prompts    examples per forward/backward pass (gradients accumulate)
     train.steps, train.seed, train.out, train.threads                    as in rlvr train
+    train.device, train.mixed_precision                                  as in rlvr train
     model.*, task.*, eval.*                                              as in rlvr train
 
 Writes RUN_DIR/config.yaml, metrics.jsonl, eval_before.jsonl, eval_after.jsonl, summary.json
@@ -25,12 +26,14 @@ from pathlib import Path
 import torch
 
 from rlvr.config import Config, to_yaml
+from rlvr.device import autocast, of_model, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json, atomic_write_text
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import Epochs, Problem, build_splits, encode_prompt
+from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
 from rlvr.train.optim import adamw, warmup_scheduler
 
@@ -90,21 +93,25 @@ def target_nll(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor)
     return -(token_logp * loss_mask[:, 1:]).sum()
 
 
-def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, max_grad_norm: float) -> dict:
-    """One optimizer step on the token-mean loss over the whole batch, accumulated over micro-batches."""
+def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, max_grad_norm: float,
+             precision: str = "no") -> dict:
+    """One optimizer step on the token-mean loss over the whole batch, accumulated over micro-batches
+    (each collated on the host and moved to the policy's device; `precision` "bf16" autocasts the forward)."""
     tokens = sum(len(e.target) for e in batch)
+    device = of_model(policy)
     optimizer.zero_grad(set_to_none=True)
-    total = 0.0
+    total = torch.zeros((), device=device)
     for start in range(0, len(batch), micro):
-        ids, attention, loss_mask = collate(batch[start:start + micro], pad_id)
-        logits = policy(input_ids=ids, attention_mask=attention).logits  # [b, T, V]
+        ids, attention, loss_mask = (x.to(device) for x in collate(batch[start:start + micro], pad_id))
+        with autocast(device, precision):
+            logits = policy(input_ids=ids, attention_mask=attention).logits  # [b, T, V]
         loss = target_nll(logits, ids, loss_mask) / tokens
         loss.backward()
-        total += loss.item()
+        total += loss.detach()
     params = [p for p in policy.parameters() if p.requires_grad]
     norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
     optimizer.step()
-    return {"loss": total, "tokens": tokens, "grad_norm": float(norm)}
+    return {"loss": float(total), "tokens": tokens, "grad_norm": float(norm)}
 
 
 def sft(cfg: Config) -> dict:
@@ -121,14 +128,16 @@ def sft(cfg: Config) -> dict:
         torch.set_num_threads(cfg.train.threads)
     random.seed(cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+    device = resolve_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.mixed_precision, device)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, device)
     splits = build_splits(cfg.task)
     stop_ids = stop_token_ids(policy, tok)
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
                 for p in with_solutions(splits.train, cfg.task.name)]
     target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
-                        stop_ids, out)
+                        stop_ids, out, dist=Dist(device=device), precision=precision)
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
     if cfg.eval.before:
         before, target.baseline = eval_on_main(target, "before")
@@ -147,7 +156,7 @@ def sft(cfg: Config) -> dict:
             t0 = time.perf_counter()
             lr = scheduler.get_last_lr()[0]
             batch = [examples[i] for i in sampler.take(cfg.rollout.prompts_per_step)]
-            m = sft_step(policy, optimizer, batch, tok.pad_token_id, a.micro_batch_prompts, a.max_grad_norm)
+            m = sft_step(policy, optimizer, batch, tok.pad_token_id, a.micro_batch_prompts, a.max_grad_norm, precision)
             scheduler.step()
             sink.write({"step": step, **m, "lr": lr, "time/step_s": time.perf_counter() - t0})
             summary.update(steps=step, final_loss=m["loss"])

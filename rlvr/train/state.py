@@ -38,7 +38,8 @@ class Run:
     engine: RolloutEngine
     stop_ids: list[int]
     pad_id: int
-    dist: Dist = field(default_factory=Dist)  # this process's place under torchrun
+    dist: Dist = field(default_factory=Dist)  # this process's place under torchrun, and its device
+    precision: str = "no"  # train.mixed_precision resolved for dist.device: "bf16" or "no"
     baseline: dict = field(default_factory=dict)  # split -> greedy records before training (flips)
     warned: set = field(default_factory=set)  # reward functions whose first error was reported
 

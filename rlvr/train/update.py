@@ -46,10 +46,11 @@ class UpdateSettings:
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
 
     @staticmethod
-    def of(cfg: Config, pad_id: int) -> UpdateSettings:
+    def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
+        """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
+        (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, cfg.train.mixed_precision, tis_cap_of(r),
-                              r.max_new_tokens)
+        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens)
 
     @property
     def loss_beta(self) -> float:
@@ -104,7 +105,7 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
 
 def _widths(present: torch.Tensor) -> torch.Tensor:
     """[B] each row's width: the index after its last real token."""
-    positions = torch.arange(1, present.shape[1] + 1)  # [Tc]
+    positions = torch.arange(1, present.shape[1] + 1, device=present.device)  # [Tc]
     return (present.bool() * positions).amax(-1) if present.shape[1] else present.new_zeros(present.shape[0]).long()
 
 
@@ -130,7 +131,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
                                   s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
-                                  env_mask=_cut(batch.env_mask, sl, w))
+                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=a.entropy_coef != 0)
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy

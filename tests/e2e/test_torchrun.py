@@ -14,7 +14,8 @@ from rlvr.cli import main
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
 RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4", "--rollout.prompts_per_step=2",
        "--rollout.group_size=3", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=3",
-       "--train.save_every=2", "--train.samples_every=0", "--train.threads=1"]
+       "--train.save_every=2", "--train.samples_every=0", "--train.threads=1",
+       "--train.device=cpu"]  # gloo: as many processes as devices, on a machine with one GPU or none
 
 
 def read_jsonl(path):

@@ -1,6 +1,7 @@
 import torch
 
-from rlvr.rollout.engine import generate, left_pad
+from rlvr.rollout.engine import left_pad
+from rlvr.rollout.session import generate
 
 
 def prompts_for(tok):
@@ -51,10 +52,10 @@ def test_seeded_generation_is_deterministic(tiny):
     assert torch.equal(a.sampler_logp, b.sampler_logp)
 
 
-def test_a_shared_prompt_prefix_is_prefilled_once_with_the_same_result(tiny):
+def test_a_shared_prompt_prefix_is_prefilled_once_with_the_same_result(tiny_on):
     from rlvr.rollout.engine import common_prefix_length, prefill
 
-    model, tok = tiny
+    model, tok = tiny_on
     head = tok("You are a careful calculator. Question: ")["input_ids"]
     prompts = [head + tok(q)["input_ids"] for q in ("1+1=", "12*3=", "7")]
     assert common_prefix_length(prompts) >= len(head)

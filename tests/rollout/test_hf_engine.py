@@ -1,6 +1,6 @@
 import torch
 
-from rlvr.rollout import engine
+from rlvr.rollout import session
 from rlvr.rollout.hf_engine import generate
 from rlvr.train.logprobs import completion_logprobs
 
@@ -64,7 +64,7 @@ def test_logprobs_are_under_the_processed_distribution(tiny):
 def test_greedy_matches_builtin_engine(tiny):
     model, tok = tiny
     kw = dict(group_size=2, max_new_tokens=8, temperature=0.0, stop_ids=digit_stops(tok), pad_id=tok.pad_token_id)
-    hf, ours = generate(model, prompts_for(tok), **kw), engine.generate(model, prompts_for(tok), **kw)
+    hf, ours = generate(model, prompts_for(tok), **kw), session.generate(model, prompts_for(tok), **kw)
     assert torch.equal(hf.completion_ids, ours.completion_ids)
     assert torch.equal(hf.completion_mask, ours.completion_mask)
     assert torch.equal(hf.truncated, ours.truncated)

@@ -12,8 +12,9 @@ from transformers import AutoModelForCausalLM, GPT2Config, MistralConfig
 from rlvr.config import build_config
 from rlvr.config.sections import ConfigError
 from rlvr.rollout import lean
-from rlvr.rollout.engine import generate, prefill
-from rlvr.rollout.kvcache import preallocate
+from rlvr.rollout.engine import prefill
+from rlvr.rollout.session import generate
+from rlvr.rollout.kvcache import PreallocatedLayer
 from rlvr.rollout.quant import rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 9, 12, 13, 14, 15, 16]]  # different lengths: left padding
@@ -24,7 +25,8 @@ def decode_both(model, steps: int = 3):
     same prefilled cache (each path its own copy), feeding the same tokens. Returns [(hf, lean)] [A, V]."""
     with torch.no_grad():
         out, mask = prefill(model, PROMPTS, pad_id=0, min_shared=100, logits_to_keep=1)  # [P, Tp]
-        cache_hf = preallocate(out.cache, mask.shape[1] + steps)
+        cache_hf = out.cache
+        cache_hf.layers = [PreallocatedLayer(l.keys, l.values, mask.shape[1] + steps) for l in cache_hf.layers]
         cache_lean = copy.deepcopy(cache_hf)
         pos = mask.sum(-1)  # [P] next position
         tok = out.logits[:, -1].argmax(-1)  # [P]

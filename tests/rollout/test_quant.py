@@ -9,7 +9,7 @@ from torch import nn
 
 from rlvr.config import build_config
 from rlvr.errors import RlvrError
-from rlvr.rollout.engine import generate
+from rlvr.rollout.session import generate
 from rlvr.rollout.protocol import PolicyEngine, QuantizedEngine, make_engine
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, Part, quantize_rows, refresh, rollout_copy
 

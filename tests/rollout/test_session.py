@@ -3,8 +3,7 @@ context, so their log-probs equal one full forward of the whole token sequence."
 import pytest
 import torch
 
-from rlvr.rollout.engine import generate
-from rlvr.rollout.session import BuiltinSession, RecomputeSession, _cut
+from rlvr.rollout.session import BuiltinSession, RecomputeSession, _cut, generate
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
 STOPS = [3, 30, 31, 32, 33, 34, 35, 36, 37]  # many stop tokens: rows end their turns at different steps
@@ -17,13 +16,13 @@ def sampling(tok, **kw):
 def full_logp(model, seq: list[int], tokens: list[int]) -> list[float]:
     """log p of `tokens`, the last len(tokens) of seq, from one forward of the whole sequence."""
     with torch.no_grad():
-        lp = model(torch.tensor([seq])).logits.log_softmax(-1)[0]
+        lp = model(torch.tensor([seq], device=model.device)).logits.log_softmax(-1)[0]
     start = len(seq) - len(tokens)
     return [float(lp[start - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
-def test_first_turn_samples_what_generate_samples(tiny):
-    model, tok = tiny
+def test_first_turn_samples_what_generate_samples(tiny_on):
+    model, tok = tiny_on
     r = generate(model, PROMPTS, max_new_tokens=10, seeds=[11, 22], **sampling(tok))
     s = BuiltinSession(model, PROMPTS, seeds=[11, 22], **sampling(tok))
     turns = s.sample(list(range(6)), [10] * 6, keep=False)
@@ -34,10 +33,10 @@ def test_first_turn_samples_what_generate_samples(tiny):
         assert t.logp == pytest.approx(row[:n], abs=1e-6)
 
 
-def test_later_turns_continue_each_rows_context(tiny):
+def test_later_turns_continue_each_rows_context(tiny_on):
     """Rows stop at different steps (their caches are parked), get environment tokens of different
     lengths, and sample again: every log-prob equals a full forward of prompt + turns."""
-    model, tok = tiny
+    model, tok = tiny_on
     s = BuiltinSession(model, PROMPTS, seeds=[1, 2], **sampling(tok))
     first = s.sample(list(range(6)), [12] * 6)
     assert len({len(t.tokens) for t in first}) > 1  # the test needs rows that finished at different steps

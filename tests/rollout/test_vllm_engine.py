@@ -10,6 +10,7 @@ import torch
 from rlvr.config import Config
 from rlvr.errors import RlvrError
 from rlvr.rollout import vllm_engine as ve
+from rlvr.rollout import weights
 from rlvr.rollout.engine import select_groups
 
 
@@ -83,29 +84,29 @@ def test_sampling_kwargs():
 # ---------------------------------------------------------------- weight names and LoRA merging
 
 def test_strip_wrappers():
-    assert ve.strip_wrappers("module.model.layers.0.mlp.up_proj.weight") == "model.layers.0.mlp.up_proj.weight"
-    assert ve.strip_wrappers("module._orig_mod.base_model.model.lm_head.weight") == "lm_head.weight"
-    assert ve.strip_wrappers("model._fsdp_wrapped_module.layers.1._checkpoint_wrapped_module.self_attn.q_proj"
+    assert weights.strip_wrappers("module.model.layers.0.mlp.up_proj.weight") == "model.layers.0.mlp.up_proj.weight"
+    assert weights.strip_wrappers("module._orig_mod.base_model.model.lm_head.weight") == "lm_head.weight"
+    assert weights.strip_wrappers("model._fsdp_wrapped_module.layers.1._checkpoint_wrapped_module.self_attn.q_proj"
                              ".weight") == "model.layers.1.self_attn.q_proj.weight"
-    assert ve.strip_wrappers("lm_head.modules_to_save.default.weight") == "lm_head.modules_to_save.default.weight"
+    assert weights.strip_wrappers("lm_head.modules_to_save.default.weight") == "lm_head.modules_to_save.default.weight"
 
 
 def test_plain_policy_keeps_hf_names_and_drops_tied_head(tiny):
     model, _ = tiny
     sd = model.state_dict()
-    items = ve.policy_weight_items(model)
+    items = weights.policy_weight_items(model)
     names = [n for n, _ in items]
     assert names == [n for n in sd if n != "lm_head.weight"]  # tie_word_embeddings=True
     assert "model.embed_tokens.weight" in names
     for n, t in items:
         assert torch.equal(t, sd[n])
-    wrapped = ve.vllm_weight_items([(f"module._orig_mod.{n}", t) for n, t in sd.items()], tie_word_embeddings=True)
+    wrapped = weights.vllm_weight_items([(f"module._orig_mod.{n}", t) for n, t in sd.items()], tie_word_embeddings=True)
     assert [n for n, _ in wrapped] == names
 
 
 def test_untied_head_is_kept():
     w = torch.ones(2, 2)
-    items = ve.vllm_weight_items([("module.lm_head.weight", w), ("model.norm.weight", w[0]),
+    items = weights.vllm_weight_items([("module.lm_head.weight", w), ("model.norm.weight", w[0]),
                                   ("model.rotary_emb.inv_freq", w[0])], tie_word_embeddings=False)
     assert [n for n, _ in items] == ["lm_head.weight", "model.norm.weight"]
 
@@ -121,7 +122,7 @@ def test_lora_merge_matches_hand_computation(tiny):
             if "lora_" in n:
                 p.copy_(torch.randn_like(p) * 0.1)
     sd = pm.state_dict()
-    items = dict(ve.policy_weight_items(pm))
+    items = dict(weights.policy_weight_items(pm))
     assert list(items) == [n for n in base if n != "lm_head.weight"]
     q = "model.layers.1.self_attn.q_proj"
     a = sd[f"base_model.model.{q}.lora_A.default.weight"]  # [r, in]
@@ -140,13 +141,13 @@ def test_lora_scalings_reads_each_layer(tiny):
     peft = pytest.importorskip("peft")
     model, _ = tiny
     pm = peft.get_peft_model(model, peft.LoraConfig(r=2, lora_alpha=6, target_modules=["o_proj"]))
-    assert ve.lora_scalings(pm) == {f"model.layers.{i}.self_attn.o_proj": 3.0 for i in range(2)}
-    assert ve.lora_scalings(model.__class__(model.config)) == {}
+    assert weights.lora_scalings(pm) == {f"model.layers.{i}.self_attn.o_proj": 3.0 for i in range(2)}
+    assert weights.lora_scalings(model.__class__(model.config)) == {}
 
 
 def test_modules_to_save_replaces_the_original():
     new, old = torch.full((2, 2), 2.0), torch.zeros(2, 2)
-    items = ve.vllm_weight_items([("base_model.model.score.original_module.weight", old),
+    items = weights.vllm_weight_items([("base_model.model.score.original_module.weight", old),
                                   ("base_model.model.score.modules_to_save.default.weight", new)],
                                  tie_word_embeddings=True)
     assert len(items) == 1 and items[0][0] == "score.weight" and torch.equal(items[0][1], new)
@@ -157,11 +158,11 @@ def test_lora_without_scale_or_with_dora_is_an_error():
     named = [("base_model.model.x.base_layer.weight", w), ("base_model.model.x.lora_A.default.weight", a),
              ("base_model.model.x.lora_B.default.weight", b)]
     with pytest.raises(ValueError, match="LoRA module 'x'"):
-        ve.vllm_weight_items(named, tie_word_embeddings=False)
-    merged = dict(ve.vllm_weight_items(named, tie_word_embeddings=False, lora_scaling={"x": 1.0}))
+        weights.vllm_weight_items(named, tie_word_embeddings=False)
+    merged = dict(weights.vllm_weight_items(named, tie_word_embeddings=False, lora_scaling={"x": 1.0}))
     assert list(merged) == ["x.weight"]
     with pytest.raises(RlvrError, match="DoRA"):
-        ve.vllm_weight_items([("x.lora_magnitude_vector.default.weight", a)], tie_word_embeddings=False)
+        weights.vllm_weight_items([("x.lora_magnitude_vector.default.weight", a)], tie_word_embeddings=False)
 
 
 # ---------------------------------------------------------------- guards

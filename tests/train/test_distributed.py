@@ -140,9 +140,10 @@ def test_shard_groups():
 
 
 def test_single_process_defaults():
-    d = dd.init_distributed({})
-    assert (d.rank, d.world, d.backend, d.is_main, d.enabled) == (0, 1, None, True, False)
-    assert dd.init_distributed({"WORLD_SIZE": "1"}) == d
+    d = dd.init_distributed("cpu", {})
+    assert (d.rank, d.world, d.backend, d.is_main, d.enabled, d.device) == (0, 1, None, True, False,
+                                                                            torch.device("cpu"))
+    assert dd.init_distributed("cpu", {"WORLD_SIZE": "1"}) == d
     with pytest.raises(RlvrError, match="RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT is not"):
-        dd.init_distributed({"WORLD_SIZE": "2"})
+        dd.init_distributed("cpu", {"WORLD_SIZE": "2"})
     assert dd.allreduce_scalars({"a": 2.0}, d) == {"a": 2.0}

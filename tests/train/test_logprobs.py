@@ -1,7 +1,7 @@
 import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.engine import generate
+from rlvr.rollout.session import generate
 from rlvr.train.logprobs import MAX_BUCKETS, _positions_needed, completion_logprobs, plan_buckets
 
 
@@ -10,16 +10,16 @@ def rollout(model, tok, temperature=1.0, head=""):
     prompts = [tok(head + q)["input_ids"] for q in ("5+5=", "9*9", "1")]
     r = generate(model, prompts, group_size=3, max_new_tokens=10, temperature=temperature,
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
-    return prompts, r
+    return prompts, r.to(model.device)  # the training batch's crossing to the model's device
 
 
 def full_forward_logprobs(model, prompts, r, g, temperature=1.0):
     """Reference: each prompt + completion run alone, unpadded, no cache sharing."""
-    out = torch.zeros(r.completion_ids.shape)
+    out = torch.zeros(r.completion_ids.shape, device=model.device)
     for b in range(out.shape[0]):
         p, n = prompts[b // g], int(r.completion_mask[b].sum())
         c = r.completion_ids[b, :n].tolist()
-        logp = (model(torch.tensor([p + c])).logits[0] / temperature).log_softmax(-1)
+        logp = (model(torch.tensor([p + c], device=model.device)).logits[0] / temperature).log_softmax(-1)
         for t in range(n):
             out[b, t] = logp[len(p) + t - 1, c[t]]
     return out
@@ -28,16 +28,16 @@ def full_forward_logprobs(model, prompts, r, g, temperature=1.0):
 SYSTEM = "System: answer exactly.\nQ: "
 
 
-def test_shared_prefix_equals_full_forward(tiny):
-    model, tok = tiny
+def test_shared_prefix_equals_full_forward(tiny_on):
+    model, tok = tiny_on
     for head in ("", SYSTEM):
         prompts, r = rollout(model, tok, head=head)
         lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
         assert torch.allclose(lp, full_forward_logprobs(model, prompts, r, 3), atol=1e-5)
 
 
-def test_sampler_logprobs_match_training_forward(tiny):
-    model, tok = tiny
+def test_sampler_logprobs_match_training_forward(tiny_on):
+    model, tok = tiny_on
     for temperature in (1.0, 0.7):
         prompts, r = rollout(model, tok, temperature)
         lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id,
@@ -45,8 +45,8 @@ def test_sampler_logprobs_match_training_forward(tiny):
         assert torch.allclose(lp, r.sampler_logp, atol=1e-5)
 
 
-def test_shared_prefix_gradient_equals_full(tiny):
-    model, tok = tiny
+def test_shared_prefix_gradient_equals_full(tiny_on):
+    model, tok = tiny_on
     for head in ("", SYSTEM):
         prompts, r = rollout(model, tok, head=head)
         model.zero_grad()
@@ -58,8 +58,8 @@ def test_shared_prefix_gradient_equals_full(tiny):
             assert torch.allclose(a, p.grad, atol=1e-5, rtol=1e-4)
 
 
-def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(tiny):
-    model, tok = tiny
+def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(tiny_on):
+    model, tok = tiny_on
     prompts, r = rollout(model, tok)
     model.train()
     results = []
@@ -69,7 +69,7 @@ def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(t
         assert checkpointing_active(model) == checkpointing
         model.zero_grad()
         lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
-        (lp * torch.linspace(-1, 1, lp.numel()).view_as(lp)).sum().backward()
+        (lp * torch.linspace(-1, 1, lp.numel(), device=lp.device).view_as(lp)).sum().backward()
         results.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))
     (lp_a, g_a), (lp_b, g_b) = results
     assert torch.allclose(lp_a, lp_b, atol=1e-5)
@@ -79,22 +79,22 @@ def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(t
         assert not checkpointing_active(model)
 
 
-def ragged_batch(tok, lengths, group_size, seed=0):
-    """Prompts of different lengths and random completions right-padded to max(lengths)."""
+def ragged_batch(tok, lengths, group_size, seed=0, device="cpu"):
+    """Prompts of different lengths and random completions right-padded to max(lengths), on `device`."""
     texts = ["5+5=", "12*34-5=", "7", "(1+2)*3="]
     prompts = [tok(texts[i % len(texts)])["input_ids"] for i in range(len(lengths) // group_size)]
     tc = max(lengths)
     ids = torch.randint(3, len(tok), (len(lengths), tc), generator=torch.Generator().manual_seed(seed))
     mask = (torch.arange(tc)[None, :] < torch.tensor(lengths)[:, None]).long()  # [B, Tc]
-    return prompts, ids * mask + tok.pad_token_id * (1 - mask), mask
+    return prompts, (ids * mask + tok.pad_token_id * (1 - mask)).to(device), mask.to(device)
 
 
 def rows_forward_logprobs(model, prompts, ids, mask, g):
     """Reference: each prompt + completion run alone, unpadded."""
-    out = torch.zeros(ids.shape)
+    out = torch.zeros(ids.shape, device=ids.device)
     for b in range(ids.shape[0]):
         p, n = prompts[b // g], int(mask[b].sum())
-        logp = model(torch.tensor([p + ids[b, :n].tolist()])).logits[0].log_softmax(-1)
+        logp = model(torch.tensor([p + ids[b, :n].tolist()], device=ids.device)).logits[0].log_softmax(-1)
         out[b, :n] = logp[len(p) - 1:len(p) - 1 + n].gather(-1, ids[b, :n, None]).squeeze(-1)
     return out
 
@@ -118,12 +118,13 @@ def test_plan_buckets_hand_computed():
     assert plan_buckets([]) == []
 
 
-def test_buckets_equal_full_rows_in_values_and_gradients(tiny):
-    model, tok = tiny
+def test_buckets_equal_full_rows_in_values_and_gradients(tiny_on):
+    """On CUDA this also covers the head's per-chunk recompute in the backward pass (token_logprobs)."""
+    model, tok = tiny_on
     for g, lengths in RAGGED.items():
-        prompts, ids, mask = ragged_batch(tok, lengths, g)
+        prompts, ids, mask = ragged_batch(tok, lengths, g, device=model.device)
         assert len(plan_buckets(_positions_needed(mask), 4, 0)) >= 3  # several buckets really run
-        weights = torch.linspace(-1, 1, ids.numel()).view(ids.shape)
+        weights = torch.linspace(-1, 1, ids.numel(), device=model.device).view(ids.shape)
         results = []
         for run in ("buckets", "one bucket", "rows"):
             model.zero_grad()

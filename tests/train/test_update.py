@@ -5,7 +5,7 @@ import torch
 
 from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.engine import generate
+from rlvr.rollout.session import generate
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
 
@@ -14,7 +14,8 @@ def make_batch(model, tok):
     prompts = [tok(t)["input_ids"] for t in ("1+1=", "2*3=", "40-8", "7")]
     r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
-    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, -2.0, 2.0])
+    r = r.to(model.device)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, -2.0, 2.0], device=model.device)
     return Batch(prompts, r.completion_ids, r.completion_mask, adv, 2)
 
 
@@ -32,8 +33,8 @@ def one_step(model, tok, batch, lr=0.1, ref=None, **kw):
     return model, m
 
 
-def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny):
-    model, tok = tiny
+def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_on):
+    model, tok = tiny_on
     batch = make_batch(model, tok)
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
         full, m_full = one_step(model, tok, batch, aggregation=agg, micro_batch_prompts=4)

@@ -1,0 +1,231 @@
+"""Decoding over static buffers, replayed as a CUDA graph (issue 26; `rollout.cuda_graph`).
+
+On a GPU a decode step of a small batch is a few milliseconds of kernels launched one by one from Python,
+so the host, not the GPU, sets the pace (HF `generate` at batch 64 on an H200: 57 ms per step eager, 4.8 ms
+replayed as a CUDA graph). A graph replays a fixed sequence of kernels on fixed addresses, so this loop
+keeps every shape and address fixed for the whole rollout:
+
+- the KV cache is one buffer per layer [B, HK, L, D] for the prompt and every new token; each step writes
+  its token's keys and values at slot `slot` (a device counter) and attends over all L positions, the
+  unwritten ones masked (rlvr.rollout.lean's attention, the same math as the model's forward);
+- rows never leave the batch: a row that finished keeps decoding, and what it samples after its end is
+  recorded as pad_id with log-prob 0, so the result equals the compacting loop of
+  rlvr.rollout.engine.decode token for token (tests/rollout/test_graphed.py);
+- sampling (rlvr.rollout.sampling.sample_next) runs inside the step from the rollout's per-row draws
+  u [B, T], read at the device counter `t`, so the draws and therefore the tokens are those of the
+  compacting loop; stop checks run on the device too, and the host reads `done.all()` once every
+  `check_every` tokens.
+
+Rows are padded to a power of two and L to a multiple of 64, so rollouts of similar size reuse one
+capture (a capture is about one step's kernels recorded, plus two warm-up steps). On the CPU the same
+static loop runs eagerly (`capture=False`): it is what the tests compare with the compacting loop there,
+while CPU rollouts keep the compacting loop, which does less work per token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlvr.rollout import lean
+from rlvr.rollout.quant import causal_lm
+from rlvr.rollout.sampling import sample_next
+
+CHECK_EVERY = 16  # tokens between the host's reads of done.all()
+L_MULTIPLE = 64  # cache lengths are padded to a multiple of this, so captures are reused across rollouts
+KEEP = 2  # captured graphs kept per model (each holds its own KV buffers)
+
+
+class _SlotKV:
+    """One layer's static cache as lean._attend sees it: update writes the new keys / values at the slot
+    and returns the whole buffers [B, HK, L, D]."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, slot: torch.Tensor):
+        self.keys, self.values, self.slot = keys, values, slot
+
+    def update(self, k: torch.Tensor, v: torch.Tensor):
+        self.keys.index_copy_(2, self.slot, k.to(self.keys.dtype))
+        self.values.index_copy_(2, self.slot, v.to(self.values.dtype))
+        return self.keys, self.values
+
+
+@dataclass
+class _State:
+    """Every tensor one decode step reads or writes; a captured graph is bound to these addresses."""
+
+    kv: list[_SlotKV]
+    mask: torch.Tensor  # [B, L] long: 1 where a row attends
+    tok: torch.Tensor  # [B] the token fed next
+    pos: torch.Tensor  # [B] its position id
+    slot: torch.Tensor  # [1] the cache slot it is written to (the same for every row)
+    t: torch.Tensor  # [1] the index of the token sampled by this step
+    u: torch.Tensor | None  # [B, T] the rollout's draws (None: greedy)
+    caps: torch.Tensor  # [B] tokens allowed per row
+    done: torch.Tensor  # [B] bool: the row has ended (stop token or cap)
+    tokens: torch.Tensor  # [B, T] sampled tokens, pad_id after a row's end
+    logp: torch.Tensor  # [B, T] their sampler log-probs, 0 after a row's end
+
+
+class Graphs:
+    """Captured decode steps of one model, keyed by shape and sampling settings (`capture`: record CUDA
+    graphs; False runs the same static loop eagerly, which the CPU tests use)."""
+
+    def __init__(self, capture: bool = True):
+        self.capture = capture
+        self.entries: dict[tuple, tuple[_State, torch.cuda.CUDAGraph | None]] = {}
+
+
+def enable(model: nn.Module, capture: bool = True) -> bool:
+    """Decode `model` (a Llama-family causal LM or its rollout copy: lean.supports) through this module
+    from now on; False (nothing changed) for a model lean cannot step."""
+    if not lean.supports(model):
+        return False
+    causal_lm(model).rlvr_graphs = Graphs(capture)
+    return True
+
+
+def enabled(model: nn.Module) -> bool:
+    return getattr(causal_lm(model), "rlvr_graphs", None) is not None
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _record(st: _State, tok: torch.Tensor, logp: torch.Tensor, pad_id: int, stop: torch.Tensor) -> None:
+    """Write token t of every row (pad_id / 0 for rows already done), then mark the rows it ends."""
+    st.tokens.index_copy_(1, st.t, torch.where(st.done, pad_id, tok)[:, None])
+    st.logp.index_copy_(1, st.t, torch.where(st.done, 0.0, logp.float())[:, None])
+    st.done |= torch.isin(tok, stop) | (st.caps <= st.t + 1)
+    st.tok.copy_(tok)
+
+
+def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, stop: torch.Tensor) -> None:
+    """Feed st.tok at st.slot, sample token st.t + 1 from the result: every shape and address fixed."""
+    st.t.add_(1)
+    st.mask.index_fill_(1, st.slot, 1)
+    trunk = lm.model
+    x = trunk.embed_tokens(st.tok)  # [B, E]
+    cos, sin = trunk.rotary_emb(x, st.pos[:, None])  # [B, 1, D]
+    bias = torch.zeros(st.mask.shape, dtype=x.dtype, device=x.device).masked_fill_(st.mask == 0, float("-inf"))
+    h = x
+    for layer, kv in zip(trunk.layers, st.kv):
+        h = lean._layer(layer, kv, h, cos, sin, bias[:, None, None])
+    logits = lm.lm_head(lean._rms_norm(trunk.norm, h))  # [B, V]
+    temperature, top_p, top_k = sampling
+    u = None if st.u is None else st.u.index_select(1, st.t).squeeze(1)
+    tok, logp = sample_next(logits, temperature, top_p, top_k, u)
+    _record(st, tok, logp, pad_id, stop)
+    st.pos.add_(1)
+    st.slot.add_(1)
+
+
+def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy: bool, device) -> _State:
+    """Zeroed static buffers for n_rows rows, a cache of `length` positions and `width` sampled tokens."""
+    kv = [_SlotKV(layer.keys.new_zeros((n_rows, layer.keys.shape[1], length, layer.keys.shape[3])),
+                  layer.values.new_zeros((n_rows, layer.values.shape[1], length, layer.values.shape[3])),
+                  torch.zeros(1, dtype=torch.long, device=device)) for layer in cache.layers]
+    slot = kv[0].slot
+    for layer in kv:
+        layer.slot = slot  # one counter for every layer
+    zeros = lambda *shape, **kw: torch.zeros(shape, device=device, **kw)
+    return _State(kv, zeros(n_rows, length, dtype=torch.long), zeros(n_rows, dtype=torch.long),
+                  zeros(n_rows, dtype=torch.long), slot, zeros(1, dtype=torch.long),
+                  None if greedy else zeros(n_rows, u_width), zeros(n_rows, dtype=torch.long),
+                  zeros(n_rows, dtype=torch.bool), zeros(n_rows, width, dtype=torch.long), zeros(n_rows, width))
+
+
+def _load(st: _State, cache, logits0: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
+          u: torch.Tensor | None, caps: torch.Tensor, sampling: tuple, pad_id: int, stop: torch.Tensor) -> None:
+    """Fill the buffers for a rollout of A <= B rows (rows past A repeat row 0 and start done) and sample
+    token 0 from the prompt's logits [A, V]."""
+    a, ctx = mask.shape
+    rows = torch.cat([torch.arange(a, device=mask.device), mask.new_zeros(st.tok.shape[0] - a)])  # [B]
+    for layer, kv in zip(cache.layers, st.kv):
+        kv.keys.zero_()
+        kv.values.zero_()
+        kv.keys[:, :, :ctx] = layer.keys[rows]
+        kv.values[:, :, :ctx] = layer.values[rows]
+    st.mask.zero_()
+    st.mask[:, :ctx] = mask[rows]
+    st.pos.copy_(next_pos[rows, 0])
+    st.slot.fill_(ctx)
+    st.t.fill_(0)
+    if st.u is not None:
+        st.u.zero_()
+        st.u[:, :u.shape[1]] = u[rows]
+    st.caps.copy_(caps.to(mask.device)[rows])
+    st.done.copy_(torch.arange(st.done.shape[0], device=mask.device) >= a)
+    st.tokens.fill_(pad_id)
+    st.logp.zero_()
+    temperature, top_p, top_k = sampling
+    tok, logp = sample_next(logits0[rows], temperature, top_p, top_k, None if u is None else st.u[:, 0])
+    _record(st, tok, logp, pad_id, stop)
+
+
+def _snapshot(st: _State) -> dict:
+    return {k: getattr(st, k).clone() for k in ("mask", "tok", "pos", "slot", "t", "done", "tokens", "logp")}
+
+
+def _restore(st: _State, saved: dict) -> None:
+    for k, v in saved.items():
+        getattr(st, k).copy_(v)
+
+
+def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, stop: torch.Tensor) -> torch.cuda.CUDAGraph:
+    """Record one step as a CUDA graph. Warm-up steps run first on a side stream (lazy initialisation,
+    cuBLAS workspaces); they move the counters and write cache slots ahead, so the counters and outputs are
+    put back afterwards (the slots they wrote are masked until a real step overwrites them)."""
+    saved = _snapshot(st)
+    # autocast's cast cache is cleared when the rollout's autocast context exits, but a graph would keep
+    # reading the cached copies: capture with the cache off, so the casts are part of the graph
+    amp = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
+                         cache_enabled=False)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), amp:
+        for _ in range(2):
+            _step(lm, st, sampling, pad_id, stop)
+    torch.cuda.current_stream().wait_stream(side)
+    _restore(st, saved)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), amp:
+        _step(lm, st, sampling, pad_id, stop)
+    _restore(st, saved)  # capturing ran nothing, but the restore keeps the warm-up's writes out for sure
+    return graph
+
+
+@torch.no_grad()
+def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
+           u: torch.Tensor | None, caps: torch.Tensor, temperature: float, top_p: float, top_k: int,
+           stop_ids: list[int], pad_id: int, check_every: int = CHECK_EVERY) -> tuple[torch.Tensor, torch.Tensor]:
+    """rlvr.rollout.engine.decode's contract without `park` (rows that end are not kept for a later
+    turn): logits [A, V], mask [A, L0], next_pos [A, 1], u [A, T] or None, caps [A] (host) -> tokens and
+    sampler log-probs [A, T], pad_id / 0 after each row's end, on the model's device."""
+    lm = causal_lm(model)
+    graphs: Graphs = lm.rlvr_graphs
+    device, (a, ctx) = logits.device, mask.shape
+    width = int(caps.max()) if len(caps) else 0
+    n_rows, length = _bucket(a), -(-(ctx + width) // L_MULTIPLE) * L_MULTIPLE
+    sampling = (temperature, top_p, top_k)
+    stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
+    key = (n_rows, length, width, u is None, sampling, tuple(stop_ids), pad_id, logits.dtype,
+           cache.layers[0].keys.dtype, torch.is_autocast_enabled(device.type))
+    if key not in graphs.entries:
+        while len(graphs.entries) >= KEEP:
+            graphs.entries.pop(next(iter(graphs.entries)))
+        graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, device), None)
+    st, graph = graphs.entries[key]
+    _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id, stop)
+    if graphs.capture and graph is None and width > 1:
+        graph = _capture(lm, st, sampling, pad_id, stop)
+        graphs.entries[key] = (st, graph)
+    for t in range(1, width):
+        if graph is not None:
+            graph.replay()
+        else:
+            _step(lm, st, sampling, pad_id, stop)
+        if t % check_every == 0 and bool(st.done.all()):
+            break
+    return st.tokens[:a].clone(), st.logp[:a].clone()

@@ -1,0 +1,96 @@
+"""The static decode loop (rlvr/rollout/graphed.py) samples what the compacting loop samples: the same tokens
+from the same draws, log-probs to float rounding, rows ending at different steps, caps, padding rows."""
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, MistralConfig
+
+from rlvr.rollout import graphed
+from rlvr.rollout.quant import rollout_copy
+from rlvr.rollout.session import BuiltinSession, generate
+
+PROMPTS = [[5, 6, 7, 8, 9], [5, 6, 7, 20, 21, 22, 23, 24], [30, 31]]  # left padding of 3 and 6
+STOPS = [3, 40, 41, 42, 43, 44, 45]  # many stop tokens: rows end at different steps
+
+
+def pair(model, capture=False):
+    """(the model as it is, a copy that decodes through the static loop)."""
+    static = copy.deepcopy(model)
+    assert graphed.enable(static, capture=capture)
+    return model, static
+
+
+def both(plain, static, **kw):
+    return generate(plain, PROMPTS, **kw), generate(static, PROMPTS, **kw)
+
+
+def assert_same(a, b, atol=1e-5):
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    assert torch.equal(a.truncated, b.truncated)
+    assert torch.allclose(a.sampler_logp, b.sampler_logp, atol=atol)
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9, top_k=20),
+                                      dict(temperature=0.0)])
+def test_static_loop_samples_what_the_compacting_loop_samples(tiny, sampling):
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=3, max_new_tokens=20, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3], **sampling)
+    a, b = both(plain, static, **kw)
+    lengths = a.completion_mask.sum(-1)
+    if sampling["temperature"] > 0:
+        assert len(set(lengths.tolist())) > 2 and bool(a.truncated.any()) and not bool(a.truncated.all())
+    assert_same(a, b)
+
+
+def test_rows_are_padded_to_a_power_of_two_and_a_capture_is_reused(tiny):
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=3, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0)
+    for seeds in ([1, 2, 3], [4, 5, 6]):  # 9 rows -> 16; the second rollout reloads the same buffers
+        assert_same(*both(plain, static, seeds=seeds, **kw))
+    entries = graphed.Graphs  # the model's captures: one key, 16 rows, 8 + 12 positions -> 64
+    (key, (state, graph)), = static.rlvr_graphs.entries.items()
+    assert isinstance(static.rlvr_graphs, entries) and key[:3] == (16, 64, 12) and graph is None
+    assert state.tokens.shape == (16, 12)
+
+
+def test_per_row_caps_of_a_last_turn(tiny):
+    """A session's last turn (keep=False) with caps that differ per row takes the static loop too."""
+    plain, static = pair(tiny[0])
+    caps = [3, 9, 1, 12, 5, 7, 12, 2, 4]
+    kw = dict(group_size=3, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[7, 8, 9])
+    turns = [BuiltinSession(m, PROMPTS, **kw).sample(list(range(9)), caps, keep=False) for m in (plain, static)]
+    for x, y, cap in zip(*turns, caps):
+        assert x.tokens == y.tokens and len(x.tokens) <= cap and x.stopped == y.stopped
+        assert x.logp == pytest.approx(y.logp, abs=1e-5)
+
+
+def test_a_bf16_rollout_copy_decodes_the_same_through_the_static_loop(tiny):
+    copy_ = rollout_copy(tiny[0], "bf16")
+    plain, static = pair(copy_)
+    a, b = both(plain, static, group_size=2, max_new_tokens=10, temperature=1.0, stop_ids=STOPS, pad_id=0,
+                seeds=[1, 2, 3])
+    assert_same(a, b, atol=1e-4)
+
+
+def test_models_lean_cannot_step_are_left_alone():
+    config = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=4)
+    model = AutoModelForCausalLM.from_config(config)
+    assert not graphed.enable(model) and not graphed.enabled(model)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast):
+    model = tiny[0].to("cuda")
+    eager, captured = pair(model)[1], pair(model, capture=True)[1]
+    kw = dict(group_size=4, max_new_tokens=40, temperature=1.0, stop_ids=STOPS, pad_id=0)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's capture
+            a = generate(eager, PROMPTS, seeds=seeds, **kw)
+            b = generate(captured, PROMPTS, seeds=seeds, **kw)
+            assert_same(a, b, atol=1e-3 if autocast else 1e-5)
+    (_, graph), = captured.rlvr_graphs.entries.values()
+    assert isinstance(graph, torch.cuda.CUDAGraph)
