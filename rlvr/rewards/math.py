@@ -17,8 +17,8 @@ in a killable worker (rlvr.rewards.math_worker), with one time budget for the wh
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import NamedTuple
 
 from rlvr.rewards.answer import after_thinking, final_answers
 from rlvr.rewards.base import Verdict, batch_form
@@ -31,8 +31,7 @@ from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exac
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
 
 
-@dataclass(frozen=True)
-class _Budget:
+class _Budget(NamedTuple):
     """One answer's wall clock for the symbolic worker, however many pieces it compares (issue 27)."""
     deadline: float
     symbolic: bool = True  # False: decide exactly or not at all (the cheap first pass over a set)
@@ -56,10 +55,12 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
         if is_rounded_decimal(g) and (places is None or places >= decimal_places(g)) and within_rounding(av, g):
             return True, "correct to the gold's rounding"
         return False, f"wrong: {a} != {g}"
-    if squash(a) == squash(g) or (is_words(a) and is_words(g) and a.casefold() == g.casefold()):
+    if a == g or squash(a) == squash(g):
         return True, "correct"
-    if is_words(a) or is_words(g):
-        return False, f"wrong: {a} != {g}"
+    words = is_words(a), is_words(g)
+    if any(words):
+        equal = all(words) and a.casefold() == g.casefold()
+        return equal, "correct" if equal else f"wrong: {a} != {g}"
     if not budget.symbolic:
         return False, "undecided without the symbolic checker"
     tol = str(Fraction(1, 2 * 10 ** decimal_places(g))) if is_rounded_decimal(g) else None
@@ -72,7 +73,7 @@ def _unordered(a_items: list, g_items: list, same, budget: _Budget) -> tuple[boo
     if len(a_items) != len(g_items):
         return False, f"{len(a_items)} elements for a gold of {len(g_items)}"
     unmatched_a, unmatched_g = list(a_items), list(g_items)
-    for b in (replace(budget, symbolic=False), budget):
+    for b in (budget._replace(symbolic=False), budget):
         for item in list(unmatched_a):
             hit = next((g for g in unmatched_g if same(item, g, b)[0]), None)
             if hit is not None:

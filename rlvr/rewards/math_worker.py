@@ -68,6 +68,11 @@ def _structure(s: str) -> str:
     \\binom{n}{k} -> binomial(n, k), \\log_b x -> log(x, b), recursively."""
     out, i = [], 0
     while i < len(s):
+        j = s.find("\\", i)  # only a command can need rewriting: copy up to the next one
+        out.append(s[i:] if j == -1 else s[i:j])
+        if j == -1:
+            break
+        i = j
         if s.startswith("\\frac", i) or s.startswith("\\binom", i):
             name = "frac" if s.startswith("\\frac", i) else "binom"
             a, i = _group(s, i + len(name) + 1)

@@ -37,6 +37,10 @@ _UNIT = re.compile(r"(?<=[\w}).])\s*(?:\\(?:text|mbox|mathrm|textnormal)\{(?![^{
                    r"([^{}\d]*[a-zA-Z][^{}\d]*)\}"
                    r"|\s(" + _UNIT_WORDS + r")\b\.?)(?:\^\{?[23]\}?)?\s*$", re.IGNORECASE)
 _CHOICE = re.compile(r"^\(([A-E])\)$")
+_LETTER = re.compile(r"[A-Za-z]")
+_WORDS = re.compile(r"[A-Za-z][A-Za-z '\-]*")
+_TWO_LETTERS = re.compile(r"[A-Za-z]{2}")
+_LONE_SPACE = re.compile(r"(?<=\W) | (?=\W)")
 _PLAIN = re.compile(r"[\d.,+\- /]*")
 _INTEGER = re.compile(r"[+-]?\d{1,30}")
 
@@ -85,6 +89,8 @@ def exact_value(s: str) -> Fraction | None:
         return Fraction(int(s))
     if len(s) > MAX_ANSWER_CHARS:  # int() refuses 4300 digits; such a number is the worker's
         return None
+    if "frac" not in s and _LETTER.search(s):  # \sqrt{8}, 2x, 1e5: not a plain number
+        return None
     if "," in s:
         if not _THOUSANDS.match(s):
             return None
@@ -112,7 +118,7 @@ def exact_value(s: str) -> Fraction | None:
 def squash(s: str) -> str:
     """Whitespace removed where it separates nothing (`2x + 1` is `2x+1`), one space kept between
     two letters or digits (`9 1 6` is not `916`)."""
-    return re.sub(r"(?<=\W) | (?=\W)", "", " ".join(s.split()))
+    return _LONE_SPACE.sub("", " ".join(s.split()))
 
 
 def decimal_places(s: str) -> int | None:
@@ -140,7 +146,7 @@ def within_rounding(value: Fraction, gold_text: str) -> bool:
 def is_words(s: str) -> bool:
     """A text answer ('No', 'Monday', 'even'): letters and spaces only, a word of two letters or
     more (a single letter is a variable, and x is not X)."""
-    return bool(re.fullmatch(r"[A-Za-z][A-Za-z '\-]*", s)) and bool(re.search(r"[A-Za-z]{2}", s))
+    return _WORDS.fullmatch(s) is not None and _TWO_LETTERS.search(s) is not None
 
 
 def looks_like_several(s: str) -> bool:
