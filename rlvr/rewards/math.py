@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from fractions import Fraction
+from functools import lru_cache
 from typing import NamedTuple
 
 from rlvr.rewards.answer import after_thinking, final_answers
@@ -29,6 +30,7 @@ from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exac
                                    within_rounding)
 
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
+_clean_gold = lru_cache(maxsize=4096)(clean)  # a group's completions share one gold
 
 
 class _Budget(NamedTuple):
@@ -171,7 +173,7 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
     """Is one extracted final answer equal to the gold? (equal, reason)."""
     if len(answer_text) > MAX_ANSWER_CHARS:
         return False, f"final answer longer than {MAX_ANSWER_CHARS} characters"
-    ans, gold = clean(answer_text), clean(str(gold_text))
+    ans, gold = clean(answer_text), _clean_gold(str(gold_text))
     if not ans.text:
         return False, "empty final answer"
     if ans.percent and not gold.percent:

@@ -70,6 +70,7 @@ def is_label(s: str) -> bool:
     return _LABEL.fullmatch(s.strip()) is not None
 
 
+@lru_cache(maxsize=4096)  # golds recur (one per group); answers are at most MAX_ANSWER_CHARS
 def parse_form(s: str) -> Form:
     """The shape of a cleaned answer (module docstring)."""
     s = s.strip()
