@@ -231,7 +231,9 @@ class SymbolicWorker:
             if self._proc is None:
                 self._start()
             try:
-                request = {"answer": answer, "gold": gold, "tol": tol, "mode": mode}
+                request = {"answer": answer, "gold": gold, "tol": tol}
+                if mode != "equal":
+                    request["mode"] = mode
                 self._proc.stdin.write(json.dumps(request) + "\n")
                 self._proc.stdin.flush()
             except BrokenPipeError:
