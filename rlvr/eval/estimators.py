@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from rlvr.rewards.answer import after_thinking, final_answers
-from rlvr.rewards.mathnorm import clean, exact_value
+from rlvr.rewards.mathforms import answer_key
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -38,18 +38,16 @@ def stated_answer(completion: str) -> str | None:
     if after_thinking(completion) is None:
         return None
     cands = final_answers(completion)
-    if not cands or len({clean(c).text for c in cands}) > 1:
+    if not cands or len({answer_key(c) for c in cands}) > 1:
         return None
     return cands[0]
 
 
 def vote_key(answer: str) -> str:
-    """What two answers must share to vote together: an exact number's value, else the cleaned text
-    with whitespace removed. A percent sign is kept ("50%" and "50" differ, as for the verifier)."""
-    norm = clean(answer)
-    value = exact_value(norm.text)
-    key = str(value) if value is not None else re.sub(r"\s+", "", norm.text)
-    return key + "%" if norm.percent else key
+    """What two answers must share to vote together: the verifier's own test for one answer stated
+    twice (rlvr.rewards.mathforms.answer_key): an exact number's value, else the cleaned text with
+    whitespace removed, a label dropped. A percent sign is kept ("50%" and "50" differ)."""
+    return answer_key(answer)
 
 
 def majority_vote(answers: list[str | None]) -> str | None:

@@ -1,15 +1,25 @@
-"""Find the one final answer in a completion: `Answer: ...`, `\\boxed{...}` or `<answer>...</answer>`."""
+"""Find the one final answer in a completion: `Answer: ...`, `\\boxed{...}` or `<answer>...</answer>`.
+
+An answer line may be dressed as benchmarks and chat models write it: `**Answer:** 100`,
+`Answer: **100**`, `Final Answer: \\boxed{100}`, or Minerva's (lm-eval's) `Final Answer: The final
+answer is $100$. I hope it is correct.`; the dressing is removed, so that a box and a line stating the
+same value are one answer. Every scan here is linear in the completion's length (issue 27, item 9).
+"""
 from __future__ import annotations
 
 import re
 
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
-_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t]*:[ \t]*(.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+# `[^\n]*` to the end of the line, stripped afterwards: the former `(.*?)[ \t]*$` retried the
+# trailing-blank match at every character, quadratic in a long run of blanks.
+_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*:([^\n]*)", re.IGNORECASE)
+_FRAMING = re.compile(r"(?:the\s+)?(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
+_HOPE = "i hope it is correct"
 
 
-def boxed_contents(text: str) -> list[str]:
-    """Contents of every \\boxed{...}, with nested braces balanced; an unclosed box is skipped."""
+def _box_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every closed \\boxed{...}, nested braces balanced; an unclosed box is skipped."""
     found, start = [], 0
     while (i := text.find("\\boxed{", start)) != -1:
         depth, j = 1, i + len("\\boxed{")
@@ -17,9 +27,14 @@ def boxed_contents(text: str) -> list[str]:
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             j += 1
         if depth == 0:
-            found.append(text[i + len("\\boxed{"):j - 1])
+            found.append((i, j))
         start = j
     return found
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every \\boxed{...}, with nested braces balanced; an unclosed box is skipped."""
+    return [text[i + len("\\boxed{"):j - 1] for i, j in _box_spans(text)]
 
 
 def answer_tags(text: str) -> list[str]:
@@ -38,20 +53,35 @@ def answer_tags(text: str) -> list[str]:
 
 
 def after_thinking(text: str) -> str | None:
-    """The text after the last </think>; None when a <think> is left open."""
-    if "</think>" in text:
-        return text.rsplit("</think>", 1)[1]
-    if "<think>" in text:
-        return None
-    return text
+    """The text after the last </think>; None when a <think> is left open, including one opened
+    after the last </think> (`<think>a</think><think>... Answer: 42`, issue 27 item 11)."""
+    body = text.rsplit("</think>", 1)[1] if "</think>" in text else text
+    return None if "<think>" in body else body
+
+
+def line_answer(content: str) -> str:
+    """What an answer line states, without markdown emphasis, Minerva's framing, `$...$` or a box
+    that holds all of it."""
+    s = content.strip().strip("*_").strip()
+    if s.lower().rstrip(".").endswith(_HOPE):
+        s = s.rstrip(".")[:-len(_HOPE)].rstrip()
+    if m := _FRAMING.match(s):
+        s = s[m.end():]
+    s = s.strip().removesuffix(".").strip().strip("$").strip().strip("*_").strip()
+    spans = _box_spans(s)
+    if spans and all(not s[a:b].strip() for a, b in zip([0] + [j for _, j in spans], [i for i, _ in spans] + [len(s)])):
+        # only boxes on the line: they are counted as boxes
+        return s[spans[0][0] + len("\\boxed{"):spans[0][1] - 1].strip() if len(spans) == 1 else ""
+    return s
 
 
 def final_answers(text: str) -> list[str]:
-    """Every final-answer candidate after the reasoning, in the three accepted forms."""
+    """Every final-answer candidate after the reasoning, in the three accepted forms; an answer
+    line with nothing on it (`**Final Answer:**` above a box) states none."""
     body = after_thinking(text)
     if body is None:
         return []
-    cands = [m.group(1) for m in _ANSWER_LINE.finditer(body)]
+    cands = [line_answer(m.group(1)) for m in _ANSWER_LINE.finditer(body)]
     cands += answer_tags(body)
     cands += boxed_contents(body)
-    return [c.strip() for c in cands]
+    return [c.strip() for c in cands if c.strip()]

@@ -5,33 +5,49 @@ import re
 
 from rlvr.rewards.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
+from rlvr.rewards.mathforms import answer_key
 from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
 
 STYLES = ("answer_line", "boxed", "tag", "any")
-_ENDS = {
-    "answer_line": re.compile(r"(?im)^[ \t]*answer[ \t]*:[^\n]*\S[^\n]*\s*\Z"),
-    "boxed": re.compile(r"\\boxed\{.*\}[\s.$]*\Z", re.DOTALL),
-    "tag": re.compile(r"<answer>.*?</answer>\s*\Z", re.DOTALL),
-}
+_ANSWER_LINE_START = re.compile(r"[ \t]*[*_]*(?:final[ \t]+)?answer[ \t*_]*:", re.IGNORECASE)
+
+
+def ends_with_answer(body: str, style: str) -> bool:
+    """Does `body` end (blanks, and for a box a full stop or `$`, aside) with its final answer in
+    `style`? String operations on the tail, linear in the body: the former end-anchored regexes
+    (`[^\\n]*\\S[^\\n]*\\s*\\Z`, `\\\\boxed\\{.*\\}[\\s.$]*\\Z`) retried from every line or box, quadratic
+    in an adversarial completion (issue 27, item 9)."""
+    if style == "answer_line":
+        last = body.rstrip().rpartition("\n")[2]
+        m = _ANSWER_LINE_START.match(last)
+        return m is not None and bool(last[m.end():].strip())
+    if style == "boxed":
+        end = len(body)
+        while end and (body[end - 1].isspace() or body[end - 1] in ".$"):
+            end -= 1
+        return body[:end].endswith("}") and "\\boxed{" in body[:end - 1]
+    tail = body.rstrip()
+    return tail.endswith("</answer>") and "<answer>" in tail[:-len("</answer>")]
 
 
 def format_check(completion: str, style: str = "answer_line") -> Verdict:
-    """1.0 when the reasoning is closed, there is exactly one final answer, it is a single value,
-    and (unless style is 'any') the completion ends with it in the given form."""
+    """1.0 when the reasoning is closed, there is exactly one final answer (the same value stated
+    twice, say boxed and on an answer line, is one), it is a single value, and (unless style is
+    'any') the completion ends with it in the given form."""
     body = after_thinking(completion)
     if body is None:
         return Verdict(0.0, "unclosed <think>")
     if completion.count("<think>") > completion.count("</think>"):
         return Verdict(0.0, "unbalanced <think> tags")
     cands = final_answers(completion)
-    if len(cands) != 1:
+    if len({answer_key(c) for c in cands}) != 1:
         return Verdict(0.0, f"{len(cands)} final answers, expected one")
     value = clean(cands[0]).text
     if not value or len(value) > MAX_ANSWER_CHARS:
         return Verdict(0.0, "empty or overlong final answer", cands[0][:40])
     if looks_like_several(value) or has_plus_minus(value):
         return Verdict(0.0, "several candidates in the final answer", cands[0][:40])
-    if style != "any" and not _ENDS[style].search(body):
+    if style != "any" and not ends_with_answer(body, style):
         return Verdict(0.0, f"does not end with the final answer as {style}", cands[0][:40])
     return Verdict(1.0, "well formed", cands[0][:40])
 

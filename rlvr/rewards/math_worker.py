@@ -25,7 +25,7 @@ _COMMANDS = {r"\pi": " pi ", r"\cdot": "*", r"\times": "*", r"\div": "/", r"\inf
              r"\ln": " log", r"\log": " log", r"\sin": " sin", r"\cos": " cos", r"\tan": " tan",
              r"\exp": " exp"}
 _ALLOWED = re.compile(r"^[0-9a-zA-Z\s+\-*/^().,\[\]!]*$")
-_NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "exp", "sqrt", "e", "i"}
+_NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "exp", "sqrt", "e", "i", "binomial", "factorial"}
 
 
 def _group(s: str, i: int) -> tuple[str, int]:
@@ -44,14 +44,45 @@ def _group(s: str, i: int) -> tuple[str, int]:
     raise ValueError("unbalanced braces")
 
 
+def _log_argument(s: str, i: int) -> tuple[str, int]:
+    """The argument of `\\log_b`: a brace or parenthesis group, else a run of digits or one letter."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "(":
+        depth = 0
+        for j in range(i, len(s)):
+            depth += {"(": 1, ")": -1}.get(s[j], 0)
+            if depth == 0:
+                return s[i + 1:j], j + 1
+        raise ValueError("unbalanced parentheses")
+    if i < len(s) and s[i].isdigit():
+        j = i
+        while j < len(s) and (s[j].isdigit() or s[j] == "."):
+            j += 1
+        return s[i:j], j
+    return _group(s, i)
+
+
 def _structure(s: str) -> str:
-    """\\frac{a}{b} -> ((a)/(b)), \\sqrt{a} -> sqrt(a), \\sqrt[n]{a} -> ((a)**(1/(n))), recursively."""
+    """\\frac{a}{b} -> ((a)/(b)), \\sqrt{a} -> sqrt(a), \\sqrt[n]{a} -> ((a)**(1/(n))),
+    \\binom{n}{k} -> binomial(n, k), \\log_b x -> log(x, b), recursively."""
     out, i = [], 0
     while i < len(s):
-        if s.startswith("\\frac", i):
-            a, i = _group(s, i + 5)
+        j = s.find("\\", i)  # only a command can need rewriting: copy up to the next one
+        out.append(s[i:] if j == -1 else s[i:j])
+        if j == -1:
+            break
+        i = j
+        if s.startswith("\\frac", i) or s.startswith("\\binom", i):
+            name = "frac" if s.startswith("\\frac", i) else "binom"
+            a, i = _group(s, i + len(name) + 1)
             b, i = _group(s, i)
-            out.append(f"(({_structure(a)})/({_structure(b)}))")
+            a, b = _structure(a), _structure(b)
+            out.append(f"(({a})/({b}))" if name == "frac" else f"binomial(({a}),({b}))")
+        elif s.startswith("\\log_", i):
+            base, i = _group(s, i + 5)
+            arg, i = _log_argument(s, i)
+            out.append(f"log(({_structure(arg)}),({_structure(base)}))")
         elif s.startswith("\\sqrt", i):
             i += 5
             if i < len(s) and s[i] == "[":
@@ -69,7 +100,11 @@ def _structure(s: str) -> str:
 
 def latex_to_text(s: str) -> str:
     """A whitelisted rewrite of LaTeX into sympy syntax; anything unknown is refused."""
-    s = _structure(s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac"))
+    for short in ("\\dfrac", "\\tfrac"):
+        s = s.replace(short, "\\frac")
+    for short in ("\\dbinom", "\\tbinom"):
+        s = s.replace(short, "\\binom")
+    s = _structure(s)
     for cmd in sorted(_COMMANDS, key=len, reverse=True):
         s = s.replace(cmd, _COMMANDS[cmd])
     s = s.replace("{", "(").replace("}", ")").replace("^", "**")
@@ -88,7 +123,8 @@ def _parse(text: str):
 
     text = latex_to_text(text)
     names = {"pi": sympy.pi, "oo": sympy.oo, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos,
-             "tan": sympy.tan, "exp": sympy.exp, "sqrt": sympy.sqrt, "e": sympy.E, "i": sympy.I}
+             "tan": sympy.tan, "exp": sympy.exp, "sqrt": sympy.sqrt, "e": sympy.E, "i": sympy.I,
+             "binomial": sympy.binomial, "factorial": sympy.factorial}
     for letter in set(re.findall(r"\b[a-zA-Z]\b", text)) - set(names):
         names[letter] = sympy.Symbol(letter)
     transformations = standard_transformations + (implicit_multiplication_application,)
@@ -97,12 +133,21 @@ def _parse(text: str):
                       transformations=transformations)
 
 
-def compare(answer: str, gold: str, tol: str | None) -> tuple[bool, str]:
+def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tuple[bool, str]:
+    """mode "equal": answer == gold (to `tol` when given). mode "proportional": answer is a nonzero
+    constant multiple of gold, both nonzero: how the sides' differences of equivalent equations
+    relate (x - 2y = 1 and 2x - 4y - 2 = 0)."""
     import sympy
 
     a, g = _parse(answer), _parse(gold)
     if a.has(sympy.oo, sympy.zoo, sympy.nan) != g.has(sympy.oo, sympy.zoo, sympy.nan):
         return False, "not equivalent"
+    if mode == "proportional":
+        if sympy.simplify(a) == 0 or sympy.simplify(g) == 0:
+            return False, "a trivial equation"
+        ratio = sympy.simplify(a / g)
+        equal = not ratio.free_symbols and ratio.is_finite and ratio != 0
+        return bool(equal), "equivalent equations" if equal else "not equivalent equations"
     if sympy.simplify(a - g) == 0:
         return True, "equivalent"
     if tol is not None and not a.free_symbols and not g.free_symbols:
@@ -119,7 +164,7 @@ def serve() -> None:
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            equal, reason = compare(req["answer"], req["gold"], req.get("tol"))
+            equal, reason = compare(req["answer"], req["gold"], req.get("tol"), req.get("mode", "equal"))
         except MemoryError:
             equal, reason = False, "memory limit while parsing"
         except Exception as e:  # any parse failure means "not an answer we accept"
@@ -173,23 +218,32 @@ class SymbolicWorker:
             self._proc = None
             self.restarts += 1
 
-    def compare(self, answer: str, gold: str, tol: str | None = None) -> tuple[bool, str]:
+    def compare(self, answer: str, gold: str, tol: str | None = None, mode: str = "equal",
+                timeout_s: float | None = None) -> tuple[bool, str]:
+        """One comparison with `timeout_s` (at most the worker's own limit) of wall clock; a caller
+        that makes several for one answer passes what is left of that answer's budget (issue 27)."""
+        limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
+        if limit <= 0:
+            return False, "time budget for this answer spent"
         with self._lock:
             if self._proc is not None and self._proc.poll() is not None:  # died since the last answer
                 self._kill()
             if self._proc is None:
                 self._start()
             try:
-                self._proc.stdin.write(json.dumps({"answer": answer, "gold": gold, "tol": tol}) + "\n")
+                request = {"answer": answer, "gold": gold, "tol": tol}
+                if mode != "equal":
+                    request["mode"] = mode
+                self._proc.stdin.write(json.dumps(request) + "\n")
                 self._proc.stdin.flush()
             except BrokenPipeError:
                 self._kill()
                 return False, "checker crashed"
-            line = self._readline(self.timeout_s)
+            line = self._readline(limit)
             if line is None:
                 crashed = self._proc.poll() is not None
                 self._kill()
-                return False, "checker crashed" if crashed else f"timed out after {self.timeout_s:g}s"
+                return False, "checker crashed" if crashed else f"timed out after {limit:g}s"
             reply = json.loads(line)
             return reply["equal"], reply["reason"]
 

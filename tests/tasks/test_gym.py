@@ -55,8 +55,9 @@ def test_no_partial_credit_unlike_reasoning_gym():
 
 
 def test_note_when_gold_answers_do_not_fit_the_maths_checker():
-    s = build_splits(TaskConfig(name="reasoning_gym:number_sorting", heldout_size=5, ood_size=0, train_size=10))
-    assert any("number_sorting" in n and "do not score 1" in n for n in s.notes)
+    # a matrix over several lines does not fit on one answer line
+    s = build_splits(TaskConfig(name="reasoning_gym:rotate_matrix", heldout_size=5, ood_size=0, train_size=10))
+    assert any("rotate_matrix" in n and "do not score 1" in n for n in s.notes)
 
 
 def test_template_asking_for_the_answer_line_replaces_the_suffix():

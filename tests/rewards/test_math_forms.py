@@ -1,0 +1,139 @@
+"""Answer forms the maths checker compares by value (issue 30): each form right and wrong, and the
+hedges that must still score 0 whatever form they take."""
+import pytest
+
+from rlvr.rewards import format_reward, math_accuracy
+from rlvr.rewards.answer import final_answers, line_answer
+from rlvr.rewards.math import check_answer
+from rlvr.rewards.mathforms import answer_key, as_interval, parse_form
+
+# (form, completion, gold, score): for each form a right answer (1) and a near wrong one (0)
+FORMS = [
+    ("ordered-list", "\\boxed{-2,1}", "-2,1", 1), ("list-any-order", "\\boxed{1, -2}", "-2, 1", 1),
+    ("list-wrong-element", "\\boxed{-2, 3}", "-2, 1", 0), ("list-extra-element", "\\boxed{-2, 1, 1}", "-2, 1", 0),
+    ("triple", "\\boxed{(6, 31, -1)}", "(6,31,-1)", 1), ("triple-reordered", "\\boxed{(31,6,-1)}", "(6,31,-1)", 0),
+    ("pair-of-fractions", "\\boxed{\\left(\\frac{1}{2}, 3\\right)}", "(0.5,3)", 1),
+    ("set-for-list", "\\boxed{\\{1, 2\\}}", "1, 2", 1), ("tuple-for-list", "\\boxed{(1, 2)}", "1, 2", 0),
+    ("set-of-pairs", "\\boxed{\\{(3,4), (1,2)\\}}", "(1,2),(3,4)", 1),
+    ("set-of-pairs-swapped", "\\boxed{\\{(4,3), (1,2)\\}}", "(1,2),(3,4)", 0),
+    ("union", "\\boxed{(12,102) \\cup (2,12)}", "(2,12) \\cup (12,102)", 1),
+    ("union-bracket", "\\boxed{(2,12] \\cup (12,102)}", "(2,12) \\cup (12,102)", 0),
+    ("union-point", "\\boxed{\\{-1\\} \\cup [0,7)}", "\\{-1\\} \\cup [0,7)", 1),
+    ("union-part-missing", "\\boxed{[0,7)}", "\\{-1\\} \\cup [0,7)", 0),
+    ("interval-infinity", "\\boxed{(-\\infty, 3)}", "(-\\infty,3)", 1), ("interval-closed", "\\boxed{(-\\infty, 3]}", "(-\\infty,3)", 0),
+    ("labelled-interval", "\\boxed{x \\in [2, 5)}", "[2,5)", 1),
+    ("labelled-pair", "\\boxed{(p,q)=(3,2)}", "(3,2)", 1), ("labelled-pair-swapped", "\\boxed{(p,q)=(2,3)}", "(3,2)", 0),
+    ("labelled-function", "\\boxed{f(x)=1}", "1", 1), ("labelled-function-wrong", "\\boxed{f(x)=2}", "1", 0),
+    ("bare-for-labelled-gold", "\\boxed{5}", "x=5", 1), ("labelled-gold-wrong", "\\boxed{x=4}", "x=5", 0),
+    ("same-equation", "\\boxed{f(y) = y}", "f(y) = y", 1), ("other-equation", "\\boxed{f(y)=2y}", "f(y) = y", 0),
+    ("equivalent-plane", "\\boxed{2x-4y+2z-2=0}", "x - 2y + z - 1 = 0", 1),
+    ("parallel-plane", "\\boxed{x-2y+z+1=0}", "x - 2y + z - 1 = 0", 0),
+    ("same-line-rearranged", "\\boxed{y = 3 + 2x}", "y=2x+3", 1), ("other-line", "\\boxed{y=2x-3}", "y=2x+3", 0),
+    ("ellipse-scaled", "\\boxed{\\frac{x^2}{4}+\\frac{y^2}{9}=1}", "9x^2+4y^2=36", 1),
+    ("inequality", "\\boxed{5 < x}", "x>5", 1), ("inequality-not-strict", "\\boxed{x \\ge 5}", "x > 5", 0),
+    ("inequality-as-interval", "\\boxed{-2 < x \\le 3}", "(-2,3]", 1), ("inequality-interval-end", "\\boxed{-2 \\le x < 3}", "(-2,3]", 0),
+    ("interval-as-inequality", "\\boxed{[2, \\infty)}", "x \\ge 2", 1), ("interval-as-inequality-open", "\\boxed{(2, \\infty)}", "x \\ge 2", 0),
+    ("percent-word", "\\boxed{50 \\text{ percent}}", "50\\%", 1), ("pct", "Answer: 12 pct", "12\\%", 1),
+    ("percent-wrong", "\\boxed{40\\%}", "50\\%", 0), ("fraction-for-percent", "\\boxed{0.5}", "50\\%", 1),
+    ("unit-stripped", "\\boxed{12 \\text{ cm}}", "12", 1), ("unit-squared", "\\boxed{12\\text{cm}^2}", "12", 1),
+    ("unit-word", "Answer: 18 dollars", "18", 1), ("unit-wrong-value", "\\boxed{13 \\text{ cm}}", "12", 0),
+    ("unit-other-than-gold", "\\boxed{12 \\text{ m}}", "12 \\text{ cm}", 0), ("unit-as-gold", "\\boxed{12\\text{ cm}}", "12 \\text{cm}", 1),
+    ("degrees", "\\boxed{90^\\circ}", "90", 1), ("degrees-in-gold", "\\boxed{90}", "90^{\\circ}", 1),
+    ("degrees-wrong", "\\boxed{45^\\circ}", "90^\\circ", 0),
+    ("currency", "\\boxed{\\$18.90}", "18.9", 1), ("currency-gold", "\\boxed{18.90}", "\\$18.90", 1),
+    ("currency-wrong", "\\boxed{\\$18.99}", "18.90", 0),
+    ("log", "\\boxed{\\log_2 8}", "3", 1), ("log-wrong", "\\boxed{\\log_2 16}", "3", 0),
+    ("binomial", "\\boxed{\\dbinom{5}{2}}", "10", 1), ("binomial-wrong", "\\boxed{\\binom{6}{2}}", "10", 0),
+    ("factorial", "\\boxed{5!}", "120", 1), ("factorial-wrong", "\\boxed{4!}", "120", 0),
+    ("matrix", "\\boxed{\\begin{bmatrix} 1 & 2 \\\\ 3 & 4 \\end{bmatrix}}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", 1),
+    ("matrix-entries", "\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 4 & 3 \\end{pmatrix}}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", 0),
+    ("vector", "\\boxed{\\begin{pmatrix} 1/2 \\\\ -3 \\end{pmatrix}}", "\\begin{pmatrix} \\frac{1}{2} \\\\ -3 \\end{pmatrix}", 1),
+    ("vector-transposed", "\\boxed{\\begin{pmatrix} 1 & 2 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", 0),
+    ("determinant-is-not-matrix", "\\boxed{\\begin{vmatrix} 1 & 2 \\\\ 3 & 4 \\end{vmatrix}}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", 0),
+    ("text-case", "\\boxed{\\text{No}}", "\\text{no}", 1), ("text-other", "\\boxed{yes}", "no", 0),
+    ("choice-letter", "\\boxed{C}", "\\text{(C)}", 1), ("choice-other", "\\boxed{(B)}", "\\text{(C)}", 0),
+    ("variable-case-matters", "\\boxed{X}", "x", 0),
+    ("thousands-latex", "\\boxed{10{,}000}", "10000", 1), ("thousands-spaced", "\\boxed{32, 349}", "32349", 0),
+    ("thousands-short-group", "\\boxed{32,34}", "3234", 0),
+    ("fraction-within-rounded-gold", "\\boxed{\\frac{1}{3}}", "0.333", 1), ("coarse-decimal", "\\boxed{0.33}", "0.333", 0),
+]
+
+MINERVA = "Final Answer: The final answer is ${}$. I hope it is correct."
+LINES = [
+    ("minerva", MINERVA.format("100"), "100", 1), ("minerva-wrong", MINERVA.format("101"), "100", 0),
+    ("minerva-and-box", "So $\\boxed{100}$.\n" + MINERVA.format("100"), "100", 1),
+    ("minerva-and-other-box", "So $\\boxed{99}$.\n" + MINERVA.format("100"), "100", 0),
+    ("final-answer-box", "Final Answer: \\boxed{100}", "100", 1), ("bold-final-answer-box", "**Final Answer:** \\boxed{100}", "100", 1),
+    ("bold-heading-then-box", "**Final Answer**\n\n$\\boxed{100}$", "100", 1),
+    ("bold-label", "**Answer:** 100", "100", 1), ("bold-value", "Answer: **100**", "100", 1),
+    ("bold-label-wrong", "**Answer:** 101", "100", 0), ("bold-value-wrong", "Answer: **101**", "100", 0),
+    ("same-value-two-spellings", "\\boxed{0.5}\nAnswer: 1/2", "1/2", 1),
+    ("label-and-value", "\\boxed{x = 5}\nAnswer: 5", "5", 1),
+]
+
+# hedges and near misses in the new forms: all 0
+RED_TEAM = [
+    ("boxes-or", "\\boxed{3} or \\boxed{5}", "3"), ("line-of-boxes-or", "Answer: \\boxed{3} or \\boxed{5}", "3"),
+    ("final-answer-two-boxes", "Final Answer: \\boxed{100} \\boxed{101}", "100"),
+    ("minerva-or", MINERVA.format("3$ or $5"), "3"), ("equation-not-label", "\\boxed{5=3}", "3"),
+    ("true-equation", "\\boxed{3=3}", "3"), ("chain", "\\boxed{x = 5 = 3}", "3"), ("two-labels", "\\boxed{x=3, y=5}", "3"),
+    ("labelled-list", "\\boxed{x = 3, 5}", "3"), ("labelled-set", "\\boxed{x \\in \\{3, 5\\}}", "3"),
+    ("list-for-value", "\\boxed{3, 5}", "3"), ("list-same-value-twice", "\\boxed{3, 3}", "3"),
+    ("union-for-value", "\\boxed{\\{3\\} \\cup \\{5\\}}", "3"), ("tuple-for-value", "\\boxed{(3, 5)}", "3"),
+    ("inequality-for-value", "\\boxed{x > 2}", "3"), ("inequality-for-equation", "\\boxed{y > 2x + 3}", "y = 2x + 3"),
+    ("trivial-equation", "\\boxed{0=0}", "x - 2y + z - 1 = 0"), ("identity-equation", "\\boxed{x = x}", "x = 5"),
+    ("or-in-unit", "\\boxed{12 \\text{ or 13}}", "12"), ("and-in-unit", "\\boxed{12 \\text{ cm and 13 cm}}", "12"),
+    ("or-in-text", "\\boxed{3 \\text{ or } 5}", "3"), ("spaced-digits", "\\boxed{3 2 3 4 9}", "32349"),
+    ("percent-for-plain-gold", "\\boxed{50\\%}", "50"), ("percent-word-for-plain-gold", "\\boxed{50 \\text{ percent}}", "0.5"),
+    ("plus-minus-list", "\\boxed{\\pm 3, 5}", "3"), ("matrix-cell-hedge", "\\boxed{\\begin{pmatrix} 3 \\text{ or } 4 \\end{pmatrix}}",
+                                                       "\\begin{pmatrix} 3 \\end{pmatrix}"),
+    ("variable-times-value", "\\boxed{12 x}", "12"), ("case-of-a-variable", "\\boxed{X}", "x"),
+    ("think-reopened", "<think>a</think><think>Answer: 42", "42"),
+]
+
+
+@pytest.mark.parametrize("text, gold, score", [c[1:] for c in FORMS + LINES], ids=[c[0] for c in FORMS + LINES])
+def test_form(text, gold, score):
+    assert math_accuracy([text], answer=[gold]) == [float(score)]
+
+
+@pytest.mark.parametrize("text, gold", [c[1:] for c in RED_TEAM], ids=[c[0] for c in RED_TEAM])
+def test_red_team_scores_zero(text, gold):
+    assert math_accuracy([text], answer=[gold]) == [0.0]
+
+
+def test_answer_lines_lose_their_dressing():
+    assert line_answer(" The final answer is $\\frac{2}{3}$. I hope it is correct.") == "\\frac{2}{3}"
+    assert line_answer("** $\\boxed{7}$") == "7"
+    assert line_answer(" \\boxed{3} or \\boxed{5}") == "\\boxed{3} or \\boxed{5}"
+    assert line_answer(" \\boxed{3}\\boxed{5}") == ""  # the boxes speak for themselves
+    assert final_answers("**Final Answer:**\n\\boxed{100}") == ["100"]
+    assert final_answers("Answer: **100**\n\\boxed{100}") == ["100", "100"]
+
+
+def test_one_answer_stated_twice_is_one_for_the_format_reward_too():
+    assert format_reward(["\\boxed{12}\nFinal Answer: 12"]) == [1.0]
+    assert format_reward(["\\boxed{12}\n**Answer:** 13"]) == [0.0]
+
+
+def test_answer_keys():
+    assert [answer_key(a) for a in ("x = 5", "5.0", "\\frac{10}{2}", "1,000", "50\\%", "2x + 1", "9 1 6")] == \
+        ["5", "5", "5", "1000", "50%", "2x+1", "9 1 6"]
+    assert answer_key("32, 349") != answer_key("32349")
+
+
+def test_forms_and_intervals():
+    assert parse_form("(6,31,-1)").kind == "tuple" and parse_form("1,000").kind == "value"
+    assert parse_form("x = 5 = 3").kind == "chain" and parse_form("5=3").kind == "equation"
+    assert parse_form("\\{-1\\} \\cup [0,7)").kind == "union"
+    assert as_interval(parse_form("x > 5")).parts == ("5", "\\infty")
+    assert as_interval(parse_form("3 \\ge x > -2")).brackets == "(]"
+    assert as_interval(parse_form("x < y < z")).parts == ("x", "z")
+    assert as_interval(parse_form("x < 2 > y")) is None
+
+
+def test_reasons_name_the_form():
+    assert check_answer("(1, 2)", "1, 2") == (False, "a tuple for a gold list")
+    assert check_answer("12 \\text{ m}", "12 \\text{ cm}") == (False, "unit m for a gold in cm")
+    assert check_answer("x > 5", "5") == (False, "an inequality, not a value")
+    assert check_answer("\\{3\\} \\cup \\{5\\}", "3") == (False, "a set or interval for a single gold value")

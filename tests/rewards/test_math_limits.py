@@ -1,0 +1,77 @@
+"""Round 3 against the maths checker (issue 27, items 7, 9 and 11): one time budget per answer
+however many pieces it has, linear-time extraction on adversarial completions, and a <think>
+opened after the last </think> left open."""
+from rlvr.eval.estimators import stated_answer
+from rlvr.rewards import format_reward, make_format_reward, math_accuracy
+from rlvr.rewards.math_worker import shared_worker
+
+TOWER = "5^{5^{5^{5^5}}}"  # the symbolic worker times out on it (or runs out of memory)
+
+
+# ---- item 7: a set-valued gold multiplied the worker's time limit by its elements ------------------
+
+def test_a_set_answer_spends_one_time_budget_not_one_per_element():
+    gold = "\\{" + ", ".join(str(k) for k in range(1, 11)) + "\\}"
+    answer = "\\{" + ", ".join([TOWER] + [str(k) for k in range(2, 11)]) + "\\}"
+    worker = shared_worker()
+    worker.compare("1", "1")  # started outside the count
+    before = worker.restarts
+    v = math_accuracy.verdict(f"\\boxed{{{answer}}}", gold)
+    # Before the fix the tower was tried against each of the 10 gold elements, 2 s and one worker
+    # restart each (20 s); now the exact matches pair off first and the one symbolic comparison
+    # left spends the answer's whole budget.
+    assert worker.restarts - before <= 1  # before the fix: 10
+    assert v.score == 0.0 and v.reason.startswith("element 5^{5^{5^{5^5}}} is not in the gold"), v
+
+
+def test_a_matrix_of_towers_stops_at_the_first_spent_budget():
+    cells = " & ".join([TOWER] * 4)
+    worker = shared_worker()
+    worker.compare("1", "1")
+    before = worker.restarts
+    v = math_accuracy.verdict(f"\\boxed{{\\begin{{pmatrix}} {cells} \\end{{pmatrix}}}}",
+                              "\\begin{pmatrix} 1 & 2 & 3 & 4 \\end{pmatrix}")
+    assert v.score == 0.0 and worker.restarts - before <= 1, v
+
+
+# ---- item 9: answer-line and format checks were quadratic in some 80 kB completions ---------------
+# (Their time is printed by bench/math_checks.py; here, that the verdicts are right.)
+
+BLANKS = " " * 80_000
+
+
+def test_a_long_blank_run_on_the_answer_line():
+    text = "\\boxed{42}\nAnswer: 42" + BLANKS + "."  # the former `(.*?)[ \t]*$`: ~40 s
+    assert math_accuracy([text], answer=["42"]) == [1.0]
+    assert format_reward([text]) == [1.0]
+    v = math_accuracy.verdict("Answer: 1" + BLANKS + ",x", "1")
+    assert (v.score, v.reason) == (0.0, "final answer longer than 300 characters")
+
+
+def test_many_boxes_and_tags_not_at_the_end():
+    boxes = ("\\boxed{42}" + "x" * 10) * 4000  # 80 kB: the end checks, now string operations, still right
+    assert math_accuracy([boxes], answer=["42"]) == [1.0]
+    v = make_format_reward("boxed").verdict(boxes)
+    assert (v.score, v.reason) == (0.0, "does not end with the final answer as boxed")
+    assert make_format_reward("boxed").verdict(boxes + "} .$").score == 1.0
+    tags = "<answer>42</answer>x" * 4000
+    v = make_format_reward("tag").verdict(tags)
+    assert (v.score, v.reason) == (0.0, "does not end with the final answer as tag")
+    assert make_format_reward("tag").verdict(tags[:-1] + "\n").score == 1.0
+
+
+def test_many_answer_lines_ending_in_blanks():
+    lines = ("Answer: 7" + " " * 40 + "8\n") * 1600  # 80 kB of answer lines: "7 8", several numbers
+    v = math_accuracy.verdict(lines, "7")
+    assert v.score == 0.0 and v.reason.startswith("a list of candidates"), v
+    assert format_reward([lines + "Answer: 8"]) == [0.0]
+
+
+# ---- item 11: a second <think> after the last </think> -------------------------------------------
+
+def test_a_think_opened_after_the_last_close_is_unclosed():
+    text = "<think>a</think><think>so it is 42. Answer: 42"
+    assert math_accuracy.verdict(text, "42") == math_accuracy.verdict("<think>Answer: 42", "42")
+    assert math_accuracy.verdict(text, "42").reason == "unclosed <think>"
+    assert format_reward([text]) == [0.0] and stated_answer(text) is None
+    assert math_accuracy(["<think>a</think><think>b</think> Answer: 42"], answer=["42"]) == [1.0]
