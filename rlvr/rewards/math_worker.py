@@ -28,33 +28,35 @@ _ALLOWED = re.compile(r"^[0-9a-zA-Z\s+\-*/^().,\[\]!]*$")
 _NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "exp", "sqrt", "e", "i", "binomial", "factorial"}
 
 
-def _group(s: str, i: int) -> tuple[str, int]:
-    """The brace group (or single character) starting at s[i], and the index after it."""
-    while i < len(s) and s[i] == " ":
-        i += 1
-    if i >= len(s):
-        raise ValueError("missing argument")
-    if s[i] != "{":
-        return s[i], i + 1
+def _enclosed(s: str, i: int, opener: str, closer: str) -> tuple[str, int]:
+    """The balanced group s[i] == opener .. its closer: (its inside, the index after it)."""
     depth = 0
     for j in range(i, len(s)):
-        depth += {"{": 1, "}": -1}.get(s[j], 0)
+        depth += {opener: 1, closer: -1}.get(s[j], 0)
         if depth == 0:
             return s[i + 1:j], j + 1
-    raise ValueError("unbalanced braces")
+    raise ValueError(f"unbalanced {opener}{closer}")
+
+
+def _skip_spaces(s: str, i: int) -> int:
+    while i < len(s) and s[i] == " ":
+        i += 1
+    return i
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """The brace group (or single character) starting at s[i], and the index after it."""
+    i = _skip_spaces(s, i)
+    if i >= len(s):
+        raise ValueError("missing argument")
+    return (s[i], i + 1) if s[i] != "{" else _enclosed(s, i, "{", "}")
 
 
 def _log_argument(s: str, i: int) -> tuple[str, int]:
     """The argument of `\\log_b`: a brace or parenthesis group, else a run of digits or one letter."""
-    while i < len(s) and s[i] == " ":
-        i += 1
+    i = _skip_spaces(s, i)
     if i < len(s) and s[i] == "(":
-        depth = 0
-        for j in range(i, len(s)):
-            depth += {"(": 1, ")": -1}.get(s[j], 0)
-            if depth == 0:
-                return s[i + 1:j], j + 1
-        raise ValueError("unbalanced parentheses")
+        return _enclosed(s, i, "(", ")")
     if i < len(s) and s[i].isdigit():
         j = i
         while j < len(s) and (s[j].isdigit() or s[j] == "."):
