@@ -16,19 +16,25 @@ import re
 _ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*:([^\n]*)", re.IGNORECASE)
 _FRAMING = re.compile(r"(?:the\s+)?(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
 _HOPE = "i hope it is correct"
+# What may stand between the boxes of a gold written as several (`\boxed{1} and \boxed{-2}`):
+# separators and math delimiters only; any other word (`\boxed{1} no no \boxed{2}`) keeps the gold as is.
+_BRACE = re.compile(r"[{}]")
+_PLAIN_LINE = re.compile(r"[\d.,+\-/ ]*")
+_CLOSE = str.maketrans("([", ")]")
+_GOLD_GLUE = re.compile(r"(?:[\s,;.$]|\\[()\[\]]|\\quad|\\text\{\s*and\s*\}|\band\b)*")
 
 
 def _box_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of every closed \\boxed{...}, nested braces balanced; an unclosed box is skipped."""
     found, start = [], 0
     while (i := text.find("\\boxed{", start)) != -1:
-        depth, j = 1, i + len("\\boxed{")
-        while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        if depth == 0:
-            found.append((i, j))
-        start = j
+        depth, start = 1, len(text)  # unclosed: nothing after it can close either
+        for m in _BRACE.finditer(text, i + len("\\boxed{")):  # brace to brace, not character by character
+            depth += 1 if m.group() == "{" else -1
+            if depth == 0:
+                found.append((i, m.end()))
+                start = m.end()
+                break
     return found
 
 
@@ -62,17 +68,35 @@ def after_thinking(text: str) -> str | None:
 def line_answer(content: str) -> str:
     """What an answer line states, without markdown emphasis, Minerva's framing, `$...$` or a box
     that holds all of it."""
-    s = content.strip().strip("*_").strip()
+    s = content.strip()
+    if _PLAIN_LINE.fullmatch(s):  # `Answer: 42`, most lines: nothing to undress (checks per second)
+        return s.removesuffix(".").strip()
+    s = s.strip("*_").strip()
     if s.lower().rstrip(".").endswith(_HOPE):
         s = s.rstrip(".")[:-len(_HOPE)].rstrip()
     if m := _FRAMING.match(s):
         s = s[m.end():]
     s = s.strip().removesuffix(".").strip().strip("$").strip().strip("*_").strip()
+    if s[:2] in ("\\(", "\\[") and s[-2:] == s[:2].translate(_CLOSE):  # `\((-6, 10)\)`: delimiters, not brackets
+        s = s[2:-2].strip()
     spans = _box_spans(s)
     if spans and all(not s[a:b].strip() for a, b in zip([0] + [j for _, j in spans], [i for i, _ in spans] + [len(s)])):
         # only boxes on the line: they are counted as boxes
         return s[spans[0][0] + len("\\boxed{"):spans[0][1] - 1].strip() if len(spans) == 1 else ""
     return s
+
+
+def gold_answer(gold: str) -> str:
+    """The gold's own answer when the gold is written out with boxes (a worked solution, `x \\in
+    \\boxed{[0, 7)}`): one box is its content, several boxes joined only by separators are one list;
+    any other gold is used as written. The gold is trusted data, never a candidate."""
+    spans = _box_spans(gold) if "\\boxed{" in gold else []
+    if not spans:
+        return gold
+    between = [gold[j:i] for (_, j), (i, _) in zip(spans, spans[1:])]
+    if len(spans) > 1 and not all(_GOLD_GLUE.fullmatch(b) for b in between):
+        return gold
+    return ", ".join(gold[i + len("\\boxed{"):j - 1].strip() for i, j in spans)
 
 
 def final_answers(text: str) -> list[str]:

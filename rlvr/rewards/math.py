@@ -21,7 +21,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
 
-from rlvr.rewards.answer import after_thinking, final_answers
+from rlvr.rewards.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.math_worker import shared_worker
 from rlvr.rewards.mathforms import Form, answer_key, as_interval, parse_form, unlabel
@@ -30,7 +30,11 @@ from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exac
                                    within_rounding)
 
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
-_clean_gold = lru_cache(maxsize=4096)(clean)  # a group's completions share one gold
+
+
+@lru_cache(maxsize=4096)  # a group's completions share one gold
+def _clean_gold(gold: str):
+    return clean(gold_answer(gold))
 
 
 class _Budget(NamedTuple):
@@ -165,7 +169,7 @@ def _equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     if fg.kind != "equation":
         fa = unlabel(fa)
     if fa.kind != "equation":
-        fg = unlabel(fg)
+        fg = unlabel(fg, gold=True)
     return _forms_equal(fa, fg, budget)
 
 

@@ -17,6 +17,10 @@ _SUB = r"(?:_\{?\w+\}?)?"
 # or a tuple of names (`(p, q)`); never a number or an expression (`5 = 3` is a chain, not a label).
 _LABEL = re.compile(r"(?:[a-zA-Z]+" + _SUB + r"|\\(?!pi\b|infty\b)[a-zA-Z]+" + _SUB + r")(?:\([^()=]*\))?"
                     r"|\(\s*[a-zA-Z]" + _SUB + r"(?:\s*,\s*[a-zA-Z]" + _SUB + r")*\s*\)")
+# A gold's label may be any name for the quantity asked (`|AB|`, `V_1:V_2`, `\frac{NO}{BO}`): no
+# digit outside a subscript, no operator. Only the trusted gold gets this latitude (`2x + z = 1` keeps its 1).
+_SUBSCRIPT = re.compile(r"_\{[^{}]*\}|_\w")
+_GOLD_LABEL = re.compile(r"(?=.*[A-Za-z])[A-Za-z|:\\{}\s]+")
 _MATRIX = re.compile(r"\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}", re.DOTALL)
 _STRUCTURE = re.compile(r"[,=<>≤≥]|\\(?:cup|in|le|ge|lt|gt|begin)")
 _VARIABLE = re.compile(r"[a-zA-Z]" + _SUB)
@@ -111,10 +115,14 @@ def _bracketed(s: str) -> Form:
     return Form("value", (s,))
 
 
-def unlabel(form: Form) -> Form:
+def is_gold_label(s: str) -> bool:
+    return _GOLD_LABEL.fullmatch(_SUBSCRIPT.sub("", s.strip())) is not None
+
+
+def unlabel(form: Form, gold: bool = False) -> Form:
     """`x = 5`, `f(x) = 2x`, `(p, q) = (3, 2)`, `x \\in [2, 5)` -> the form of the right side;
-    anything else unchanged."""
-    if form.kind == "equation" and is_label(form.parts[0]):
+    anything else unchanged. A gold also loses a wider label (is_gold_label)."""
+    if form.kind == "equation" and (is_label(form.parts[0]) or gold and is_gold_label(form.parts[0])):
         return parse_form(form.parts[1])
     return form
 

@@ -17,6 +17,7 @@ _TAIL = 80  # trailing units and percent words are looked for in this many last 
 _WRAPPERS = [r"\left", r"\right", r"\displaystyle", r"\,", r"\!", r"\;", r"\:", r"\quad", "\\$", "$",
              "^{\\circ}", "^\\circ", "°", "\\degree", "€", "£"]
 _WRAPPER = re.compile("|".join(re.escape(w) for w in _WRAPPERS))  # one pass, earlier ones first
+_GLUED_COMMA = re.compile(r",\\!\s*")  # `11,\! 111`: MATH's thousands separator, `\!` undoing the space
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textnormal|mathrm|mathbf|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
@@ -26,14 +27,14 @@ _MIXED = re.compile(r"^([+-]?)(\d+)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
 _LIST_WORDS = re.compile(r"\b(?:or|and)\b|\\(?:text\{\s*(?:or|and)\s*\}|lor|vee)")
 # '1 2 3': several numbers, no operator between; not a subscript or exponent (`\log_2 8`)
 _SPACED_NUMBERS = re.compile(r"(?<![_^\d])\d+\s+\d")
-_PERCENT = re.compile(r"(?:\\%|%|\\text\{\s*(?:percent|pct)\s*\}|\b(?:percent|pct|per cent))\s*$", re.IGNORECASE)
+_PERCENT = re.compile(r"(?:\\%|%|\\text\{\s*(?:percentage|percent|pct)\s*\}|\b(?:percentage|percent|pct|per cent))\s*$", re.IGNORECASE)
 # A unit is what follows a value: any `\text{...}` with a letter in it, or a known unit word.
 _UNIT_WORDS = ("cm|mm|km|in|inch|inches|ft|feet|foot|yd|yards?|miles?|meters?|metres?|"
                "units?|square units|degrees?|hours?|hrs?|minutes?|mins?|seconds?|secs?|days?|weeks?|"
                "months?|years?|dollars?|cents?|pounds?|lbs?|kg|grams?|liters?|litres?|ml|mph|km/h|"
                "people|students|ways|cups|pages|inches squared|square feet|square inches|square meters")
 # Never a number or "or"/"and" in a unit: `12 \text{ or 13}` is two answers, not 12 of something.
-_UNIT = re.compile(r"(?<=[\w}).])\s*(?:\\(?:text|mbox|mathrm|textnormal)\{(?![^{}]*\b(?:or|and)\b)"
+_UNIT = re.compile(r"(?<=[\w}).])\s*(?:\\(?:text|textbf|textit|mbox|mathrm|textnormal)\{(?![^{}]*\b(?:or|and)\b)"
                    r"([^{}\d]*[a-zA-Z][^{}\d]*)\}"
                    r"|\s(" + _UNIT_WORDS + r")\b\.?)(?:\^\{?[23]\}?)?\s*$", re.IGNORECASE)
 _CHOICE = re.compile(r"^\(([A-E])\)$")
@@ -65,6 +66,8 @@ def clean(answer: str) -> Normalised:
     s = answer.strip()
     if _PLAIN.fullmatch(s):  # most answers: a number, nothing to strip (the checks-per-second path)
         return Normalised(s.removesuffix(".").strip(), False)
+    if ",\\!" in s:
+        s = _GLUED_COMMA.sub(",", s)
     s = _WRAPPER.sub("", s).strip().removesuffix(".").strip()
     s, percent = _strip_tail(_PERCENT, s) if "%" in s or "p" in s or "P" in s else (s, None)
     s, unit_match = _strip_tail(_UNIT, s.strip())
@@ -72,7 +75,8 @@ def clean(answer: str) -> Normalised:
     if unit_match:
         unit = " ".join((unit_match.group(1) or unit_match.group(2)).lower().split())
     s = _TEXT.sub(lambda m: m.group(1), s)
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("−", "-").replace("{,}", ",")
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
+    s = s.replace("−", "-").replace("{,}", ",")
     s = s.replace("∞", "\\infty").replace("+\\infty", "\\infty")
     s = s.strip().removesuffix(".").strip()
     if m := _CHOICE.match(s):

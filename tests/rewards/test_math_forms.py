@@ -56,6 +56,20 @@ FORMS = [
     ("thousands-latex", "\\boxed{10{,}000}", "10000", 1), ("thousands-spaced", "\\boxed{32, 349}", "32349", 0),
     ("thousands-short-group", "\\boxed{32,34}", "3234", 0),
     ("fraction-within-rounded-gold", "\\boxed{\\frac{1}{3}}", "0.333", 1), ("coarse-decimal", "\\boxed{0.33}", "0.333", 0),
+    # measured against Math-Verify's suite (issue 30, second pass)
+    ("thousands-glued", "\\boxed{32,\\! 349}", "32349", 1), ("thousands-glued-short-group", "\\boxed{32,\\! 34}", "3234", 0),
+    ("cfrac", "\\boxed{\\cfrac{1}{3}}", "1/3", 1), ("cfrac-wrong", "\\boxed{\\cfrac{1}{4}}", "1/3", 0),
+    ("percentage-word", "\\boxed{28 percentage}", "28\\%", 1), ("percentage-for-plain-gold", "\\boxed{28 percentage}", "0.28", 0),
+    ("unit-bold", "\\boxed{\\frac{1}{3} \\textbf{meters}}", "1/3", 1),
+    ("unit-bold-wrong", "\\boxed{\\frac{1}{2} \\textbf{meters}}", "1/3", 0),
+    ("gold-worked-solution", "\\boxed{(12,102) \\cup (2,12)}", "The domain is \\[\\boxed{(2, 12) \\cup (12, 102)}\\].", 1),
+    ("gold-worked-solution-part", "\\boxed{(2,12)}", "The domain is \\[\\boxed{(2, 12) \\cup (12, 102)}\\].", 0),
+    ("gold-two-boxes", "\\boxed{-2, 1}", "\\(\\boxed{1}\\) and \\(\\boxed{-2}\\).", 1),
+    ("gold-two-boxes-one-given", "\\boxed{1}", "\\(\\boxed{1}\\) and \\(\\boxed{-2}\\).", 0),
+    ("gold-boxes-in-prose", "\\boxed{1, 2}", "\\boxed{1} papers, not \\boxed{2}", 0),
+    ("gold-ratio-label", "\\boxed{11:21}", "V_{1}:V_{2}=11:21", 1),
+    ("gold-ratio-label-wrong", "\\boxed{21:11}", "V_{1}:V_{2}=11:21", 0),
+    ("gold-length-label", "\\boxed{1}", "|AB|=1", 1), ("gold-expression-not-label", "\\boxed{1}", "2x + z = 1", 0),
 ]
 
 MINERVA = "Final Answer: The final answer is ${}$. I hope it is correct."
@@ -69,6 +83,8 @@ LINES = [
     ("bold-label-wrong", "**Answer:** 101", "100", 0), ("bold-value-wrong", "Answer: **101**", "100", 0),
     ("same-value-two-spellings", "\\boxed{0.5}\nAnswer: 1/2", "1/2", 1),
     ("label-and-value", "\\boxed{x = 5}\nAnswer: 5", "5", 1),
+    ("minerva-paren-delimiters", MINERVA.replace("${}$", "\\({}\\)").format("(-6, 10)"), "(-6, 10)", 1),
+    ("minerva-paren-delimiters-wrong", MINERVA.replace("${}$", "\\({}\\)").format("(-6, 10]"), "(-6, 10)", 0),
 ]
 
 # hedges and near misses in the new forms: all 0
