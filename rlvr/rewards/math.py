@@ -24,7 +24,7 @@ from typing import NamedTuple
 from rlvr.rewards.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.math_worker import shared_worker
-from rlvr.rewards.mathforms import Form, answer_key, as_interval, parse_form, unlabel
+from rlvr.rewards.mathforms import Form, answer_key, as_interval, labelled_list, parse_form, unlabel
 from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exact_value, has_plus_minus,
                                    is_rounded_decimal, is_words, looks_like_several, squash,
                                    within_rounding)
@@ -137,6 +137,8 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     if max(len(a.parts), len(g.parts)) > MAX_ITEMS:
         return False, f"more than {MAX_ITEMS} elements"
     if {a.kind, g.kind} <= {"set", "list"}:
+        if labelled_list(a) != labelled_list(g):  # `4, 5` for `AB = 4, CD = 5`: the order names them
+            return _ordered(a.parts, g.parts, budget)
         return _unordered(a.parts, g.parts, _equal, budget)
     if a.kind != g.kind:
         return False, _mismatch(a, g)

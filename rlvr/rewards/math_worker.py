@@ -23,9 +23,10 @@ WORKER_MEMORY_BYTES = 2 * 1024 ** 3
 
 _COMMANDS = {r"\pi": " pi ", r"\cdot": "*", r"\times": "*", r"\div": "/", r"\infty": " oo ",
              r"\ln": " log", r"\log": " log", r"\sin": " sin", r"\cos": " cos", r"\tan": " tan",
-             r"\exp": " exp"}
+             r"\sec": " sec", r"\csc": " csc", r"\cot": " cot", r"\exp": " exp"}
 _ALLOWED = re.compile(r"^[0-9a-zA-Z\s+\-*/^().,\[\]!]*$")
-_NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "exp", "sqrt", "e", "i", "binomial", "factorial"}
+_NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "sec", "csc", "cot", "exp", "sqrt", "e", "i", "binomial",
+          "factorial"}
 
 
 def _enclosed(s: str, i: int, opener: str, closer: str) -> tuple[str, int]:
@@ -120,16 +121,18 @@ def latex_to_text(s: str) -> str:
 
 def _parse(text: str):
     import sympy
-    from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr,
+    from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr, rationalize,
                                             standard_transformations)
 
     text = latex_to_text(text)
     names = {"pi": sympy.pi, "oo": sympy.oo, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos,
-             "tan": sympy.tan, "exp": sympy.exp, "sqrt": sympy.sqrt, "e": sympy.E, "i": sympy.I,
-             "binomial": sympy.binomial, "factorial": sympy.factorial}
+             "tan": sympy.tan, "sec": sympy.sec, "csc": sympy.csc, "cot": sympy.cot, "exp": sympy.exp,
+             "sqrt": sympy.sqrt, "e": sympy.E, "i": sympy.I, "binomial": sympy.binomial,
+             "factorial": sympy.factorial}
     for letter in set(re.findall(r"\b[a-zA-Z]\b", text)) - set(names):
         names[letter] = sympy.Symbol(letter)
-    transformations = standard_transformations + (implicit_multiplication_application,)
+    # decimals as exact rationals: sqrt(10.5) is sqrt(21/2), and a float's rounding never decides equality
+    transformations = standard_transformations + (implicit_multiplication_application, rationalize)
     return parse_expr(text, local_dict=names, global_dict={"__builtins__": {}, "Integer": sympy.Integer,
                       "Float": sympy.Float, "Rational": sympy.Rational, "Symbol": sympy.Symbol},
                       transformations=transformations)

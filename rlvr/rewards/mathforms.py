@@ -87,6 +87,9 @@ def parse_form(s: str) -> Form:
     sides, ops = split_top(s, _INEQ_TOKENS)
     if ops:
         return Form("inequality", tuple(sides), ops=tuple(_INEQUALITIES[o] for o in ops))
+    pieces = split_top(s, [","])[0]
+    if len(pieces) > 1 and all(_labelled(p) for p in pieces):  # `a_3 = 2, a_{37} = 19`: one value per name
+        return Form("list", tuple(pieces))
     sides, eqs = split_top(s, ["\\in", "="])
     if len(sides) > 2 or (eqs and not all(sides)):
         return Form("chain", tuple(sides))
@@ -117,6 +120,16 @@ def _bracketed(s: str) -> Form:
 
 def is_gold_label(s: str) -> bool:
     return _GOLD_LABEL.fullmatch(_SUBSCRIPT.sub("", s.strip())) is not None
+
+
+def labelled_list(form: Form) -> bool:
+    """`AB = 4, CD = 5`: a list whose every piece names its value."""
+    return form.kind == "list" and all(_labelled(p) for p in form.parts)
+
+
+def _labelled(piece: str) -> bool:
+    sides, eqs = split_top(piece, ["="])
+    return len(eqs) == 1 and all(sides) and (is_label(sides[0]) or is_gold_label(sides[0]))
 
 
 def unlabel(form: Form, gold: bool = False) -> Form:

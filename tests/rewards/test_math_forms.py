@@ -70,6 +70,12 @@ FORMS = [
     ("gold-ratio-label", "\\boxed{11:21}", "V_{1}:V_{2}=11:21", 1),
     ("gold-ratio-label-wrong", "\\boxed{21:11}", "V_{1}:V_{2}=11:21", 0),
     ("gold-length-label", "\\boxed{1}", "|AB|=1", 1), ("gold-expression-not-label", "\\boxed{1}", "2x + z = 1", 0),
+    ("sec", "\\boxed{\\sec^2(y)}", "\\tan^2(y)+1", 1), ("sec-wrong", "\\boxed{\\sec^2(y)}", "\\tan^2(y)", 0),
+    ("decimal-under-root", "\\boxed{\\frac{10\\sqrt{10.5}}{27}}", "\\frac{5\\sqrt{42}}{27}", 1),
+    ("decimal-under-root-wrong", "\\boxed{\\frac{10\\sqrt{10.4}}{27}}", "\\frac{5\\sqrt{42}}{27}", 0),
+    ("labelled-values", "\\boxed{4, 5}", "AB=4, CD=5", 1), ("labelled-values-swapped", "\\boxed{5, 4}", "AB=4, CD=5", 0),
+    ("labelled-list-reordered", "\\boxed{a_{37} = 19, a_3 = 2}", "a_3 = 2, a_{37} = 19", 1),
+    ("labelled-list-values-swapped", "\\boxed{a_{37} = 2, a_3 = 19}", "a_3 = 2, a_{37} = 19", 0),
 ]
 
 MINERVA = "Final Answer: The final answer is ${}$. I hope it is correct."
@@ -105,6 +111,7 @@ RED_TEAM = [
                                                        "\\begin{pmatrix} 3 \\end{pmatrix}"),
     ("variable-times-value", "\\boxed{12 x}", "12"), ("case-of-a-variable", "\\boxed{X}", "x"),
     ("think-reopened", "<think>a</think><think>Answer: 42", "42"),
+    ("labelled-list-for-equation", "\\boxed{x = 3, x = 5}", "x = 3"), ("labelled-list-for-value", "\\boxed{x = 3, y = 3}", "3"),
 ]
 
 
