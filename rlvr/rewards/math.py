@@ -155,10 +155,21 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
             return False, "not the same shape"
         return _ordered([c for r in a.parts for c in r], [c for r in g.parts for c in r], budget)
     if a.kind == "inequality":
-        a, g = _upward(a), _upward(g)
-        if a.ops != g.ops:
-            return False, "not the same inequality"
+        return _inequality_equal(_upward(a), _upward(g), budget)
     return _ordered(a.parts, g.parts, budget)
+
+
+def _inequality_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
+    """Same relations between equal sides; or, for one relation, `right - left` a positive constant
+    times the gold's (`-x > -1` is `x < 1`; `x > 1` is not)."""
+    if a.ops != g.ops:
+        return False, "not the same inequality"
+    equal, reason = _ordered(a.parts, g.parts, budget)
+    if equal or len(a.ops) != 1 or not budget.symbolic:
+        return equal, reason
+    (la, ra), (lg, rg) = a.parts, g.parts
+    equal, reason = shared_worker().compare(f"({ra})-({la})", f"({rg})-({lg})", None, "positive", budget.left())
+    return equal, ("correct (" + reason + ")") if equal else f"wrong: {reason}"
 
 
 def _equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:

@@ -141,18 +141,21 @@ def _parse(text: str):
 def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tuple[bool, str]:
     """mode "equal": answer == gold (to `tol` when given). mode "proportional": answer is a nonzero
     constant multiple of gold, both nonzero: how the sides' differences of equivalent equations
-    relate (x - 2y = 1 and 2x - 4y - 2 = 0)."""
+    relate (x - 2y = 1 and 2x - 4y - 2 = 0). mode "positive": a positive constant multiple, as for
+    equivalent inequalities (-x > -1 and x < 1)."""
     import sympy
 
     a, g = _parse(answer), _parse(gold)
     if a.has(sympy.oo, sympy.zoo, sympy.nan) != g.has(sympy.oo, sympy.zoo, sympy.nan):
         return False, "not equivalent"
-    if mode == "proportional":
+    if mode in ("proportional", "positive"):
         if sympy.simplify(a) == 0 or sympy.simplify(g) == 0:
-            return False, "a trivial equation"
+            return False, "a trivial relation"
         ratio = sympy.simplify(a / g)
-        equal = not ratio.free_symbols and ratio.is_finite and ratio != 0
-        return bool(equal), "equivalent equations" if equal else "not equivalent equations"
+        sign_ok = ratio.is_positive if mode == "positive" else ratio != 0
+        equal = not ratio.free_symbols and ratio.is_finite and sign_ok
+        kind = "inequalities" if mode == "positive" else "equations"
+        return bool(equal), f"equivalent {kind}" if equal else f"not equivalent {kind}"
     if sympy.simplify(a - g) == 0:
         return True, "equivalent"
     if tol is not None and not a.free_symbols and not g.free_symbols:

@@ -24,6 +24,9 @@ _DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
 _FRACTION = re.compile(r"^([+-]?)\\[dt]?frac\{?(\d+)\}?\{?(\d+)\}?$")
 _SLASH = re.compile(r"^([+-]?\d+)\s*/\s*(\d+)$")
 _MIXED = re.compile(r"^([+-]?)(\d+)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
+# `6 and 8`, `19, 46, and 82`: "and" lists every value (a list, compared as one); "or" offers a
+# choice and stays a hedge. Applied to answers of at most MAX_ANSWER_CHARS, and to the trusted gold.
+_AND = re.compile(r"\s*(?:,\s*)?\band\b\s*")
 _LIST_WORDS = re.compile(r"\b(?:or|and)\b|\\(?:text\{\s*(?:or|and)\s*\}|lor|vee)")
 # '1 2 3': several numbers, no operator between; not a subscript or exponent (`\log_2 8`)
 _SPACED_NUMBERS = re.compile(r"(?<![_^\d])\d+\s+\d")
@@ -75,6 +78,8 @@ def clean(answer: str) -> Normalised:
     if unit_match:
         unit = " ".join((unit_match.group(1) or unit_match.group(2)).lower().split())
     s = _TEXT.sub(lambda m: m.group(1), s)
+    if "and" in s:
+        s = _AND.sub(", ", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
     s = s.replace("−", "-").replace("{,}", ",")
     s = s.replace("∞", "\\infty").replace("+\\infty", "\\infty")

@@ -76,6 +76,10 @@ FORMS = [
     ("labelled-values", "\\boxed{4, 5}", "AB=4, CD=5", 1), ("labelled-values-swapped", "\\boxed{5, 4}", "AB=4, CD=5", 0),
     ("labelled-list-reordered", "\\boxed{a_{37} = 19, a_3 = 2}", "a_3 = 2, a_{37} = 19", 1),
     ("labelled-list-values-swapped", "\\boxed{a_{37} = 2, a_3 = 19}", "a_3 = 2, a_{37} = 19", 0),
+    ("and-list-gold", "\\boxed{6,8}", "6 \\text{ and } 8", 1), ("and-list-gold-wrong", "\\boxed{6, 9}", "6 \\text{ and } 8", 0),
+    ("and-list-answer", "\\boxed{19, 46, \\text{ and } 82}", "19, 46, 82", 1),
+    ("negated-inequality", "\\boxed{-x > -1}", "x < 1", 1), ("negated-inequality-wrong", "\\boxed{-x > -1}", "x > 1", 0),
+    ("scaled-inequality", "\\boxed{2x \\le 2}", "x \\le 1", 1), ("squared-inequality", "\\boxed{x^2 < 1}", "x < 1", 0),
 ]
 
 MINERVA = "Final Answer: The final answer is ${}$. I hope it is correct."
@@ -111,6 +115,7 @@ RED_TEAM = [
                                                        "\\begin{pmatrix} 3 \\end{pmatrix}"),
     ("variable-times-value", "\\boxed{12 x}", "12"), ("case-of-a-variable", "\\boxed{X}", "x"),
     ("think-reopened", "<think>a</think><think>Answer: 42", "42"),
+    ("and-list-for-value", "\\boxed{3 \\text{ and } 5}", "3"), ("or-for-and-gold", "\\boxed{6 \\text{ or } 8}", "6 \\text{ and } 8"),
     ("labelled-list-for-equation", "\\boxed{x = 3, x = 5}", "x = 3"), ("labelled-list-for-value", "\\boxed{x = 3, y = 3}", "3"),
 ]
 
