@@ -91,12 +91,31 @@ def gold_answer(gold: str) -> str:
     \\boxed{[0, 7)}`): one box is its content, several boxes joined only by separators are one list;
     any other gold is used as written. The gold is trusted data, never a candidate."""
     spans = _box_spans(gold) if "\\boxed{" in gold else []
-    if not spans:
-        return gold
     between = [gold[j:i] for (_, j), (i, _) in zip(spans, spans[1:])]
-    if len(spans) > 1 and not all(_GOLD_GLUE.fullmatch(b) for b in between):
-        return gold
-    return ", ".join(gold[i + len("\\boxed{"):j - 1].strip() for i, j in spans)
+    if spans and all(_GOLD_GLUE.fullmatch(b) for b in between):
+        gold = ", ".join(gold[i + len("\\boxed{"):j - 1].strip() for i, j in spans)
+    return _semicolons_as_commas(gold) if ";" in gold else gold
+
+
+def _semicolons_as_commas(gold: str) -> str:
+    """A gold's `;` separates as `,` does (`-12;-11;-10`, the triple `(0;-2;6)`) within a bracket
+    level that has no `,` of its own; where both stand (`p=5,q=2;p=7,q=2`) the gold is left as is."""
+    levels: list[list] = [[False, []]]  # per open bracket: (has a comma, positions of its semicolons)
+    done: list[int] = []
+    for i, ch in enumerate(gold):
+        if ch in "([{":
+            levels.append([False, []])
+        elif ch in ")]}" and len(levels) > 1:
+            comma, semis = levels.pop()
+            done += [] if comma else semis
+        elif ch in ",;":
+            levels[-1][0] |= ch == ","
+            levels[-1][1] += [i] if ch == ";" else []
+    done += [] if levels[0][0] else levels[0][1]
+    chars = list(gold)
+    for i in done:
+        chars[i] = ","
+    return "".join(chars)
 
 
 def final_answers(text: str) -> list[str]:

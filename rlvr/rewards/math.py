@@ -16,6 +16,7 @@ in a killable worker (rlvr.rewards.math_worker), with one time budget for the wh
 """
 from __future__ import annotations
 
+import re
 import time
 from fractions import Fraction
 from functools import lru_cache
@@ -29,6 +30,7 @@ from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exac
                                    is_rounded_decimal, is_words, looks_like_several, squash,
                                    within_rounding)
 
+_PLUS_MINUS = re.compile(r"\\pm\s*(.+)", re.DOTALL)
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
 
 
@@ -183,6 +185,8 @@ def _equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
         fa = unlabel(fa)
     if fa.kind != "equation":
         fg = unlabel(fg, gold=True)
+    if fa.kind in ("set", "list") and fg.kind == "value" and (pm := _PLUS_MINUS.fullmatch(fg.parts[0])):
+        fg = Form("set", (f"-({pm.group(1)})", pm.group(1)))  # a gold of \pm 2021 is the pair of them
     return _forms_equal(fa, fg, budget)
 
 

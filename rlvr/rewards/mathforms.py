@@ -140,18 +140,23 @@ def unlabel(form: Form, gold: bool = False) -> Form:
     return form
 
 
+def _bounded(side: str) -> bool:
+    """What an inequality bounds: a variable or a name (`0 < f(x) < 1`)."""
+    return _VARIABLE.fullmatch(side) is not None or is_label(side)
+
+
 def as_interval(form: Form) -> Form | None:
-    """`x > 5` -> (5, \\infty); `-2 < x \\le 3` -> (-2, 3]; None unless one variable is bounded."""
+    """`x > 5` -> (5, \\infty); `-2 < x \\le 3` -> (-2, 3]; None unless one variable or name is bounded."""
     sides, ops = list(form.parts), list(form.ops)
     if all(o.startswith(">") for o in ops):
         sides, ops = sides[::-1], [o.replace(">", "<") for o in ops[::-1]]
     if not all(o.startswith("<") for o in ops):
         return None
-    if len(sides) == 3 and _VARIABLE.fullmatch(sides[1]):
+    if len(sides) == 3 and _bounded(sides[1]):
         low, high, left, right = sides[0], sides[2], ops[0], ops[1]
-    elif len(sides) == 2 and _VARIABLE.fullmatch(sides[1]):
+    elif len(sides) == 2 and _bounded(sides[1]):
         low, high, left, right = sides[0], "\\infty", ops[0], "<"
-    elif len(sides) == 2 and _VARIABLE.fullmatch(sides[0]):
+    elif len(sides) == 2 and _bounded(sides[0]):
         low, high, left, right = "-\\infty", sides[1], "<", ops[0]
     else:
         return None

@@ -80,6 +80,13 @@ FORMS = [
     ("and-list-answer", "\\boxed{19, 46, \\text{ and } 82}", "19, 46, 82", 1),
     ("negated-inequality", "\\boxed{-x > -1}", "x < 1", 1), ("negated-inequality-wrong", "\\boxed{-x > -1}", "x > 1", 0),
     ("scaled-inequality", "\\boxed{2x \\le 2}", "x \\le 1", 1), ("squared-inequality", "\\boxed{x^2 < 1}", "x < 1", 0),
+    ("gold-semicolons", "\\boxed{\\{-12, -11, -10\\}}", "-12;-11;-10", 1),
+    ("gold-semicolons-wrong", "\\boxed{\\{-12, -11, 10\\}}", "-12;-11;-10", 0),
+    ("gold-semicolon-triples", "\\boxed{(4, -2, 6), (0, 0, 0)}", "(0;0;0),(4;-2;6)", 1),
+    ("gold-semicolon-triples-swapped", "\\boxed{(4, 6, -2), (0, 0, 0)}", "(0;0;0),(4;-2;6)", 0),
+    ("plus-minus-gold-as-set", "\\boxed{\\{-2021, 2021\\}}", "\\pm 2021", 1),
+    ("plus-minus-gold-one-sign-twice", "\\boxed{\\{2021, 2021\\}}", "\\pm 2021", 0),
+    ("function-bounded", "\\boxed{(0,1)}", "0<f(x)<1", 1), ("function-bounded-closed", "\\boxed{[0,1)}", "0<f(x)<1", 0),
 ]
 
 MINERVA = "Final Answer: The final answer is ${}$. I hope it is correct."
@@ -116,6 +123,7 @@ RED_TEAM = [
     ("variable-times-value", "\\boxed{12 x}", "12"), ("case-of-a-variable", "\\boxed{X}", "x"),
     ("think-reopened", "<think>a</think><think>Answer: 42", "42"),
     ("and-list-for-value", "\\boxed{3 \\text{ and } 5}", "3"), ("or-for-and-gold", "\\boxed{6 \\text{ or } 8}", "6 \\text{ and } 8"),
+    ("one-sign-for-plus-minus", "\\boxed{2021}", "\\pm 2021"),
     ("labelled-list-for-equation", "\\boxed{x = 3, x = 5}", "x = 3"), ("labelled-list-for-value", "\\boxed{x = 3, y = 3}", "3"),
 ]
 
