@@ -11,7 +11,9 @@ Forms compared (rlvr.rewards.mathforms): values (exact rationals first, then the
 tuples and intervals (in order, brackets equal), sets and bare lists (in any order, same count),
 unions (parts in any order), matrices (same shape, cell by cell), equations (a labelled answer by
 its value; two equations by the same left side, else as proportional equations), inequalities
-(same relations, in either direction, or as the interval they describe). Symbolic comparison runs
+(same relations, in either direction, up to a positive factor, or as the interval they describe),
+lists of labelled values (`AB = 4, CD = 5`). The trusted gold is read more freely (answer.gold_answer,
+mathforms.is_gold_label): its boxes, a wider label, `;` as separator, `\\pm a` as {-a, a}. Symbolic comparison runs
 in a killable worker (rlvr.rewards.math_worker), with one time budget for the whole answer.
 """
 from __future__ import annotations
