@@ -87,7 +87,7 @@ def parse_form(s: str) -> Form:
     sides, ops = split_top(s, _INEQ_TOKENS)
     if ops:
         return Form("inequality", tuple(sides), ops=tuple(_INEQUALITIES[o] for o in ops))
-    pieces = split_top(s, [","])[0]
+    pieces = split_top(s, [","])[0] if s.count("=") > 1 else []
     if len(pieces) > 1 and all(_labelled(p) for p in pieces):  # `a_3 = 2, a_{37} = 19`: one value per name
         return Form("list", tuple(pieces))
     sides, eqs = split_top(s, ["\\in", "="])
