@@ -132,7 +132,9 @@ def _parse(text: str):
     for letter in set(re.findall(r"\b[a-zA-Z]\b", text)) - set(names):
         names[letter] = sympy.Symbol(letter)
     # decimals as exact rationals: sqrt(10.5) is sqrt(21/2), and a float's rounding never decides equality
-    transformations = standard_transformations + (implicit_multiplication_application, rationalize)
+    transformations = standard_transformations + (implicit_multiplication_application,)
+    if "." in text:  # only a decimal needs the extra pass
+        transformations += (rationalize,)
     return parse_expr(text, local_dict=names, global_dict={"__builtins__": {}, "Integer": sympy.Integer,
                       "Float": sympy.Float, "Rational": sympy.Rational, "Symbol": sympy.Symbol},
                       transformations=transformations)
