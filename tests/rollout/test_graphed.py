@@ -4,7 +4,9 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, MistralConfig
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
 
 from rlvr.rollout import graphed
 from rlvr.rollout.quant import rollout_copy
@@ -94,3 +96,68 @@ def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast):
             assert_same(a, b, atol=1e-3 if autocast else 1e-5)
     (_, graph), = captured.rlvr_graphs.entries.values()
     assert isinstance(graph, torch.cuda.CUDAGraph)
+
+
+class _ExternalReads(TorchDispatchMode):
+    """The storages of the tensors (not scalars) ops read that no earlier op under the mode made: what a
+    captured step reads from outside itself. It holds them, so their memory is not reused meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.made, self.read = set(), {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for a in tree_leaves((args, kwargs)):
+            if isinstance(a, torch.Tensor) and a.dim() > 0 and a.untyped_storage().data_ptr() not in self.made:
+                self.read[a.untyped_storage().data_ptr()] = a
+        self.made |= {o.untyped_storage().data_ptr() for o in tree_leaves(out) if isinstance(o, torch.Tensor)}
+        return out
+
+
+def test_a_replayed_step_reads_only_buffers_that_outlive_the_rollout(tiny, monkeypatch):
+    """A CUDA graph replays on the addresses it was captured with, so every tensor a step reads from
+    outside itself must be the same buffer in every rollout that reuses the capture (the state's, the
+    model's). The stop ids were a tensor made per rollout: a replay read the first rollout's, freed."""
+    _, static = pair(tiny[0])
+    reads, step = [], graphed._step
+
+    def first_step_recorded(lm, st, *args):
+        if len(reads) < 2 and int(st.t) == 0:  # the first step of each rollout
+            with _ExternalReads() as mode:
+                step(lm, st, *args)
+            reads.append(set(mode.read))
+            return
+        step(lm, st, *args)
+
+    monkeypatch.setattr(graphed, "_step", first_step_recorded)
+    kw = dict(group_size=3, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0)
+    for seeds in ([1, 2, 3], [4, 5, 6]):
+        generate(static, PROMPTS, seeds=seeds, **kw)
+    assert len(static.rlvr_graphs.entries) == 1 and len(reads) == 2 and reads[0]
+    assert reads[0] == reads[1]
+
+
+def test_the_warm_up_before_a_capture_stays_within_the_tokens(tiny):
+    """Capturing warms up with real steps; with two tokens to sample a second warm-up step wrote token 2
+    of a [B, 2] buffer (on CUDA a device-side assert, fatal to the process). On the CPU the same write
+    raises, so the warm-up runs here as it runs before a capture, and leaves the buffers as loaded."""
+    _, static = pair(tiny[0])
+    generate(static, PROMPTS, group_size=2, max_new_tokens=2, temperature=1.0, stop_ids=[], pad_id=0, seeds=[1, 2, 3])
+    (key, (st, _)), = static.rlvr_graphs.entries.items()
+    assert st.tokens.shape[1] == 2
+    st.t.fill_(0)  # as _load leaves it: token 0 sampled
+    before = {k: v.clone() for k, v in graphed._snapshot(st).items()}
+    graphed._warm_up(static, st, key[4], 0)
+    for k, v in graphed._snapshot(st).items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_models_whose_rotary_embedding_reads_positions_on_the_host_are_left_alone():
+    """Dynamic NTK scaling calls torch.max(position_ids) and compares it in Python at every step: not
+    capturable, and a replay would not redo it. Such a model decodes eagerly."""
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    model = AutoModelForCausalLM.from_config(config)
+    assert not graphed.enable(model) and not graphed.enabled(model)
