@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from rlvr.rollout import lean
 from rlvr.rollout.quant import causal_lm
@@ -81,9 +82,11 @@ def enable(model: nn.Module, capture: bool = True) -> bool:
     """Decode `model` (a Llama-family causal LM or its rollout copy: lean.supports) through this module
     from now on; False (nothing changed) for a model lean cannot step, or whose rotary embedding reads
     the positions on the host (transformers' dynamic and longrope scaling: torch.max(position_ids) and
-    a Python comparison at every call, which a graph cannot capture and a replay would not redo)."""
-    if not lean.supports(model):
-        return False
+    a Python comparison at every call, which a graph cannot capture and a replay would not redo), or
+    that FSDP shards."""
+    if not lean.supports(model) or any(isinstance(m, FSDPModule) for m in model.modules()):
+        return False  # FSDP frees the full weights at reshard and gathers them into new memory: a replay would
+        # read the old addresses
     rope_type = getattr(getattr(causal_lm(model).model, "rotary_emb", None), "rope_type", "default")
     if "dynamic" in str(rope_type) or rope_type == "longrope":
         return False

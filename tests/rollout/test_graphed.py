@@ -161,3 +161,20 @@ def test_models_whose_rotary_embedding_reads_positions_on_the_host_are_left_alon
                          rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
     model = AutoModelForCausalLM.from_config(config)
     assert not graphed.enable(model) and not graphed.enabled(model)
+
+
+def test_an_fsdp_sharded_model_is_left_alone(tiny, tmp_path):
+    """FSDP gathers the full weights into fresh memory at each unshard (rlvr.train.distributed.gathered)
+    and frees them at reshard, so a graph captured in one rollout would read freed memory in the next."""
+    import torch.distributed as tdist
+    from torch.distributed.fsdp import fully_shard
+
+    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = tiny[0]
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model.model)
+        assert not graphed.enable(model) and not graphed.enabled(model)
+    finally:
+        tdist.destroy_process_group()
