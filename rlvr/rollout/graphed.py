@@ -134,9 +134,14 @@ def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> None:
 
 def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy: bool, stop_ids: list[int],
                device) -> _State:
-    """Zeroed static buffers for n_rows rows, a cache of `length` positions and `width` sampled tokens."""
-    kv = [_SlotKV(layer.keys.new_zeros((n_rows, layer.keys.shape[1], length, layer.keys.shape[3])),
-                  layer.values.new_zeros((n_rows, layer.values.shape[1], length, layer.values.shape[3])),
+    """Zeroed static buffers for n_rows rows, a cache of `length` positions and `width` sampled tokens.
+    Under autocast the cache is in autocast's dtype: attention casts its inputs to it anyway (the same
+    values), while transformers' prefill leaves keys in float32 (bf16 q/k times float32 RoPE tables), which
+    attention would re-cast over all L positions of every layer at every step (2x the cache memory, 3x the
+    key traffic)."""
+    amp = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    kv = [_SlotKV(layer.keys.new_zeros((n_rows, layer.keys.shape[1], length, layer.keys.shape[3]), dtype=amp),
+                  layer.values.new_zeros((n_rows, layer.values.shape[1], length, layer.values.shape[3]), dtype=amp),
                   torch.zeros(1, dtype=torch.long, device=device)) for layer in cache.layers]
     slot = kv[0].slot
     for layer in kv:
@@ -229,7 +234,7 @@ def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, ne
     n_rows, length = _bucket(a), -(-(ctx + width) // L_MULTIPLE) * L_MULTIPLE
     sampling = (temperature, top_p, top_k)
     key = (n_rows, length, width, u is None, sampling, tuple(stop_ids), pad_id, logits.dtype,
-           cache.layers[0].keys.dtype, torch.is_autocast_enabled(device.type))
+           cache.layers[0].keys.dtype, torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
     if key not in graphs.entries:
         while len(graphs.entries) >= KEEP:
             graphs.entries.pop(next(iter(graphs.entries)))
