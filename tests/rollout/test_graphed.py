@@ -85,10 +85,12 @@ def test_models_lean_cannot_step_are_left_alone():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
 @pytest.mark.parametrize("autocast", [False, True])
-def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast):
+@pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9, top_k=20),
+                                      dict(temperature=0.0)])  # top-k / top-p: topk and sort inside the capture
+def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast, sampling):
     model = tiny[0].to("cuda")
     eager, captured = pair(model)[1], pair(model, capture=True)[1]
-    kw = dict(group_size=4, max_new_tokens=40, temperature=1.0, stop_ids=STOPS, pad_id=0)
+    kw = dict(group_size=4, max_new_tokens=40, stop_ids=STOPS, pad_id=0, **sampling)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's capture
             a = generate(eager, PROMPTS, seeds=seeds, **kw)
@@ -96,6 +98,16 @@ def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast):
             assert_same(a, b, atol=1e-3 if autocast else 1e-5)
     (_, graph), = captured.rlvr_graphs.entries.values()
     assert isinstance(graph, torch.cuda.CUDAGraph)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
+def test_a_capture_for_two_tokens_warms_up_within_bounds(tiny):
+    """Two tokens to sample: one warm-up step, not two (a second wrote token 2 of 2: a device-side assert)."""
+    model = tiny[0].to("cuda")
+    eager, captured = pair(model)[1], pair(model, capture=True)[1]
+    kw = dict(group_size=2, max_new_tokens=2, temperature=1.0, stop_ids=[], pad_id=0, seeds=[1, 2, 3])
+    assert_same(generate(eager, PROMPTS, **kw), generate(captured, PROMPTS, **kw))
 
 
 class _ExternalReads(TorchDispatchMode):
