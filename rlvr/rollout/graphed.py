@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
 
 from rlvr.rollout import lean
 from rlvr.rollout.quant import causal_lm
@@ -84,9 +83,10 @@ def enable(model: nn.Module, capture: bool = True) -> bool:
     the positions on the host (transformers' dynamic and longrope scaling: torch.max(position_ids) and
     a Python comparison at every call, which a graph cannot capture and a replay would not redo), or
     that FSDP shards."""
-    if not lean.supports(model) or any(isinstance(m, FSDPModule) for m in model.modules()):
-        return False  # FSDP frees the full weights at reshard and gathers them into new memory: a replay would
-        # read the old addresses
+    if not lean.supports(model) or any(hasattr(m, "unshard") and hasattr(m, "set_reshard_after_forward")
+                                       for m in model.modules()):
+        return False  # FSDP2 frees the full weights at reshard and gathers them into new memory: a replay would
+        # read the old addresses (duck-typed as rlvr.train.distributed does: no torch.distributed import)
     rope_type = getattr(getattr(causal_lm(model).model, "rotary_emb", None), "rope_type", "default")
     if "dynamic" in str(rope_type) or rope_type == "longrope":
         return False
