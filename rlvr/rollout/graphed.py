@@ -76,6 +76,12 @@ class Graphs:
         self.capture = capture
         self.entries: dict[tuple, tuple[_State, torch.cuda.CUDAGraph | None]] = {}
 
+    def __deepcopy__(self, memo) -> "Graphs":
+        """A copy of the model (saving a LoRA model merges a deep copy) captures its own: a CUDA graph
+        cannot be copied (deepcopy raised, pickling torch._C._CUDAGraph), and the buffers it is bound
+        to belong to this model."""
+        return Graphs(self.capture)
+
 
 def enable(model: nn.Module, capture: bool = True) -> bool:
     """Decode `model` (a Llama-family causal LM or its rollout copy: lean.supports) through this module

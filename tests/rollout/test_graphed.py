@@ -204,3 +204,15 @@ def test_under_autocast_the_static_cache_is_in_its_dtype_and_samples_the_same(ti
     assert {layer.keys.dtype for layer in st.kv} == {layer.values.dtype for layer in st.kv} == {torch.bfloat16}
     # the two loops round differently in bf16 (RoPE, norms): 0.0039 at most here, with a float32 cache too
     assert_same(a, b, atol=1e-2)
+
+
+def test_a_deep_copy_of_the_model_starts_without_captures(tiny):
+    """Saving a LoRA model deep-copies it to merge the adapters (rlvr/report/sinks.py). Captures are bound
+    to the original's buffers and a CUDA graph cannot be copied: the copy starts empty, and decodes the same."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=2, max_new_tokens=6, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    first = generate(static, PROMPTS, **kw)
+    assert len(static.rlvr_graphs.entries) == 1
+    twin = copy.deepcopy(static)
+    assert graphed.enabled(twin) and twin.rlvr_graphs is not static.rlvr_graphs and twin.rlvr_graphs.entries == {}
+    assert_same(first, generate(twin, PROMPTS, **kw))
