@@ -65,6 +65,7 @@ class _State:
     done: torch.Tensor  # [B] bool: the row has ended (stop token or cap)
     tokens: torch.Tensor  # [B, T] sampled tokens, pad_id after a row's end
     logp: torch.Tensor  # [B, T] their sampler log-probs, 0 after a row's end
+    stop: torch.Tensor  # [S] the stop ids (kept here: a graph replayed later reads this very buffer)
 
 
 class Graphs:
@@ -75,11 +76,25 @@ class Graphs:
         self.capture = capture
         self.entries: dict[tuple, tuple[_State, torch.cuda.CUDAGraph | None]] = {}
 
+    def __deepcopy__(self, memo) -> "Graphs":
+        """A copy of the model (saving a LoRA model merges a deep copy) captures its own: a CUDA graph
+        cannot be copied (deepcopy raised, pickling torch._C._CUDAGraph), and the buffers it is bound
+        to belong to this model."""
+        return Graphs(self.capture)
+
 
 def enable(model: nn.Module, capture: bool = True) -> bool:
     """Decode `model` (a Llama-family causal LM or its rollout copy: lean.supports) through this module
-    from now on; False (nothing changed) for a model lean cannot step."""
-    if not lean.supports(model):
+    from now on; False (nothing changed) for a model lean cannot step, or whose rotary embedding reads
+    the positions on the host (transformers' dynamic and longrope scaling: torch.max(position_ids) and
+    a Python comparison at every call, which a graph cannot capture and a replay would not redo), or
+    that FSDP shards."""
+    if not lean.supports(model) or any(hasattr(m, "unshard") and hasattr(m, "set_reshard_after_forward")
+                                       for m in model.modules()):
+        return False  # FSDP2 frees the full weights at reshard and gathers them into new memory: a replay would
+        # read the old addresses (duck-typed as rlvr.train.distributed does: no torch.distributed import)
+    rope_type = getattr(getattr(causal_lm(model).model, "rotary_emb", None), "rope_type", "default")
+    if "dynamic" in str(rope_type) or rope_type == "longrope":
         return False
     causal_lm(model).rlvr_graphs = Graphs(capture)
     return True
@@ -93,15 +108,17 @@ def _bucket(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _record(st: _State, tok: torch.Tensor, logp: torch.Tensor, pad_id: int, stop: torch.Tensor) -> None:
+def _record(st: _State, tok: torch.Tensor, logp: torch.Tensor, pad_id: int) -> None:
     """Write token t of every row (pad_id / 0 for rows already done), then mark the rows it ends."""
     st.tokens.index_copy_(1, st.t, torch.where(st.done, pad_id, tok)[:, None])
     st.logp.index_copy_(1, st.t, torch.where(st.done, 0.0, logp.float())[:, None])
-    st.done |= torch.isin(tok, stop) | (st.caps <= st.t + 1)
+    # a broadcast comparison, not torch.isin: isin switches to a sort-and-unique path (a host read,
+    # refused while capturing) once there are more than a few stop ids per row
+    st.done |= (tok[:, None] == st.stop).any(-1) | (st.caps <= st.t + 1)
     st.tok.copy_(tok)
 
 
-def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, stop: torch.Tensor) -> None:
+def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> None:
     """Feed st.tok at st.slot, sample token st.t + 1 from the result: every shape and address fixed."""
     st.t.add_(1)
     st.mask.index_fill_(1, st.slot, 1)
@@ -116,15 +133,21 @@ def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, stop: torch.T
     temperature, top_p, top_k = sampling
     u = None if st.u is None else st.u.index_select(1, st.t).squeeze(1)
     tok, logp = sample_next(logits, temperature, top_p, top_k, u)
-    _record(st, tok, logp, pad_id, stop)
+    _record(st, tok, logp, pad_id)
     st.pos.add_(1)
     st.slot.add_(1)
 
 
-def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy: bool, device) -> _State:
-    """Zeroed static buffers for n_rows rows, a cache of `length` positions and `width` sampled tokens."""
-    kv = [_SlotKV(layer.keys.new_zeros((n_rows, layer.keys.shape[1], length, layer.keys.shape[3])),
-                  layer.values.new_zeros((n_rows, layer.values.shape[1], length, layer.values.shape[3])),
+def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy: bool, stop_ids: list[int],
+               device) -> _State:
+    """Zeroed static buffers for n_rows rows, a cache of `length` positions and `width` sampled tokens.
+    Under autocast the cache is in autocast's dtype: attention casts its inputs to it anyway (the same
+    values), while transformers' prefill leaves keys in float32 (bf16 q/k times float32 RoPE tables), which
+    attention would re-cast over all L positions of every layer at every step (2x the cache memory, 3x the
+    key traffic)."""
+    amp = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    kv = [_SlotKV(layer.keys.new_zeros((n_rows, layer.keys.shape[1], length, layer.keys.shape[3]), dtype=amp),
+                  layer.values.new_zeros((n_rows, layer.values.shape[1], length, layer.values.shape[3]), dtype=amp),
                   torch.zeros(1, dtype=torch.long, device=device)) for layer in cache.layers]
     slot = kv[0].slot
     for layer in kv:
@@ -133,11 +156,12 @@ def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy
     return _State(kv, zeros(n_rows, length, dtype=torch.long), zeros(n_rows, dtype=torch.long),
                   zeros(n_rows, dtype=torch.long), slot, zeros(1, dtype=torch.long),
                   None if greedy else zeros(n_rows, u_width), zeros(n_rows, dtype=torch.long),
-                  zeros(n_rows, dtype=torch.bool), zeros(n_rows, width, dtype=torch.long), zeros(n_rows, width))
+                  zeros(n_rows, dtype=torch.bool), zeros(n_rows, width, dtype=torch.long), zeros(n_rows, width),
+                  torch.tensor(stop_ids, dtype=torch.long, device=device))
 
 
 def _load(st: _State, cache, logits0: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
-          u: torch.Tensor | None, caps: torch.Tensor, sampling: tuple, pad_id: int, stop: torch.Tensor) -> None:
+          u: torch.Tensor | None, caps: torch.Tensor, sampling: tuple, pad_id: int) -> None:
     """Fill the buffers for a rollout of A <= B rows (rows past A repeat row 0 and start done) and sample
     token 0 from the prompt's logits [A, V]."""
     a, ctx = mask.shape
@@ -161,7 +185,7 @@ def _load(st: _State, cache, logits0: torch.Tensor, mask: torch.Tensor, next_pos
     st.logp.zero_()
     temperature, top_p, top_k = sampling
     tok, logp = sample_next(logits0[rows], temperature, top_p, top_k, None if u is None else st.u[:, 0])
-    _record(st, tok, logp, pad_id, stop)
+    _record(st, tok, logp, pad_id)
 
 
 def _snapshot(st: _State) -> dict:
@@ -173,11 +197,18 @@ def _restore(st: _State, saved: dict) -> None:
         getattr(st, k).copy_(v)
 
 
-def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, stop: torch.Tensor) -> torch.cuda.CUDAGraph:
-    """Record one step as a CUDA graph. Warm-up steps run first on a side stream (lazy initialisation,
-    cuBLAS workspaces); they move the counters and write cache slots ahead, so the counters and outputs are
-    put back afterwards (the slots they wrote are masked until a real step overwrites them)."""
+def _warm_up(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> None:
+    """Run up to two steps (lazy initialisation, cuBLAS workspaces) and put the counters and outputs back
+    (the cache slots they wrote are masked until a real step overwrites them). Never past the last
+    token: a step at t = T writes tokens[:, T], out of bounds (on CUDA a device-side assert)."""
     saved = _snapshot(st)
+    for _ in range(min(2, st.tokens.shape[1] - 1)):
+        _step(lm, st, sampling, pad_id)
+    _restore(st, saved)
+
+
+def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> torch.cuda.CUDAGraph:
+    """Record one step as a CUDA graph, after warm-up steps on a side stream (_warm_up)."""
     # autocast's cast cache is cleared when the rollout's autocast context exits, but a graph would keep
     # reading the cached copies: capture with the cache off, so the casts are part of the graph
     amp = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
@@ -185,14 +216,13 @@ def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, stop: torc
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), amp:
-        for _ in range(2):
-            _step(lm, st, sampling, pad_id, stop)
+        _warm_up(lm, st, sampling, pad_id)
     torch.cuda.current_stream().wait_stream(side)
-    _restore(st, saved)
+    saved = _snapshot(st)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), amp:
-        _step(lm, st, sampling, pad_id, stop)
-    _restore(st, saved)  # capturing ran nothing, but the restore keeps the warm-up's writes out for sure
+        _step(lm, st, sampling, pad_id)
+    _restore(st, saved)  # capturing ran nothing, but the restore keeps the buffers as loaded for sure
     return graph
 
 
@@ -209,23 +239,22 @@ def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, ne
     width = int(caps.max()) if len(caps) else 0
     n_rows, length = _bucket(a), -(-(ctx + width) // L_MULTIPLE) * L_MULTIPLE
     sampling = (temperature, top_p, top_k)
-    stop = torch.tensor(stop_ids, dtype=torch.long, device=device)
     key = (n_rows, length, width, u is None, sampling, tuple(stop_ids), pad_id, logits.dtype,
-           cache.layers[0].keys.dtype, torch.is_autocast_enabled(device.type))
+           cache.layers[0].keys.dtype, torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
     if key not in graphs.entries:
         while len(graphs.entries) >= KEEP:
             graphs.entries.pop(next(iter(graphs.entries)))
-        graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, device), None)
+        graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, stop_ids, device), None)
     st, graph = graphs.entries[key]
-    _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id, stop)
+    _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id)
     if graphs.capture and graph is None and width > 1:
-        graph = _capture(lm, st, sampling, pad_id, stop)
+        graph = _capture(lm, st, sampling, pad_id)
         graphs.entries[key] = (st, graph)
     for t in range(1, width):
         if graph is not None:
             graph.replay()
         else:
-            _step(lm, st, sampling, pad_id, stop)
+            _step(lm, st, sampling, pad_id)
         if t % check_every == 0 and bool(st.done.all()):
             break
     return st.tokens[:a].clone(), st.logp[:a].clone()

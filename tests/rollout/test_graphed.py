@@ -4,7 +4,9 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, MistralConfig
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
 
 from rlvr.rollout import graphed
 from rlvr.rollout.quant import rollout_copy
@@ -83,10 +85,12 @@ def test_models_lean_cannot_step_are_left_alone():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
 @pytest.mark.parametrize("autocast", [False, True])
-def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast):
+@pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9, top_k=20),
+                                      dict(temperature=0.0)])  # top-k / top-p: topk and sort inside the capture
+def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast, sampling):
     model = tiny[0].to("cuda")
     eager, captured = pair(model)[1], pair(model, capture=True)[1]
-    kw = dict(group_size=4, max_new_tokens=40, temperature=1.0, stop_ids=STOPS, pad_id=0)
+    kw = dict(group_size=4, max_new_tokens=40, stop_ids=STOPS, pad_id=0, **sampling)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's capture
             a = generate(eager, PROMPTS, seeds=seeds, **kw)
@@ -94,3 +98,121 @@ def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast):
             assert_same(a, b, atol=1e-3 if autocast else 1e-5)
     (_, graph), = captured.rlvr_graphs.entries.values()
     assert isinstance(graph, torch.cuda.CUDAGraph)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
+def test_a_capture_for_two_tokens_warms_up_within_bounds(tiny):
+    """Two tokens to sample: one warm-up step, not two (a second wrote token 2 of 2: a device-side assert)."""
+    model = tiny[0].to("cuda")
+    eager, captured = pair(model)[1], pair(model, capture=True)[1]
+    kw = dict(group_size=2, max_new_tokens=2, temperature=1.0, stop_ids=[], pad_id=0, seeds=[1, 2, 3])
+    assert_same(generate(eager, PROMPTS, **kw), generate(captured, PROMPTS, **kw))
+
+
+class _ExternalReads(TorchDispatchMode):
+    """The storages of the tensors (not scalars) ops read that no earlier op under the mode made: what a
+    captured step reads from outside itself. It holds them, so their memory is not reused meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.made, self.read = set(), {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for a in tree_leaves((args, kwargs)):
+            if isinstance(a, torch.Tensor) and a.dim() > 0 and a.untyped_storage().data_ptr() not in self.made:
+                self.read[a.untyped_storage().data_ptr()] = a
+        self.made |= {o.untyped_storage().data_ptr() for o in tree_leaves(out) if isinstance(o, torch.Tensor)}
+        return out
+
+
+def test_a_replayed_step_reads_only_buffers_that_outlive_the_rollout(tiny, monkeypatch):
+    """A CUDA graph replays on the addresses it was captured with, so every tensor a step reads from
+    outside itself must be the same buffer in every rollout that reuses the capture (the state's, the
+    model's). The stop ids were a tensor made per rollout: a replay read the first rollout's, freed."""
+    _, static = pair(tiny[0])
+    reads, step = [], graphed._step
+
+    def first_step_recorded(lm, st, *args):
+        if len(reads) < 2 and int(st.t) == 0:  # the first step of each rollout
+            with _ExternalReads() as mode:
+                step(lm, st, *args)
+            reads.append(set(mode.read))
+            return
+        step(lm, st, *args)
+
+    monkeypatch.setattr(graphed, "_step", first_step_recorded)
+    kw = dict(group_size=3, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0)
+    for seeds in ([1, 2, 3], [4, 5, 6]):
+        generate(static, PROMPTS, seeds=seeds, **kw)
+    assert len(static.rlvr_graphs.entries) == 1 and len(reads) == 2 and reads[0]
+    assert reads[0] == reads[1]
+
+
+def test_the_warm_up_before_a_capture_stays_within_the_tokens(tiny):
+    """Capturing warms up with real steps; with two tokens to sample a second warm-up step wrote token 2
+    of a [B, 2] buffer (on CUDA a device-side assert, fatal to the process). On the CPU the same write
+    raises, so the warm-up runs here as it runs before a capture, and leaves the buffers as loaded."""
+    _, static = pair(tiny[0])
+    generate(static, PROMPTS, group_size=2, max_new_tokens=2, temperature=1.0, stop_ids=[], pad_id=0, seeds=[1, 2, 3])
+    (key, (st, _)), = static.rlvr_graphs.entries.items()
+    assert st.tokens.shape[1] == 2
+    st.t.fill_(0)  # as _load leaves it: token 0 sampled
+    before = {k: v.clone() for k, v in graphed._snapshot(st).items()}
+    graphed._warm_up(static, st, key[4], 0)
+    for k, v in graphed._snapshot(st).items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_models_whose_rotary_embedding_reads_positions_on_the_host_are_left_alone():
+    """Dynamic NTK scaling calls torch.max(position_ids) and compares it in Python at every step: not
+    capturable, and a replay would not redo it. Such a model decodes eagerly."""
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    model = AutoModelForCausalLM.from_config(config)
+    assert not graphed.enable(model) and not graphed.enabled(model)
+
+
+def test_an_fsdp_sharded_model_is_left_alone(tiny, tmp_path):
+    """FSDP gathers the full weights into fresh memory at each unshard (rlvr.train.distributed.gathered)
+    and frees them at reshard, so a graph captured in one rollout would read freed memory in the next."""
+    import torch.distributed as tdist
+    from torch.distributed.fsdp import fully_shard
+
+    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = tiny[0]
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model.model)
+        assert not graphed.enable(model) and not graphed.enabled(model)
+    finally:
+        tdist.destroy_process_group()
+
+
+def test_under_autocast_the_static_cache_is_in_its_dtype_and_samples_the_same(tiny):
+    """transformers' prefill leaves keys in float32 under autocast (bf16 projections times float32 RoPE
+    tables); attention casts them to bf16 at every call, so a float32 static cache was re-cast over every
+    position of every layer at every step. Stored in bf16, the tokens are the same."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=3, max_new_tokens=16, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = both(plain, static, **kw)
+    (st, _), = static.rlvr_graphs.entries.values()
+    assert {layer.keys.dtype for layer in st.kv} == {layer.values.dtype for layer in st.kv} == {torch.bfloat16}
+    # the two loops round differently in bf16 (RoPE, norms): 0.0039 at most here, with a float32 cache too
+    assert_same(a, b, atol=1e-2)
+
+
+def test_a_deep_copy_of_the_model_starts_without_captures(tiny):
+    """Saving a LoRA model deep-copies it to merge the adapters (rlvr/report/sinks.py). Captures are bound
+    to the original's buffers and a CUDA graph cannot be copied: the copy starts empty, and decodes the same."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=2, max_new_tokens=6, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    first = generate(static, PROMPTS, **kw)
+    assert len(static.rlvr_graphs.entries) == 1
+    twin = copy.deepcopy(static)
+    assert graphed.enabled(twin) and twin.rlvr_graphs is not static.rlvr_graphs and twin.rlvr_graphs.entries == {}
+    assert_same(first, generate(twin, PROMPTS, **kw))
