@@ -59,6 +59,19 @@ def gsm8k_like_compute_score(solution_str, ground_truth, method="strict", format
     return score if match.group(1) == ground_truth else format_score
 
 
+def prime_like_compute_score(model_output: str, ground_truth: str):
+    """verl's prime_math form: other parameter names (verl calls it positionally) and a tuple back,
+    (is_correct, format_correctness, extracted), of which verl's default_compute_score scores the first."""
+    boxed = re.search(r"\\boxed\{([^}]*)\}", model_output)
+    extracted = boxed.group(1) if boxed else ""
+    return extracted == str(ground_truth), "Step 2:" in model_output, extracted
+
+
+def verify_like_compute_score(model_output: str, ground_truth: str, timeout_score: float = 0):
+    """verl's math_verify and geo3k form: other parameter names, a float back."""
+    return 1.0 if model_output.strip().endswith(str(ground_truth)) else 0.0
+
+
 # ---- TRL environments (environment_factory): reset(**row), public methods are tools
 
 class DrawsItsOwnProblem:

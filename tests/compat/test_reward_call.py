@@ -120,6 +120,19 @@ def test_verl_compute_score_by_name_with_its_row():
     assert fns[0].fn.checks_correctness
 
 
+def test_verl_scorers_with_other_parameter_names_are_called_as_verl_calls_them():
+    # verl's default_compute_score calls prime_math/math_verify/geo3k as fn(solution_str, ground_truth):
+    # by keyword they would miss 'model_output' and raise on every completion
+    fns = build_rewards({f"verl:{CONV}:prime_like_compute_score": 1.0, f"verl:{CONV}:verify_like_compute_score": 0.5})
+    columns = {"data_source": ["numina_olympiads"] * 3, "reward_model": [{"ground_truth": "12"}] * 3}
+    s = score_batch(fns, [chat("Step 2: so \\boxed{12}"), "\\boxed{13} 12", "12"], columns)
+    assert s.errors == {f"verl:{CONV}:prime_like_compute_score": 0, f"verl:{CONV}:verify_like_compute_score": 0}
+    assert s.per_function[f"verl:{CONV}:prime_like_compute_score"] == [1.0, 0.0, 0.0]  # the tuple's first item
+    assert s.per_function[f"verl:{CONV}:verify_like_compute_score"] == [0.0, 1.0, 1.0]
+    assert s.total == [1.0, 0.5, 0.5]
+    assert s.reasons[f"verl:{CONV}:prime_like_compute_score"] == ["True, 12", "False, 13", "False, "]
+
+
 def test_verl_gets_data_source_and_extra_info_and_a_flat_ground_truth(tmp_path):
     module = tmp_path / "my_reward.py"
     module.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
