@@ -92,6 +92,24 @@ class DrawsItsOwnProblem:
         return "correct" if answer.strip() == str(self.a + self.b) else "wrong"
 
 
+class GymStyleEnv:
+    """A TRL environment whose tool is named `step` (a gym-style action): still TRL's form, since it has
+    no reward_columns (an rlvr Environment must have one)."""
+
+    def reset(self, **kwargs):
+        self.position = 0
+        return "Reach 3."
+
+    def step(self, action: int) -> str:
+        """Move.
+
+        Args:
+            action: how far to move
+        """
+        self.position += action
+        return f"at {self.position}"
+
+
 class TargetEnv:
     """reset takes a named column of the row (a `target` column)."""
 
