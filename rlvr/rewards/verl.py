@@ -6,7 +6,8 @@ The arguments come from the row as verl's parquet files lay it out: `data_source
 from `reward_model.ground_truth` (else a `ground_truth` column, else rlvr's gold answer), `extra_info`.
 A function that takes fewer of them (verl's own gsm8k scorer takes solution_str and ground_truth) gets
 only those; one whose parameters have other names (prime_math's and math_verify's `model_output`,
-geo3k's `predict_str`) is called as verl's default_compute_score calls it, `fn(solution_str, ground_truth)`. A batch scorer (verl's BatchRewardManager: data_sources, solution_strs, ground_truths,
+geo3k's `predict_str`) is called as verl's default_compute_score calls it, `fn(solution_str,
+ground_truth)`. A batch scorer (verl's BatchRewardManager: data_sources, solution_strs, ground_truths,
 extra_infos) is called once with the lists.
 """
 from __future__ import annotations

@@ -72,6 +72,14 @@ def verify_like_compute_score(model_output: str, ground_truth: str, timeout_scor
     return 1.0 if model_output.strip().endswith(str(ground_truth)) else 0.0
 
 
+def logs_as_trl_1x(completions, log_metric, log_extra, **kwargs):
+    """TRL 1.x hands every reward function log_metric(name, value) and log_extra(column, values)."""
+    lengths = [len(c if isinstance(c, str) else c[-1]["content"]) for c in completions]
+    log_metric("mean_chars", sum(lengths) / len(lengths))
+    log_extra("chars", lengths)
+    return [0.0 for _ in completions]
+
+
 # ---- TRL environments (environment_factory): reset(**row), public methods are tools
 
 class DrawsItsOwnProblem:

@@ -31,7 +31,7 @@ def test_trl_functions_get_keywords_columns_and_trainer_state():
                                                              f"{CONV}:length_penalty": 1.0})]
     s = score_batch(fns, completions, columns, shared={"trainer_state": TrainerState(3, 10)})
     assert seen == {"prompts": columns["prompts"], "completions": completions, "ids": [[1, 2], [3]],
-                    "solution": ["12", "12"], "step": 3, "rest": ["answer", "data_source"]}
+                    "solution": ["12", "12"], "step": 3, "rest": ["answer", "data_source", "log_extra", "log_metric"]}
     assert s.per_function[f"{CONV}:accuracy_reward"] == [1.0, 0.0]
     assert s.per_function[f"{CONV}:think_format_reward"] == [1.0, 0.0]
     # numpy float32 return: -2/(100*4), -1/(100*4)
@@ -105,6 +105,15 @@ def test_a_reward_failing_on_every_completion_stops_with_traceback_and_row():
     assert "Traceback (most recent call last)" in message and "missing 1 required positional argument: 'reference'" in message
     # without stop_if_all_fail (rlvr audit) it is counted, as before
     assert score_batch(fns, ["a", "b"], {}).errors == {"broken": 2}
+
+
+def test_trl_log_metric_and_log_extra_are_passed_and_kept():
+    fns = build_rewards({f"{CONV}:logs_as_trl_1x": 1.0})
+    s = score_batch(fns, ["ab", chat("abcd"), "abcdef"], {})
+    assert s.logged == {"mean_chars": 4.0}
+    assert s.extra == {"chars": [2, 4, 6]}
+    picked = s.select([2, 0])
+    assert picked.extra == {"chars": [6, 2]} and picked.logged == {"mean_chars": 4.0}
 
 
 def test_verl_compute_score_by_name_with_its_row():
