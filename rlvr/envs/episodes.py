@@ -80,13 +80,15 @@ def load_class(path: str):
 
 def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str = "") -> EnvSpec:
     """The EnvSpec of an env config section (rlvr.config.EnvConfig) for this tokenizer and task. A
-    'module:Class' with a step method is an rlvr Environment, made with no arguments per episode (it
-    builds its own messages); any other class is a TRL-style environment run by ToolEnv."""
+    'module:Class' with step and reward_columns methods is an rlvr Environment, made with no arguments
+    per episode (it builds its own messages); any other class is a TRL-style environment run by ToolEnv."""
     if env_cfg.name == "single":
         return EnvSpec(lambda: SingleTurn(few_shot, system_prompt), TurnRender(tok), Limits(), False)
     cls = load_class(env_cfg.name) if env_cfg.name != "tools" else None
     limits = Limits(env_cfg.max_turns, env_cfg.max_tool_tokens, env_cfg.max_episode_tokens)
-    if cls is not None and callable(getattr(cls, "step", None)):  # an rlvr Environment (rlvr/envs/base.py)
+    # an rlvr Environment (rlvr/envs/base.py) has step and reward_columns; a TRL environment may well
+    # have a tool named step (a gym-style action) but never reward_columns
+    if cls is not None and all(callable(getattr(cls, m, None)) for m in ("step", "reward_columns")):
         return EnvSpec(cls, TurnRender(tok), limits, True)
     tools = builtin_tools(env_cfg.tools)
     probe = ToolEnv(tools, cls() if cls else None)

@@ -5,12 +5,12 @@ import importlib
 import importlib.util
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.call import Verdict, as_scores, completion_text, invoke, run_all
+from rlvr.rewards.call import RewardLog, Verdict, as_scores, completion_text, invoke, run_all
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
 from rlvr.tasks.base import as_text
 
@@ -76,6 +76,8 @@ class Scores:
     reasons: dict[str, list[str]]
     total: list[float]
     failed: dict[str, list[bool]]
+    extra: dict[str, list] = field(default_factory=dict)  # TRL's log_extra columns, one value per completion
+    logged: dict[str, float] = field(default_factory=dict)  # TRL's log_metric scalars, averaged
 
     @property
     def errors(self) -> dict[str, int]:
@@ -84,12 +86,15 @@ class Scores:
 
     def select(self, rows: list[int]) -> "Scores":
         pick = lambda d: {k: [v[i] for i in rows] for k, v in d.items()}
-        return Scores(pick(self.per_function), pick(self.reasons), [self.total[i] for i in rows], pick(self.failed))
+        return Scores(pick(self.per_function), pick(self.reasons), [self.total[i] for i in rows], pick(self.failed),
+                      pick(self.extra), self.logged)
 
     @staticmethod
     def concat(parts: list["Scores"]) -> "Scores":
         join = lambda field: {k: [x for p in parts for x in getattr(p, field)[k]] for k in parts[0].per_function}
-        return Scores(join("per_function"), join("reasons"), [x for p in parts for x in p.total], join("failed"))
+        extra = {k: [x for p in parts for x in p.extra[k]] for k in parts[0].extra if all(k in p.extra for p in parts)}
+        return Scores(join("per_function"), join("reasons"), [x for p in parts for x in p.total], join("failed"),
+                      extra, parts[0].logged)
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
@@ -169,11 +174,13 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
                 on_error: Callable[[str, Exception], None] | None = None, *, shared: dict | None = None,
                 origins: list[str] | None = None, stop_if_all_fail: bool = False) -> Scores:
     """Score every completion with every function, called as TRL calls them (rlvr/rewards/call.py):
-    `columns` hold one value per completion, `shared` one value for all (trainer_state). The functions
+    `columns` hold one value per completion, `shared` one value for all (trainer_state; TRL's log_metric
+    and log_extra are added, their records kept in Scores.logged and Scores.extra). The functions
     run together (async ones concurrently). A batch call that raises is retried one completion at a
     time: the completions it still fails on score 0 and are marked in `failed`, and training goes on;
     when it fails on every one and stop_if_all_fail, RewardFunctionError names the row (`origins`)."""
-    shared, n = shared or {}, len(completions)
+    log, n = RewardLog(), len(completions)
+    shared = {"log_metric": log.metric, "log_extra": log.extra, **(shared or {})}
     firsts = run_all([lambda rf=rf: invoke(rf.fn, completions, columns, shared) for rf in functions])
     per, reasons, failed = {}, {}, {}
     for rf, first in zip(functions, firsts):
@@ -194,4 +201,5 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
         failed[rf.name] = [not ok(r) for r in rows]
     reasons = {k: [clean_reason(x) for x in v] for k, v in reasons.items()}
     total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(n)]
-    return Scores(per, reasons, total, failed)
+    extra = {k: v for k, v in log.extras.items() if len(v) == n}  # a column of another length fits no sample
+    return Scores(per, reasons, total, failed, extra, log.means())

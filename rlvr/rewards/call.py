@@ -1,11 +1,11 @@
 """Calling a reward function as TRL's GRPOTrainer calls it, and reading back what it returns.
 
-TRL's convention (GRPOTrainer, TRL 0.2x): every argument by keyword, `prompts` and `completions` (text,
-or lists of chat messages when the dataset is conversational), `completion_ids` (token-id lists), every
-dataset column under its own name (one value per completion), `trainer_state`, and `**kwargs` for the
-rest. An `async def` function is awaited, all of a step's concurrently. The return is one value per
-completion, a list, numpy array or tensor; None (or NaN) means "does not apply": it adds nothing to the
-weighted total, as TRL's nansum over the functions.
+TRL's convention (GRPOTrainer, TRL 1.16): every argument by keyword, `prompts` and `completions` (text, or
+lists of chat messages when the dataset is conversational), `completion_ids` (token-id lists), every dataset
+column under its own name (one value per completion), `trainer_state`, `log_metric(name, value)` and
+`log_extra(column, values)` (TRL 1.x), and `**kwargs` for the rest. An `async def` function is awaited, all
+of a step's concurrently. The return is one value per completion, a list, numpy array or tensor; None (or
+NaN) means "does not apply": it adds nothing to the weighted total, as TRL's nansum over the functions.
 """
 from __future__ import annotations
 
@@ -37,7 +37,26 @@ class TrainerState:
     log_history: list = field(default_factory=list)
 
 
-RESERVED = ("completions", "prompts", "completion_ids", "trainer_state")  # TRL's own argument names
+@dataclass
+class RewardLog:
+    """What TRL's `log_metric` and `log_extra` receive during one scoring: scalars per metric name
+    (averaged into the step's metrics) and values per extra column (one per completion, extended call by
+    call as TRL's completions table does; shown in the samples)."""
+
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    extras: dict[str, list] = field(default_factory=dict)
+
+    def metric(self, name: str, value: float) -> None:
+        self.metrics.setdefault(str(name), []).append(float(value))
+
+    def extra(self, column: str, values: list) -> None:
+        self.extras.setdefault(str(column), []).extend(values)
+
+    def means(self) -> dict[str, float]:
+        return {name: sum(v) / len(v) for name, v in self.metrics.items() if v}
+
+
+RESERVED = ("completions", "prompts", "completion_ids", "trainer_state", "log_metric", "log_extra")  # TRL's own
 
 
 def dataset_columns(problems: list, g: int) -> dict[str, list]:

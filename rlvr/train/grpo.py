@@ -83,7 +83,12 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
     passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
     run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
     episodes = ep.records if run.env.multi_turn else []  # single-turn tasks log what they always logged
-    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s}, episodes)
+    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s, **logged_metrics(scores)}, episodes)
+
+
+def logged_metrics(scores: Scores) -> dict[str, float]:
+    """What reward functions reported through TRL's log_metric, averaged over the step's calls."""
+    return {f"reward/logged/{name}": value for name, value in scores.logged.items()}
 
 
 def collect(run: Run, step: int) -> Collected:
@@ -112,7 +117,8 @@ def collect(run: Run, step: int) -> Collected:
     out = merge_collected([Collected([c.problems[i]], select_groups(c.rollout, [i]), [c.texts[j] for j in rows(i)],
                                      c.scores.select(rows(i)), {}, [c.episodes[j] for j in rows(i) if c.episodes]) for c, i in kept],
                           run.pad_id)
-    out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s}
+    out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s,
+                   **logged_metrics(out.scores)}
     return out
 
 

@@ -47,6 +47,10 @@ def sample_records(step, collected, rewards) -> list[dict]:
                 "rewards": {rf.name: {"score": scores.per_function[rf.name][i],
                                       "reason": scores.reasons[rf.name][i]} for rf in rewards}}
                for i, text in enumerate(collected.texts)]
+    plain = lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+    for i, rec in enumerate(records):  # TRL's log_extra columns, as its completions table shows them
+        if scores.extra:
+            rec["extra"] = {k: plain(v[i]) for k, v in scores.extra.items()}
     for rec, ep in zip(records, collected.episodes):  # none for single-turn tasks
         rec["episode"] = ep
     return records

@@ -59,6 +59,27 @@ def gsm8k_like_compute_score(solution_str, ground_truth, method="strict", format
     return score if match.group(1) == ground_truth else format_score
 
 
+def prime_like_compute_score(model_output: str, ground_truth: str):
+    """verl's prime_math form: other parameter names (verl calls it positionally) and a tuple back,
+    (is_correct, format_correctness, extracted), of which verl's default_compute_score scores the first."""
+    boxed = re.search(r"\\boxed\{([^}]*)\}", model_output)
+    extracted = boxed.group(1) if boxed else ""
+    return extracted == str(ground_truth), "Step 2:" in model_output, extracted
+
+
+def verify_like_compute_score(model_output: str, ground_truth: str, timeout_score: float = 0):
+    """verl's math_verify and geo3k form: other parameter names, a float back."""
+    return 1.0 if model_output.strip().endswith(str(ground_truth)) else 0.0
+
+
+def logs_as_trl_1x(completions, log_metric, log_extra, **kwargs):
+    """TRL 1.x hands every reward function log_metric(name, value) and log_extra(column, values)."""
+    lengths = [len(c if isinstance(c, str) else c[-1]["content"]) for c in completions]
+    log_metric("mean_chars", sum(lengths) / len(lengths))
+    log_extra("chars", lengths)
+    return [0.0 for _ in completions]
+
+
 # ---- TRL environments (environment_factory): reset(**row), public methods are tools
 
 class DrawsItsOwnProblem:
@@ -77,6 +98,24 @@ class DrawsItsOwnProblem:
         """
         self.answered = answer
         return "correct" if answer.strip() == str(self.a + self.b) else "wrong"
+
+
+class GymStyleEnv:
+    """A TRL environment whose tool is named `step` (a gym-style action): still TRL's form, since it has
+    no reward_columns (an rlvr Environment must have one)."""
+
+    def reset(self, **kwargs):
+        self.position = 0
+        return "Reach 3."
+
+    def step(self, action: int) -> str:
+        """Move.
+
+        Args:
+            action: how far to move
+        """
+        self.position += action
+        return f"at {self.position}"
 
 
 class TargetEnv:

@@ -93,3 +93,13 @@ def test_plain_functions_are_tools_by_name(tiny):
     env = ToolEnv(builtin_tools(["calculator", "tests.compat.conventions:word_count"]))
     reply = env.step('<tool_call>{"name": "word_count", "arguments": {"text": "a b c"}}</tool_call>')
     assert reply.text == "3" and reply.calls == [{"name": "word_count", "error": ""}]
+
+
+def test_a_trl_environment_with_a_tool_named_step_is_run_as_trl_runs_it(tiny):
+    _, tok = tiny
+    spec = make_spec(EnvConfig(name="tests.compat.conventions:GymStyleEnv", tools=[], max_turns=3), tok, [])
+    env = spec.make()
+    messages = env.reset(PROBLEMS[0])  # TRL's reset(**row), its text added to the user turn
+    assert messages[-1] == {"role": "user", "content": "Solve it.\n\nReach 3."}
+    reply = env.step('<tool_call>{"name": "step", "arguments": {"action": 2}}</tool_call>')
+    assert (reply.text, reply.role, reply.calls) == ("at 2", "tool", [{"name": "step", "error": ""}])

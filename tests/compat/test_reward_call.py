@@ -31,7 +31,7 @@ def test_trl_functions_get_keywords_columns_and_trainer_state():
                                                              f"{CONV}:length_penalty": 1.0})]
     s = score_batch(fns, completions, columns, shared={"trainer_state": TrainerState(3, 10)})
     assert seen == {"prompts": columns["prompts"], "completions": completions, "ids": [[1, 2], [3]],
-                    "solution": ["12", "12"], "step": 3, "rest": ["answer", "data_source"]}
+                    "solution": ["12", "12"], "step": 3, "rest": ["answer", "data_source", "log_extra", "log_metric"]}
     assert s.per_function[f"{CONV}:accuracy_reward"] == [1.0, 0.0]
     assert s.per_function[f"{CONV}:think_format_reward"] == [1.0, 0.0]
     # numpy float32 return: -2/(100*4), -1/(100*4)
@@ -107,6 +107,15 @@ def test_a_reward_failing_on_every_completion_stops_with_traceback_and_row():
     assert score_batch(fns, ["a", "b"], {}).errors == {"broken": 2}
 
 
+def test_trl_log_metric_and_log_extra_are_passed_and_kept():
+    fns = build_rewards({f"{CONV}:logs_as_trl_1x": 1.0})
+    s = score_batch(fns, ["ab", chat("abcd"), "abcdef"], {})
+    assert s.logged == {"mean_chars": 4.0}
+    assert s.extra == {"chars": [2, 4, 6]}
+    picked = s.select([2, 0])
+    assert picked.extra == {"chars": [6, 2]} and picked.logged == {"mean_chars": 4.0}
+
+
 def test_verl_compute_score_by_name_with_its_row():
     fns = build_rewards({f"verl:{CONV}:compute_score": 1.0, f"verl:{CONV}:gsm8k_like_compute_score": 0.5})
     columns = {"data_source": ["toy", "toy", "toy"],
@@ -118,6 +127,19 @@ def test_verl_compute_score_by_name_with_its_row():
     assert s.total == [1.5, 0.5, 1.0]
     assert s.reasons[f"verl:{CONV}:compute_score"][1] == "acc=False, pred=8"
     assert fns[0].fn.checks_correctness
+
+
+def test_verl_scorers_with_other_parameter_names_are_called_as_verl_calls_them():
+    # verl's default_compute_score calls prime_math/math_verify/geo3k as fn(solution_str, ground_truth):
+    # by keyword they would miss 'model_output' and raise on every completion
+    fns = build_rewards({f"verl:{CONV}:prime_like_compute_score": 1.0, f"verl:{CONV}:verify_like_compute_score": 0.5})
+    columns = {"data_source": ["numina_olympiads"] * 3, "reward_model": [{"ground_truth": "12"}] * 3}
+    s = score_batch(fns, [chat("Step 2: so \\boxed{12}"), "\\boxed{13} 12", "12"], columns)
+    assert s.errors == {f"verl:{CONV}:prime_like_compute_score": 0, f"verl:{CONV}:verify_like_compute_score": 0}
+    assert s.per_function[f"verl:{CONV}:prime_like_compute_score"] == [1.0, 0.0, 0.0]  # the tuple's first item
+    assert s.per_function[f"verl:{CONV}:verify_like_compute_score"] == [0.0, 1.0, 1.0]
+    assert s.total == [1.0, 0.5, 0.5]
+    assert s.reasons[f"verl:{CONV}:prime_like_compute_score"] == ["True, 12", "False, 13", "False, "]
 
 
 def test_verl_gets_data_source_and_extra_info_and_a_flat_ground_truth(tmp_path):

@@ -73,10 +73,15 @@ def test_a_trl_conversational_dataset_with_a_solution_column(tmp_path, capsys):
                         {"role": "user", "content": f"What is {i} times 3?"}], "solution": str(3 * i)} for i in range(8)]
     data = tmp_path / "trl.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    weights = {f"{CONV}:accuracy_reward": 1.0, f"{CONV}:think_format_reward": 0.5, f"{CONV}:only_with_solution": 0.1}
+    weights = {f"{CONV}:accuracy_reward": 1.0, f"{CONV}:think_format_reward": 0.5, f"{CONV}:only_with_solution": 0.1,
+               f"{CONV}:logs_as_trl_1x": 1.0}
     assert main(["train", config(tmp_path, str(data), weights)]) == 0
     assert "2 held-out/OOD problems have no gold answer (column 'answer')" in capsys.readouterr().err
     samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
     assert all(s["rewards"][f"{CONV}:only_with_solution"]["score"] == 1.0 for s in samples)
+    assert all(s["extra"] == {"chars": len(s["completion"])} for s in samples)  # TRL's log_extra
     metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    for m, step in zip(metrics, [1, 2]):  # TRL's log_metric: the mean length of the step's final turns
+        lengths = [len(s["completion"]) for s in samples if s["step"] == step]
+        assert abs(m["reward/logged/mean_chars"] - sum(lengths) / len(lengths)) < 1e-9
     assert all(m[f"reward/{name}/errors"] == 0 for m in metrics for name in weights)
