@@ -178,8 +178,9 @@ def cmd_eval(argv: list[str]) -> int:
     from rlvr.eval.sampled import SampleSettings
     from rlvr.eval.suite import (baseline_lines, compare_to_baseline, eval_json, evaluate_tasks, format_table,
                                  task_configs, write_outputs)
-    from rlvr.device import resolve_device
+    from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model, stop_token_ids
+    from rlvr.rollout.protocol import graph_decode
 
     tasks = task_configs(cfg.task, args.task or [cfg.task.name])
     given = lambda value, default: default if value is None else value
@@ -189,15 +190,24 @@ def cmd_eval(argv: list[str]) -> int:
     s.check()
     model = args.model or cfg.model.name
     device = resolve_device(cfg.train.device)
-    policy, tok = load_model(model, cfg.model.dtype, device)
-    results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env)
+    sampling = sampling_autocast(device, resolve_precision(cfg.train.mixed_precision, device))  # as training samples
+
+    def loaded(name: str):
+        model, tok = load_model(name, cfg.model.dtype, device)
+        graph_decode(cfg.rollout, model)
+        return model, tok
+
+    policy, tok = loaded(model)
+    with sampling:
+        results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env)
     summaries = {label: summary for label, (summary, _) in results.items()}
     print(format_table(summaries, s.k))
     if args.baseline:
         del policy  # one model in memory at a time
-        base_policy, base_tok = load_model(args.baseline, cfg.model.dtype, device)
-        compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok), args.baseline,
-                                       tasks, args.split, args.n, s, results, cfg.env)
+        base_policy, base_tok = loaded(args.baseline)
+        with sampling:
+            compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
+                                           args.baseline, tasks, args.split, args.n, s, results, cfg.env)
         for label, base in compared.items():
             summaries[label]["baseline"] = base
             print("\n".join(baseline_lines(label, summaries[label], base)))

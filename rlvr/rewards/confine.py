@@ -1,21 +1,28 @@
-"""What the sandbox's child does to itself between fork and exec of bubblewrap: join the run's cgroup,
+"""What a sandbox's first process does to itself before it executes bubblewrap: join the run's cgroup,
 raise its oom_score_adj, drop to the unprivileged uid, join a fresh session keyring, set rlimits.
-(rlvr.rewards.sandbox starts the child; the reasons for each layer are in its docstring.)"""
+(rlvr.rewards.sandbox starts it; the reasons for each layer are in its docstring.)
+
+This runs in a small launcher process of its own (`launcher_argv`), not in a preexec_fn: to run a
+preexec_fn, CPython's forked child first clears every other thread's state, which runs destructors
+of whatever those threads held. The trainer calls sandboxes from worker threads while its main
+thread holds torch's thread-local caches; after FSDP those reach a gloo process group, whose
+destructor in the child waits for threads that do not exist there (a hang) or crashes (SIGSEGV), so
+every program after it failed or the run stopped. A fresh interpreter has no such state.
+"""
 from __future__ import annotations
 
-import ctypes
+import json
 import math
-import os
 import platform
 import resource
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rlvr.rewards.sandbox import SandboxLimits
 
-_syscall = ctypes.CDLL(None, use_errno=True).syscall
 _KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
-_KEYCTL_JOIN_SESSION_KEYRING = 1
+LAUNCH_FAILED = 125   # the launcher's exit status when a step fails (its message is on stderr)
 
 
 def rlimits_for(limits: SandboxLimits, nproc: int | None) -> list[tuple[int, int, int]]:
@@ -37,34 +44,41 @@ def rlimits_for(limits: SandboxLimits, nproc: int | None) -> list[tuple[int, int
     return out
 
 
-def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-    finally:
+# Run as `python -I -S -c _LAUNCHER SETTINGS PROGRAM ARGS...`: the standard library only, no site
+# packages, nothing of the caller's. Order matters:
+# - join the run's cgroup first, so every process the sandbox ever makes is inside it;
+# - oom_score_adj 1000 while we may still write our /proc entry (raising it needs no privilege);
+# - drop to the unprivileged uid (root-run bwrap would map the sandbox user to host root);
+# - a fresh, empty session keyring owned by that uid (KEYCTL_JOIN_SESSION_KEYRING), so the caller's
+#   keys are out of reach even if seccomp is unavailable;
+# - the rlimits last, after the uid change; then execute PROGRAM in this same process.
+_LAUNCHER = """
+import os
+try:
+    import ctypes, json, resource, sys   # every import first: the dropped uid may not read our lib
+    s = json.loads(sys.argv[1])
+    for path in s["cgroup"] + ["/proc/self/oom_score_adj"]:
+        fd = os.open(path, os.O_WRONLY)
+        os.write(fd, b"1000" if path.endswith("oom_score_adj") else b"0")
         os.close(fd)
+    if s["uid"] is not None:
+        os.setgroups([])
+        os.setresgid(s["uid"], s["uid"], s["uid"])
+        os.setresuid(s["uid"], s["uid"], s["uid"])
+    if s["keyctl"] is not None:
+        ctypes.CDLL(None, use_errno=True).syscall(s["keyctl"], 1, None)
+    for res, soft, hard in s["rlimits"]:
+        resource.setrlimit(res, (soft, hard))
+    os.execvp(sys.argv[2], sys.argv[2:])
+except BaseException as e:
+    os.write(2, ("rlvr sandbox launcher: %s: %s\\n" % (type(e).__name__, e)).encode())
+    os._exit(""" + str(LAUNCH_FAILED) + """)
+"""
 
 
-def child_setup(rlimits: list[tuple[int, int, int]], cgroup_files: tuple[str, ...], uid: int | None):
-    """preexec_fn: runs in the forked child before it executes bubblewrap. It calls only os-level
-    functions and a libc function resolved at import, which take no Python-level locks, so the
-    usual preexec_fn-with-threads deadlock does not apply. Order matters:
-    - join the run's cgroup first, so every process the sandbox ever makes is inside it;
-    - oom_score_adj 1000 while we may still write our /proc entry (raising it needs no privilege);
-    - drop to the unprivileged uid (root-run bwrap would map the sandbox user to host root);
-    - a fresh, empty session keyring owned by that uid, so the caller's keys are out of reach even
-      if seccomp is unavailable (where keyctl is already denied to us, it is denied to the child);
-    - the rlimits last, after the uid change."""
-    def apply():
-        for path in cgroup_files:
-            _write_file(path, b"0")
-        _write_file("/proc/self/oom_score_adj", b"1000")
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        if _KEYCTL_NR is not None:
-            _syscall(_KEYCTL_NR, _KEYCTL_JOIN_SESSION_KEYRING, None)
-        for res, soft, hard in rlimits:
-            resource.setrlimit(res, (soft, hard))
-    return apply
+def launcher_argv(rlimits: list[tuple[int, int, int]], cgroup_files: tuple[str, ...], uid: int | None) -> list[str]:
+    """The argv prefix of a fresh interpreter that confines itself (cgroup, oom_score_adj, uid, keyring,
+    rlimits) and then executes the rest of the argv (found on the PATH as subprocess would). It costs
+    one interpreter start without site packages (a few milliseconds)."""
+    settings = {"cgroup": list(cgroup_files), "uid": uid, "keyctl": _KEYCTL_NR, "rlimits": rlimits}
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(settings)]

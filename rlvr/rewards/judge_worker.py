@@ -54,8 +54,12 @@ def check(request: dict) -> dict:
 
 
 def serve() -> None:
+    import resource
+
     from rlvr.rewards import collect
 
+    # set here, not in a preexec_fn: the pool starts workers from the trainer's threads (rlvr.rewards.confine)
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     collect.become_reaper()
     # The protocol moves to descriptors of its own: test code that prints or reads input() must
     # not write into it or read requests from it.
@@ -71,12 +75,6 @@ def serve() -> None:
 
 
 # ---------------------------------------------------------------- the pool (parent side)
-
-def _child_setup() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-
 
 class JudgePool:
     """Persistent workers; `check` takes an idle one (or starts one) for one program's check."""
@@ -126,7 +124,7 @@ class JudgePool:
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
         proc = subprocess.Popen([sys.executable, "-m", "rlvr.rewards.judge_worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_child_setup)
+                                start_new_session=True)
         if _readline(proc, STARTUP_S) != b"ready":
             self._kill(proc)
             raise RuntimeError("the code reward's test-code worker (rlvr.rewards.judge_worker) did not start")

@@ -167,6 +167,10 @@ def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tup
 
 
 def serve() -> None:
+    import resource
+
+    # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.rewards.confine)
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     sys.setrecursionlimit(2000)
     out = sys.stdout
     out.write("ready\n")
@@ -186,12 +190,6 @@ def serve() -> None:
 # ---------------------------------------------------------------- parent side
 
 
-def _limit_memory() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-
-
 class SymbolicWorker:
     """One killable child process; `compare` gives each answer `timeout_s` of wall clock."""
 
@@ -205,8 +203,7 @@ class SymbolicWorker:
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "rlvr.rewards.math_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env, start_new_session=True,
-            preexec_fn=_limit_memory)
+            stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env, start_new_session=True)
         if self._readline(self.startup_timeout_s) != "ready":
             self._kill()
             raise RuntimeError("the symbolic maths worker did not start")

@@ -9,7 +9,8 @@ Layers, each with the threat it answers:
 - when we run as root, bwrap itself is started as an unprivileged host uid: root-run bwrap maps the
   sandbox user to host root, for which the kernel does not enforce RLIMIT_NPROC (a fork bomb would
   then be unlimited);
-- rlimits set in the child before exec: address space (memory bombs), CPU seconds (busy loops),
+- rlimits set by the sandbox's first process before it executes bubblewrap (a launcher of its own,
+  rlvr.rewards.confine, never a preexec_fn: see there why): address space (memory bombs), CPU seconds (busy loops),
   file size and private-/tmp size (disk fill), open files, no core dumps; and processes (fork
   bombs). Under bwrap the harness sets the process limit inside the new user namespace, before
   any untrusted code runs: there it counts that sandbox's processes only, whereas on bwrap itself
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.rewards import cgroup, collect, harness, seccomp
-from rlvr.rewards.confine import child_setup, rlimits_for
+from rlvr.rewards.confine import launcher_argv, rlimits_for
 
 MiB = 1 << 20
 UNSAFE_ENV = "RLVR_UNSAFE_NO_SANDBOX"
@@ -52,7 +53,6 @@ _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # warnings said once per process: 'unsafe', 'no_cgroup'
-# Resolved before any fork: the child must not load libraries between fork and exec.
 
 
 class SandboxUnavailable(RlvrError):
@@ -249,14 +249,14 @@ def spawn(payload: dict, extra_args: list[str], limits: SandboxLimits, sandbox: 
             filter_fd = _memfile(rules)
             prefix = prefix[:1] + ["--seccomp", str(filter_fd)] + prefix[1:]
     payload_fd = _memfile(_json_bytes({**payload, "max_procs": procs if prefix else None}))
-    argv = prefix + [python, "-I", "-c", HARNESS_SOURCE, str(payload_fd), *extra_args]
+    confine = launcher_argv(rlimits_for(limits, None if prefix else procs), cg.procs_files if cg else (),
+                            _host_uid(sandbox))
+    argv = confine + prefix + [python, "-I", "-c", HARNESS_SOURCE, str(payload_fd), *extra_args]
     fds = tuple(fd for fd in (payload_fd, filter_fd) if fd is not None)
     try:
         proc = collect.popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds + tuple(pass_fds),
-            env=_CHILD_ENV, start_new_session=True, cwd="/" if prefix else tempfile.gettempdir(),
-            preexec_fn=child_setup(rlimits_for(limits, None if prefix else procs),
-                                   cg.procs_files if cg else (), _host_uid(sandbox)))
+            env=_CHILD_ENV, start_new_session=True, cwd="/" if prefix else tempfile.gettempdir())
     except BaseException:
         if cg is not None:
             cg.remove()

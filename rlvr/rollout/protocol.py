@@ -109,14 +109,21 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
 
         return make_vllm_engine(cfg, policy, workdir, precision)
     engine = _local_engine(r, policy)
-    if r.engine == "builtin" and r.cuda_graph and of_model(policy).type == "cuda":
-        from rlvr.rollout import graphed
-
-        graphed.enable(policy)  # greedy evaluation samples with the policy itself
-        if not graphed.enable(engine.policy):
-            log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
-                        "Mistral or Qwen2 with full attention); decoding eagerly")
+    if r.engine == "builtin":
+        graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
+
+
+def graph_decode(r, *models: torch.nn.Module) -> None:
+    """Give each model the static, CUDA-graphed decode loop when rollout section r asks for it
+    (rollout.cuda_graph) and the model is on a GPU; a model without a static decode step decodes eagerly,
+    with a warning."""
+    from rlvr.rollout import graphed
+
+    on_gpu = [m for m in dict.fromkeys(models) if r.cuda_graph and of_model(m).type == "cuda"]
+    if not all([graphed.enable(m) for m in on_gpu]):
+        log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
+                    "Mistral or Qwen2 with full attention); decoding eagerly")
 
 
 def _local_engine(r, policy: torch.nn.Module) -> PolicyEngine:

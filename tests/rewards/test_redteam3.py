@@ -172,3 +172,41 @@ def test_no_zombie_sandboxes_remain_where_we_are_the_reaper():
                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))), timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.splitlines()[-1]) == [[1.0, 0.0] * 3 + [1.0], 0]
+
+
+# ---- the trainer's own threads: nothing of them runs in a child -----------------------------------
+
+def test_no_child_runs_the_destructors_of_the_trainers_thread_state(tmp_path):
+    """A preexec_fn makes CPython's forked child clear every other thread's state first, running
+    destructors of what they hold; after FSDP, torch's thread-local caches reach a gloo process group
+    whose destructor hung or crashed the child (the suite stopped at the first code reward after the
+    FSDP tests). Sandboxes, judge workers and the maths worker all start from worker threads here while
+    this thread holds an object that notes any process other than ours destroying it."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlvr.rewards.judge_worker import JudgePool
+    from rlvr.rewards.math_worker import SymbolicWorker
+
+    mark, parent = tmp_path / "destroyed_in", os.getpid()
+
+    class Sentinel:
+        def __del__(self):
+            if os.getpid() != parent:
+                with open(mark, "a") as f:
+                    f.write(f"{os.getpid()}\n")
+
+    held = threading.local()
+    held.sentinel = Sentinel()
+    pool, symbolic = JudgePool(), SymbolicWorker()
+    try:
+        with ThreadPoolExecutor(2) as threads:
+            assert threads.submit(reward.verdicts, [GOOD] * 3, tests=[FN_SPEC] * 3).result()[0].score == 1.0
+            request = {"program": GOOD.strip("`\npython"), "tests": json.dumps(ASSERT_SPEC), "partial": False,
+                       "limits": {}, "sandbox": {}}
+            assert threads.submit(pool.check, request, 30.0).result() == {"outcomes": [[True, ""], [True, ""]]}
+            assert threads.submit(symbolic.compare, "1/2", "0.5").result()[0]
+    finally:
+        pool.close()
+        symbolic.close()
+    assert not mark.exists()

@@ -216,3 +216,24 @@ def test_a_deep_copy_of_the_model_starts_without_captures(tiny):
     twin = copy.deepcopy(static)
     assert graphed.enabled(twin) and twin.rlvr_graphs is not static.rlvr_graphs and twin.rlvr_graphs.entries == {}
     assert_same(first, generate(twin, PROMPTS, **kw))
+
+
+def test_graph_decode_enables_models_on_a_gpu_only_and_warns_for_one_it_cannot_step(tiny, monkeypatch, caplog):
+    from rlvr.config.sections import RolloutConfig
+    from rlvr.rollout import protocol
+
+    model = copy.deepcopy(tiny[0])
+    protocol.graph_decode(RolloutConfig(), model)
+    assert not graphed.enabled(model)   # on the CPU: the compacting loop as before
+    on_gpu = lambda m: torch.device("cuda")
+    monkeypatch.setattr(protocol, "of_model", on_gpu)   # placement is all graph_decode reads
+    protocol.graph_decode(RolloutConfig(cuda_graph=False), model)
+    assert not graphed.enabled(model)
+    mistral = AutoModelForCausalLM.from_config(MistralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, sliding_window=4))
+    with caplog.at_level("WARNING"):
+        protocol.graph_decode(RolloutConfig(), model, model)
+        assert graphed.enabled(model) and not caplog.records
+        protocol.graph_decode(RolloutConfig(), model, mistral)
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["rollout.cuda_graph"]
