@@ -11,11 +11,9 @@ every program after it failed or the run stopped. A fresh interpreter has no suc
 """
 from __future__ import annotations
 
-import json
 import math
 import platform
 import resource
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,41 +42,50 @@ def rlimits_for(limits: SandboxLimits, nproc: int | None) -> list[tuple[int, int
     return out
 
 
-# Run as `python -I -S -c _LAUNCHER SETTINGS PROGRAM ARGS...`: the standard library only, no site
-# packages, nothing of the caller's. Order matters:
+# Run as `python -I -S -c _LAUNCHER UID KEYCTL N CGROUP_FILE... M RESOURCE:SOFT:HARD... PROGRAM ARGS...`
+# ("-" for no uid change or no keyring join): the standard library's cheapest modules only (json alone
+# would double the start-up), nothing of the caller's. Order matters:
 # - join the run's cgroup first, so every process the sandbox ever makes is inside it;
 # - oom_score_adj 1000 while we may still write our /proc entry (raising it needs no privilege);
 # - drop to the unprivileged uid (root-run bwrap would map the sandbox user to host root);
 # - a fresh, empty session keyring owned by that uid (KEYCTL_JOIN_SESSION_KEYRING), so the caller's
-#   keys are out of reach even if seccomp is unavailable;
+#   keys are out of reach where no seccomp filter denies the keyring calls;
 # - the rlimits last, after the uid change; then execute PROGRAM in this same process.
 _LAUNCHER = """
 import os
 try:
-    import ctypes, json, resource, sys   # every import first: the dropped uid may not read our lib
-    s = json.loads(sys.argv[1])
-    for path in s["cgroup"] + ["/proc/self/oom_score_adj"]:
+    import resource, sys
+    uid, keyctl, n, *rest = sys.argv[1:]
+    cgroups, (m, *rest) = rest[:int(n)], rest[int(n):]
+    rlimits, program = rest[:int(m)], rest[int(m):]
+    for path in cgroups + ["/proc/self/oom_score_adj"]:
         fd = os.open(path, os.O_WRONLY)
         os.write(fd, b"1000" if path.endswith("oom_score_adj") else b"0")
         os.close(fd)
-    if s["uid"] is not None:
+    if keyctl != "-":
+        import ctypes   # before the uid change: that uid may not read our interpreter's library
+    if uid != "-":
         os.setgroups([])
-        os.setresgid(s["uid"], s["uid"], s["uid"])
-        os.setresuid(s["uid"], s["uid"], s["uid"])
-    if s["keyctl"] is not None:
-        ctypes.CDLL(None, use_errno=True).syscall(s["keyctl"], 1, None)
-    for res, soft, hard in s["rlimits"]:
+        os.setresgid(int(uid), int(uid), int(uid))
+        os.setresuid(int(uid), int(uid), int(uid))
+    if keyctl != "-":
+        ctypes.CDLL(None, use_errno=True).syscall(int(keyctl), 1, None)
+    for item in rlimits:
+        res, soft, hard = map(int, item.split(":"))
         resource.setrlimit(res, (soft, hard))
-    os.execvp(sys.argv[2], sys.argv[2:])
+    os.execvp(program[0], program)
 except BaseException as e:
     os.write(2, ("rlvr sandbox launcher: %s: %s\\n" % (type(e).__name__, e)).encode())
     os._exit(""" + str(LAUNCH_FAILED) + """)
 """
 
 
-def launcher_argv(rlimits: list[tuple[int, int, int]], cgroup_files: tuple[str, ...], uid: int | None) -> list[str]:
-    """The argv prefix of a fresh interpreter that confines itself (cgroup, oom_score_adj, uid, keyring,
-    rlimits) and then executes the rest of the argv (found on the PATH as subprocess would). It costs
-    one interpreter start without site packages (a few milliseconds)."""
-    settings = {"cgroup": list(cgroup_files), "uid": uid, "keyctl": _KEYCTL_NR, "rlimits": rlimits}
-    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(settings)]
+def launcher_argv(python: str, rlimits: list[tuple[int, int, int]], cgroup_files: tuple[str, ...],
+                  uid: int | None, join_keyring: bool) -> list[str]:
+    """The argv prefix of a fresh interpreter that confines itself (cgroup, oom_score_adj, uid, keyring
+    when join_keyring, rlimits) and then executes the rest of the argv (found on the PATH as subprocess
+    would). It costs one interpreter start without site packages (a few milliseconds)."""
+    keyctl = _KEYCTL_NR if join_keyring else None
+    return [python, "-I", "-S", "-c", _LAUNCHER, "-" if uid is None else str(uid),
+            "-" if keyctl is None else str(keyctl), str(len(cgroup_files)), *cgroup_files,
+            str(len(rlimits)), *(f"{r}:{soft}:{hard}" for r, soft, hard in rlimits)]

@@ -249,8 +249,9 @@ def spawn(payload: dict, extra_args: list[str], limits: SandboxLimits, sandbox: 
             filter_fd = _memfile(rules)
             prefix = prefix[:1] + ["--seccomp", str(filter_fd)] + prefix[1:]
     payload_fd = _memfile(_json_bytes({**payload, "max_procs": procs if prefix else None}))
-    confine = launcher_argv(rlimits_for(limits, None if prefix else procs), cg.procs_files if cg else (),
-                            _host_uid(sandbox))
+    # the keyring join where no seccomp filter denies the keyring calls
+    confine = launcher_argv(python, rlimits_for(limits, None if prefix else procs), cg.procs_files if cg else (),
+                            _host_uid(sandbox), join_keyring=filter_fd is None)
     argv = confine + prefix + [python, "-I", "-c", HARNESS_SOURCE, str(payload_fd), *extra_args]
     fds = tuple(fd for fd in (payload_fd, filter_fd) if fd is not None)
     try:

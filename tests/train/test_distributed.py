@@ -33,15 +33,18 @@ def _free_port() -> int:
 def ranks(tmp_path_factory):
     """Run both ranks once; every test reads their results."""
     out = tmp_path_factory.mktemp("dist")
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(HERE / "dist_worker.py"), str(out)],
-                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-3000:]
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for attempt in range(2):   # a free port can be taken between our probe and rank 0's bind: one retry
+        env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+               "OMP_NUM_THREADS": "1"}
+        procs = [subprocess.Popen([sys.executable, str(HERE / "dist_worker.py"), str(out)],
+                                  env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+        logs = [p.communicate(timeout=300)[0] for p in procs]
+        if attempt == 0 and any(p.returncode and "ddress already in use" in log for p, log in zip(procs, logs)):
+            continue
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log[-3000:]
+        return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
 @functools.lru_cache(maxsize=None)
