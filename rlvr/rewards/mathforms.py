@@ -10,7 +10,8 @@ from functools import lru_cache
 from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
 
 _INEQUALITIES = {"\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=", "\\lt": "<", "\\gt": ">",
-                 "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
+                 "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">",
+                 "\\neq": "!=", "\\ne": "!=", "≠": "!=", "!=": "!="}
 _INEQ_TOKENS = sorted(_INEQUALITIES, key=len, reverse=True)
 _SUB = r"(?:_\{?\w+\}?)?"
 # What may stand left of `=` in a labelled answer: a name (`x`, `a_1`, `\theta`, `f(x)`, `P(2)`)
@@ -22,7 +23,7 @@ _LABEL = re.compile(r"(?:[a-zA-Z]+" + _SUB + r"|\\(?!pi\b|infty\b)[a-zA-Z]+" + _
 _SUBSCRIPT = re.compile(r"_\{[^{}]*\}|_\w")
 _GOLD_LABEL = re.compile(r"(?=.*[A-Za-z])[A-Za-z|:\\{}\s]+")
 _MATRIX = re.compile(r"\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}", re.DOTALL)
-_STRUCTURE = re.compile(r"[,=<>≤≥]|\\(?:cup|in|le|ge|lt|gt|begin)")
+_STRUCTURE = re.compile(r"[,=<>≤≥≠]|\\(?:cup|in|le|ge|lt|gt|ne|begin)")
 _VARIABLE = re.compile(r"[a-zA-Z]" + _SUB)
 
 

@@ -17,6 +17,7 @@ _TAIL = 80  # trailing units and percent words are looked for in this many last 
 _WRAPPERS = [r"\left", r"\right", r"\displaystyle", r"\,", r"\!", r"\;", r"\:", r"\quad", "\\$", "$",
              "^{\\circ}", "^\\circ", "°", "\\degree", "€", "£"]
 _WRAPPER = re.compile("|".join(re.escape(w) for w in _WRAPPERS))  # one pass, earlier ones first
+_LATEX_SPACE = re.compile(r"(?<!\\)\\ ")  # `\ `, not the row break `\\` before a space
 _GLUED_COMMA = re.compile(r",\\!\s*")  # `11,\! 111`: MATH's thousands separator, `\!` undoing the space
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textnormal|mathrm|mathbf|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
@@ -72,6 +73,8 @@ def clean(answer: str) -> Normalised:
     if ",\\!" in s:
         s = _GLUED_COMMA.sub(",", s)
     s = _WRAPPER.sub("", s).strip().removesuffix(".").strip()
+    if "\\ " in s:
+        s = _LATEX_SPACE.sub("", s)
     s, percent = _strip_tail(_PERCENT, s) if "%" in s or "p" in s or "P" in s else (s, None)
     s, unit_match = _strip_tail(_UNIT, s.strip())
     unit = ""

@@ -87,6 +87,16 @@ FORMS = [
     ("plus-minus-gold-as-set", "\\boxed{\\{-2021, 2021\\}}", "\\pm 2021", 1),
     ("plus-minus-gold-one-sign-twice", "\\boxed{\\{2021, 2021\\}}", "\\pm 2021", 0),
     ("function-bounded", "\\boxed{(0,1)}", "0<f(x)<1", 1), ("function-bounded-closed", "\\boxed{[0,1)}", "0<f(x)<1", 0),
+    # third pass against Math-Verify's suite
+    ("not-equal", "\\boxed{x \\neq 3}", "x != 3", 1), ("not-equal-other", "\\boxed{x \\ne 4}", "x \\neq 3", 0),
+    ("not-equal-for-equation", "\\boxed{x \\neq 3}", "x = 3", 0),
+    ("gold-or-list", "\\boxed{(7,11),\\ (11,7)}", "(11,7)or(7,11)", 1),
+    ("gold-or-list-one-given", "\\boxed{(7,11)}", "(11,7) or (7,11)", 0),
+    ("gold-or-values", "\\boxed{21,16,11}", "$21,16$ or $11$", 1), ("gold-or-values-wrong", "\\boxed{21,16,12}", "$21,16$ or $11$", 0),
+    ("gold-or-in-text", "\\boxed{yes}", "\\text{yes or no}", 0),
+    ("box-framing-sentence", "\\boxed{Therefore $x \\geq 5$ is the solution.}", "x >= 5", 1),
+    ("box-framing-sentence-wrong", "\\boxed{Therefore $x \\geq 4$ is the solution.}", "x >= 5", 0),
+    ("box-we-find", "\\boxed{We find that $x \\lt 3$.}", "x < 3", 1),
 ]
 
 MINERVA = "Final Answer: The final answer is ${}$. I hope it is correct."
@@ -102,6 +112,14 @@ LINES = [
     ("label-and-value", "\\boxed{x = 5}\nAnswer: 5", "5", 1),
     ("minerva-paren-delimiters", MINERVA.replace("${}$", "\\({}\\)").format("(-6, 10)"), "(-6, 10)", 1),
     ("minerva-paren-delimiters-wrong", MINERVA.replace("${}$", "\\({}\\)").format("(-6, 10]"), "(-6, 10)", 0),
+    ("answer-then-math", "Answer $ 9 $", "9", 1), ("answer-then-display-math", "Answer \\[ \n 9 \n \\]", "9", 1),
+    ("answer-then-paren-math", "Answer \\( (9+1) \\)", "10", 1), ("answer-then-math-wrong", "Answer $$ 8 $$", "9", 0),
+    ("answer-then-inline-math-over-lines", "Answer $ \n 9 \n $", "9", 0),
+    ("minerva-sentence", "Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120", 1),
+    ("minerva-sentence-wrong", "Final Answer: The largest $n$ is 35.", "34", 0),
+    ("minerva-then-next-turn", "Final Answer: The final answer is 12,000,023. I hope it is correct. <|im_start|>user",
+     "12000023", 1),
+    ("sentence-then-next-turn", "Final Answer: The number of points is 19. <|im_start|>user\nAnswer: 20", "19", 0),
 ]
 
 # hedges and near misses in the new forms: all 0
@@ -125,6 +143,14 @@ RED_TEAM = [
     ("and-list-for-value", "\\boxed{3 \\text{ and } 5}", "3"), ("or-for-and-gold", "\\boxed{6 \\text{ or } 8}", "6 \\text{ and } 8"),
     ("one-sign-for-plus-minus", "\\boxed{2021}", "\\pm 2021"),
     ("labelled-list-for-equation", "\\boxed{x = 3, x = 5}", "x = 3"), ("labelled-list-for-value", "\\boxed{x = 3, y = 3}", "3"),
+    # the sentence and framing readings of the third pass never take a hedged or negated value
+    ("sentence-negated", "Final Answer: It is not true that the answer is 5.", "5"),
+    ("sentence-or", "Final Answer: The value is 5 or 6.", "5"), ("sentence-hedged", "Final Answer: x is maybe 5", "5"),
+    ("sentence-two-values", "Final Answer: The value is 5 and 6.", "5"),
+    ("box-negated-math", "\\boxed{It is not $5$}", "5"), ("box-either-math", "\\boxed{either $5$ or so}", "5"),
+    ("box-two-math-segments", "\\boxed{Therefore $5$ or $6$ is the solution.}", "5"),
+    ("answer-line-math-or", "Answer $5$ or $6$", "5"), ("answer-mid-prose", "We know the answer $5$ must be checked. Answer: 6", "5"),
+    ("gold-or-answer-or", "\\boxed{(7,11) \\text{ or } (11,7)}", "(11,7)or(7,11)"),
 ]
 
 
