@@ -3,6 +3,8 @@ never become metric keys."""
 import json
 import threading
 
+import pytest
+
 from rlvr.envs.base import ToolEnv
 from rlvr.envs.episodes import EnvSpec, Limits, _step_all
 from rlvr.envs.episode_metrics import episode_metrics
@@ -46,6 +48,7 @@ def test_the_batchs_episodes_step_at_once():
     assert [r if r is None else r.text for r in replies] == ["x", None, "y", "z"]
 
 
+@pytest.mark.slow  # waits out a wall clock
 def test_python_calls_share_the_episodes_time_budget():
     sleepy = "import time\ntime.sleep({s})\nprint({s})"
     env = ToolEnv([make_python_tool()], budget_s=7.0)

@@ -91,6 +91,7 @@ def test_there_are_enough_attacks():
     assert len(ATTACKS) >= 25
 
 
+@pytest.mark.slow  # waits out a wall clock
 def test_power_tower_is_cut_off_by_the_wall_clock_and_the_worker_recovers():
     worker = SymbolicWorker(timeout_s=1.0)
     try:

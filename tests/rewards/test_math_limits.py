@@ -1,6 +1,8 @@
 """Round 3 against the maths checker (issue 27, items 7, 9 and 11): one time budget per answer
 however many pieces it has, linear-time extraction on adversarial completions, and a <think>
 opened after the last </think> left open."""
+import pytest
+
 from rlvr.eval.estimators import stated_answer
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
 from rlvr.rewards.math_worker import shared_worker
@@ -10,6 +12,7 @@ TOWER = "5^{5^{5^{5^5}}}"  # the symbolic worker times out on it (or runs out of
 
 # ---- item 7: a set-valued gold multiplied the worker's time limit by its elements ------------------
 
+@pytest.mark.slow  # waits out a wall clock
 def test_a_set_answer_spends_one_time_budget_not_one_per_element():
     gold = "\\{" + ", ".join(str(k) for k in range(1, 11)) + "\\}"
     answer = "\\{" + ", ".join([TOWER] + [str(k) for k in range(2, 11)]) + "\\}"
@@ -24,6 +27,7 @@ def test_a_set_answer_spends_one_time_budget_not_one_per_element():
     assert v.score == 0.0 and v.reason.startswith("element 5^{5^{5^{5^5}}} is not in the gold"), v
 
 
+@pytest.mark.slow  # waits out a wall clock
 def test_a_matrix_of_towers_stops_at_the_first_spent_budget():
     cells = " & ".join([TOWER] * 4)
     worker = shared_worker()

@@ -19,12 +19,13 @@ def block(src: str) -> str:
     return "```python\n" + textwrap.dedent(src).strip() + "\n```"
 
 
-# Writes raw lines to the response pipe (the first descriptor that takes a write), bypassing the
-# harness's encoder: the sandbox controls every byte the parent reads.
+# Writes raw lines to the response pipe (the first descriptor above stderr that takes a write),
+# bypassing the harness's encoder: the sandbox controls every byte the parent reads. The descriptors
+# keep the parent's numbers, which depend on what else the trainer holds open: look them all up.
 FORGE = """
 import os, time
 def forge(data):
-    for fd in range(3, 30):
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2):
         try:
             os.write(fd, data[:1])
         except OSError:

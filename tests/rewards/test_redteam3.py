@@ -21,12 +21,13 @@ def block(src: str) -> str:
     return "```python\n" + textwrap.dedent(src).strip() + "\n```"
 
 
-# Writes raw lines to the response pipe (the first descriptor that takes a write), bypassing the
-# harness's encoder: the program controls every byte the parent reads.
+# Writes raw lines to the response pipe (the first descriptor above stderr that takes a write),
+# bypassing the harness's encoder: the program controls every byte the parent reads. The descriptors
+# keep the parent's numbers, which depend on what else the trainer holds open: look them all up.
 FORGE = """
 import os, time
 def forge(data):
-    for fd in range(3, 30):
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2):
         try:
             os.write(fd, data)
             return
@@ -63,6 +64,7 @@ COLLIDING = block("def f(x):\n    return [i * (2 ** 61 - 1) for i in range(1, 40
 SET_SPEC = {"kind": "assert", "asserts": ["assert set(f(1)) == {4, 5}"]}
 
 
+@pytest.mark.slow  # waits out a wall clock
 def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
     from rlvr.rewards.judge_worker import shared_pool
 
@@ -85,6 +87,7 @@ def test_test_code_that_prints_or_reads_stdin_cannot_corrupt_the_workers_replies
     assert reward([GOOD], tests=[spec]) == [1.0]   # the same workers, still in step
 
 
+@pytest.mark.slow  # waits out a wall clock
 def test_a_killed_worker_is_replaced_and_the_next_check_is_judged():
     quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
     assert quick([COLLIDING], tests=[SET_SPEC]) == [0.0]
@@ -167,6 +170,7 @@ print(json.dumps([scores, len(zombies)]))
 """
 
 
+@pytest.mark.slow  # waits out a wall clock
 def test_no_zombie_sandboxes_remain_where_we_are_the_reaper():
     out = subprocess.run([sys.executable, "-c", ZOMBIES, json.dumps([FN_SPEC, ASSERT_SPEC])], capture_output=True,
                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))), timeout=120)
