@@ -96,7 +96,7 @@ def cmd_audit(argv: list[str]) -> int:
 
     report = audit(build_splits(cfg.task), rewards_of(cfg), args.n)  # the rewards training optimises
     print(terminal_safe(format_report(report)))  # it quotes the dataset's prompts and tests
-    return 1 if report.weak else 0
+    return 1 if report.weak or report.unjudged else 0
 
 
 def compare_parser() -> argparse.ArgumentParser:

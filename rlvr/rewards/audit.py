@@ -12,6 +12,7 @@ from typing import Callable
 
 from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
 from rlvr.rewards.call import as_chat, dataset_columns
+from rlvr.rewards.sandbox import sandbox_problem
 from rlvr.tasks import Problem, Splits, normalise
 
 
@@ -20,6 +21,10 @@ class AuditReport:
     leaks: list[str] = field(default_factory=list)  # human-readable findings
     table: dict[str, dict[str, float]] = field(default_factory=dict)  # attack -> reward -> max score
     weak: dict[str, list[str]] = field(default_factory=dict)  # reward -> attacks it rewarded
+    # reward -> mean score of the reference solutions (the control); and strict rewards the battery cannot
+    # judge, with why: a reward that gives right answers 0 gives attacks 0 too, which then says nothing
+    control: dict[str, float] = field(default_factory=dict)
+    unjudged: dict[str, str] = field(default_factory=dict)
 
 
 def _wrong(gold: str) -> str:
@@ -206,18 +211,35 @@ def code_findings(splits: Splits, limit: int = 3) -> list[str]:
     return findings
 
 
+def _scores(rewards: list[RewardFunction], problems: list[Problem], texts: list[str]) -> dict[str, list[float]]:
+    completions = [as_chat(p, t) for p, t in zip(problems, texts)]  # in the dataset's form, as in training
+    columns = dataset_columns(problems, 1)
+    columns["completion_ids"] = [list(range(max(1, len(t) // 4))) for t in texts]
+    return score_batch(rewards, completions, columns).per_function
+
+
 def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
                 attacks: list[Attack] = MATH_ATTACKS) -> dict[str, dict[str, float]]:
     """attack -> reward name -> the highest score that attack got on any of the problems."""
     table = {}
     for attack in attacks:
-        texts = [attack.make(p) for p in problems]
-        completions = [as_chat(p, t) for p, t in zip(problems, texts)]  # in the dataset's form, as in training
-        columns = dataset_columns(problems, 1)
-        columns["completion_ids"] = [list(range(max(1, len(t) // 4))) for t in texts]
-        scores = score_batch(rewards, completions, columns)
-        table[attack.name] = {rf.name: max(scores.per_function[rf.name]) for rf in rewards}
+        scores = _scores(rewards, problems, [attack.make(p) for p in problems])
+        table[attack.name] = {rf.name: max(scores[rf.name]) for rf in rewards}
     return table
+
+
+def _reference(p: Problem) -> str | None:
+    """What a right answer to p looks like: its worked solution, else its gold on an answer line."""
+    return p.solution or (f"Answer: {p.answer}" if p.answer else None)
+
+
+def control(rewards: list[RewardFunction], problems: list[Problem]) -> dict[str, float]:
+    """reward name -> the mean score of the problems' reference solutions ({} when none has one)."""
+    known = [(p, r) for p in problems if (r := _reference(p)) is not None]
+    if not known:
+        return {}
+    scores = _scores(rewards, [p for p, _ in known], [r for _, r in known])
+    return {rf.name: sum(scores[rf.name]) / len(known) for rf in rewards}
 
 
 def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -> AuditReport:
@@ -225,12 +247,18 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
     problems = (splits.train or splits.heldout)[:n_problems]
     attacks = CODE_ATTACKS if problems and problems[0].tests else MATH_ATTACKS
     leaks = leak_findings(splits) + (code_findings(splits) if attacks is CODE_ATTACKS else [])
-    report = AuditReport(leaks=leaks, table=run_attacks(rewards, problems, attacks))
+    report = AuditReport(leaks=leaks, table=run_attacks(rewards, problems, attacks), control=control(rewards, problems))
     strict = {rf.name for rf in strict_rewards(rewards, unknown_is_strict=True)}
     for attack in attacks:
         for reward, score in report.table[attack.name].items():
             if score > 0 and (reward in strict or not attack.well_formed):
                 report.weak.setdefault(reward, []).append(attack.name)
+    no_sandbox = sandbox_problem() if attacks is CODE_ATTACKS else None
+    for reward in sorted(strict):
+        if no_sandbox is not None:
+            report.unjudged[reward] = f"no code sandbox can start here ({no_sandbox})"
+        elif report.control.get(reward, 1.0) <= 0:
+            report.unjudged[reward] = "it gave the reference solutions 0 (check its gold column and set-up)"
     return report
 
 
@@ -247,8 +275,13 @@ def format_report(report: AuditReport) -> str:
         cells = "  ".join(f"{row[n]:>12.3g}" + ("!" if (n, attack) in holes else " ") for n in names)
         lines.append(f"  {attack + (' *' if attack in formed else ''):{width + 2}}  {cells}")
     lines.append("")
+    if report.control:
+        lines.append("control (mean score of the reference solutions): "
+                     + ", ".join(f"{n} {v:.3g}" for n, v in report.control.items()))
     for n in names:
-        if n in report.weak:
+        if n in report.unjudged:
+            lines.append(f"CANNOT JUDGE: reward '{n}': {report.unjudged[n]}; its attack scores say nothing")
+        elif n in report.weak:
             lines.append(f"WEAK: reward '{n}' rewarded {len(report.weak[n])} attacks: {', '.join(report.weak[n])}")
         else:
             lines.append(f"ok: reward '{n}' gave every attack 0 or less")

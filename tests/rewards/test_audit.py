@@ -2,7 +2,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.rewards import build_rewards
-from rlvr.rewards.audit import MATH_ATTACKS, audit, leak_findings
+from rlvr.rewards.audit import MATH_ATTACKS, audit, format_report, leak_findings
 from rlvr.rewards.base import RewardFunction
 from rlvr.tasks import Problem, Splits
 
@@ -31,6 +31,29 @@ def test_builtin_rewards_hold_and_a_naive_checker_is_weak():
     assert set(report.table) == {a.name for a in MATH_ATTACKS}
     assert "correctness" not in report.weak and "format" not in report.weak
     assert {"two boxed answers", "two answer lines", "list of candidates"} <= set(report.weak["naive"])
+
+
+def zeros(completions, **kw):
+    return [0.0] * len(completions)
+
+
+def test_a_reward_that_fails_the_reference_solutions_cannot_be_judged(capsys):
+    """Attacks scoring 0 under a reward that also gives right answers 0 (a wrong gold column, a reward that
+    cannot run) say nothing: the control catches it."""
+    report = audit(splits(), build_rewards({"correctness": 1.0}) + [RewardFunction("zeros", 1.0, zeros)])
+    assert report.control == {"correctness": 1.0, "zeros": 0.0}   # `Answer: <gold>` for each problem
+    assert "zeros" not in report.weak and set(report.unjudged) == {"zeros"}
+    assert "reference solutions 0" in report.unjudged["zeros"]
+    assert "CANNOT JUDGE: reward 'zeros'" in format_report(report)
+
+
+def test_without_a_sandbox_a_code_audit_says_it_cannot_judge(monkeypatch):
+    import rlvr.rewards.audit as audit_module
+
+    monkeypatch.setattr(audit_module, "sandbox_problem", lambda: "bubblewrap not found at /usr/bin/bwrap")
+    report = audit(code_splits(hidden=True), [RewardFunction("tests_reward", 1.0, zeros)])
+    assert report.control == {}   # no reference solution in these problems
+    assert report.unjudged == {"tests_reward": "no code sandbox can start here (bubblewrap not found at /usr/bin/bwrap)"}
 
 
 def test_cli_exit_code(capsys):
