@@ -1,4 +1,5 @@
-# make demo: set up, then train on the built-in defaults (configs/demo.yaml, run dir runs/demo)
+# make demo: set up, then train on the built-in defaults (configs/demo.yaml, run dir runs/demo, replaced by
+# each make demo: the demo owns that directory)
 # make test: set up (system packages where the machine allows it, then the venv), then run the whole test suite
 # make test-fast: the suite less the tests marked slow (whole runs, training CLI calls): about a minute
 PYTHON ?= python3
@@ -39,7 +40,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 demo: setup
-	$(PY) -m rlvr train configs/demo.yaml
+	$(PY) -m rlvr train configs/demo.yaml --train.overwrite=true
 
 test: system setup
 	$(PY) -m pytest -q
@@ -48,7 +49,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 smoke: setup
-	$(PY) -m rlvr train configs/smoke.yaml
+	$(PY) -m rlvr train configs/smoke.yaml --train.overwrite=true
 
 clean:
 	rm -rf $(VENV) runs

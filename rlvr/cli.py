@@ -40,8 +40,22 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     return args, overrides
 
 
-def _keys_epilog(title: str, keep=lambda key: True) -> str:
-    return f"{title}:\n" + "\n".join(f"  --{k}={d}\n      {doc}" for k, d, doc in describe() if keep(k))
+def default_config(overrides: list[str], demo: Path = DEMO_CONFIG) -> Path | None:
+    """The config of a command given none: the demo's, unless --task.name names the user's own task, which
+    then starts from the defaults (the demo's 24-token answers and worked example belong to the demo)."""
+    own_task = any(o.startswith("--task.name=") for o in overrides)
+    return demo if demo.is_file() and not own_task else None
+
+
+def _keys_epilog(title: str, keep=lambda key: True, beside: Path | None = None) -> str:
+    """Every key with its default and doc; with `beside`, also that file's value where it differs."""
+    other = {k: d for k, d, _ in describe(build_config(beside))} if beside is not None and beside.is_file() else {}
+    rows = []
+    for k, d, doc in describe():
+        if keep(k):
+            differs = f"   [{beside.name}: {other[k]}]" if k in other and other[k] != d else ""
+            rows.append(f"  --{k}={d}{differs}\n      {doc}")
+    return f"{title}:\n" + "\n".join(rows)
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -50,8 +64,11 @@ def train_parser() -> argparse.ArgumentParser:
         description="Train with GRPO. Any config key can be overridden as --section.key=value. "
         "A config file's algo keys belong to its preset: --algo.preset=X with another preset replaces the "
         "file's values for the keys X sets.",
-        epilog=_keys_epilog("config keys (default, with the grpo preset applied)"))
-    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
+        epilog=_keys_epilog("config keys (the default, with the grpo preset applied: what a CONFIG file or "
+                            "--task.name without a CONFIG starts from; [demo.yaml: value]: what `rlvr train` with "
+                            "neither runs instead)", beside=DEMO_CONFIG))
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
+                        "the defaults below)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint, "
                         "with its config.yaml (overrides still apply, e.g. --train.steps=40 to go further)")
     return parser
@@ -68,8 +85,8 @@ def cmd_train(argv: list[str]) -> int:
             raise RlvrError(f"--resume {args.resume}: no config.yaml there; give a run directory that "
                             "rlvr train wrote")
         overrides = [*overrides, f"--train.out={args.resume}"]
-    elif path is None and DEMO_CONFIG.is_file():
-        path = DEMO_CONFIG
+    elif path is None:
+        path = default_config(overrides)
     cfg = build_config(path, overrides)
     from rlvr.train.grpo import train  # heavy imports only once the config is known to be good
 
@@ -81,14 +98,15 @@ def audit_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr audit", description="Scan a task for leaks and run reward hacks against its rewards. "
         "Exits 1 when a reward function is weak.")
-    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml)")
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with "
+                        "--task.name the defaults)")
     parser.add_argument("--n", type=int, default=20, help="problems to attack (default 20)")
     return parser
 
 
 def cmd_audit(argv: list[str]) -> int:
     args, overrides = parse(audit_parser(), argv)
-    cfg = build_config(args.config or (DEMO_CONFIG if DEMO_CONFIG.is_file() else None), overrides)
+    cfg = build_config(args.config or default_config(overrides), overrides)
     from rlvr.report.console import terminal_safe
     from rlvr.rewards import rewards_of
     from rlvr.rewards.audit import audit, format_report

@@ -120,3 +120,17 @@ def test_written_config_round_trips(tmp_path):  # what --resume reads back
     p = tmp_path / "config.yaml"
     p.write_text(to_yaml(cfg))
     assert yaml.safe_load(p.read_text())["algo"]["preset"] == "dapo" and build_config(p) == cfg
+
+
+def test_train_help_shows_the_defaults_and_what_a_config_less_run_takes_from_the_demo(capsys):
+    from rlvr.cli import DEMO_CONFIG, default_config
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "  --rollout.max_new_tokens=256   [demo.yaml: 24]\n" in out
+    assert "  --task.name='arithmetic'   [demo.yaml: 'reasoning_gym:chain_sum']\n" in out
+    assert "  --task.few_shot=0   [demo.yaml: 1]\n" in out and "  --algo.beta=0.04   [demo.yaml: 0.0]\n" in out
+    assert "  --algo.lr=2e-05\n" in out  # the same in both: no bracket
+    assert default_config([]) == DEMO_CONFIG and default_config(["--train.steps=3"]) == DEMO_CONFIG
+    assert default_config(["--task.name=mine.jsonl"]) is None  # the user's own task starts from the defaults

@@ -77,8 +77,19 @@ def test_override_syntax():
 def test_every_key_documented_and_yaml_round_trip(tmp_path):
     rows = describe()
     assert all(doc for _, _, doc in rows), [k for k, _, doc in rows if not doc]
-    p = write(tmp_path, to_yaml(Config()))
-    assert build_config(p) == Config()
+    cfg = Config()
+    cfg.train.out = "runs/somewhere"
+    assert build_config(write(tmp_path, to_yaml(cfg))) == cfg
+
+
+def test_build_config_names_the_run_directory_after_the_config_file(tmp_path):
+    """Configs without train.out do not share one directory: runs/<file name>, runs/run without a file."""
+    mine = tmp_path / "my_task.yaml"
+    mine.write_text("rollout: {group_size: 4}\n")
+    assert build_config(mine).train.out == "runs/my_task"
+    assert build_config(mine, ["--train.out=elsewhere"]).train.out == "elsewhere"
+    assert build_config(None).train.out == "runs/run"
+    assert build_config(DEMO).train.out == "runs/demo"
 
 
 # ---------------------------------------------------------------- presets against a config file (issue 14)

@@ -212,8 +212,16 @@ def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> C
         _set(cfg, str(key), value, str(path))
     for key, value in parsed:
         _set(cfg, key, value, "command line")
+    if not cfg.train.out:
+        cfg.train.out = default_out(path)
     validate(cfg)
     return cfg
+
+
+def default_out(path: str | Path | None) -> str:
+    """Where a run goes when its config names no train.out: named after the config file, so runs of
+    different configs never share a directory."""
+    return f"runs/{Path(path).stem}" if path is not None else "runs/run"
 
 
 def to_dict(cfg) -> dict:

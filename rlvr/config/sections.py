@@ -65,15 +65,16 @@ class TaskConfig:
     """Arithmetic: digits per operand of the out-of-distribution split."""
     ood_operands: int = 2
     """Arithmetic: operands of the out-of-distribution split."""
-    heldout_size: int = 100
-    """Problems in the held-out split (same difficulty as train, never trained on)."""
+    heldout_size: Optional[int] = None
+    """Problems in the held-out split (same difficulty as train, never trained on); null: 100, but a file
+    task carved from a train file under 500 rows holds out a fifth of it (a note says so)."""
     ood_size: int = 100
     """Problems in the out-of-distribution split."""
     train_size: int = 0
     """Problems in the train split; 0 takes every remaining problem of the train difficulty."""
-    few_shot: int = 1
-    """Worked examples shown as earlier chat turns (kept out of every split; file tasks take them
-    from train rows that have a solution)."""
+    few_shot: int = 0
+    """Worked examples shown as earlier chat turns, only when asked (kept out of every split; file tasks
+    take them from train rows that have a solution: a solution column is otherwise only a column)."""
     min_digits: int = 0
     """Arithmetic: fewest digits per operand in train and held-out; 0 means task.digits (one level).
     Below task.digits, each digit count is a curriculum level d<k>-n<operands>."""
@@ -118,8 +119,9 @@ class RolloutConfig:
     """Prompts sampled per training step."""
     group_size: int = 8
     """Completions sampled per prompt (G)."""
-    max_new_tokens: int = 24
-    """Longest completion; longer ones are cut and counted as truncated."""
+    max_new_tokens: int = 256
+    """Longest completion; longer ones are cut and counted as truncated. Room to reason (TRL's default
+    max_completion_length); the demo's one-line answers set 24."""
     temperature: float = 1.0
     """Sampling temperature (also applied to the training log-probabilities)."""
     top_p: float = 1.0
@@ -265,8 +267,11 @@ class TrainConfig:
     """Training steps (one rollout batch each)."""
     seed: int = 0
     """Seed for sampling and prompt order."""
-    out: str = "runs/demo"
-    """Run directory."""
+    out: str = ""
+    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file)."""
+    overwrite: bool = False
+    """Replace what the run directory holds (records, checkpoints, final/) once the new run has loaded its
+    config, data and model; false refuses a directory that holds anything."""
     samples_every: int = 5
     """Print a few samples every this many steps (0: never); all go to samples.jsonl."""
     eval_every: int = 0
@@ -294,7 +299,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    max_new_tokens: int = 24
+    max_new_tokens: int = 256
     """Longest greedy completion in evaluation."""
     batch_size: int = 50
     """Prompts per greedy generation batch."""

@@ -63,7 +63,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
         (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
          "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
-        (min(task.heldout_size, task.ood_size, task.train_size, task.few_shot) >= 0,
+        (min(task.ood_size, task.train_size, task.few_shot, 0 if task.heldout_size is None else task.heldout_size) >= 0,
          "task.heldout_size, task.ood_size, task.train_size and task.few_shot must be >= 0"),
         _one_of(c.mode, "curriculum.mode", ("none", "schedule", "adaptive")),
         (0 <= c.band_low < c.band_high <= 1,

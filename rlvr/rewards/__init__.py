@@ -5,6 +5,9 @@ verl's one-sample compute_score runs through rlvr/rewards/verl.py.
 Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`, whose reason is
 kept with the sample.
 """
+from typing import Callable
+
+from rlvr.errors import RlvrError
 from rlvr.rewards.base import (RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
                                strict_rewards)
 from rlvr.rewards.code import code_tests, make_code_tests
@@ -26,16 +29,22 @@ BUILTINS = {"correctness": math_accuracy, "format": format_reward, "code_tests":
 
 
 def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_buffer: int = 0,
-                  overlong_penalty: float = 1.0) -> list[RewardFunction]:
+                  overlong_penalty: float = 1.0, given: dict[str, Callable] | None = None) -> list[RewardFunction]:
     """Reward functions by name: the built-ins above, `length` (soft overlong punishment against
-    max_new_tokens), or 'module:function'."""
-    builtins = dict(BUILTINS)
+    max_new_tokens), 'module:function', or a 'python:<name>' callable in `given` (rlvr.fit)."""
+    builtins = {**BUILTINS, **(given or {})}
     if max_new_tokens:
         builtins["length"] = make_overlong_reward(max_new_tokens, overlong_buffer, overlong_penalty)
-    return [resolve(name, weight, builtins) for name, weight in weights.items()]
+    functions = [resolve(name, weight, builtins) for name, weight in weights.items()]
+    names = [rf.name for rf in functions]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # two files of one name in different folders: the metrics would mix them
+        raise RlvrError(f"rewards.weights: two rewards are both named {twice[0]!r} (file names without their "
+                        "folders); rename one of the files")
+    return functions
 
 
-def rewards_of(cfg) -> list[RewardFunction]:
+def rewards_of(cfg, given: dict[str, Callable] | None = None) -> list[RewardFunction]:
     """The reward functions a run optimises, from a rlvr Config: rewards.weights, plus the soft overlong
     length reward when algo.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
     and `rlvr audit` both build them here, so the audit attacks what training optimises."""
@@ -43,7 +52,7 @@ def rewards_of(cfg) -> list[RewardFunction]:
     if cfg.algo.soft_overlong and "length" not in weights:
         weights["length"] = 1.0
     return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                         cfg.rewards.overlong_penalty)
+                         cfg.rewards.overlong_penalty, given)
 
 
 __all__ = ["BUILTINS", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from rlvr.api import PYTHON_PREFIX
 from rlvr.errors import RlvrError
 from rlvr.rewards.call import RewardLog, Verdict, as_scores, completion_text, invoke, run_all
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
@@ -131,13 +132,28 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
     one-sample compute_score, rlvr/rewards/verl.py). A module may be a .py file's path."""
     if name in builtins:
         return RewardFunction(name, weight, builtins[name])
+    if name.startswith(PYTHON_PREFIX) or name.startswith(VERL_PREFIX + PYTHON_PREFIX):
+        fn = name.rsplit(":", 1)[-1]
+        raise RlvrError(f"reward '{name}' is a Python function given to rlvr.fit, which config.yaml cannot "
+                        f"hold: pass it again, e.g. rlvr.fit(resume=RUN_DIR, rewards={{{fn}: "
+                        f"{weight}, ...}}) with the run's other Python rewards")
     if ":" not in name:
         raise RlvrError(f"unknown reward '{name}' in rewards.weights: built in: {', '.join(builtins)}, "
                         "'module:function' (TRL's form) or 'verl:module:compute_score'")
     if name.startswith(VERL_PREFIX):
         fn = load_callable(name[len(VERL_PREFIX):], "verl compute_score")
-        return RewardFunction(name, weight, from_compute_score(fn))
-    return RewardFunction(name, weight, load_callable(name, "reward function"))
+        return RewardFunction(short_name(name), weight, from_compute_score(fn))
+    return RewardFunction(short_name(name), weight, load_callable(name, "reward function"))
+
+
+def short_name(spec: str) -> str:
+    """A reward's name in metrics and reports: its spec with a .py file's folders left out, so a run keeps
+    its names when config.yaml holds the file's absolute path (rlvr.config.paths)."""
+    module, sep, attr = spec.rpartition(":")
+    head, colon, path = module.rpartition(":")
+    if not path.endswith(".py"):
+        return spec
+    return f"{head}{colon}{Path(path).name}{sep}{attr}"
 
 
 def _row(columns: dict[str, list], i: int) -> dict[str, list]:

@@ -11,7 +11,7 @@ import string
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
-from rlvr.tasks.base import Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
+from rlvr.tasks.base import HELDOUT_SIZE, Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
 from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 from rlvr.tasks.humaneval import humaneval_splits
@@ -31,22 +31,26 @@ def check_template(template: str) -> None:
                         f"field; found {sorted(fields) or 'none'}; write literal braces as {{{{ }}}}")
 
 
+def heldout_size(task) -> int:
+    return HELDOUT_SIZE if task.heldout_size is None else task.heldout_size
+
+
 def source_splits(task) -> Splits:
     """The splits of one source as it gives them: no template, no cross-split clean-up."""
     name = task.name
     if name == "arithmetic":
         return arithmetic_splits(task.digits, task.operands, task.operators, task.ood_digits,
-                                 task.ood_operands, task.heldout_size, task.ood_size, task.train_size,
+                                 task.ood_operands, heldout_size(task), task.ood_size, task.train_size,
                                  task.few_shot, task.seed, task.min_digits)
     if name.startswith(PREFIX):
         # the answer-line instruction is added unless the user's template already asks for one
         suffix = "" if "answer:" in task.prompt_template.lower() else SUFFIX
-        return gym_splits(name[len(PREFIX):], dict(task.params), dict(task.ood_params), task.heldout_size,
+        return gym_splits(name[len(PREFIX):], dict(task.params), dict(task.ood_params), heldout_size(task),
                           task.ood_size, task.train_size, task.few_shot, task.seed, suffix)
     if name == "humaneval":
-        return humaneval_splits(task.heldout_size, task.ood_size, task.train_size, task.few_shot, task.seed)
+        return humaneval_splits(heldout_size(task), task.ood_size, task.train_size, task.few_shot, task.seed)
     if name == "pyfunc":
-        return pyfunc_splits(dict(task.params), dict(task.ood_params), task.heldout_size, task.ood_size,
+        return pyfunc_splits(dict(task.params), dict(task.ood_params), heldout_size(task), task.ood_size,
                              task.train_size, task.few_shot, task.seed)
     if is_file_source(name):
         return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,

@@ -6,6 +6,9 @@ import random
 from dataclasses import dataclass, field
 
 
+HELDOUT_SIZE = 100  # task.heldout_size when null, but for a small train file (rlvr.tasks.files.scaled_heldout)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One verifiable prompt. `columns` are passed to reward functions as keyword lists (TRL style)."""

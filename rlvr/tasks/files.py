@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rlvr.errors import RlvrError
-from rlvr.tasks.base import Problem, Splits, as_text
+from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
@@ -114,7 +114,45 @@ def read_saved_dataset(path: Path) -> list[Row]:
     return rows
 
 
+# Rows handed to rlvr.fit in memory, by the absolute path of the JSONL file they are saved to once the
+# run has loaded (save_rows): read from here until then, so a failed start writes nothing.
+_GIVEN: dict[str, tuple[str, list[dict]]] = {}
+
+
+def give_rows(path: Path, label: str, rows: list[dict]) -> None:
+    """Register in-memory rows (`label` names them in errors, e.g. 'train_dataset') as the file `path`."""
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise RlvrError(f"{label} row {i}: expected a dict of columns, got {type(row).__name__}")
+        try:
+            json.dumps(row)
+        except (TypeError, ValueError) as e:
+            raise RlvrError(f"{label} row {i}: a value is not plain data (text, numbers, lists, dicts): {e}") from None
+    if not rows:
+        raise RlvrError(f"{label}: no rows")
+    _GIVEN[str(Path(path).resolve())] = (label, list(rows))
+
+
+def save_rows(run_dir: Path) -> None:
+    """Write the registered rows that belong under `run_dir` to their files (atomically) and forget them."""
+    from rlvr.report.sinks import atomic_write_text
+
+    root = Path(run_dir).resolve()
+    for path in [p for p in _GIVEN if Path(p).is_relative_to(root)]:
+        _, rows = _GIVEN.pop(path)
+        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def source_label(name: str) -> str:
+    """How errors name a source: its path, or the label of rows given in memory."""
+    given = _GIVEN.get(str(Path(name).resolve()))
+    return given[0] if given else name
+
+
 def read_rows(name: str) -> list[Row]:
+    given = _GIVEN.get(str(Path(name).resolve()))
+    if given is not None:
+        return [(f"row {i}", dict(row)) for i, row in enumerate(given[1], 1)]
     path = Path(name)
     if not path.exists():
         raise RlvrError(f"no such dataset file or directory: {name}")
@@ -232,7 +270,7 @@ def load_problems(name: str, columns: dict[str, str], notes: list[str]) -> list[
     for key in OPTIONAL:
         if key in columns and not any(columns[key] in row for _, row in rows):
             notes.append(f"{name}: no row has column '{columns[key]}' (task.columns.{key})")
-    return [to_problem(row, columns, f"{name} {where}") for where, row in rows]
+    return [to_problem(row, columns, f"{source_label(name)} {where}") for where, row in rows]
 
 
 def _sample(problems: list[Problem], n: int, rng: random.Random) -> list[Problem]:
@@ -241,7 +279,18 @@ def _sample(problems: list[Problem], n: int, rng: random.Random) -> list[Problem
     return [p for i, p in enumerate(problems) if i in keep]
 
 
-def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int,
+def scaled_heldout(rows: int, name: str, notes: list[str]) -> int:
+    """The held-out rows to carve out of a train file when task.heldout_size is null: HELDOUT_SIZE, but a
+    fifth of a file under five times that, so a small file of the user's own still trains (with a note)."""
+    if rows >= 5 * HELDOUT_SIZE:
+        return HELDOUT_SIZE
+    size = max(1, rows // 5)
+    notes.append(f"{name}: {rows} rows: holding out {size} (a fifth) and training on the rest; "
+                 f"set task.heldout_size or task.heldout_file to choose")
+    return size
+
+
+def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int | None,
                 ood_size: int, train_size: int, few_shot: int, seed: int) -> Splits:
     """Held-out from heldout_file, or heldout_size rows carved (seeded) out of the train file; few-shot
     turns are the first train rows with a solution; OOD from ood_file (else empty)."""
@@ -249,11 +298,14 @@ def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file:
     rows = load_problems(name, columns, notes)
     if heldout_file:
         held = load_problems(heldout_file, columns, notes)
+        heldout_size = HELDOUT_SIZE if heldout_size is None else heldout_size
         if heldout_size < len(held):
             notes.append(f"{heldout_file}: {len(held)} rows; using task.heldout_size={heldout_size} of them")
             held = _sample(held, heldout_size, rng)
         train = rows
     else:
+        if heldout_size is None:
+            heldout_size = scaled_heldout(len(rows), source_label(name), notes)
         if heldout_size >= len(rows):
             raise RlvrError(f"{name} has {len(rows)} rows, too few to carve task.heldout_size={heldout_size} "
                             f"held-out rows and keep some for training: lower it or set task.heldout_file")

@@ -17,7 +17,7 @@ from rlvr.rewards.base import RewardFunction
 from rlvr.rollout.protocol import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
-from rlvr.tasks.files import check_gold
+from rlvr.tasks.files import check_gold, save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
@@ -78,25 +78,28 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
     return optimizer, warmup_scheduler(optimizer, a.warmup_steps), critic
 
 
-def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
-    """Load models, tasks and optimizer. A fresh run clears the run directory's logs (rank 0 writes)."""
+def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
+    """Load tasks, rewards, models and optimizer, then set up the run directory (rank 0 writes): a start
+    that fails while loading leaves an earlier run's directory untouched. A fresh run clears its logs.
+    `given`: Python reward functions by name (rlvr.fit)."""
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
-    if d.is_main:
-        prepare_run_dir(out, to_yaml(cfg), fresh)
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
+    splits = build_splits(cfg.task)  # data first: a bad file is named in seconds, before the model loads
+    rewards = rewards_of(cfg, given)  # the same set rlvr audit attacks
+    check_gold_answers(rewards, splits, cfg.task)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
+    if d.is_main:
+        prepare_run_dir(out, to_yaml(cfg), fresh)
+        save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
+    for note in splits.notes:
+        say(f"task: {note}")
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    splits = build_splits(cfg.task)
-    for note in splits.notes:
-        say(f"task: {note}")
-    rewards = rewards_of(cfg)  # the same set rlvr audit attacks
-    check_gold_answers(rewards, splits, cfg.task)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
     ref = Reference.of(policy) if cfg.algo.beta > 0 else None  # a copy on the policy's device
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)

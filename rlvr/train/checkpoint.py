@@ -32,21 +32,42 @@ from rlvr.train.state import Progress, Run
 
 CHECKPOINTS = "checkpoints"
 _NAME = re.compile(r"^step_(\d{6,})\.pt$")
-# What a run writes into its directory besides config.yaml and final/: a fresh run (rlvr train or sft)
-# removes them, so no record of an earlier run in the same directory is read as this one's.
+# What a run writes into its directory besides config.yaml: a fresh run into a directory it may replace
+# (train.overwrite, or a resume that found no checkpoint) removes them, so no record of an earlier run
+# in the same directory is read as this one's.
 RUN_RECORDS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
                "health.jsonl", "summary.json", "report.html")
+RUN_DIRS = (CHECKPOINTS, "final")
+
+
+def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train") -> None:
+    """Refuse to start a fresh run in a directory that holds anything, unless train.overwrite: read
+    only, so it can run first, before the config's data and model are loaded."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RlvrError(f"train.out={out} is a file, not a directory; choose another with --train.out=DIR")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not held or overwrite:
+        return
+    shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+    options = [f"continue it with `rlvr train --resume {out}`"] if (
+        command == "rlvr train" and (out / "config.yaml").is_file()) else []
+    options += ["choose another directory with --train.out=DIR", "replace it with --train.overwrite=true"]
+    raise RlvrError(f"{out} already holds files ({shown}) and nothing in it was changed: "
+                    f"{', '.join(options[:-1])} or {options[-1]}")
 
 
 def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
-    """Create the run directory and write its config.yaml; a fresh run also removes an earlier run's
-    records and checkpoints (a resumed run keeps them). Called by rank 0 only."""
+    """Create the run directory and write its config.yaml; a fresh run first removes an earlier run's
+    records, checkpoints and final model (a resumed run keeps them). Called by rank 0 only, once the
+    config, data and model have loaded: a start that fails before it leaves the directory as it was."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", config_yaml)
     if fresh:
         for name in RUN_RECORDS:
             (out / name).unlink(missing_ok=True)
-        shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+        for name in RUN_DIRS:
+            shutil.rmtree(out / name, ignore_errors=True)
+    atomic_write_text(out / "config.yaml", config_yaml)
 
 
 def rng_state() -> dict:

@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from rlvr.config import Config, to_dict
+from rlvr.config.paths import anchored
 from rlvr.device import sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
@@ -29,8 +30,8 @@ from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.engine import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, latest_checkpoint, load_checkpoint, restore,
-                                   save_final, try_checkpoint)
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_checkpoint,
+                                   restore, save_final, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
@@ -175,12 +176,12 @@ class Outputs:
             w.close()
 
 
-def start(cfg: Config, resume: bool, d: Dist) -> tuple[Run, Progress, bool]:
+def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool]:
     """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed)."""
     last = latest_checkpoint(cfg.train.out) if resume else None
     if resume and last is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
-    run = setup(cfg, fresh=last is None, d=d)
+    run = setup(cfg, fresh=last is None, d=d, given=given)
     p = Progress()
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
@@ -240,15 +241,20 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
     return summary
 
 
-def train(cfg: Config, resume: bool = False) -> dict:
+def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None = None) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
-    continue from the run directory's newest checkpoint. Under torchrun every process runs this."""
+    continue from the run directory's newest checkpoint. A fresh run refuses a run directory that holds
+    anything unless train.overwrite (nothing in it is touched before the run has loaded). `given`: Python
+    reward functions by their rewards.weights name (rlvr.fit). Under torchrun every process runs this."""
     wall_start = time.perf_counter()
+    cfg = anchored(cfg)  # config.yaml resumes from any working directory
+    if not resume:
+        check_run_dir(cfg.train.out, cfg.train.overwrite)
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
     try:
         with StopOnSignal() as stop:
-            summary = _train(cfg, resume, stop, d)
+            summary = _train(cfg, resume, stop, d, given)
     finally:
         close_distributed(d)
     summary["wall_seconds"] = time.perf_counter() - wall_start
@@ -259,8 +265,8 @@ def train(cfg: Config, resume: bool = False) -> dict:
     return summary
 
 
-def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist) -> dict:
-    run, p, resumed = start(cfg, resume, d)
+def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:
+    run, p, resumed = start(cfg, resume, d, given)
     out = Outputs.open(run, p)
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
     if cfg.eval.before and not resumed:

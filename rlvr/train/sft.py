@@ -34,7 +34,8 @@ from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import Epochs, Problem, build_splits
 from rlvr.tasks.base import encode_messages, problem_messages
-from rlvr.train.checkpoint import prepare_run_dir
+from rlvr.config.paths import anchored
+from rlvr.train.checkpoint import check_run_dir, prepare_run_dir
 from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
 from rlvr.train.optim import adamw, warmup_scheduler
@@ -121,8 +122,9 @@ def sft(cfg: Config) -> dict:
     wall_start = time.perf_counter()
     if cfg.model.lora.r > 0:
         raise RlvrError("rlvr sft trains every weight: set model.lora.r=0")
+    cfg = anchored(cfg)
     out = Path(cfg.train.out)
-    prepare_run_dir(out, to_yaml(cfg), fresh=True)
+    check_run_dir(out, cfg.train.overwrite, "rlvr sft")  # before anything loads: a refusal costs nothing
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     random.seed(cfg.train.seed)
@@ -135,6 +137,7 @@ def sft(cfg: Config) -> dict:
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
                 for p in with_solutions(splits.train, cfg.task.name)]
+    prepare_run_dir(out, to_yaml(cfg), fresh=True)  # only once the config, data and model have loaded
     target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
                         stop_ids, out, dist=Dist(device=device), precision=precision)
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}

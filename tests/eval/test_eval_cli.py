@@ -93,3 +93,13 @@ def test_eval_cli_transfer_table_over_two_tasks(tmp_path, capsys):
     table = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in table[2:-1] if not line.startswith("  ")] == ["arithmetic", str(data)]
     assert table[-1] == f"wrote {out / 'eval.json'}"
+
+
+def test_eval_cli_without_a_config_takes_a_small_file(tmp_path, capsys):
+    """No config: task.heldout_size is null, so a 6-row file holds out a fifth (one row) and says so."""
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(6)))
+    assert main(["eval", "--model", "tiny-random", "--task", str(data), "--k", "2", "--max-new-tokens", "4",
+                 "--out", str(tmp_path / "ev")]) == 0
+    assert json.loads((tmp_path / "ev" / "eval.json").read_text())["tasks"][str(data)]["n"] == 1
+    assert f"{data}: 6 rows: holding out 1 (a fifth) and training on the rest" in capsys.readouterr().err

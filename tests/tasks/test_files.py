@@ -153,7 +153,8 @@ def test_few_shot_rows_with_solutions_leave_every_split(tmp_path):
 
 
 def test_too_few_solutions_for_few_shot_is_a_note(tmp_path):
-    s = build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "d.jsonl", ROWS)), columns=MAPPING, heldout_size=3))
+    s = build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "d.jsonl", ROWS)), columns=MAPPING, heldout_size=3,
+                                few_shot=1))
     assert s.few_shot == [] and any("only 0 train rows have a solution" in n for n in s.notes)
 
 
@@ -170,3 +171,30 @@ def test_bad_columns_types_and_names(tmp_path):
         build_splits(TaskConfig(name=str(tmp_path)))
     with pytest.raises(RlvrError, match="too few to carve task.heldout_size=30"):
         build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=30))
+    with pytest.raises(RlvrError, match="too few to carve task.heldout_size=1 held-out rows"):
+        build_splits(TaskConfig(name=str(write_jsonl(tmp_path / "one.jsonl", ROWS[:1])), columns=MAPPING))
+
+
+@pytest.mark.parametrize("rows, heldout_size, held", [(30, None, 6), (4, None, 1), (499, None, 99), (500, None, 100),
+                                                      (2000, None, 100), (30, 25, 25), (30, 0, 0)])
+def test_file_splits_hold_out_a_fifth_of_a_small_file(tmp_path, rows, heldout_size, held):
+    """task.heldout_size null (the default): 100, or a fifth (at least one) of a file under 500 rows, with a
+    note saying so; a number is taken as it is."""
+    data = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(rows)]
+    path = write_jsonl(tmp_path / "d.jsonl", data)
+    s = build_splits(TaskConfig(name=str(path), heldout_size=heldout_size))
+    assert (len(s.heldout), len(s.train)) == (held, rows - held)
+    noted = [n for n in s.notes if "(a fifth)" in n]
+    assert noted == ([f"{path}: {rows} rows: holding out {held} (a fifth) and training on the rest; set "
+                      "task.heldout_size or task.heldout_file to choose"] if heldout_size is None and rows < 500 else [])
+
+
+def test_a_solution_column_is_no_worked_example_unless_asked(tmp_path):
+    """TRL's docs name the gold `solution`: by default it stays a column, never a turn in every prompt."""
+    data = [{"prompt": f"Q{i}", "solution": str(i)} for i in range(10)]
+    path = str(write_jsonl(tmp_path / "d.jsonl", data))
+    s = build_splits(TaskConfig(name=path, heldout_size=2))
+    assert s.few_shot == [] and len(s.train) + len(s.heldout) == 10
+    assert s.train[0].columns()["solution"] == s.train[0].solution
+    asked = build_splits(TaskConfig(name=path, heldout_size=2, few_shot=1))
+    assert len(asked.few_shot) == 1 and len(asked.train) + len(asked.heldout) == 9

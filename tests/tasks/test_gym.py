@@ -13,7 +13,8 @@ from rlvr.tasks.gym import SUFFIX, difficulty_label
 
 def chain_sum(**kw) -> TaskConfig:
     base = dict(name="reasoning_gym:chain_sum", params={"min_digits": 1, "max_digits": 2, "max_terms": 3},
-                ood_params={"min_digits": 3, "max_digits": 3}, heldout_size=20, ood_size=15, train_size=60)
+                ood_params={"min_digits": 3, "max_digits": 3}, heldout_size=20, ood_size=15, train_size=60,
+                few_shot=1)
     return TaskConfig(**{**base, **kw})
 
 

@@ -131,17 +131,23 @@ def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
     assert "SFT baseline" in (grpo / "report.html").read_text()
 
 
-def test_sft_batch_is_its_own_setting_and_a_fresh_run_clears_an_earlier_runs_records(tmp_path, monkeypatch):
+def test_sft_batch_is_its_own_setting_and_an_overwrite_clears_an_earlier_runs_records(tmp_path, monkeypatch, capsys):
     """sft.batch_size, not rollout.prompts_per_step, is the batch; the run directory is set up as rlvr
-    train sets it up (rlvr.train.checkpoint.prepare_run_dir): an earlier run's samples, health records
-    and checkpoints are gone (issue 28)."""
+    train sets it up (rlvr.train.checkpoint): refused while it holds anything, and with train.overwrite an
+    earlier run's samples, health records and checkpoints are gone."""
     monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))
     out = tmp_path / "sft"
     (out / "checkpoints").mkdir(parents=True)
     for stale in ("samples.jsonl", "health.jsonl", "report.html", "checkpoints/step_000001.pt"):
         (out / stale).write_text("an earlier run's\n")
-    assert main(["sft", *SMALL, "--sft.batch_size=2", "--rollout.prompts_per_step=4", "--train.steps=1",
-                 "--eval.before=false", "--eval.after=false", f"--train.out={out}"]) == 0
+    argv = ["sft", *SMALL, "--sft.batch_size=2", "--rollout.prompts_per_step=4", "--train.steps=1",
+            "--eval.before=false", "--eval.after=false", f"--train.out={out}"]
+    assert main(argv) == 2
+    assert (f"{out} already holds files (checkpoints, health.jsonl, report.html, samples.jsonl) and nothing in it "
+            "was changed: choose another directory with --train.out=DIR or replace it with --train.overwrite=true"
+            ) in capsys.readouterr().err
+    assert (out / "samples.jsonl").read_text() == "an earlier run's\n"
+    assert main([*argv, "--train.overwrite=true"]) == 0
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert row["examples"] == 2 and row["tokens"] == 2 * 20  # two solutions of 19 characters plus <|im_end|>
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "final", "metrics.jsonl", "summary.json"]

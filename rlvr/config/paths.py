@@ -1,0 +1,38 @@
+"""A run's config with its relative paths made absolute, so that the config.yaml it saves resumes from
+any working directory: task files, a local model directory, and the .py files of reward functions and
+environments. Names that are not paths here (built-in tasks and models, Hub names, importable modules)
+are left as they are."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from rlvr.config.sections import Config
+
+
+def _absolute(value: str) -> str:
+    """`value` as an absolute path when it names something that exists from here; else unchanged."""
+    if not value or Path(value).is_absolute() or not Path(value).expanduser().exists():
+        return value
+    return str(Path(value).expanduser().resolve())
+
+
+def absolute_spec(spec: str) -> str:
+    """'[verl:]path/to/file.py:name' with the file's path made absolute; other specs unchanged."""
+    module, sep, attr = spec.rpartition(":")
+    head, colon, path = module.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        return spec
+    return f"{head}{colon}{_absolute(path)}{sep}{attr}"
+
+
+def anchored(cfg: Config) -> Config:
+    """A copy of `cfg` whose paths do not depend on the working directory (module docstring)."""
+    out = copy.deepcopy(cfg)
+    t = out.task
+    t.name, t.heldout_file, t.ood_file, t.ood_name = map(_absolute, (t.name, t.heldout_file, t.ood_file, t.ood_name))
+    out.model.name = _absolute(out.model.name)
+    out.rewards.weights = {absolute_spec(k): v for k, v in out.rewards.weights.items()}
+    out.env.name = absolute_spec(out.env.name)
+    out.env.tools = [absolute_spec(tool) for tool in out.env.tools]
+    return out
