@@ -1,0 +1,65 @@
+"""rlvr.fit: TRL's habits (callables, rows in memory, keywords) run the same run as rlvr train; config.yaml
+names the callables and the saved rows, and a resume says what to pass again."""
+import json
+
+import pytest
+import yaml
+
+import rlvr
+from rlvr.cli import main
+from rlvr.errors import RlvrError
+
+ROWS = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1), "source": f"mine-{i}"} for i in range(15)]
+SMALL = dict(train__steps=2, train__save_every=1, train__samples_every=0, rollout__prompts_per_step=2,
+             rollout__group_size=2, rollout__max_new_tokens=4, eval__max_new_tokens=4, task__ood_size=0)
+SEEN = []
+
+
+def exact(completions, answer, source, **kwargs):
+    SEEN.extend(source)  # every column reaches the reward, as in TRL
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(ground_truth in solution_str)
+
+
+def test_fit_trains_on_rows_in_memory_with_python_rewards_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    summary = rlvr.fit(model="tiny-random", rewards={exact: 1.0, compute_score: 0.5}, train_dataset=ROWS,
+                       train__out=str(out), **SMALL)
+    assert summary["steps"] == 2 and json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert set(SEEN) <= {r["source"] for r in ROWS} and SEEN
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["rewards"]["weights"] == {"python:exact": 1.0, "verl:python:compute_score": 0.5}
+    assert saved["task"]["name"] == str(out / "data" / "train.jsonl")
+    assert [json.loads(line) for line in (out / "data" / "train.jsonl").read_text().splitlines()] == ROWS
+    assert saved["task"]["heldout_size"] is None  # 15 rows: a fifth held out
+    assert len((out / "eval_before.jsonl").read_text().splitlines()) == 3  # held-out: a fifth of 15 rows
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"reward/python:exact/mean", "reward/verl:python:compute_score/mean"} <= set(metrics[0])
+
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=3"]) == 2  # the callables are not in the file
+    assert ("reward 'python:exact' is a Python function given to rlvr.fit, which config.yaml cannot hold: pass it "
+            "again, e.g. rlvr.fit(resume=RUN_DIR, rewards={exact: 1.0, ...})") in capsys.readouterr().err
+    again = rlvr.fit(resume=out, rewards={exact: 1.0, compute_score: 0.5}, train__steps=3)
+    assert again["steps"] == 3
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_fit_takes_a_datasets_dataset_and_a_failed_start_writes_nothing(tmp_path):
+    from datasets import Dataset
+
+    out = tmp_path / "run"
+    with pytest.raises(RlvrError, match=r"train_dataset row 1: no column 'prompt' for prompt; the row has columns "
+                                        r"question, answer"):
+        rlvr.fit(model="tiny-random", rewards=[exact], train_dataset=[{"question": "Q", "answer": "1"}] * 5,
+                 train__out=str(out), **SMALL)
+    assert not out.exists()
+    summary = rlvr.fit(model="tiny-random", rewards=["correctness"], train_dataset=Dataset.from_list(ROWS),
+                       eval_dataset=ROWS[:4], train__out=str(out), **{**SMALL, "train.steps": 1})
+    assert summary["steps"] == 1
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["task"]["heldout_file"] == str(out / "data" / "heldout.jsonl")
+    assert len((out / "data" / "heldout.jsonl").read_text().splitlines()) == 4
