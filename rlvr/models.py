@@ -1,4 +1,5 @@
-"""Load a policy and its tokenizer: built-in names, local Hugging Face directories, tiny random models."""
+"""Load a policy and its tokenizer: built-in names, local Hugging Face directories, Hub names (org/name,
+through the Hugging Face cache: rlvr/hub.py), tiny random models."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.hub import is_hub_name, snapshot
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY = "tiny-random"
@@ -29,7 +31,7 @@ def cache_dir() -> Path:
 
 
 def load_model(name: str, dtype: str = "float32", device: torch.device | str = "cpu"):
-    """Return (model, tokenizer) for a built-in name or a local model directory, the model on `device`
+    """Return (model, tokenizer) for a built-in name, a local model directory or a Hub name, the model on `device`
     (a resolved train.device: rlvr.device.resolve_device)."""
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     if name == TINY:
@@ -42,9 +44,12 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
         return _load_dir(path, torch_dtype, device)
+    if is_hub_name(name):  # org/name: the Hugging Face cache, else a download (rlvr/hub.py)
+        return _load_dir(snapshot(name, "model"), torch_dtype, device)
     if "/" in name or name.startswith(".") or path.suffix:
         raise RlvrError(f"model directory not found: {name}")
-    raise RlvrError(f"unknown model '{name}': use a local model directory or a built-in name ({', '.join(BUILTINS)})")
+    raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "
+                    f"a built-in name ({', '.join(BUILTINS)})")
 
 
 def _load_dir(path: Path, torch_dtype, device):

@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+# Nothing in the suite may reach the Hugging Face Hub (CI has none): offline, and an endpoint that is no one
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 
 from rlvr.models import tiny_random
 from tests.sandbox_skip import pytest_runtest_call, pytest_runtest_setup  # noqa: F401 (hooks: skip without a sandbox)

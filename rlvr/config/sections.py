@@ -35,8 +35,13 @@ class ModelConfig:
 @dataclass
 class TaskConfig:
     name: str = "arithmetic"
-    """Task source: arithmetic, reasoning_gym:<dataset>, or a file (.jsonl, .csv, .parquet, or a
-    directory written by datasets' save_to_disk)."""
+    """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .csv, .parquet, or a directory
+    written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
+    task.config and task.split; from the Hugging Face cache, else downloaded)."""
+    config: str = ""
+    """Hub datasets: the config (subset), e.g. main for openai/gsm8k; empty when the dataset has one."""
+    split: str = "train"
+    """Hub datasets: the split that train (and a carved held-out) come from."""
     params: dict[str, object] = field(default_factory=dict)
     """reasoning_gym: the dataset's own settings (e.g. {min_digits: 1, max_digits: 2}); pyfunc: the levels
     of train and held-out (e.g. {levels: [1, 2]}, of 1-4)."""

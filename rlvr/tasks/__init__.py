@@ -1,7 +1,7 @@
 """Task sources. `build_splits(task_config)` returns train / held-out / OOD problems.
 
-Sources: `arithmetic`, `reasoning_gym:<dataset>`, `humaneval`, `pyfunc`, or a file (.jsonl, .csv, .parquet,
-or a directory written by datasets' save_to_disk). Whatever the source, the splits leave here disjoint by normalised
+Sources: `arithmetic`, `reasoning_gym:<dataset>`, `humaneval`, `pyfunc`, a file (.jsonl, .csv, .parquet,
+or a directory written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name: rlvr/hub.py). Whatever the source, the splits leave here disjoint by normalised
 prompt, with task.prompt_template applied, and with `Splits.notes` saying what was removed or cut.
 """
 from __future__ import annotations
@@ -12,13 +12,15 @@ import string
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
 from rlvr.tasks.base import HELDOUT_SIZE, Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
-from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source
+from rlvr.hub import dataset_files, is_hub_name
+from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source, read_files
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 from rlvr.tasks.humaneval import humaneval_splits
 from rlvr.tasks.pyfunc import pyfunc_splits
 
 TASKS = ("arithmetic", f"{PREFIX}<dataset>", *(f"a {s} file" for s in SUFFIXES),
-         "a directory written by datasets' save_to_disk", "humaneval", "pyfunc")
+         "a directory written by datasets' save_to_disk", "humaneval", "pyfunc",
+         "a Hugging Face Hub dataset (org/name, with task.config and task.split)")
 
 
 def check_template(template: str) -> None:
@@ -55,7 +57,17 @@ def source_splits(task) -> Splits:
     if is_file_source(name):
         return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,
                            task.ood_size, task.train_size, task.few_shot, task.seed)
+    if is_hub_name(name):
+        return hub_splits(task)
     raise RlvrError(f"unknown task '{name}': task.name takes {', '.join(TASKS)}")
+
+
+def hub_splits(task) -> Splits:
+    """A Hugging Face Hub dataset: the files of task.config's task.split, read as a file task's rows."""
+    files = dataset_files(task.name, task.config, task.split)
+    label = f"{task.name} ({', '.join(filter(None, (task.config, task.split)))})"
+    return file_splits(label, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size, task.ood_size,
+                       task.train_size, task.few_shot, task.seed, read=lambda _: read_files(files))
 
 
 def ood_from_other(task) -> tuple[list[Problem], list[str]]:

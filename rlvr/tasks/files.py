@@ -261,12 +261,17 @@ def check_gold(problems: list[Problem], reward: str, column: str) -> None:
                             f"'{reward}' from rewards.weights")
 
 
-def load_problems(name: str, columns: dict[str, str], notes: list[str]) -> list[Problem]:
-    """The file's rows as Problems; a note when a mapped optional column is in none of its rows."""
+def read_files(paths: list[Path]) -> list[Row]:
+    """The rows of several files (a Hub dataset's shards), each named by its file: 'train-0000.parquet row 3'."""
+    return [(f"{path.name} {where}", row) for path in paths for where, row in read_rows(str(path))]
+
+
+def load_problems(name: str, columns: dict[str, str], notes: list[str], read=read_rows) -> list[Problem]:
+    """The source's rows (`read(name)`) as Problems; a note when a mapped optional column is in none of them."""
     unknown = sorted(set(columns) - set(KEYS))
     if unknown:
         raise RlvrError(f"task.columns has unknown key {', '.join(unknown)}; keys are {', '.join(KEYS)}")
-    rows = read_rows(name)
+    rows = read(name)
     for key in OPTIONAL:
         if key in columns and not any(columns[key] in row for _, row in rows):
             notes.append(f"{name}: no row has column '{columns[key]}' (task.columns.{key})")
@@ -291,11 +296,12 @@ def scaled_heldout(rows: int, name: str, notes: list[str]) -> int:
 
 
 def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int | None,
-                ood_size: int, train_size: int, few_shot: int, seed: int) -> Splits:
+                ood_size: int, train_size: int, few_shot: int, seed: int, read=read_rows) -> Splits:
     """Held-out from heldout_file, or heldout_size rows carved (seeded) out of the train file; few-shot
-    turns are the first train rows with a solution; OOD from ood_file (else empty)."""
+    turns are the first train rows with a solution; OOD from ood_file (else empty). `read`: how the train
+    source's rows are read (a Hub dataset's files: rlvr.tasks.hub_splits)."""
     rng, notes = random.Random(seed), []
-    rows = load_problems(name, columns, notes)
+    rows = load_problems(name, columns, notes, read)
     if heldout_file:
         held = load_problems(heldout_file, columns, notes)
         heldout_size = HELDOUT_SIZE if heldout_size is None else heldout_size

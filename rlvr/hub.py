@@ -1,0 +1,92 @@
+"""Hugging Face Hub names (`org/name`) for models and datasets, as users type them.
+
+Resolved through the Hub cache with huggingface_hub: a cached snapshot is used as it is (no network,
+whatever HF_HUB_OFFLINE says); otherwise it is downloaded when the machine may go online, and when it
+may not (HF_HUB_OFFLINE=1) the error gives the exact `hf download` command. The cache is the one
+huggingface_hub uses: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub, read at each call.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from rlvr.errors import RlvrError
+
+_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".csv")
+# a model's files that loading needs; a repository's other formats (.bin, .onnx, .gguf) are not fetched
+MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def is_hub_name(name: str) -> bool:
+    """`org/name` that is not a path on this machine."""
+    return bool(_NAME.match(name)) and not Path(name).expanduser().exists()
+
+
+def offline() -> bool:
+    from huggingface_hub import constants
+
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or constants.HF_HUB_OFFLINE
+
+
+def cache_dir() -> str:
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return constants.HF_HUB_CACHE
+
+
+def download_command(repo_id: str, repo_type: str) -> str:
+    return f"hf download {repo_id}" + (" --repo-type dataset" if repo_type == "dataset" else "")
+
+
+def snapshot(repo_id: str, repo_type: str) -> Path:
+    """The local snapshot of a Hub repository (repo_type model or dataset): cached, else downloaded."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    cache, command = cache_dir(), download_command(repo_id, repo_type)
+    try:
+        return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass
+    if offline():
+        raise RlvrError(f"{repo_type} '{repo_id}' is not a local path and not in the Hugging Face cache ({cache}), "
+                        f"and HF_HUB_OFFLINE is set: download it on a machine that is online with `{command}` "
+                        f"(into that cache), or unset HF_HUB_OFFLINE")
+    print(f"downloading {repo_type} {repo_id} from the Hugging Face Hub into {cache}", flush=True)
+    patterns = MODEL_FILES if repo_type == "model" else [f"*{s}" for s in DATA_SUFFIXES] + ["*.md"]
+    try:
+        return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, allow_patterns=patterns))
+    except (RepositoryNotFoundError, GatedRepoError) as e:
+        raise RlvrError(f"{repo_type} '{repo_id}': no such repository on the Hugging Face Hub, or a gated one "
+                        f"(log in with `hf auth login`); nor a local path ({type(e).__name__})") from None
+    except Exception as e:  # noqa: BLE001 - no network, a proxy, a full disk: the same way out
+        raise RlvrError(f"{repo_type} '{repo_id}' could not be downloaded ({type(e).__name__}: {e}); download it "
+                        f"with `{command}`, or give a local path") from None
+
+
+def _in_split(rel: Path, split: str) -> bool:
+    """A data file of `split`: a folder of that name, or a file name that starts with it (train-0000...)."""
+    return split in rel.parts[:-1] or re.match(rf"{re.escape(split)}([-_.]|$)", rel.name) is not None
+
+
+def dataset_files(repo_id: str, config: str, split: str) -> list[Path]:
+    """The data files of one config and split of a Hub dataset (Hub layouts: <config>/<split>-*.parquet,
+    data/<split>-*.parquet, <split>.jsonl, ...), in name order."""
+    root = snapshot(repo_id, "dataset")
+    found = sorted(p.relative_to(root) for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file())
+    chosen = [r for r in found if _in_split(r, split) and (not config or config in r.parts[:-1])]
+    configs = sorted({r.parts[0] for r in found if len(r.parts) > 1 and r.parts[0] not in ("data", split)})
+    listed = ", ".join(map(str, found[:10])) + (", ..." if len(found) > 10 else "")
+    if not config and len({r.parts[0] for r in chosen if len(r.parts) > 1} - {"data", split}) > 1:
+        raise RlvrError(f"dataset '{repo_id}' has several configs ({', '.join(configs)}): choose one with task.config")
+    if not chosen:
+        raise RlvrError(f"dataset '{repo_id}': no {', '.join(DATA_SUFFIXES)} file of split '{split}'"
+                        + (f" in config '{config}'" if config else "") + f" in {root} (it has: {listed or 'none'}); "
+                        "set task.split" + (" and task.config" if configs else ""))
+    return [root / r for r in chosen]

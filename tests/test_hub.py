@@ -1,0 +1,111 @@
+"""Hub names through a Hugging Face cache built here (HF_HUB_CACHE in tmp: models--org--name/refs/main and
+snapshots/<rev>/), offline: the suite never reaches the network (tests/conftest.py sets HF_HUB_OFFLINE and
+an endpoint that is no one)."""
+import json
+
+import pytest
+import torch
+
+from rlvr.config import TaskConfig
+from rlvr.errors import RlvrError
+from rlvr.hub import is_hub_name
+from rlvr.models import load_model, tiny_random
+from rlvr.tasks import build_splits
+
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def repo(cache, kind: str, repo_id: str):
+    """The snapshot folder of `repo_id` in the cache layout huggingface_hub reads."""
+    root = cache / f"{kind}s--{repo_id.replace('/', '--')}"
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(REV)
+    snap = root / "snapshots" / REV
+    snap.mkdir(parents=True)
+    return snap
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path / "hub"
+
+
+def gsm8k(cache):
+    """openai/gsm8k's layout: <config>/<split>-00000-of-00001.parquet for configs main and socratic."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    snap = repo(cache, "dataset", "openai/gsm8k")
+    for config in ("main", "socratic"):
+        (snap / config).mkdir()
+        for split, n in (("train", 10), ("test", 3)):
+            rows = [{"question": f"{config} {split} {i}: what is {i} + {i}?", "answer": f"{i} + {i} = <<{i}+{i}={2 * i}>>"
+                     f"{2 * i}\n#### {2 * i}"} for i in range(n)]
+            pq.write_table(pa.Table.from_pylist(rows), snap / config / f"{split}-00000-of-00001.parquet")
+
+
+def test_a_cached_hub_model_loads_offline(cache, tmp_path):
+    model, tok = tiny_random(seed=3)
+    snap = repo(cache, "model", "someone/tiny-random-llama")
+    model.save_pretrained(snap)
+    tok.save_pretrained(snap)
+    loaded, loaded_tok = load_model("someone/tiny-random-llama")
+    ids = torch.tensor([loaded_tok("Answer: 42")["input_ids"]])
+    assert loaded_tok("Answer: 42")["input_ids"] == tok("Answer: 42")["input_ids"]
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_an_uncached_hub_model_offline_names_the_download_command(cache):
+    with pytest.raises(RlvrError) as e:
+        load_model("Qwen/Qwen2.5-0.5B-Instruct")
+    assert str(e.value) == (f"model 'Qwen/Qwen2.5-0.5B-Instruct' is not a local path and not in the Hugging Face "
+                            f"cache ({cache}), and HF_HUB_OFFLINE is set: download it on a machine that is online with "
+                            "`hf download Qwen/Qwen2.5-0.5B-Instruct` (into that cache), or unset HF_HUB_OFFLINE")
+
+
+def test_a_cached_hub_dataset_with_its_config_and_split(cache):
+    gsm8k(cache)
+    s = build_splits(TaskConfig(name="openai/gsm8k", config="main", columns={"prompt": "question"}, heldout_size=2))
+    assert (len(s.train), len(s.heldout)) == (8, 2)
+    assert all(p.question.startswith("main train ") for p in s.train + s.heldout)
+    assert s.train[0].origin == "openai/gsm8k (main, train) train-00000-of-00001.parquet row 1"
+    assert s.train[0].answer == "0 + 0 = <<0+0=0>>0\n#### 0"  # the gold as the dataset gives it
+    test = build_splits(TaskConfig(name="openai/gsm8k", config="socratic", split="test",
+                                   columns={"prompt": "question"}, heldout_size=1))
+    assert len(test.train) == 2 and all(p.question.startswith("socratic test ") for p in test.train)
+
+
+def test_hub_dataset_errors_name_the_setting_to_change(cache):
+    gsm8k(cache)
+    with pytest.raises(RlvrError, match=r"dataset 'openai/gsm8k' has several configs \(main, socratic\): choose one "
+                                        r"with task.config"):
+        build_splits(TaskConfig(name="openai/gsm8k", columns={"prompt": "question"}))
+    with pytest.raises(RlvrError, match=r"dataset 'openai/gsm8k': no .parquet, .jsonl, .csv file of split 'validation' "
+                                        r"in config 'main' in .* \(it has: main/test-00000-of-00001.parquet, "
+                                        r"main/train-00000-of-00001.parquet, socratic/test.*\); set task.split and "
+                                        r"task.config"):
+        build_splits(TaskConfig(name="openai/gsm8k", config="main", split="validation"))
+    with pytest.raises(RlvrError, match=r"dataset 'openai/missing' is not a local path and not in the Hugging Face "
+                                        r"cache .* `hf download openai/missing --repo-type dataset`"):
+        build_splits(TaskConfig(name="openai/missing"))
+
+
+def test_a_jsonl_hub_dataset_with_one_config(cache):
+    snap = repo(cache, "dataset", "me/sums")
+    (snap / "data").mkdir()
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(12)]
+    (snap / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (snap / "data" / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    s = build_splits(TaskConfig(name="me/sums"))
+    assert len(s.train) + len(s.heldout) == 12 and len(s.heldout) == 2  # a fifth of 12, with a note
+    assert any(n.startswith("me/sums (train): 12 rows: holding out 2 (a fifth)") for n in s.notes)
+
+
+def test_is_hub_name_leaves_paths_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert is_hub_name("openai/gsm8k") and is_hub_name("Qwen/Qwen2.5-0.5B-Instruct")
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    assert not is_hub_name("runs/x")  # a local folder wins
+    assert not any(map(is_hub_name, ("tiny-random", "runs/demo/final", "./a/b", "/abs/x", "data.jsonl")))
