@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlvr.algo.losses import AGGREGATIONS
 from rlvr.config.sections import Config, ConfigError
 from rlvr.device import check_device_spec
+from rlvr.report.trackers import PACKAGES as TRACKERS
 
 
 def _one_of(value: str, key: str, choices: tuple[str, ...]) -> tuple[bool, str]:
@@ -75,6 +76,8 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
          "train.save_every, train.eval_every, train.samples_every and train.threads must be >= 0"),
         _one_of(t.parallel, "train.parallel", ("ddp", "fsdp")),
+        (set(cfg.log.trackers) <= set(TRACKERS),  # at build time, before a run directory is touched
+         f"unknown tracker in log.trackers {cfg.log.trackers}: each one of {', '.join(TRACKERS)}"),
         _one_of(t.mixed_precision, "train.mixed_precision", ("auto", "no", "bf16")),
         (check_device_spec(t.device) is None, check_device_spec(t.device) or ""),
         (cfg.eval.max_new_tokens >= 1 and cfg.eval.batch_size >= 1,

@@ -56,14 +56,20 @@ class _RunModule:
         self.m.finish()
 
 
-def open_trackers(names: list[str], out: Path, project: str, config: dict) -> list:
-    trackers = []
+def check_trackers(names: list[str]) -> None:
+    """Every tracker named is known and installed: checked before the run directory is set up."""
     for name in names:
         if name not in PACKAGES:
             raise RlvrError(f"unknown tracker '{name}' in log.trackers: one of {', '.join(PACKAGES)}")
         if importlib.util.find_spec(PACKAGES[name]) is None:
             raise RlvrError(f"log.trackers has '{name}' but the package is not installed: "
                             f"pip install 'rlvr[{name}]'")
+
+
+def open_trackers(names: list[str], out: Path, project: str, config: dict) -> list:
+    check_trackers(names)
+    trackers = []
+    for name in names:
         trackers.append(TensorBoard(out, project, config) if name == "tensorboard"
                         else _RunModule(name, out, project, config))
     return trackers

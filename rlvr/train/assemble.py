@@ -12,6 +12,7 @@ from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
+from rlvr.report.trackers import check_trackers
 from rlvr.rewards import rewards_of
 from rlvr.rewards.base import RewardFunction
 from rlvr.rollout.protocol import make_engine
@@ -91,6 +92,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     check_gold_answers(rewards, splits, cfg.task)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
+    check_trackers(cfg.log.trackers)
     if d.is_main:
         prepare_run_dir(out, to_yaml(cfg), fresh)
         save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names

@@ -46,7 +46,8 @@ def test_tensorboard_tracker_and_missing_tracker(tmp_path, capsys):
     acc.Reload()
     assert [e.step for e in acc.Scalars("reward/mean")] == [1, 2]
     assert main(["train", *SMOKE, f"--train.out={out}", "--log.trackers=[tensorbored]"]) == 2
-    assert "unknown tracker 'tensorbored'" in capsys.readouterr().err
+    assert "unknown tracker in log.trackers ['tensorbored']: each one of tensorboard, wandb, trackio" in \
+        capsys.readouterr().err
 
 
 def test_absent_tracker_package_is_a_clear_error(tmp_path, capsys):
