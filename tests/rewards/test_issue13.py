@@ -8,10 +8,10 @@ import textwrap
 
 import pytest
 
-from rlvr.rewards import cgroup, seccomp
+from rlvr.sandbox import cgroup, seccomp
 from rlvr.rewards.base import RewardFunction, clean_reason, score_batch
-from rlvr.rewards.harness import dumps, loads
-from rlvr.rewards.sandbox import SandboxLimits, run_harness
+from rlvr.sandbox.harness import dumps, loads
+from rlvr.sandbox.run import SandboxLimits, run_harness
 from rlvr.rewards.code import make_code_tests
 
 LIMIT_S = 1.0
@@ -300,7 +300,7 @@ def test_reasons_are_sanitised():
 
 
 def test_without_a_cgroup_the_fallback_caps_processes_so_the_total_fits(monkeypatch):
-    from rlvr.rewards import sandbox
+    from rlvr.sandbox import run as sandbox
     assert sandbox.fallback_procs(SandboxLimits()) == 4                   # 2 GiB / 512 MiB
     assert sandbox.fallback_procs(SandboxLimits(run_memory_bytes=8 << 30, max_procs=8)) == 8
     monkeypatch.setattr(cgroup, "create", lambda *a: None)

@@ -4,8 +4,8 @@ import os
 import pytest
 
 from rlvr.rewards import math_accuracy
-from rlvr.rewards.math import check_answer
-from rlvr.rewards.math_worker import SymbolicWorker
+from rlvr.rewards.maths.accuracy import check_answer
+from rlvr.rewards.maths.worker import SymbolicWorker
 
 ATTACKS = [
     ("equation-chain", "\\boxed{5=3}", "3"),

@@ -5,7 +5,7 @@ import pytest
 
 from rlvr.eval.estimators import stated_answer
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.math_worker import shared_worker
+from rlvr.rewards.maths.worker import shared_worker
 
 TOWER = "5^{5^{5^{5^5}}}"  # the symbolic worker times out on it (or runs out of memory)
 

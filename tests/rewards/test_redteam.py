@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from rlvr.rewards import harness
+from rlvr.sandbox import harness
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits
-from rlvr.rewards.program_session import ProgramSession
+from rlvr.sandbox.run import Sandbox, SandboxLimits
+from rlvr.sandbox.program import ProgramSession
 
 LIMIT_S = 1.0
 reward = make_code_tests(timeout_s=LIMIT_S)
@@ -121,8 +121,8 @@ def test_many_large_replies_stop_at_the_channel_budget():
 # ---- maths: repeated unclosed <answer> tags ------------------------------------------------------
 
 def test_unclosed_answer_tags_cost_linear_time():
-    from rlvr.rewards.answer import final_answers
-    from rlvr.rewards.math import math_accuracy_verdict
+    from rlvr.rewards.maths.answer import final_answers
+    from rlvr.rewards.maths.accuracy import math_accuracy_verdict
     flood = "<answer>" * 10000                      # 80 kB; the old regex took ~6 s on it
     t = time.monotonic()
     v = math_accuracy_verdict(flood + "\\boxed{5}", "5")

@@ -66,7 +66,7 @@ SET_SPEC = {"kind": "assert", "asserts": ["assert set(f(1)) == {4, 5}"]}
 
 @pytest.mark.slow  # waits out a wall clock
 def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
-    from rlvr.rewards.judge_worker import shared_pool
+    from rlvr.rewards.code.judge import shared_pool
 
     quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
     killed = shared_pool().killed
@@ -189,8 +189,8 @@ def test_no_child_runs_the_destructors_of_the_trainers_thread_state(tmp_path):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlvr.rewards.judge_worker import JudgePool
-    from rlvr.rewards.math_worker import SymbolicWorker
+    from rlvr.rewards.code.judge import JudgePool
+    from rlvr.rewards.maths.worker import SymbolicWorker
 
     mark, parent = tmp_path / "destroyed_in", os.getpid()
 

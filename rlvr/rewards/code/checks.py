@@ -3,7 +3,7 @@
 A dataset's asserts (`assert f(2) == 4`, `abs(f(2) - 1.414) < 1e-9`, `math.isclose(...)`,
 `f(x) != 5`, MBPP tuples, `with pytest.raises(...)`) and HumanEval's `def check(candidate): ...`
 are dataset code: trusted. They run here, on the parent's side of the sandbox: in a judge worker
-process that the trainer can kill (rlvr.rewards.judge_worker, issue 27). Every name they use that
+process that the trainer can kill (rlvr.rewards.code.judge, issue 27). Every name they use that
 they do not bind themselves (and that is not a builtin or a standard-library module; the spec's
 entry point is the candidate's even when a builtin has its name) is a function of the candidate: a
 `Proxy` that ships its arguments into the sandbox and returns the plain data that came
@@ -23,7 +23,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from rlvr.rewards import harness
+from rlvr.sandbox import harness
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
