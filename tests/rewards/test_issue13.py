@@ -1,5 +1,5 @@
-"""Issue 13's classes, with attack programs written for these tests: each must score 0 or be contained,
-and the correct programs beside them must still score 1."""
+"""Escape and resource attacks against the sandbox, with attack programs written for these tests: each
+must score 0 or be contained, and the correct programs beside them must still score 1."""
 import ctypes
 import json
 import platform
@@ -27,7 +27,7 @@ def verdict(src: str, spec, rw=reward):
     return rw.verdicts([block(src)], tests=[spec])[0]
 
 
-# ---- class 1: the parent decides every check ---------------------------------------------------
+# ---- the parent decides every check ---------------------------------------------------
 
 # Real datasets' forms, none of them `expr == JSON literal`.
 FORMS = {"kind": "assert", "entry_point": "root2", "asserts": [
@@ -175,7 +175,7 @@ def test_codec_round_trips_types_and_rejects_anything_else():
             loads(bad)
 
 
-# ---- class 2: the keyring; and the seccomp filter ----------------------------------------------
+# ---- the keyring; and the seccomp filter ----------------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)
 NR = seccomp.ARCHES[platform.machine()][1]  # name -> number on this machine
@@ -237,7 +237,7 @@ def test_the_callers_session_keyring_is_out_of_reach():
         _libc.syscall(NR["keyctl"], 21, key)                                    # KEYCTL_INVALIDATE
 
 
-# ---- class 3: memory per run, the OOM killer takes the sandbox ---------------------------------
+# ---- memory per run, the OOM killer takes the sandbox ---------------------------------
 
 def test_sandbox_is_the_oom_killers_first_choice():
     r = run_harness({"source": "print(open('/proc/self/oom_score_adj').read().strip())"}, b"")
@@ -286,7 +286,7 @@ def test_sysv_shared_memory_cannot_outlive_the_run():
     assert run_harness({"source": src}, b"").stdout == b"-1 1\n"
 
 
-# ---- class 4: reasons are printable and bounded ------------------------------------------------
+# ---- reasons are printable and bounded ------------------------------------------------
 
 def test_reasons_are_sanitised():
     spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [], "expected": 1}]}

@@ -1,6 +1,6 @@
-"""Red-team regressions: fresh attack programs against the code verifier's parent side. Each one
-broke it before its fix (a parent hang, a batch-wide failure, unbounded parent memory); each must
-now be contained while the honest programs beside it keep their scores."""
+"""Attack programs against the code verifier's parent side: each aims at a parent hang, a batch-wide
+failure or unbounded parent memory, and must be contained while the honest programs beside it keep
+their scores."""
 import textwrap
 import time
 
@@ -61,7 +61,7 @@ def test_a_forged_colliding_set_costs_the_parent_no_more_than_its_time_limit():
     spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "expected": [1]}]}
     t = time.monotonic()
     v = reward.verdicts([block(COLLIDE)], tests=[spec])[0]
-    # Before the fix: ~13 s of parent CPU (quadratic set building) for a 1 s limit.
+    # Unbounded, the parent's quadratic set building takes ~13 s of CPU for a 1 s limit.
     assert v.score == 0.0 and time.monotonic() - t < LIMIT_S + 3.0, (v, time.monotonic() - t)
 
 
@@ -92,8 +92,9 @@ time.sleep(5)
 
 
 def test_a_deep_return_fed_back_cannot_fail_the_whole_batch():
-    # Before the fix the parent re-encoded the 60-deep value inside its argument list (61 deep),
-    # raised "cannot be decided outside the sandbox" and the reward scored every completion 0.
+    # Re-encoded inside the parent's argument list the 60-deep value is 61 deep: were the argument
+    # depth the return depth, the parent would raise "cannot be decided outside the sandbox" and the
+    # reward would score every completion 0.
     v = reward.verdicts([block(DEEP), block(FORGED_DEEP), block(HONEST)], tests=[ROUND_TRIP] * 3)
     assert [x.score for x in v] == [0.0, 0.0, 1.0], v
     assert v[1].reason.startswith("malformed answer"), v[1]
@@ -113,8 +114,8 @@ def test_many_large_replies_stop_at_the_channel_budget():
     with ProgramSession(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
         replies = s.call([["f", harness.encode([i]), harness.encode({})] for i in range(32)])
     tags = [r[0] for r in replies]
-    # Before the fix every reply under the per-line cap was decoded and held: 32 x 2.5 MB here,
-    # and 4 MiB x cases at the default limits.
+    # Without a per-run total every reply under the per-line cap would be decoded and held: 32 x 2.5 MB
+    # here, and 4 MiB x cases at the default limits.
     assert tags.count("v") <= 5 and s.ended == "output too large", (tags, s.ended)
 
 

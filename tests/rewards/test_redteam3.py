@@ -1,5 +1,5 @@
-"""Red-team round 3 (issue 27): one completion never sinks its batch or stalls the trainer. Each
-attack here broke the verifier before its fix; the honest programs beside it must keep their scores."""
+"""One completion never sinks its batch or stalls the trainer, whatever it sends back. Each attack
+here is a way a hostile program could; the honest programs beside it must keep their scores."""
 import json
 import os
 import subprocess

@@ -71,11 +71,11 @@ def test_selected_groups_count_only_their_own_errors():
     b = score_batch(fns, ["e", "f", "g", "h"], {})  # no error in round b
     assert a.errors == {"picky": 4} and b.errors == {"picky": 0}
     kept = Scores.concat([a.select([2, 3]), b.select([0, 1]), b.select([2, 3])])
-    assert kept.errors == {"picky": 2}  # 2 of the 6 kept completions come from round a (was 4)
+    assert kept.errors == {"picky": 2}  # 2 of the 6 kept completions come from round a
     assert kept.failed["picky"] == [True, True, False, False, False, False]
     assert kept.total == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     both = Scores.concat([a.select([0, 1]), a.select([2, 3])])
-    assert both.errors == {"picky": 4}  # every group of round a kept: 4 errors in 4 completions (was 8)
+    assert both.errors == {"picky": 4}  # every group of round a kept: 4 errors in 4 completions
 
 
 def test_strict_rewards_are_those_that_check_correctness():
