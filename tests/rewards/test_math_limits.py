@@ -1,6 +1,8 @@
 """The maths checker's limits against adversarial completions: one time budget per answer
 however many pieces it has, linear-time extraction on adversarial completions, and a <think>
 opened after the last </think> left open."""
+import time
+
 import pytest
 
 from rlvr.eval.estimators import stated_answer
@@ -79,3 +81,15 @@ def test_a_think_opened_after_the_last_close_is_unclosed():
     assert math_accuracy.verdict(text, "42").reason == "unclosed <think>"
     assert format_reward([text]) == [0.0] and stated_answer(text) is None
     assert math_accuracy(["<think>a</think><think>b</think> Answer: 42"], answer=["42"]) == [1.0]
+
+
+# ---- repeated unclosed <answer> tags are scanned in linear time -------------------------------
+
+def test_unclosed_answer_tags_cost_linear_time():
+    from rlvr.rewards.answer import final_answers
+    from rlvr.rewards.math import math_accuracy_verdict
+    flood = "<answer>" * 10000                      # 80 kB; a backtracking regex takes ~6 s on it
+    t = time.monotonic()
+    v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
+    assert time.monotonic() - t < 0.5 and v.score == 1.0, v
+    assert final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]

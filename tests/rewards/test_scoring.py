@@ -2,7 +2,9 @@ import pytest
 
 from rlvr.errors import RlvrError
 from rlvr.rewards import build_rewards, score_batch, strict_rewards
-from rlvr.rewards.base import RewardFunction, Scores
+from rlvr.rewards.base import RewardFunction, Scores, clean_reason
+from rlvr.rewards.code import make_code_tests
+from tests.conftest import python_block
 
 
 def length_reward(completions, **kw):
@@ -93,3 +95,17 @@ def test_code_tests_count_as_the_strict_reward():
 
     rewards = build_rewards({"code_tests": 1.0, "format": 0.2}, 64, 8, 1.0)
     assert [rf.name for rf in strict_rewards(rewards)] == ["code_tests"]
+
+
+# ---- reasons are printable and bounded: they may quote a hostile program's text ------------------
+
+def test_reasons_are_sanitised():
+    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [], "expected": 1}]}
+    hostile = python_block("def f():\n    raise ValueError('\\x1b[2J\\rok\\u202e' + 'x' * 5000)")
+    v = make_code_tests(timeout_s=1.0).verdicts([hostile], tests=[spec])[0]
+    assert v.reason.startswith("failed case 1: raised ValueError: \\x1b[2J\\rok\\u202e")
+    assert v.reason.isprintable() and len(v.reason) <= 300
+    noisy = RewardFunction("noisy", 1.0, lambda completions, **kw: 1 / 0)
+    assert clean_reason("a\nb\tc") == "a\\nb\\tc"
+    scores = score_batch([noisy], ["x"], {})
+    assert scores.reasons["noisy"][0].isprintable()
