@@ -228,7 +228,7 @@ class SymbolicWorker:
     def compare(self, answer: str, gold: str, tol: str | None = None, mode: str = "equal",
                 timeout_s: float | None = None) -> tuple[bool, str]:
         """One comparison with `timeout_s` (at most the worker's own limit) of wall clock; a caller
-        that makes several for one answer passes what is left of that answer's budget (issue 27)."""
+        that makes several for one answer passes what is left of that answer's budget."""
         limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
         if limit <= 0:
             return False, "time budget for this answer spent"
