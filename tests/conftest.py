@@ -1,8 +1,5 @@
-<<<<<<< HEAD
 import os
-=======
 import textwrap
->>>>>>> main
 
 import pytest
 import torch
