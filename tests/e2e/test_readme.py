@@ -1,6 +1,11 @@
-"""The README's Python API example runs as written (its run directory moved to a temporary one)."""
+"""The README's examples run as written: the your-data walk, the Python API (its run directory moved to a
+temporary one), the environment, the TRL and verl rewards."""
+import json
 import re
+import shlex
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,3 +55,41 @@ def test_trl_and_verl_examples_run_unchanged():
     s = score_batch(fns, completions, {"solution": ["12", "12"], "reward_model": [{"ground_truth": "12"}] * 2,
                                        "data_source": ["toy"] * 2, "extra_info": [{}, {}]})
     assert s.total == [1.5, 0.0] and s.reasons["verl"] == ["pred=12", "pred=13"]
+
+
+def block(readme: str, after: str, lang: str) -> str:
+    """The first ```lang block after the line that starts with `after`."""
+    return re.search(re.escape(after) + r".*?```" + lang + r"\n(.*?)```", readme, re.S).group(1)
+
+
+def test_your_data_your_reward_walk_runs_as_written(tmp_path, monkeypatch):
+    """The README's walk: its GSM8K-style rows (two as shown, 28 more like them), its my_rewards.py and
+    mine.yaml as written, then its train, eval and report commands, on tiny-random and a few tokens."""
+    from rlvr.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    shown = [json.loads(line) for line in block(readme, "**1. Problems.**", "jsonl").splitlines()]
+    more = [{"question": f"Sam has {i} apples and buys {i + 3} more. How many apples does he have?",
+             "answer": f"He has {i} + {i + 3} = <<{i}+{i + 3}={2 * i + 3}>>{2 * i + 3} apples.\n#### {2 * i + 3}"}
+            for i in range(28)]
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in shown + more))
+    (tmp_path / "my_rewards.py").write_text(block(readme, "**2. Rewards**", "python"))
+    (tmp_path / "mine.yaml").write_text(block(readme, "**3. A config**", "yaml"))
+    namespace: dict = {}
+    exec(block(readme, "**2. Rewards**", "python"), namespace)
+    assert namespace["accuracy"](["so #### 72", "#### 71", "72"], [shown[0]["answer"]] * 3) == [1.0, 0.0, 0.0]
+    assert namespace["compute_score"]("toy", "She earned #### $10", shown[1]["answer"]) == {"score": 1.0, "pred": "10"}
+    assert namespace["compute_score"]("toy", "#### 9", shown[1]["answer"])["score"] == 0.1
+    monkeypatch.chdir(tmp_path)
+    small = {"train": ["--model.name=tiny-random", "--train.steps=1", "--rollout.prompts_per_step=2",
+                       "--rollout.group_size=2", "--rollout.max_new_tokens=8", "--eval.max_new_tokens=8"],
+             "eval": ["--n", "2", "--k", "1", "--max-new-tokens", "8", "--out", str(tmp_path / "ev")], "report": []}
+    for line in block(readme, "**4. Train, evaluate", "sh").splitlines():
+        argv = shlex.split(line.split("  #")[0].replace("Qwen/Qwen2.5-0.5B-Instruct", "tiny-random"))
+        assert argv[0] == "rlvr" and main([*argv[1:], *small[argv[1]]]) == 0, line
+    saved = yaml.safe_load((tmp_path / "runs" / "mine" / "config.yaml").read_text())
+    assert saved["rewards"]["weights"] == {f"{tmp_path / 'my_rewards.py'}:accuracy": 1.0,
+                                           f"verl:{tmp_path / 'my_rewards.py'}:compute_score": 0.5}
+    assert saved["task"]["heldout_size"] is None and (tmp_path / "runs" / "mine" / "report.html").is_file()
+    assert len((tmp_path / "runs" / "mine" / "eval_before.jsonl").read_text().splitlines()) == 6  # a fifth of 30
+    assert json.loads((tmp_path / "ev" / "eval.json").read_text())["tasks"]

@@ -84,3 +84,15 @@ def test_config_yaml_holds_absolute_paths_and_resumes_from_another_directory(tmp
     metrics = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2] and "reward/my_rewards.py:exact/mean" in metrics[1]
     assert os.listdir(elsewhere) == []
+
+
+def test_make_demo_twice_replaces_its_own_run(tmp_path):
+    """`make demo` runs its recipe's `rlvr train` line; typed twice it must not stop on its own runs/demo."""
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo: setup\n", 1)[1].splitlines()[0]
+    argv = recipe.split("-m rlvr ", 1)[1].split()
+    assert argv[:2] == ["train", "configs/demo.yaml"]
+    small = ["--model.name=tiny-random", "--task.heldout_size=2", "--task.ood_size=1", "--train.steps=1",
+             "--train.eval_every=0", "--rollout.prompts_per_step=2", "--rollout.group_size=2", f"--train.out={tmp_path}"]
+    argv[1] = str(ROOT / argv[1])
+    assert main([*argv, *small]) == 0
+    assert main([*argv, *small]) == 0
