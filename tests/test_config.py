@@ -206,3 +206,29 @@ def test_a_written_config_round_trips_its_tis_cap(tmp_path):
     cfg = build_config(None, ["--rollout.tis_cap=2.5"])
     assert "tis_cap" not in to_yaml(cfg).split("vllm:")[1]  # one name, under rollout only
     assert build_config(write(tmp_path, to_yaml(cfg))).rollout.tis_cap == 2.5
+
+
+def test_anchored_makes_the_paths_that_exist_absolute(tmp_path, monkeypatch):
+    """What config.yaml saves: task files, reward and tool .py files and a local model by absolute path;
+    names that are not paths here (built-ins, Hub names, modules) as written."""
+    from rlvr.config.paths import anchored
+    from rlvr.rewards.base import short_name
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("data.jsonl", "held.jsonl", "my_rewards.py", "tools.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "model").mkdir()
+    cfg = build_config(None, ["--task.name=data.jsonl", "--task.heldout_file=held.jsonl", "--model.name=model",
+                              "--rewards.weights={my_rewards.py:f: 1.0, verl:my_rewards.py:g: 0.5, mypkg.r:h: 0.1, "
+                              "format: 0.2, missing.py:k: 1.0}", "--env.tools=[calculator, tools.py:add]"])
+    got = anchored(cfg)
+    assert (got.task.name, got.task.heldout_file, got.model.name) == (
+        str(tmp_path / "data.jsonl"), str(tmp_path / "held.jsonl"), str(tmp_path / "model"))
+    assert got.rewards.weights == {f"{tmp_path}/my_rewards.py:f": 1.0, f"verl:{tmp_path}/my_rewards.py:g": 0.5,
+                                   "mypkg.r:h": 0.1, "format": 0.2, "missing.py:k": 1.0}
+    assert got.env.tools == ["calculator", f"{tmp_path}/tools.py:add"]
+    assert cfg.task.name == "data.jsonl"  # a copy: the config given is left as it is
+    assert anchored(build_config(None, ["--model.name=Qwen/Qwen2.5-0.5B-Instruct"])).model.name == \
+        "Qwen/Qwen2.5-0.5B-Instruct"
+    assert [short_name(k) for k in got.rewards.weights] == ["my_rewards.py:f", "verl:my_rewards.py:g", "mypkg.r:h",
+                                                            "format", "missing.py:k"]

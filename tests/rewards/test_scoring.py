@@ -109,3 +109,14 @@ def test_reasons_are_sanitised():
     assert clean_reason("a\nb\tc") == "a\\nb\\tc"
     scores = score_batch([noisy], ["x"], {})
     assert scores.reasons["noisy"][0].isprintable()
+
+
+def test_build_rewards_refuses_two_files_of_one_name(tmp_path):
+    """Metrics name a file's reward by the file name alone, so two such files would share reward/<name>."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "r.py").write_text("def f(completions, **kw):\n    return [1.0] * len(completions)\n")
+    one = build_rewards({f"{tmp_path}/a/r.py:f": 1.0})
+    assert [rf.name for rf in one] == ["r.py:f"]
+    with pytest.raises(RlvrError, match=r"two rewards are both named 'r.py:f' \(file names without their folders\)"):
+        build_rewards({f"{tmp_path}/a/r.py:f": 1.0, f"{tmp_path}/b/r.py:f": 1.0})
