@@ -87,10 +87,10 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     out = Path(cfg.train.out)
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
+    seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits = build_splits(cfg.task)  # data first: a bad file is named in seconds, before the model loads
     rewards = rewards_of(cfg, given)  # the same set rlvr audit attacks
     check_gold_answers(rewards, splits, cfg.task)
-    seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
     check_trackers(cfg.log.trackers)
     if d.is_main:
