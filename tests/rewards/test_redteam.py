@@ -9,7 +9,7 @@ import pytest
 from rlvr.sandbox import harness
 from rlvr.rewards.code import make_code_tests
 from rlvr.sandbox.run import Sandbox, SandboxLimits
-from rlvr.sandbox.program import ProgramSession
+from rlvr.sandbox.program import Program
 
 LIMIT_S = 1.0
 reward = make_code_tests(timeout_s=LIMIT_S)
@@ -110,7 +110,7 @@ time.sleep(5)
 
 def test_many_large_replies_stop_at_the_channel_budget():
     limits = SandboxLimits(wall_s=2.0, cpu_s=2.0, channel_bytes=512 * 1024)
-    with ProgramSession(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
+    with Program(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
         replies = s.call([["f", harness.encode([i]), harness.encode({})] for i in range(32)])
     tags = [r[0] for r in replies]
     # Before the fix every reply under the per-line cap was decoded and held: 32 x 2.5 MB here,
