@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from rlvr.models import checkpointing_active, is_peft, unwrap
-from rlvr.rollout.engine import left_pad, positions_from_mask, prefill
+from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -158,7 +158,7 @@ def _positions_needed(completion_mask: torch.Tensor) -> list[int]:
 
 
 def _prompt_pass(base, prompts: list[list[int]], pad_id: int):
-    """Run the prompts once, with gradient (rlvr.rollout.engine.prefill on the trunk): (per-layer keys /
+    """Run the prompts once, with gradient (rlvr.rollout.decoding.prefill on the trunk): (per-layer keys /
     values [P, heads, Tp, d], the last prompt state [P, 1, H], the attention mask [P, Tp])."""
     out, mask = prefill(base, prompts, pad_id)
     return [(layer.keys, layer.values) for layer in out.cache.layers], out.last_hidden_state[:, -1:], mask

@@ -8,7 +8,7 @@ import torch
 
 from rlvr.algo import aggregate, kl_estimate, loss_units, policy_loss, split_beta, tis_weights, value_loss
 from rlvr.config import AlgoConfig, Config
-from rlvr.rollout.protocol import tis_cap_of
+from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
@@ -147,7 +147,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     return logp.detach(), loss, sums, extremes
 
 
-def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
+def _logp_mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, max) of |trainer - sampler| log-prob over real tokens of one micro-batch, as tensors."""
     diff = (new_logp - sampler_logp).abs() * mask  # [b, w]
@@ -190,7 +190,8 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
         loss.backward()
         part["loss"] = loss.detach()
         if compare and batch.sampler_logp is not None:
-            part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
+            part["mismatch"], mb_peak = _logp_mismatch(logp, batch.sampler_logp[sl, :w],
+                                                       batch.completion_mask[sl, :w])
             peak = torch.maximum(peak, mb_peak)
         for key, v in part.items():
             sums[key] = sums[key] + v

@@ -10,7 +10,7 @@ from rlvr.config import AlgoConfig
 from rlvr.envs.base import Reply
 from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
 from rlvr.envs.render import TurnRender
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.update import Batch, UpdateSettings, policy_update

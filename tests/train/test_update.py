@@ -5,7 +5,7 @@ import torch
 
 from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
 
