@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.algo.masks import present_tokens
 from rlvr.device import of_model
 from rlvr.rollout import graphed, lean
 from rlvr.rollout.sampling import sample_next
@@ -33,7 +34,7 @@ class Rollout:
     @property
     def present(self) -> torch.Tensor:
         """[B, Tc] 1.0 on every real token after the prompt, the model's and the environment's."""
-        return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
+        return present_tokens(self.completion_mask, self.env_mask)
 
     def to(self, device: torch.device) -> "Rollout":
         """The same rollout with its tensors on `device`: the one host-to-device crossing of a training

@@ -13,7 +13,8 @@ from rlvr.envs.render import TurnRender
 from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, policy_update
 
 PROBLEMS = [Problem("What is 2 + 3?", "5"), Problem("Name a colour.", "red")]
 

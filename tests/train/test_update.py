@@ -7,7 +7,8 @@ from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
 
 
 def make_batch(model, tok):
