@@ -6,7 +6,7 @@ from rlvr.algo.masks import last_token_mask, present_tokens, row_widths
 from rlvr.algo.losses import (AGGREGATIONS, LOG_RATIO_LIMIT, aggregate, drop_nonfinite, loss_units, policy_loss,
                               sequence_ratio, tis_weights, value_loss)
 
-__all__ = ["AGGREGATIONS", "ESTIMATORS", "LOG_RATIO_LIMIT", "aggregate", "drop_nonfinite", "estimate_advantages", "gae",
-           "group_advantages", "kl_estimate", "last_token_mask", "loss_units", "policy_loss", "present_tokens",
-           "rloo_advantages", "row_widths", "sequence_ratio", "split_beta", "tis_weights", "token_returns", "value_loss",
-           "whiten"]
+__all__ = ["AGGREGATIONS", "ESTIMATORS", "LOG_RATIO_LIMIT", "aggregate", "drop_nonfinite", "estimate_advantages",
+           "gae", "group_advantages", "kl_estimate", "last_token_mask", "loss_units", "policy_loss", "present_tokens",
+           "rloo_advantages", "row_widths", "sequence_ratio", "split_beta", "tis_weights", "token_returns",
+           "value_loss", "whiten"]
