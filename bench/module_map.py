@@ -163,7 +163,7 @@ def main() -> None:
             print("  circle: " + " <-> ".join(c))
     loaded = loaded_by("rlvr.train.grpo")
     sandbox = [m for m in loaded if any(s in m for s in ("sandbox", "confine", "seccomp", "cgroup", "harness",
-                                                          "judge_worker", "program"))]
+                                                          "judge", "program", "pipes", "collect"))]
     print(f"import rlvr.train.grpo: {len(loaded)} rlvr modules loaded; sandbox modules among them: "
           f"{len(sandbox)} {sandbox if sandbox else ''}")
     if args.list:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import math
 import platform
 import resource
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rlvr.sandbox.run import SandboxLimits
+from rlvr.sandbox.limits import SandboxLimits
 
 _KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
 LAUNCH_FAILED = 125   # the launcher's exit status when a step fails (its message is on stderr)

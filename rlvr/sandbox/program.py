@@ -27,13 +27,13 @@ def _well_formed(reply) -> bool:
     return reply[0] != "e" and reply[0] != "n" or all(type(x) is str for x in reply[1:])
 
 
-class ProgramSession:
+class Program:
     """Load `source` in a fresh sandbox; `call` ships calls in and returns their replies.
 
     A reply is ["v", value], ["e", type, builtin base, message], ["n", type], ["m"], or, once the
     sandbox has ended (crashed, timed out, flooded), ["x", why] for every call from then on.
-    `load_error` is set when the program did not load. The run's wall clock covers the session,
-    and `limits.channel_bytes` caps everything read from the sandbox over the whole session (not per
+    `load_error` is set when the program did not load. The run's wall clock covers the program's whole
+    life, and `limits.channel_bytes` caps everything read from the sandbox over that life (not per
     line: decoded replies are held until judged, and `[[],[],...]` decodes to ~20x its size).
     """
 

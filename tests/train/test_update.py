@@ -5,9 +5,10 @@ import torch
 
 from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
 
 
 def make_batch(model, tok):

@@ -152,15 +152,15 @@ def _encode_call(name: str, args: list, kwargs: dict) -> str:
 
 class Runner:
     """Answers proxy calls for one program: from the prefetched batch when the same call was
-    made there, else by a round trip to its session."""
+    made there, else by a round trip to the running program."""
 
-    def __init__(self, session, prefetch: list[str] = ()):
-        self.session = session
+    def __init__(self, program, prefetch: list[str] = ()):
+        self.program = program
         self.failure: BaseException | None = None   # the first in the current test; not swallowable
         self.cache: dict[str, deque] = {}
         unique = list(dict.fromkeys(prefetch))
         if unique:
-            for key, reply in zip(unique, session.call([json.loads(k) for k in unique])):
+            for key, reply in zip(unique, program.call([json.loads(k) for k in unique])):
                 self.cache.setdefault(key, deque()).append(reply)
 
     def call(self, name: str, args: tuple, kwargs: dict):
@@ -170,7 +170,7 @@ class Runner:
             self._fail(Undecidable(f"passes a {e.args[0]} to {name}(), which cannot be shipped into "
                                    "the sandbox as plain data"))
         queue = self.cache.get(key)
-        reply = queue.popleft() if queue else self.session.call([json.loads(key)])[0]
+        reply = queue.popleft() if queue else self.program.call([json.loads(key)])[0]
         return self._unpack(name, reply)
 
     def _fail(self, exc: BaseException):

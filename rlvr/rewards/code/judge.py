@@ -3,7 +3,7 @@
 An assert spec's test code is trusted (rlvr.rewards.code.checks), but it runs on the candidate's replies,
 which are hostile plain data: `set(f(x)) == {4, 5}` over a list of hash-colliding integers is
 quadratic, holds the GIL and, run in the trainer, would have no time limit. So a check of one
-program (its sandbox session and every test on its replies) runs in a worker process, and the parent
+program (its sandboxed program and every test on its replies) runs in a worker process, and the parent
 gives the whole check a wall clock: a worker that overruns it is killed (its sandbox dies with it,
 bubblewrap's --die-with-parent) and the program fails "timed out". Workers are persistent, one check
 at a time each, started on demand: a process per check would cost more than it saves (the pool
@@ -16,11 +16,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
 import threading
+
+from rlvr.sandbox.worker import KillableWorker
 
 WORKER_MEMORY_BYTES = 4 * 1024 ** 3   # test code on a 4 MiB reply needs far less; a runaway stops here
 STARTUP_S = 60.0
@@ -39,12 +37,12 @@ def check(request: dict) -> dict:
     """One program's check: {"outcomes": [[passed, why], ...]}, {"failure": why} for the program as
     a whole, or {"spec_error": message} when the spec cannot be decided (the dataset's problem)."""
     from rlvr.rewards.code.checks import UndecidableSpec
-    from rlvr.rewards.code.reward import CodeTestsConfig, session_outcomes
-    from rlvr.sandbox.run import Sandbox, SandboxLimits
+    from rlvr.rewards.code.outcomes import CodeTestsConfig, program_outcomes
+    from rlvr.sandbox.limits import Sandbox, SandboxLimits
 
     cfg = CodeTestsConfig(request["partial"], SandboxLimits(**request["limits"]), Sandbox(**request["sandbox"]))
     try:
-        return {"outcomes": session_outcomes(request["program"], _spec(request["tests"]), cfg)}
+        return {"outcomes": program_outcomes(request["program"], _spec(request["tests"]), cfg)}
     except UndecidableSpec as e:
         return {"spec_error": str(e)}
     except MemoryError:
@@ -77,81 +75,55 @@ def serve() -> None:
 # ---------------------------------------------------------------- the pool (parent side)
 
 class JudgePool:
-    """Persistent workers; `check` takes an idle one (or starts one) for one program's check."""
+    """Persistent workers (rlvr.sandbox.worker); `check` takes an idle one (or starts one) for one
+    program's check."""
 
     def __init__(self):
-        self._idle: list[subprocess.Popen] = []
+        self._idle: list[KillableWorker] = []
         self._lock = threading.Lock()
         self.killed = 0   # workers killed for overrunning their check or dying (tests read it)
 
     def check(self, request: dict, timeout_s: float) -> dict:
-        proc = self._take()
-        try:
-            proc.stdin.write((json.dumps(request, ensure_ascii=True) + "\n").encode("ascii"))
-            proc.stdin.flush()
-            line = _readline(proc, timeout_s)
-        except OSError:        # it died between checks
-            line = None
-        if line is None:
-            crashed = proc.poll() is not None
-            self._kill(proc)
-            return {"failure": "checker crashed" if crashed else
+        worker = self._take()
+        reply, failure = worker.ask(request, timeout_s)
+        if reply is None:   # ask killed it
+            self._killed(worker)
+            return {"failure": "checker crashed" if failure == "crashed" else
                     f"timed out after {timeout_s:.1f}s (the whole check, test code included)"}
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            self._kill(proc)
-            return {"failure": "checker crashed"}
         with self._lock:
-            self._idle.append(proc)
+            self._idle.append(worker)
         return reply
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for proc in idle:
-            self._kill(proc)
+        for worker in idle:
+            worker.kill()
+            self._killed(worker)
 
-    def _take(self) -> subprocess.Popen:
+    def _take(self) -> KillableWorker:
         with self._lock:
             while self._idle:
-                proc = self._idle.pop()
-                if proc.poll() is None:
-                    return proc
-                self._kill(proc)
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
-        proc = subprocess.Popen([sys.executable, "-m", "rlvr.rewards.code.judge"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
-        if _readline(proc, STARTUP_S) != b"ready":
-            self._kill(proc)
-            raise RuntimeError("the code reward's test-code worker (rlvr.rewards.code.judge) did not start")
-        return proc
+                worker = self._idle.pop()
+                if worker.alive():
+                    return worker
+                worker.kill()
+                self._killed(worker)
+        worker = KillableWorker("rlvr.rewards.code.judge", "the code reward's test-code worker", STARTUP_S)
+        try:
+            worker.start()
+        except RuntimeError:
+            self._killed(worker)
+            raise
+        return worker
 
-    def _kill(self, proc: subprocess.Popen) -> None:
+    def _killed(self, worker: KillableWorker) -> None:
+        """After a worker was killed: reap its sandbox where it was orphaned to us, and its cgroups."""
         from rlvr.sandbox import cgroup, pipes
 
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        for f in (proc.stdin, proc.stdout):
-            f.close()
         self.killed += 1
-        pipes.reap_orphans()   # its sandbox, where it was orphaned to us
-        cgroup.remove_left_by(proc.pid)
-
-
-def _readline(proc: subprocess.Popen, timeout_s: float) -> bytes | None:
-    poll = select.poll()   # not select.select: a trainer may hold descriptors past FD_SETSIZE
-    poll.register(proc.stdout, select.POLLIN)
-    if not poll.poll(max(0, int(timeout_s * 1000))):
-        return None
-    line = proc.stdout.readline()
-    return line.strip() if line.endswith(b"\n") else None
+        pipes.reap_orphans()
+        cgroup.remove_left_by(worker.last_pid)
 
 
 _shared: JudgePool | None = None

@@ -126,7 +126,7 @@ def _upward(f: Form) -> Form:
     return f
 
 
-def _mismatch(a: Form, g: Form) -> str:
+def _form_mismatch(a: Form, g: Form) -> str:
     if g.kind == "value":
         if a.kind in ("equation", "inequality"):
             return f"an {a.kind}, not a value"
@@ -146,7 +146,7 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
             return _ordered(a.parts, g.parts, budget)
         return _unordered(a.parts, g.parts, _equal, budget)
     if a.kind != g.kind:
-        return False, _mismatch(a, g)
+        return False, _form_mismatch(a, g)
     if a.kind == "value":
         return _value_equal(a.parts[0], g.parts[0], budget)
     if a.kind == "union":
