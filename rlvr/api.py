@@ -97,6 +97,7 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
     (pass its Python rewards again). overrides: any config key, as train__steps=40 or
     **{"train.steps": 40}."""
     from rlvr.config import build_config, validate
+    from rlvr.train.checkpoint import check_run_dir
     from rlvr.train.grpo import train
 
     argv = [_override(k, v) for k, v in overrides.items()]
@@ -120,4 +121,5 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
     if eval_dataset is not None:
         cfg.task.heldout_file = _dataset(eval_dataset, "eval_dataset", data / "heldout.jsonl")
     validate(cfg)
+    check_run_dir(cfg.train.out, cfg.train.overwrite, "rlvr.fit")  # said in this entry point's words
     return train(cfg, given=given)

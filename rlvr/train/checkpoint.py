@@ -40,19 +40,26 @@ RUN_RECORDS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "sample
 RUN_DIRS = (CHECKPOINTS, "final")
 
 
+# How each entry point spells the three ways on from a run directory that is taken: resume it (None: the
+# entry point cannot), another directory, or replacing it
+WAYS = {"rlvr train": ("`rlvr train --resume {out}`", "--train.out=DIR", "--train.overwrite=true"),
+        "rlvr sft": (None, "--train.out=DIR", "--train.overwrite=true"),
+        "rlvr.fit": ("rlvr.fit(resume='{out}', rewards=...)", "train__out=DIR", "train__overwrite=True")}
+
+
 def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train") -> None:
     """Refuse to start a fresh run in a directory that holds anything, unless train.overwrite: read
-    only, so it can run first, before the config's data and model are loaded."""
+    only, so it can run first, before the config's data and model are loaded. `command`: a key of WAYS."""
     out = Path(out)
+    resume, elsewhere, replace = WAYS[command]
     if out.exists() and not out.is_dir():
-        raise RlvrError(f"train.out={out} is a file, not a directory; choose another with --train.out=DIR")
+        raise RlvrError(f"train.out={out} is a file, not a directory; choose another with {elsewhere}")
     held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if not held or overwrite:
         return
     shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
-    options = [f"continue it with `rlvr train --resume {out}`"] if (
-        command == "rlvr train" and (out / "config.yaml").is_file()) else []
-    options += ["choose another directory with --train.out=DIR", "replace it with --train.overwrite=true"]
+    options = [f"continue it with {resume.format(out=out)}"] if resume and (out / "config.yaml").is_file() else []
+    options += [f"choose another directory with {elsewhere}", f"replace it with {replace}"]
     raise RlvrError(f"{out} already holds files ({shown}) and nothing in it was changed: "
                     f"{', '.join(options[:-1])} or {options[-1]}")
 

@@ -43,6 +43,11 @@ def test_fit_trains_on_rows_in_memory_with_python_rewards_and_resumes(tmp_path, 
     assert main(["train", "--resume", str(out), "--train.steps=3"]) == 2  # the callables are not in the file
     assert ("reward 'python:exact' is a Python function given to rlvr.fit, which config.yaml cannot hold: pass it "
             "again, e.g. rlvr.fit(resume=RUN_DIR, rewards={exact: 1.0, ...})") in capsys.readouterr().err
+    with pytest.raises(RlvrError) as taken:  # a fresh run into it again: refused in rlvr.fit's own words
+        rlvr.fit(model="tiny-random", rewards=[exact], train_dataset=ROWS, train__out=str(out), **SMALL)
+    assert str(taken.value).endswith(f"and nothing in it was changed: continue it with rlvr.fit(resume='{out}', "
+                                     "rewards=...), choose another directory with train__out=DIR or replace it "
+                                     "with train__overwrite=True")
     again = rlvr.fit(resume=out, rewards={exact: 1.0, compute_score: 0.5}, train__steps=3)
     assert again["steps"] == 3
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
