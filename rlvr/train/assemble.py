@@ -80,24 +80,21 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
 
 
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
-    """Load tasks, rewards, models and optimizer, then set up the run directory (rank 0 writes): a start
-    that fails while loading leaves an earlier run's directory untouched. A fresh run clears its logs.
-    `given`: Python reward functions by name (rlvr.fit)."""
+    """Load tasks, rewards, models, environment, optimizer and rollout engine, then set up the run
+    directory (rank 0 writes): a start that fails on the way leaves an earlier run's directory untouched.
+    A fresh run clears its logs. `given`: Python reward functions by name (rlvr.fit)."""
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits = build_splits(cfg.task)  # data first: a bad file is named in seconds, before the model loads
-    rewards = rewards_of(cfg, given)  # the same set rlvr audit attacks
-    check_gold_answers(rewards, splits, cfg.task)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
-    check_trackers(cfg.log.trackers)
-    if d.is_main:
-        prepare_run_dir(out, to_yaml(cfg), fresh)
-        save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
     for note in splits.notes:
         say(f"task: {note}")
+    rewards = rewards_of(cfg, given)  # the same set rlvr audit attacks
+    check_gold_answers(rewards, splits, cfg.task)
+    check_trackers(cfg.log.trackers)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
@@ -108,6 +105,11 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
+    sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
+    engine = make_engine(cfg, policy, out, precision)
+    if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced
+        prepare_run_dir(out, to_yaml(cfg), fresh)
+        save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
     return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
-               build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
+               sampler, engine,
                stop_token_ids(policy, tok), tok.pad_token_id, d, precision)

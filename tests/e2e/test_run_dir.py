@@ -48,6 +48,19 @@ def test_a_failed_start_leaves_the_earlier_run_byte_for_byte(earlier, tmp_path, 
                 "choose another directory with --train.out=DIR or replace it with --train.overwrite=true") in err
 
 
+@pytest.mark.parametrize("broken, message", [
+    (["--env.name=no_such_module:Env"], "env.name 'no_such_module:Env': cannot import"),
+    (["--model.lora.r=4", "--model.lora.target_modules=[no_such_layer]"],
+     "model.lora.target_modules ['no_such_layer'] are not modules of this model"),
+])
+def test_an_overwrite_that_fails_after_the_model_loads_loses_nothing(earlier, capsys, broken, message):
+    """The environment and LoRA come after the model: still before the directory is touched."""
+    before = tree(earlier)
+    assert main(["train", SMOKE, *FAST, *broken, "--train.overwrite=true", f"--train.out={earlier}"]) == 2
+    assert message in capsys.readouterr().err
+    assert tree(earlier) == before
+
+
 def test_overwrite_replaces_every_record_of_the_earlier_run(tmp_path):
     out = tmp_path / "x"
     assert main(["train", SMOKE, *FAST, "--eval.after=true", f"--train.out={out}"]) == 0
