@@ -80,3 +80,34 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
         next_adv = torch.where(m[:, t] > 0, a_t, next_adv)
     returns = (adv + values) * m
     return adv, returns
+
+
+def passk_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
+    """Pass@k-aware GRPO (Thrampoulidis et al. 2025; verl's grpo_passk): only the best completion of each
+    group learns, by how much it beats the runner-up, r_max - r_second (divided by the group std + eps
+    with scale "group"; "none" leaves it). Ties go to torch.topk's pick. [P, G] -> [P, G]."""
+    p, g = rewards.shape
+    if g < 2:
+        raise ValueError(f"pass@k advantages need at least 2 completions per prompt, got group size {g}")
+    top, idx = torch.topk(rewards, 2, dim=1)  # [P, 2]
+    gap = top[:, 0] - top[:, 1]  # [P]
+    if scale == "group":
+        gap = gap / (rewards.std(dim=1) + eps)
+    elif scale != "none":
+        raise ValueError(f"scale must be group or none for pass@k advantages, got {scale!r}")
+    return torch.zeros_like(rewards).scatter(1, idx[:, :1], gap[:, None])
+
+
+def opo_advantages(rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """OPO (Hao et al. 2025, on-policy RL with the optimal baseline): r minus the group's length-weighted
+    mean reward, sum(len * r) / sum(len). rewards, lengths [P, G] (completion tokens) -> [P, G]."""
+    lengths = lengths.to(rewards.dtype)
+    baseline = (lengths * rewards).sum(1, keepdim=True) / lengths.sum(1, keepdim=True).clamp(min=1)  # [P, 1]
+    return rewards - baseline
+
+
+def gpg_advantages(rewards: torch.Tensor, f_norm: float = 1.0) -> torch.Tensor:
+    """GPG (Chu et al. 2025): (r - group mean) * alpha / f_norm with alpha = B / (completions whose reward
+    is not 0), which scales up the gradient of batches where few completions score. [P, G] -> [P, G]."""
+    alpha = rewards.numel() / torch.count_nonzero(rewards).clamp(min=1)
+    return alpha * (rewards - rewards.mean(dim=1, keepdim=True)) / f_norm

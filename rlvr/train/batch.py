@@ -6,12 +6,28 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo import (drop_nonfinite, gae, group_advantages, kl_estimate, rloo_advantages, split_beta, token_returns,
-                       whiten)
+from rlvr.algo import (drop_nonfinite, gae, gpg_advantages, group_advantages, kl_estimate, opo_advantages,
+                       passk_advantages, rloo_advantages, split_beta, token_returns, whiten)
 from rlvr.config import AlgoConfig
 from rlvr.train.logprobs import completion_logprobs, reference_logprobs
 from rlvr.train.state import Collected, Run
 from rlvr.train.update import Batch
+
+
+OUTCOME_ESTIMATORS = ("group", "rloo", "group_passk", "opo", "gpg")  # one advantage per completion, from its group
+
+
+def _outcome_advantages(a: AlgoConfig, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """rewards, lengths (real completion tokens) [P, G] -> advantages [P, G] by algo.adv_estimator."""
+    if a.adv_estimator == "group":
+        return group_advantages(rewards, a.adv_scale, a.adv_eps)
+    if a.adv_estimator == "rloo":
+        return rloo_advantages(rewards)
+    if a.adv_estimator == "group_passk":
+        return passk_advantages(rewards, a.adv_scale, a.adv_eps)
+    if a.adv_estimator == "opo":
+        return opo_advantages(rewards, lengths)
+    return gpg_advantages(rewards)
 
 
 def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, mask: torch.Tensor,
@@ -29,12 +45,14 @@ def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, ma
         kl = kl_estimate(logp, ref_logp, a.kl_estimator) * mask  # [B, T]
         token_r = -beta * kl
         metrics["kl_reward"] = float(kl.sum() / mask.sum().clamp(min=1))
-    if a.adv_estimator in ("group", "rloo"):
+    if a.adv_estimator in OUTCOME_ESTIMATORS:
         total = rewards + token_r.sum(-1)  # [B] sequence reward with the KL folded in
-        grouped = total.view(-1, group_size)  # [P, G]
-        adv = group_advantages(grouped, a.adv_scale, a.adv_eps) if a.adv_estimator == "group" \
-            else rloo_advantages(grouped)
+        adv = _outcome_advantages(a, total.view(-1, group_size), mask.sum(-1).view(-1, group_size))
         return adv.flatten(), None, metrics
+    if a.adv_estimator == "reinforce_pp_baseline":  # verl's reinforce_plus_plus_baseline
+        total = rewards + token_r.sum(-1)
+        centred = total.view(-1, group_size) - total.view(-1, group_size).mean(dim=1, keepdim=True)  # [P, G]
+        return whiten(centred.flatten()[:, None] * mask, mask), None, metrics
     if a.adv_estimator == "reinforce_pp":
         returns = token_returns(rewards, token_r, mask, a.gamma)  # [B, T]
         return whiten(returns, mask), None, metrics
