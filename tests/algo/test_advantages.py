@@ -1,6 +1,6 @@
 import torch
 
-from rlvr.algo import group_advantages
+from rlvr.algo import gpg_advantages, group_advantages, opo_advantages, passk_advantages
 
 
 def test_group_scale_hand_computed():
@@ -61,3 +61,23 @@ def test_token_returns_and_whiten():
     assert torch.allclose(ret, torch.tensor([[1.4, 1.5, 1.7, 0.0]]))
     w = whiten(torch.tensor([[1.0, 2.0, 3.0, 100.0]]), torch.tensor([[1.0, 1, 1, 0]]), eps=0.0)
     assert torch.allclose(w, torch.tensor([[-1.0, 0.0, 1.0, 0.0]]))
+
+
+def test_passk_advantages_only_the_best_learns():
+    rewards = torch.tensor([[1.0, 0.0, 0.5, 0.0]])
+    # margin over the runner-up: 1 - 0.5 = 0.5, to the best completion only
+    assert torch.allclose(passk_advantages(rewards, "none"), torch.tensor([[0.5, 0.0, 0.0, 0.0]]))
+    # group: / unbiased std: mean 0.375, squares 0.390625 + 0.140625 + 0.015625 + 0.140625 = 0.6875, / 3 -> std 0.478714
+    assert torch.allclose(passk_advantages(rewards, "group", 0.0), torch.tensor([[0.5 / 0.478714, 0, 0, 0]]),
+                          rtol=1e-5)
+
+
+def test_opo_baseline_is_length_weighted():
+    # baseline (3 * 1 + 1 * 0) / 4 = 0.75
+    assert torch.allclose(opo_advantages(torch.tensor([[1.0, 0.0]]), torch.tensor([[3, 1]])),
+                          torch.tensor([[0.25, -0.75]]))
+
+
+def test_gpg_advantages_scale_by_the_share_of_non_zero_rewards():
+    # 4 completions, 1 with a non-zero reward: alpha 4; centred 0.5, -0.5 and 0, 0
+    assert torch.allclose(gpg_advantages(torch.tensor([[1.0, 0.0], [0.0, 0.0]])), torch.tensor([[2.0, -2.0], [0, 0]]))
