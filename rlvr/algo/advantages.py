@@ -83,7 +83,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def passk_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
-    """Pass@k-aware GRPO (Thrampoulidis et al. 2025; verl's grpo_passk): only the best completion of each
+XX: only the best completion of each
     group learns, by how much it beats the runner-up, r_max - r_second (divided by the group std + eps
     with scale "group"; "none" leaves it). Ties go to torch.topk's pick. [P, G] -> [P, G]."""
     p, g = rewards.shape

@@ -28,10 +28,10 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: in
     token-mean: sum over real tokens / their number (DAPO).
     seq-mean-token-mean: each sequence's mean over its tokens, then the mean over sequences (GRPO).
     seq-mean-token-sum-norm: each sequence's token sum / norm_length (default T), then the mean over
-    sequences (Dr. GRPO).
-    seq-mean-token-sum: each sequence's token sum, then the mean over sequences (LUSPO, Liu et al. 2025:
-    a sequence-ratio loss that longer answers do not dilute; TRL's `luspo`). verl's agg_loss in its first form divides the sum over all rows by the mask's
+    sequences (Dr. GRPO). verl's agg_loss in its first form divides the sum over all rows by the mask's
     width and not by their number, so its scale grows with the batch; here it does not.
+    seq-mean-token-sum: each sequence's token sum, then the mean over sequences (LUSPO, arXiv 2602.05261:
+    a sequence-ratio loss that longer answers do not dilute; TRL's `luspo`).
     The seq-mean modes count only sequences with a real token: a fully masked row (a truncated
     completion under algo.mask_truncated) neither adds to nor dilutes the mean.
 

@@ -51,7 +51,8 @@ PRESETS: dict[str, dict[str, object]] = {
                  "clip_cov_ub": 5.0, "beta": 0.0, "ratio_level": "token"},
     "kl_cov": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "token-mean", "policy_loss": "kl_cov",
                "cov_ratio": 2e-4, "kl_cov_coef": 1.0, "beta": 0.0, "ratio_level": "token"},
-    # LUSPO (Liu et al. 2025): GSPO's sequence ratio, each sequence's token sum (TRL's luspo).
+    # LUSPO (length-unbiased sequence policy optimization, arXiv 2602.05261): GSPO's sequence ratio, each
+    # sequence's token sum (TRL's luspo).
     "luspo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "seq-mean-token-sum",
               "policy_loss": "ppo", "clip_low": 3e-4, "clip_high": 4e-4, "beta": 0.0, "ratio_level": "sequence"},
     # VESPO (TRL's vespo): a gamma weight of the whole sequence ratio (k, lambda = 2, 3 and 3, 2), token mean.

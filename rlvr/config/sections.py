@@ -192,9 +192,10 @@ class RewardsConfig:
 class AlgoConfig:
     preset: str = "grpo"
     """Named set of the knobs below (grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp, ppo, cispo, sapo, gmpo,
-    gpg, clip_cov, kl_cov, luspo, vespo, in rlvr/algo/presets.py); explicit keys override it. A config file's algo keys belong to the file's preset:
-    a different preset given on the command line replaces the file's values for the keys it sets (a note
-    names them); keys also given on the command line still win."""
+    gpg, clip_cov, kl_cov, luspo, vespo, in rlvr/algo/presets.py); explicit keys override it. A config
+    file's algo keys belong to the file's preset: a different preset given on the command line replaces
+    the file's values for the keys it sets (a note names them); keys also given on the command line
+    still win."""
     lr: float = 2e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0

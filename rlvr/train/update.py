@@ -53,7 +53,9 @@ class EntropyControl:
 
     def applied(self, a: AlgoConfig) -> float:
         """The coefficient of this step's bonus."""
-        return entropy_bonus_coef(self.coef, self.last_entropy, a.entropy_target) if a.adaptive_entropy else a.entropy_coef
+        if not a.adaptive_entropy:
+            return a.entropy_coef
+        return entropy_bonus_coef(self.coef, self.last_entropy, a.entropy_target)
 
     def after_step(self, a: AlgoConfig, entropy: float) -> None:
         if a.adaptive_entropy:

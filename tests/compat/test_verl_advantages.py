@@ -53,7 +53,8 @@ def test_rloo_matches_verl(p, g):
 @pytest.mark.parametrize("p,g", GROUPS)
 def test_reinforce_pp_matches_verl(p, g):
     rewards, token_rewards, mask, _ = batch(p, g, seed=2)
-    theirs, _ = verl().core.compute_reinforce_plus_plus_outcome_advantage(token_rewards, mask, SimpleNamespace(gamma=1.0))
+    config = SimpleNamespace(gamma=1.0)
+    theirs, _ = verl().core.compute_reinforce_plus_plus_outcome_advantage(token_rewards, mask, config)
     torch.testing.assert_close(mine("reinforce_pp", rewards, mask, g, beta=0.0), theirs, **TOL)
 
 
