@@ -83,7 +83,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def passk_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
-XX: only the best completion of each
+    """Pass@k-aware GRPO (arXiv 2503.19595, as verl's grpo_passk cites it): only the best completion of each
     group learns, by how much it beats the runner-up, r_max - r_second (divided by the group std + eps
     with scale "group"; "none" leaves it). Ties go to torch.topk's pick. [P, G] -> [P, G]."""
     p, g = rewards.shape
