@@ -10,7 +10,7 @@ from rlvr.rewards.base import (RewardFunction, Scores, Verdict, completion_text,
 from rlvr.rewards.code import code_tests, make_code_tests
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
-from rlvr.rewards.math import math_accuracy
+from rlvr.rewards.maths.accuracy import math_accuracy
 
 
 

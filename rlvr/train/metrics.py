@@ -7,7 +7,8 @@ import statistics
 import torch
 
 from rlvr.envs.episode_metrics import episode_metrics
-from rlvr.rewards import math_worker, strict_rewards
+from rlvr.rewards import strict_rewards
+from rlvr.rewards.maths import worker as math_worker
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
 SELF_VERIFICATION = re.compile(r"\b(wait|let me check|let me verify|verify|double[- ]check)\b", re.IGNORECASE)

@@ -2,7 +2,7 @@
 
 Starting a sandbox costs tens of milliseconds; a call over a pipe costs well under one. So a program
 is loaded once and every function call the tests make is shipped in as plain data and answered
-with plain data (rlvr.rewards.harness), in batches where the calls are known in advance.
+with plain data (rlvr.sandbox.harness), in batches where the calls are known in advance.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import selectors
 import subprocess
 import time
 
-from rlvr.rewards import harness
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits, exit_reason, spawn
+from rlvr.sandbox import harness
+from rlvr.sandbox.run import Sandbox, SandboxLimits, exit_reason, spawn
 
 _REPLY_TAGS = {"v": 2, "e": 4, "n": 2, "m": 1}   # tag -> length of a well-formed reply
 _EXIT_WAIT_S = 0.2

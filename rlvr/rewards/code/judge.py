@@ -1,15 +1,15 @@
 """Test code in a separate process that can be killed, so the trainer receives only verdicts.
 
-An assert spec's test code is trusted (rlvr.rewards.checks), but it runs on the candidate's replies,
+An assert spec's test code is trusted (rlvr.rewards.code.checks), but it runs on the candidate's replies,
 which are hostile plain data: `set(f(x)) == {4, 5}` over a list of hash-colliding integers is
-quadratic, holds the GIL and, in the trainer, had no time limit (issue 27). So a check of one
+quadratic, holds the GIL and, run in the trainer, would have no time limit. So a check of one
 program (its sandbox session and every test on its replies) runs in a worker process, and the parent
 gives the whole check a wall clock: a worker that overruns it is killed (its sandbox dies with it,
 bubblewrap's --die-with-parent) and the program fails "timed out". Workers are persistent, one check
-at a time each, started on demand: a process per check would cost more than it saves (issue 27 asks
-the pool to be measured: bench/sandbox_overhead.py).
+at a time each, started on demand: a process per check would cost more than it saves (the pool
+is measured by bench/sandbox_overhead.py).
 
-Run as `python -m rlvr.rewards.judge_worker` (the parent does this).
+Run as `python -m rlvr.rewards.code.judge` (the parent does this).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ STARTUP_S = 60.0
 
 @functools.lru_cache(maxsize=256)
 def _spec(text: str):
-    from rlvr.rewards.code_spec import parse_spec
+    from rlvr.rewards.code.spec import parse_spec
 
     return parse_spec(text)
 
@@ -38,9 +38,9 @@ def _spec(text: str):
 def check(request: dict) -> dict:
     """One program's check: {"outcomes": [[passed, why], ...]}, {"failure": why} for the program as
     a whole, or {"spec_error": message} when the spec cannot be decided (the dataset's problem)."""
-    from rlvr.rewards.checks import UndecidableSpec
-    from rlvr.rewards.code import CodeTestsConfig, session_outcomes
-    from rlvr.rewards.sandbox import Sandbox, SandboxLimits
+    from rlvr.rewards.code.checks import UndecidableSpec
+    from rlvr.rewards.code.reward import CodeTestsConfig, session_outcomes
+    from rlvr.sandbox.run import Sandbox, SandboxLimits
 
     cfg = CodeTestsConfig(request["partial"], SandboxLimits(**request["limits"]), Sandbox(**request["sandbox"]))
     try:
@@ -56,11 +56,11 @@ def check(request: dict) -> dict:
 def serve() -> None:
     import resource
 
-    from rlvr.rewards import collect
+    from rlvr.sandbox import pipes
 
-    # set here, not in a preexec_fn: the pool starts workers from the trainer's threads (rlvr.rewards.confine)
+    # set here, not in a preexec_fn: the pool starts workers from the trainer's threads (rlvr.sandbox.launcher)
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    collect.become_reaper()
+    pipes.become_reaper()
     # The protocol moves to descriptors of its own: test code that prints or reads input() must
     # not write into it or read requests from it.
     requests, out = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
@@ -122,16 +122,16 @@ class JudgePool:
                     return proc
                 self._kill(proc)
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
-        proc = subprocess.Popen([sys.executable, "-m", "rlvr.rewards.judge_worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "rlvr.rewards.code.judge"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         if _readline(proc, STARTUP_S) != b"ready":
             self._kill(proc)
-            raise RuntimeError("the code reward's test-code worker (rlvr.rewards.judge_worker) did not start")
+            raise RuntimeError("the code reward's test-code worker (rlvr.rewards.code.judge) did not start")
         return proc
 
     def _kill(self, proc: subprocess.Popen) -> None:
-        from rlvr.rewards import cgroup, collect
+        from rlvr.sandbox import cgroup, pipes
 
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -141,7 +141,7 @@ class JudgePool:
         for f in (proc.stdin, proc.stdout):
             f.close()
         self.killed += 1
-        collect.reap_orphans()   # its sandbox, where it was orphaned to us
+        pipes.reap_orphans()   # its sandbox, where it was orphaned to us
         cgroup.remove_left_by(proc.pid)
 
 

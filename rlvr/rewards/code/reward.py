@@ -1,14 +1,14 @@
 """Code-test reward: run the completion's last Python code block against a test spec, sandboxed.
 
-The `tests` column holds a spec (rlvr.rewards.code_spec: stdio, function or assert cases, visible and
+The `tests` column holds a spec (rlvr.rewards.code.spec: stdio, function or assert cases, visible and
 hidden). Score 1 when every case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
 
-The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
-plain data (rlvr.rewards.harness, rlvr.rewards.program_session); expected values, test sources and every
-comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run in this
-process's side of the sandbox with the candidate's functions as proxies (rlvr.rewards.checks): in a
-killable worker process (rlvr.rewards.judge_worker) that gives the whole check a wall clock, since the
-replies they run on are hostile data (issue 27). stdout is compared here.
+The parent decides every check, never trusting the program it judges: the sandbox only loads the program and
+answers calls with plain data (rlvr.sandbox.harness, rlvr.sandbox.program); expected values, test
+sources and every comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run
+in this process's side of the sandbox with the candidate's functions as proxies (rlvr.rewards.code.checks): in a
+killable worker process (rlvr.rewards.code.judge) that gives the whole check a wall clock, since the replies
+they run on are hostile data. stdout is compared here.
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
-from rlvr.rewards import harness
+from rlvr.sandbox import harness
 from rlvr.rewards.base import Verdict, batch_form, clean_reason
-from rlvr.rewards.checks import Runner, Undecidable, UndecidableSpec, run_test
-from rlvr.rewards.code_spec import Case, Spec, parse_spec, with_prelude  # parse_spec: part of this API
-from rlvr.rewards.judge_worker import shared_pool
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness, unsafe_requested
-from rlvr.rewards.program_session import ProgramSession
+from rlvr.rewards.code.checks import Runner, Undecidable, UndecidableSpec, run_test
+from rlvr.rewards.code.spec import Case, Spec, parse_spec, with_prelude  # parse_spec: part of this API
+from rlvr.rewards.code.judge import shared_pool
+from rlvr.sandbox.run import Sandbox, SandboxLimits, launcher, run_harness, unsafe_requested
+from rlvr.sandbox.program import ProgramSession
 
 _PY_LANGS = ("", "python", "py", "python3")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")

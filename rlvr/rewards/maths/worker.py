@@ -4,7 +4,7 @@ Model-written LaTeX goes to sympy only here: a child process with an address-spa
 JSON request per line, given a wall-clock limit per answer by the parent. A power tower, a deeply
 nested expression or a memory bomb costs that one answer its limit and a worker restart, nothing more.
 
-Run as `python -m rlvr.rewards.math_worker` (the parent does this).
+Run as `python -m rlvr.rewards.maths.worker` (the parent does this).
 """
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tup
 def serve() -> None:
     import resource
 
-    # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.rewards.confine)
+    # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.sandbox.launcher)
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     sys.setrecursionlimit(2000)
     out = sys.stdout
@@ -202,7 +202,7 @@ class SymbolicWorker:
     def _start(self) -> None:
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "rlvr.rewards.math_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "rlvr.rewards.maths.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env, start_new_session=True)
         if self._readline(self.startup_timeout_s) != "ready":
             self._kill()
@@ -228,7 +228,7 @@ class SymbolicWorker:
     def compare(self, answer: str, gold: str, tol: str | None = None, mode: str = "equal",
                 timeout_s: float | None = None) -> tuple[bool, str]:
         """One comparison with `timeout_s` (at most the worker's own limit) of wall clock; a caller
-        that makes several for one answer passes what is left of that answer's budget (issue 27)."""
+        that makes several for one answer passes what is left of that answer's budget."""
         limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
         if limit <= 0:
             return False, "time budget for this answer spent"
