@@ -7,7 +7,8 @@ mirror."""
 import pytest
 import torch
 
-from rlvr.algo import high_entropy_mask, off_policy_mask, policy_loss, sampler_weights
+from rlvr.algo import (adaptive_entropy_coef, entropy_bonus_coef, high_entropy_mask, off_policy_mask, policy_loss,
+                       sampler_weights)
 from tests.compat.peers import trl_loss, trl_state, trl_trainer
 
 SHAPES = [(3, 5), (8, 17), (16, 64)]
@@ -126,3 +127,25 @@ def test_off_policy_mask_matches_trl(shape):
         ours = off_policy_mask(logp, sampler, adv, mask, threshold)
         torch.testing.assert_close(ours, theirs)
         assert 0 < float(ours.sum()) < len(ours) or threshold == 0.5  # some kept, some dropped
+
+
+@pytest.mark.parametrize("target", [0.5, 1.5, 5.0])
+def test_adaptive_entropy_controller_matches_trl(target):
+    """TRL's use_adaptive_entropy: the coefficient applied in a step and its update after the step, from the
+    mean entropy of the trained tokens, against rlvr's adaptive_entropy_coef and entropy_bonus_coef."""
+    logp, old, _, mask, adv, entropy = inputs((8, 17), 10)
+    world = float((entropy * mask).sum() / mask.sum())  # the step's mean entropy, about 1.5 nats
+    coef, last = 0.01, 1.0
+    state = trl_state("dapo", entropy_coef=coef, entropy_target=target, entropy_coef_delta=0.005)
+    state.use_adaptive_entropy, state._entropy_bonus_enabled = True, True
+    state._last_world_entropy, state._entropy_window_stats = last, None
+    with_bonus = trl_loss(state, logp.detach(), entropy, {"completion_mask": mask, "advantages": adv,
+                                                          "old_per_token_logps": old})
+    state2 = trl_state("dapo")
+    plain = trl_loss(state2, logp.detach(), entropy, {"completion_mask": mask, "advantages": adv,
+                                                      "old_per_token_logps": old})
+    applied = entropy_bonus_coef(coef, last, target)
+    # TRL's bonus is -coef * the token mean of the entropy
+    assert float(plain - with_bonus) == pytest.approx(applied * world, rel=1e-6)
+    assert state.entropy_coef == pytest.approx(adaptive_entropy_coef(coef, world, target, 0.005, 0.0, 1.0))
+    assert state._last_world_entropy == pytest.approx(world)
