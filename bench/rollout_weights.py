@@ -100,8 +100,8 @@ def micro(model, reps: int) -> None:
 
 
 def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
-    """A full-vocabulary sampler, the built-in engine's original one, for the baseline row (temperature > 0, no top-k or
-    top-p, as here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
+    """A sampler over the whole vocabulary, for the baseline row (temperature > 0, no top-k or top-p, as
+    here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
     cdf = logp_all.exp().cumsum(dim=-1)
     tokens = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
@@ -236,7 +236,8 @@ def main() -> None:
         if args.part in ("decode", "all"):
             decode(model, config_prompts(tok, "demo.yaml", 2), args.decode_reps, args.new_tokens)
         if args.part in ("quality", "all"):
-            quality(model, config_prompts(tok, "demo.yaml", 8), config_prompts(tok, "demo.yaml", 48), stop_token_ids(model, tok), 64)
+            quality(model, config_prompts(tok, "demo.yaml", 8), config_prompts(tok, "demo.yaml", 48),
+                    stop_token_ids(model, tok), 64)
 
 
 if __name__ == "__main__":
