@@ -206,7 +206,7 @@ def engine_sample(job: dict):
     from rlvr.config import build_config
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model
-    from rlvr.rollout.protocol import make_engine
+    from rlvr.rollout.engines import make_engine
 
     cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", f"--train.device={job['device']}",
                                      *shlex.split(job["overrides"])])

@@ -13,7 +13,7 @@ import statistics
 import time
 
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.math_worker import shared_worker
+from rlvr.rewards.maths.worker import shared_worker
 
 
 def rate(completions: list[str], golds: list[str], repeats: int = 3) -> float:

@@ -19,7 +19,7 @@ import ast
 import re
 from pathlib import Path
 
-from rlvr.rewards.math import math_accuracy_verdict
+from rlvr.rewards.maths.accuracy import math_accuracy_verdict
 
 POLICY = ("no final answer", "several different final answers", "a chain of equations", "final answer longer")
 _PROSE_WORD = re.compile(r"(?<![\\\w])[A-Za-z]{2,}\b")

@@ -8,7 +8,7 @@ import functools
 
 import pytest
 
-from rlvr.rewards.sandbox import SandboxUnavailable, sandbox_problem
+from rlvr.sandbox.run import SandboxUnavailable, sandbox_problem
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from rlvr.rewards.sandbox import Sandbox, sandbox_problem
+from rlvr.sandbox.run import Sandbox, sandbox_problem
 from tests import sandbox_skip
 
 pytest_plugins = ["pytester"]

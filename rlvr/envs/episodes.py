@@ -23,7 +23,7 @@ from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
 from rlvr.rewards.base import load_callable
 from rlvr.rewards.call import dataset_columns
-from rlvr.rollout.engine import Rollout
+from rlvr.rollout.decoding import Rollout
 from rlvr.tasks.base import Problem
 
 ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.answer import after_thinking, final_answers
+from rlvr.rewards.maths.answer import after_thinking, final_answers
 from rlvr.rewards.base import Verdict
-from rlvr.rewards.math import check_answer, math_accuracy_verdict
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, exact_value
+from rlvr.rewards.maths.accuracy import check_answer, math_accuracy_verdict
+from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean, exact_value
 
 # A number not glued to a word or another number: in "5-3" the minus is an operator, in "= -3" a sign.
 _NUMBER = re.compile(r"\\d?frac\{\s*(-?\d+)\s*\}\{\s*(\d+)\s*\}"

@@ -8,8 +8,8 @@ from rlvr.envs.episodes import EnvSpec, Limits, make_spec, model_token_lists, ru
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool
 from rlvr.envs.calculator import calculator
-from rlvr.rollout.session import generate
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.builtin import generate
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem, encode_prompt
 
 PROBLEMS = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 6?", "42")]

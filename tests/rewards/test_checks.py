@@ -1,4 +1,4 @@
-"""Assert and HumanEval-style test code, run in the parent on the candidate's replies (rlvr.rewards.checks):
+"""Assert and HumanEval-style test code, run in the parent on the candidate's replies (rlvr.rewards.code.checks):
 every form real datasets use is decided on plain data the parent built, forgeries earn no more than the values
 they answer, what cannot be decided that way is refused naming the test, and the candidate's exceptions never
 satisfy more than the test asked for."""

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from rlvr.errors import RlvrError
-from rlvr.rewards import code, sandbox
+from rlvr.rewards.code import reward as code
+from rlvr.sandbox import run as sandbox
 from rlvr.rewards.base import Verdict
 from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
-from rlvr.rewards.sandbox import Sandbox, SandboxUnavailable
+from rlvr.sandbox.run import Sandbox, SandboxUnavailable
 from tests.conftest import python_block
 
 from code_cases import ASSERT, ATTACKS, FN, STDIO, STMT  # tests/rewards/code_cases.py
@@ -248,7 +249,7 @@ def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
     else:
         box = Sandbox(bwrap="/nonexistent/bwrap", unsafe=True)
     rw = make_code_tests(timeout_s=LIMIT_S, sandbox=box)
-    with caplog.at_level(logging.WARNING, logger="rlvr.rewards.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.sandbox.run"):
         v, _ = verdict_of("a, b = map(int, input().split())\nprint(a + b)", STDIO, rw)
     assert v.score == 1.0
     assert any("UNSAFE" in r.message and "apt-get install bubblewrap" in r.message for r in caplog.records)

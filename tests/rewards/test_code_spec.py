@@ -1,9 +1,9 @@
-"""Test specs (rlvr.rewards.code_spec): malformed ones raise naming what is wrong, assert cases are
+"""Test specs (rlvr.rewards.code.spec): malformed ones raise naming what is wrong, assert cases are
 compiled for the parent, the prelude's __future__ imports are hoisted."""
 import pytest
 
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.code_spec import parse_spec, with_prelude
+from rlvr.rewards.code.spec import parse_spec, with_prelude
 from tests.conftest import python_block
 
 reward = make_code_tests(timeout_s=1.0)

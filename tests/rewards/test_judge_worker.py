@@ -1,4 +1,4 @@
-"""The judge worker (rlvr.rewards.judge_worker): an assert spec's whole check runs in a killable worker
+"""The judge worker (rlvr.rewards.code.judge): an assert spec's whole check runs in a killable worker
 process under one wall clock, since trusted test code runs on the candidate's hostile replies; the worker's
 own channel survives test code that prints or reads stdin, and a killed worker is replaced."""
 import time
@@ -16,7 +16,7 @@ SET_SPEC = {"kind": "assert", "asserts": ["assert set(f(1)) == {4, 5}"]}
 
 @pytest.mark.slow  # waits out a wall clock
 def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
-    from rlvr.rewards.judge_worker import shared_pool
+    from rlvr.rewards.code.judge import shared_pool
 
     quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
     killed = shared_pool().killed

@@ -3,9 +3,9 @@ hedges that must still score 0 whatever form they take."""
 import pytest
 
 from rlvr.rewards import format_reward, math_accuracy
-from rlvr.rewards.answer import final_answers, line_answer
-from rlvr.rewards.math import check_answer
-from rlvr.rewards.mathforms import answer_key, as_interval, parse_form
+from rlvr.rewards.maths.answer import final_answers, line_answer
+from rlvr.rewards.maths.accuracy import check_answer
+from rlvr.rewards.maths.forms import answer_key, as_interval, parse_form
 
 # (form, completion, gold, score): for each form a right answer (1) and a near wrong one (0)
 FORMS = [

@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.eval.estimators import stated_answer
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.math_worker import shared_worker
+from rlvr.rewards.maths.worker import shared_worker
 
 TOWER = "5^{5^{5^{5^5}}}"  # the symbolic worker times out on it (or runs out of memory)
 
@@ -86,8 +86,8 @@ def test_a_think_opened_after_the_last_close_is_unclosed():
 # ---- repeated unclosed <answer> tags are scanned in linear time -------------------------------
 
 def test_unclosed_answer_tags_cost_linear_time():
-    from rlvr.rewards.answer import final_answers
-    from rlvr.rewards.math import math_accuracy_verdict
+    from rlvr.rewards.maths.answer import final_answers
+    from rlvr.rewards.maths.accuracy import math_accuracy_verdict
     flood = "<answer>" * 10000                      # 80 kB; a backtracking regex takes ~6 s on it
     t = time.monotonic()
     v = math_accuracy_verdict(flood + "\\boxed{5}", "5")

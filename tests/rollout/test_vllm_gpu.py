@@ -43,7 +43,7 @@ def vllm_run():
     from rlvr.config import build_config
     from rlvr.device import resolve_device, resolve_precision
     from rlvr.models import load_model
-    from rlvr.rollout.vllm_engine import make_engine
+    from rlvr.rollout.vllm_engine import make_vllm_engine
     from rlvr.tasks import build_splits, encode_prompt
 
     cfg = build_config(SMOKE, [*MODEL, "--rollout.prompts_per_step=16", "--task.heldout_size=8",
@@ -54,13 +54,13 @@ def vllm_run():
     splits = build_splits(cfg.task)
     prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
                for p in splits.train[:cfg.rollout.prompts_per_step]]
-    return cfg, policy, tok, prompts, make_engine(cfg, policy, tempfile.mkdtemp(), precision), device, precision
+    return cfg, policy, tok, prompts, make_vllm_engine(cfg, policy, tempfile.mkdtemp(), precision), device, precision
 
 
 def rollout(cfg, policy, tok, prompts, engine, device, precision):
     """One rollout on vLLM, then the trainer's log-probs of it: (rollout on the device, figures), the
     mismatch as the training loop logs it (|trainer - sampler| over generated tokens)."""
-    from rlvr.algo.losses import tis_weights
+    from rlvr.algo import tis_weights
     from rlvr.device import autocast
     from rlvr.models import stop_token_ids
     from rlvr.train.logprobs import completion_logprobs
@@ -84,7 +84,8 @@ def rollout(cfg, policy, tok, prompts, engine, device, precision):
 
 
 def test_sync_weights_reaches_vllm():
-    from rlvr.train.update import Batch, UpdateSettings, policy_update
+    from rlvr.train.batch import Batch
+    from rlvr.train.update import UpdateSettings, policy_update
 
     run = vllm_run()
     cfg, policy, tok, _, engine, device, precision = run

@@ -1,5 +1,5 @@
 """The trainer's children (sandboxes, judge workers, the maths worker): finished sandboxes are reaped also where
-the trainer is PID 1 (rlvr.rewards.collect), and no child runs the destructors of the trainer's thread state."""
+the trainer is PID 1 (rlvr.sandbox.pipes), and no child runs the destructors of the trainer's thread state."""
 import json
 import os
 import subprocess
@@ -52,8 +52,8 @@ def test_no_child_runs_the_destructors_of_the_trainers_thread_state(tmp_path):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlvr.rewards.judge_worker import JudgePool
-    from rlvr.rewards.math_worker import SymbolicWorker
+    from rlvr.rewards.code.judge import JudgePool
+    from rlvr.rewards.maths.worker import SymbolicWorker
 
     mark, parent = tmp_path / "destroyed_in", os.getpid()
 

@@ -1,4 +1,4 @@
-"""What a sandboxed program can see and reach (rlvr.rewards.sandbox, bubblewrap): its own user, pid and
+"""What a sandboxed program can see and reach (rlvr.sandbox.run, bubblewrap): its own user, pid and
 network namespaces, no capabilities, a cleared environment, a private /tmp, a read-only system without the
 host's home, work and package-manager configuration; host files and ports stay out of reach."""
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.sandbox import run_harness
+from rlvr.sandbox.run import run_harness
 from tests.conftest import python_block
 
 LIMIT_S = 1.0

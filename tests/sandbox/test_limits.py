@@ -1,11 +1,11 @@
-"""Memory per run (rlvr.rewards.cgroup, or the fallback's process cap without a cgroup): the OOM killer's
+"""Memory per run (rlvr.sandbox.cgroup, or the fallback's process cap without a cgroup): the OOM killer's
 first choice is the sandbox, a memory bomb is stopped without harming the caller or its neighbours in the
 batch, and without a cgroup the process cap keeps the run's total within its budget."""
 import pytest
 
-from rlvr.rewards import cgroup
+from rlvr.sandbox import cgroup
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.sandbox import SandboxLimits, run_harness
+from rlvr.sandbox.run import SandboxLimits, run_harness
 from tests.conftest import python_block
 
 
@@ -51,7 +51,7 @@ def test_a_memory_bomb_is_bounded_per_run_and_its_neighbours_are_scored():
 
 
 def test_without_a_cgroup_the_fallback_caps_processes_so_the_total_fits(monkeypatch):
-    from rlvr.rewards import sandbox
+    from rlvr.sandbox import run as sandbox
     assert sandbox.fallback_procs(SandboxLimits()) == 4                   # 2 GiB / 512 MiB
     assert sandbox.fallback_procs(SandboxLimits(run_memory_bytes=8 << 30, max_procs=8)) == 8
     monkeypatch.setattr(cgroup, "create", lambda *a: None)

@@ -1,5 +1,5 @@
-"""What a sandboxed program sends back is hostile data (rlvr.rewards.harness's codec, rlvr.rewards.collect's
-pipes, rlvr.rewards.program_session): forged replies written straight to the response pipe never hang the
+"""What a sandboxed program sends back is hostile data (rlvr.sandbox.harness's codec, rlvr.sandbox.pipes's
+pipes, rlvr.sandbox.program): forged replies written straight to the response pipe never hang the
 parent, fail the batch, or hold unbounded memory, and the honest programs beside them keep their scores."""
 import json
 import textwrap
@@ -8,10 +8,10 @@ import time
 import pytest
 
 from rlvr.eval.grading import grade
-from rlvr.rewards import harness
+from rlvr.sandbox import harness
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.program_session import ProgramSession
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits
+from rlvr.sandbox.program import Program
+from rlvr.sandbox.run import Sandbox, SandboxLimits
 from rlvr.tasks import Problem
 from tests.conftest import ADD_ONE, ADD_ONE_ASSERT_SPEC, ADD_ONE_FUNCTION_SPEC, python_block
 
@@ -120,7 +120,7 @@ time.sleep(5)
 
 def test_many_large_replies_stop_at_the_channel_budget():
     limits = SandboxLimits(wall_s=2.0, cpu_s=2.0, channel_bytes=512 * 1024)
-    with ProgramSession(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
+    with Program(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
         replies = s.call([["f", harness.encode([i]), harness.encode({})] for i in range(32)])
     tags = [r[0] for r in replies]
     # Without a per-run total every reply under the per-line cap would be decoded and held: 32 x 2.5 MB

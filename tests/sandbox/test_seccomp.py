@@ -1,4 +1,4 @@
-"""The seccomp filter (rlvr.rewards.seccomp): each listed call fails with EPERM inside the sandbox while
+"""The seccomp filter (rlvr.sandbox.seccomp): each listed call fails with EPERM inside the sandbox while
 ordinary programs (threads, subprocesses, multiprocessing, temp files) still run; the caller's session
 keyring is out of reach; SysV shared memory, which would outlive the run, cannot be made."""
 import ctypes
@@ -8,9 +8,9 @@ import secrets
 
 import pytest
 
-from rlvr.rewards import seccomp
+from rlvr.sandbox import seccomp
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.sandbox import run_harness
+from rlvr.sandbox.run import run_harness
 from tests.conftest import python_block
 
 reward = make_code_tests(timeout_s=1.0)

@@ -3,7 +3,7 @@
 A dataset's asserts (`assert f(2) == 4`, `abs(f(2) - 1.414) < 1e-9`, `math.isclose(...)`,
 `f(x) != 5`, MBPP tuples, `with pytest.raises(...)`) and HumanEval's `def check(candidate): ...`
 are dataset code: trusted. They run here, on the parent's side of the sandbox: in a judge worker
-process that the trainer can kill (rlvr.rewards.judge_worker). Every name they use that
+process that the trainer can kill (rlvr.rewards.code.judge). Every name they use that
 they do not bind themselves (and that is not a builtin or a standard-library module; the spec's
 entry point is the candidate's even when a builtin has its name) is a function of the candidate: a
 `Proxy` that ships its arguments into the sandbox and returns the plain data that came
@@ -23,7 +23,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from rlvr.rewards import harness
+from rlvr.sandbox import harness
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
@@ -152,15 +152,15 @@ def _encode_call(name: str, args: list, kwargs: dict) -> str:
 
 class Runner:
     """Answers proxy calls for one program: from the prefetched batch when the same call was
-    made there, else by a round trip to its session."""
+    made there, else by a round trip to the running program."""
 
-    def __init__(self, session, prefetch: list[str] = ()):
-        self.session = session
+    def __init__(self, program, prefetch: list[str] = ()):
+        self.program = program
         self.failure: BaseException | None = None   # the first in the current test; not swallowable
         self.cache: dict[str, deque] = {}
         unique = list(dict.fromkeys(prefetch))
         if unique:
-            for key, reply in zip(unique, session.call([json.loads(k) for k in unique])):
+            for key, reply in zip(unique, program.call([json.loads(k) for k in unique])):
                 self.cache.setdefault(key, deque()).append(reply)
 
     def call(self, name: str, args: tuple, kwargs: dict):
@@ -170,7 +170,7 @@ class Runner:
             self._fail(Undecidable(f"passes a {e.args[0]} to {name}(), which cannot be shipped into "
                                    "the sandbox as plain data"))
         queue = self.cache.get(key)
-        reply = queue.popleft() if queue else self.session.call([json.loads(key)])[0]
+        reply = queue.popleft() if queue else self.program.call([json.loads(key)])[0]
         return self._unpack(name, reply)
 
     def _fail(self, exc: BaseException):

@@ -34,7 +34,7 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def collect(proc: subprocess.Popen, wall_s: float, stdout_cap: int, started: float):
+def read_until_exit(proc: subprocess.Popen, wall_s: float, stdout_cap: int, started: float):
     """Read stdout, stderr and the result pipe until the program has exited and its pipes are
     drained, the wall clock runs out, or a cap is passed. The group is dead when this returns.
 

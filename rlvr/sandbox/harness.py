@@ -240,7 +240,7 @@ def main(argv) -> None:
     payload = read_payload(int(argv[1]))
     if payload.get("max_procs"):
         # Set here, inside the sandbox's user namespace, so it counts this sandbox's processes
-        # only (see rlvr.rewards.sandbox); the hard limit cannot be raised again without privilege.
+        # only (see rlvr.sandbox.run); the hard limit cannot be raised again without privilege.
         resource.setrlimit(resource.RLIMIT_NPROC, (payload["max_procs"], payload["max_procs"]))
     if len(argv) > 3:
         serve(payload["source"], int(argv[2]), int(argv[3]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS
+from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS
 
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0.
