@@ -77,6 +77,18 @@ def test_a_cached_hub_dataset_with_its_config_and_split(cache):
     assert len(test.train) == 2 and all(p.question.startswith("socratic test ") for p in test.train)
 
 
+def test_a_hub_dataset_holds_out_its_test_split_when_asked(cache):
+    gsm8k(cache)
+    task = TaskConfig(name="openai/gsm8k", config="main", heldout_split="test", columns={"prompt": "question"})
+    s = build_splits(task)
+    assert len(s.train) == 10 and [p.question[:14] for p in s.heldout] == ["main test 0: w", "main test 1: w",
+                                                                             "main test 2: w"]
+    assert s.heldout[0].origin == "openai/gsm8k (main, test) test-00000-of-00001.parquet row 1"
+    assert len(build_splits(TaskConfig(**{**vars(task), "heldout_size": 2})).heldout) == 2
+    with pytest.raises(RlvrError, match="set task.heldout_file or task.heldout_split, not both"):
+        build_splits(TaskConfig(**{**vars(task), "heldout_file": "x.jsonl"}))
+
+
 def test_hub_dataset_errors_name_the_setting_to_change(cache):
     gsm8k(cache)
     with pytest.raises(RlvrError, match=r"dataset 'openai/gsm8k' has several configs \(main, socratic\): choose one "

@@ -42,6 +42,9 @@ class TaskConfig:
     """Hub datasets: the config (subset), e.g. main for openai/gsm8k; empty when the dataset has one."""
     split: str = "train"
     """Hub datasets: the split that train (and a carved held-out) come from."""
+    heldout_split: str = ""
+    """Hub datasets: the split held-out comes from (e.g. test; task.heldout_size of its rows); empty carves
+    held-out out of task.split."""
     params: dict[str, object] = field(default_factory=dict)
     """reasoning_gym: the dataset's own settings (e.g. {min_digits: 1, max_digits: 2}); pyfunc: the levels
     of train and held-out (e.g. {levels: [1, 2]}, of 1-4)."""

@@ -13,7 +13,7 @@ from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
 from rlvr.tasks.base import HELDOUT_SIZE, Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
 from rlvr.hub import dataset_files, is_hub_name
-from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source, read_files
+from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source, read_files, read_rows
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 from rlvr.tasks.humaneval import humaneval_splits
 from rlvr.tasks.pyfunc import pyfunc_splits
@@ -63,11 +63,16 @@ def source_splits(task) -> Splits:
 
 
 def hub_splits(task) -> Splits:
-    """A Hugging Face Hub dataset: the files of task.config's task.split, read as a file task's rows."""
-    files = dataset_files(task.name, task.config, task.split)
-    label = f"{task.name} ({', '.join(filter(None, (task.config, task.split)))})"
-    return file_splits(label, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size, task.ood_size,
-                       task.train_size, task.few_shot, task.seed, read=lambda _: read_files(files))
+    """A Hugging Face Hub dataset: the files of task.config's task.split, read as a file task's rows;
+    held-out from its task.heldout_split when one is named, else carved out of task.split."""
+    if task.heldout_file and task.heldout_split:
+        raise RlvrError("set task.heldout_file or task.heldout_split, not both")
+    label = lambda split: f"{task.name} ({', '.join(filter(None, (task.config, split)))})"
+    files = {label(s): dataset_files(task.name, task.config, s) for s in filter(None, (task.split, task.heldout_split))}
+    read = lambda name: read_files(files[name]) if name in files else read_rows(name)  # a heldout_file: a file
+    heldout = label(task.heldout_split) if task.heldout_split else task.heldout_file
+    return file_splits(label(task.split), dict(task.columns), heldout, task.ood_file, task.heldout_size, task.ood_size,
+                       task.train_size, task.few_shot, task.seed, read=read)
 
 
 def ood_from_other(task) -> tuple[list[Problem], list[str]]:

@@ -298,12 +298,12 @@ def scaled_heldout(rows: int, name: str, notes: list[str]) -> int:
 def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int | None,
                 ood_size: int, train_size: int, few_shot: int, seed: int, read=read_rows) -> Splits:
     """Held-out from heldout_file, or heldout_size rows carved (seeded) out of the train file; few-shot
-    turns are the first train rows with a solution; OOD from ood_file (else empty). `read`: how the train
-    source's rows are read (a Hub dataset's files: rlvr.tasks.hub_splits)."""
+    turns are the first train rows with a solution; OOD from ood_file (else empty). `read`: how a source's
+    rows are read, by name (a Hub dataset's splits: rlvr.tasks.hub_splits)."""
     rng, notes = random.Random(seed), []
     rows = load_problems(name, columns, notes, read)
     if heldout_file:
-        held = load_problems(heldout_file, columns, notes)
+        held = load_problems(heldout_file, columns, notes, read)
         heldout_size = HELDOUT_SIZE if heldout_size is None else heldout_size
         if heldout_size < len(held):
             notes.append(f"{heldout_file}: {len(held)} rows; using task.heldout_size={heldout_size} of them")
@@ -328,7 +328,7 @@ def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file:
         train = train[:train_size]
     ood = []
     if ood_file:
-        ood = load_problems(ood_file, columns, notes)
+        ood = load_problems(ood_file, columns, notes, read)
         if ood_size < len(ood):
             notes.append(f"{ood_file}: {len(ood)} rows; using task.ood_size={ood_size} of them")
             ood = _sample(ood, ood_size, rng)
