@@ -105,8 +105,8 @@ for step in range(1, 3):
 figures["steady"] = m
 
 # A large update, then compare a stale engine (no sync) with a synced one.
-cfg.algo.lr = 2e-3  # big enough to dwarf bf16 noise
-opt = torch.optim.AdamW(policy.parameters(), lr=cfg.algo.lr)
+cfg.optimizer.lr = 2e-3  # big enough to dwarf bf16 noise
+opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optimizer.lr)
 adv = torch.randn(ro.completion_ids.shape[0], device=device)
 batch = Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size)
 policy_update(policy, opt, batch, UpdateSettings.of(cfg, pad, precision))

@@ -50,10 +50,10 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
 
 def rewards_of(cfg) -> list[RewardFunction]:
     """The reward functions a run optimises, from a rlvr Config: rewards.weights, plus the soft overlong
-    length reward when algo.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
+    length reward when rewards.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
     and `rlvr audit` both build them here, so the audit attacks what training optimises."""
     weights = dict(cfg.rewards.weights)
-    if cfg.algo.soft_overlong and "length" not in weights:
+    if cfg.rewards.soft_overlong and "length" not in weights:
         weights["length"] = 1.0
     return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
                          cfg.rewards.overlong_penalty)

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from rlvr.algo import (aggregate, kl_estimate, loss_units, policy_loss, row_widths, split_beta, tis_weights,
                        value_loss)
-from rlvr.config import AlgoConfig, Config
+from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train.batch import Batch
@@ -24,6 +24,7 @@ class UpdateSettings:
 
     algo: AlgoConfig
     pad_id: int
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
     temperature: float = 1.0  # rollout.temperature: training log-probs are tempered like the samples
     mixed_precision: str = "no"  # train.mixed_precision; bf16 autocasts the policy and reference forwards
     tis_cap: float = 0.0  # rollout.tis_cap as resolved by tis_cap_of
@@ -35,7 +36,8 @@ class UpdateSettings:
         """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
         (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens)
+        return UpdateSettings(cfg.algo, pad_id, cfg.optimizer, r.temperature, precision, tis_cap_of(r),
+                              r.max_new_tokens)
 
     @property
     def loss_beta(self) -> float:
@@ -195,7 +197,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     if isinstance(ref, torch.nn.Module):
         ref = Reference(ref)
     a = s.algo
-    mbs = _micro_batches(batch, a.micro_batch_prompts, a.micro_batch_tokens)
+    o = s.optimizer
+    mbs = _micro_batches(batch, o.micro_batch_prompts, o.micro_batch_tokens)
     units = _batch_units(batch.completion_mask, a.aggregation, dist)
     want_ref = s.loss_beta > 0 and ref is not None
     ref_logp = [None] * len(mbs)
@@ -212,7 +215,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
         dd.allreduce_gradients(params, dist)
-        limit = a.max_grad_norm if a.max_grad_norm > 0 else math.inf
+        limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
                      else float(torch.nn.utils.clip_grad_norm_(params, limit)))
         # global sums before the finite check, so every rank makes the same decision
