@@ -181,7 +181,8 @@ def decode(job: dict) -> dict:
 
 
 def hf_generate(job: dict):
-    """HF `generate` on bf16 weights (issue 26's baseline), sampling, every row forced to n new tokens."""
+    """HF `generate` on bf16 weights (the baseline for rollout.cuda_graph), sampling, every row forced
+    to n new tokens."""
     from rlvr.models import load_model
 
     model, tok = load_model(job["model_dir"], "bfloat16", job["device"])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU smoke test of the vLLM rollout path (issue #9), on a bare CUDA machine with PyPI but no HF hub.
+# GPU smoke test of the vLLM rollout path, on a bare CUDA machine with PyPI but no HF hub.
 #
 #   bash bench/gpu_smoke.sh            # part A (engine) then part B (training loop), a few minutes
 #   PARTS=A bash bench/gpu_smoke.sh    # only the engine checks

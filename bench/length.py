@@ -1,4 +1,4 @@
-"""Decode speed and GRPO step time along the length axis (issue 18): 128, 256 and 512 generated tokens.
+"""Decode speed and GRPO step time along the length axis: 128, 256 and 512 generated tokens.
 
     python bench/length.py [--sections bandwidth decode train] [--lengths 128 256 512] [--engines builtin hf llama]
                            [--weights fp32 int8] [--mode forced|real] [--prompts 2] [--group-size 8] [--repeats 1]

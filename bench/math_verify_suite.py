@@ -1,5 +1,5 @@
 """rlvr's maths checker against Math-Verify's own test suite: which right answers it accepts, which wrong ones
-it refuses, and why it refuses the rest (issue 30).
+it refuses, and why it refuses the rest.
 
     pip download --no-deps --no-binary :all: math-verify==0.9.0 && tar xzf math_verify-0.9.0.tar.gz
     python bench/math_verify_suite.py math_verify-0.9.0/tests [--list]

@@ -1,4 +1,4 @@
-"""Rollout weights: which weight format decodes fastest on this CPU, and what it costs in accuracy (issue 18).
+"""Rollout weights: which weight format decodes fastest on this CPU, and what it costs in accuracy.
 
     python bench/rollout_weights.py [--part micro|decode|quality|all] [--threads 0] [--reps 5] [--new-tokens 256]
 
@@ -17,8 +17,8 @@ micro    one decode step's matmuls at batch 16: every linear layer of SmolLM2-13
 decode   tokens/s of the built-in engine (rlvr.rollout.builtin.generate) at batch 16 (2 demo prompts x
          G=8) x --new-tokens (256), no stop token (every row decodes all of them), temperature 1, for the
          policy (fp32) and its rollout copies (rlvr.rollout.quant.rollout_copy), rounds interleaved; also
-         the time of one `refresh` (the per-step weight sync). fp32-before is the baseline of issue 18's
-         target (2x): the same engine with the sampler it had before (sample_before: log_softmax, exp and
+         the time of one `refresh` (the per-step weight sync). fp32-before is the baseline of the 2x decode
+         target: the same engine with a full-vocabulary sampler (sample_before: log_softmax, exp and
          a prefix sum over the whole vocabulary per token). int8-compiled: the int8 copy decoding through
          compiled layers (rollout.compile, rlvr.rollout.lean.compile_decode); its first call compiles.
 quality  against fp32 on 8 demo prompts: greedy completions of each format, 64 tokens with no stop token
@@ -109,7 +109,7 @@ def micro(model, reps: int) -> None:
 
 
 def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
-    """The built-in engine's sampler before issue 18, for the baseline row (temperature > 0, no top-k or
+    """A full-vocabulary sampler, the built-in engine's original one, for the baseline row (temperature > 0, no top-k or
     top-p, as here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
     cdf = logp_all.exp().cumsum(dim=-1)

@@ -2,7 +2,7 @@
 
 A diagnostic that stands beside the strict verifier (rlvr.rewards.math_accuracy), never a reward: a
 run can raise strict accuracy by teaching the answer line alone, or while breaking answers the base
-model knew, and only a grade that ignores the form shows which (issue 17).
+model knew, and only a grade that ignores the form shows which.
 
 The lenient answer is what the completion said last: the last number in it (integers, decimals,
 `1,000`, `3/4`, `\\frac{3}{4}`, a leading minus) when the gold is a number, otherwise the last final

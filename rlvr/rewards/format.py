@@ -16,7 +16,7 @@ def ends_with_answer(body: str, style: str) -> bool:
     """Does `body` end (blanks, and for a box a full stop or `$`, aside) with its final answer in
     `style`? String operations on the tail, linear in the body: the former end-anchored regexes
     (`[^\\n]*\\S[^\\n]*\\s*\\Z`, `\\\\boxed\\{.*\\}[\\s.$]*\\Z`) retried from every line or box, quadratic
-    in an adversarial completion (issue 27, item 9)."""
+    in an adversarial completion."""
     if style == "answer_line":
         last = body.rstrip().rpartition("\n")[2]
         m = _ANSWER_LINE_START.match(last)

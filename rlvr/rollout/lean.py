@@ -1,4 +1,4 @@
-"""A lean decode step for Llama-family models, compiled for rollout copies (issue 18, rollout.compile).
+"""A lean decode step for Llama-family models, compiled for rollout copies (`rollout.compile`).
 
 A decode step feeds one token per row, and at batch 16 on a CPU each tensor op is small: the transformers
 forward of the int8 copy runs about 80 ops per layer (2,400 per token), and outside the integer products

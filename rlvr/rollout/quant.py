@@ -1,4 +1,4 @@
-"""Rollout weights in a smaller format than the training weights (issue 18, `rollout.weights`).
+"""Rollout weights in a smaller format than the training weights (`rollout.weights`).
 
 Decoding a token reads every weight once, so on a CPU its time follows the bytes of the weights
 (SmolLM2-135M: 540 MB in fp32). A rollout copy of the policy holds its linear layers (attention, MLP

@@ -69,7 +69,7 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
                                           r.group_size, run.pad_id, run.cfg.rollout.temperature, r.env_mask)
         if ref_logp is not None or run.critic is not None:
             # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
-            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty (issue 28)
+            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
             out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
                                       r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
                                       env_mask=r.env_mask)

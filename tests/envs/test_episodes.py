@@ -136,7 +136,7 @@ def test_tool_env_runs_calls_and_reports_errors():
     lines = reply.text.split("\n")
     assert (reply.done, reply.role, lines[:2]) == (False, "tool", ["1081", "counter is 2"])
     assert lines[2].startswith("Error: unknown tool 'nope'") and lines[3].startswith("Error: tool call is not valid")
-    assert [c["name"] for c in reply.calls] == ["calculator", "bump", "<unknown>", ""]   # issue 27: no model-chosen names
+    assert [c["name"] for c in reply.calls] == ["calculator", "bump", "<unknown>", ""]   # no model-chosen names
     assert [bool(c["error"]) for c in reply.calls] == [False, False, True, True]
     assert env.step("The answer is 5.").done
     assert env.reward_columns() == {"env_reward": 2.0}

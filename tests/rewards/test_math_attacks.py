@@ -12,7 +12,7 @@ ATTACKS = [
     ("equation-chain-x", "Answer: x = 5 = 3", "3"),
     ("two-boxes", "\\boxed{3} \\boxed{5}", "3"),
     ("box-and-line", "\\boxed{4}\nAnswer: 3", "3"),
-    # issue 13, class 5: two final answers in different forms on one line, either order
+    # two final answers in different forms on one line, either order
     ("box-then-answer-same-line", "\\boxed{7} Answer: 8", "7"),
     ("answer-then-box-same-line", "So the result is Answer: 8 and \\boxed{7}", "7"),
     ("tag-and-inline-answer", "<answer>7</answer> final answer: 8", "7"),

@@ -2,12 +2,12 @@
 
 An assert spec's test code is trusted (rlvr.rewards.code.checks), but it runs on the candidate's replies,
 which are hostile plain data: `set(f(x)) == {4, 5}` over a list of hash-colliding integers is
-quadratic, holds the GIL and, in the trainer, had no time limit (issue 27). So a check of one
+quadratic, holds the GIL and, run in the trainer, would have no time limit. So a check of one
 program (its sandboxed program and every test on its replies) runs in a worker process, and the parent
 gives the whole check a wall clock: a worker that overruns it is killed (its sandbox dies with it,
 bubblewrap's --die-with-parent) and the program fails "timed out". Workers are persistent, one check
-at a time each, started on demand: a process per check would cost more than it saves (issue 27 asks
-the pool to be measured: bench/sandbox_overhead.py).
+at a time each, started on demand: a process per check would cost more than it saves (the pool
+is measured by bench/sandbox_overhead.py).
 
 Run as `python -m rlvr.rewards.code.judge` (the parent does this).
 """

@@ -3,12 +3,12 @@
 The `tests` column holds a spec (rlvr.rewards.code.spec: stdio, function or assert cases, visible and
 hidden). Score 1 when every case passes, else 0; `make_code_tests(partial=True)` gives the fraction.
 
-The parent decides every check (issue 13): the sandbox only loads the program and answers calls with
-plain data (rlvr.sandbox.harness, rlvr.sandbox.program); expected values, test sources and every
-comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run in this
-process's side of the sandbox with the candidate's functions as proxies (rlvr.rewards.code.checks): in a
-killable worker process (rlvr.rewards.code.judge) that gives the whole check a wall clock, since the
-replies they run on are hostile data (issue 27). stdout is compared here.
+The parent decides every check, never trusting the program it judges: the sandbox only loads the program and
+answers calls with plain data (rlvr.sandbox.harness, rlvr.sandbox.program); expected values, test
+sources and every comparison stay here. Asserts and HumanEval-style `def check(candidate): ...` test code run
+in this process's side of the sandbox with the candidate's functions as proxies (rlvr.rewards.code.checks): in a
+killable worker process (rlvr.rewards.code.judge) that gives the whole check a wall clock, since the replies
+they run on are hostile data. stdout is compared here.
 """
 from __future__ import annotations
 

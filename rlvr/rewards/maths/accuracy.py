@@ -42,7 +42,8 @@ def _clean_gold(gold: str):
 
 
 class _Budget(NamedTuple):
-    """One answer's wall clock for the symbolic worker, however many pieces it compares (issue 27)."""
+    """One answer's wall clock for the symbolic worker, however many pieces it compares:
+    a budget per piece would let a many-element answer stall the trainer."""
     deadline: float
     symbolic: bool = True  # False: decide exactly or not at all (the cheap first pass over a set)
 
