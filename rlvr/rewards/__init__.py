@@ -2,12 +2,14 @@
 completions, prompts, completion_ids, every dataset column and trainer_state; -> list[float | None].
 verl's one-sample compute_score runs through rlvr/rewards/verl.py.
 
-Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`, whose reason is
-kept with the sample.
+Each built-in is a `Reward` (rlvr/rewards/call.py): what rlvr knows about it is in its fields
+(`checks_correctness`, `columns`, `code_outcome`, `config`), and its one-item form,
+`fn.verdict(completion, ...) -> Verdict`, gives the reason kept with the sample. A user's plain function
+needs none of it.
 """
 import importlib
 
-from rlvr.rewards.base import (RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
+from rlvr.rewards.base import (Reward, RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
                                strict_rewards)
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
@@ -59,6 +61,6 @@ def rewards_of(cfg) -> list[RewardFunction]:
                          cfg.rewards.overlong_penalty)
 
 
-__all__ = ["BUILTINS", "LAZY", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
-           "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
+__all__ = ["BUILTINS", "LAZY", "code_tests", "env_reward", "make_code_tests", "Reward", "RewardFunction", "Scores",
+           "Verdict", "build_rewards", "completion_text", "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
            "rewards_of", "score_batch", "strict_rewards"]

@@ -36,7 +36,7 @@ def seed_everything(seed: int) -> None:
 def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
     for rf in rewards:
-        if "answer" in getattr(rf.fn, "columns", ()):
+        if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
     if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
