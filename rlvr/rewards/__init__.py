@@ -61,6 +61,6 @@ def rewards_of(cfg) -> list[RewardFunction]:
                          cfg.rewards.overlong_penalty)
 
 
-__all__ = ["BUILTINS", "LAZY", "code_tests", "env_reward", "make_code_tests", "Reward", "RewardFunction", "Scores",
-           "Verdict", "build_rewards", "completion_text", "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
-           "rewards_of", "score_batch", "strict_rewards"]
+__all__ = ["BUILTINS", "LAZY", "Reward", "RewardFunction", "Scores", "Verdict", "build_rewards", "code_tests",
+           "completion_text", "env_reward", "format_reward", "make_code_tests", "make_format_reward",
+           "make_overlong_reward", "math_accuracy", "overlong_score", "rewards_of", "score_batch", "strict_rewards"]
