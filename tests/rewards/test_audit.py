@@ -8,7 +8,8 @@ from rlvr.tasks import Problem, Splits
 
 
 def splits():
-    train = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 0?", "0"), Problem("What is 4 - 1?", "3")]
+    train = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 0? The answer is 0.", "0"),
+             Problem("What is 4 - 1?", "3")]
     return Splits(train=train, heldout=[Problem("What is 2 + 3?", "5")], ood=[Problem("What is 40 + 2?", "42")])
 
 
