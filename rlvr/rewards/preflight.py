@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import traceback
 from dataclasses import dataclass, field
 
 from rlvr.errors import RlvrError
@@ -64,7 +65,7 @@ def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> st
                 "rlvr passes the gold answer as 'answer' (its column is set with task.columns.answer=COLUMN)")
     if isinstance(error, ValueError) and "expected a list of" in str(error):
         return "a TRL reward returns one number (or None) per completion, in a list as long as `completions`"
-    return f"the row has columns {have}; fix the reward so it runs on them"
+    return f"the row has columns {have}; {GENERIC}"
 
 
 @dataclass
@@ -77,8 +78,16 @@ class Preflight:
     zero: list[str] = field(default_factory=list)
 
 
+GENERIC = "fix the reward so it runs on them"
+
+
 def _first_line(error: BaseException) -> str:
     return clean_reason(f"{type(error).__name__}: {error}", 400)
+
+
+def _trace(error: BaseException) -> str:
+    """The traceback, each line printable (an exception message may quote model text)."""
+    return "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
 
 
 def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tuple[str, ...] = ()) -> Preflight:
@@ -102,7 +111,9 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
                              shared={"trainer_state": TrainerState()})
         bad = sum(scores.failed[rf.name])
         if bad:
-            out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {diagnose(rf, errors[0], visible)}")
+            fix = diagnose(rf, errors[0], visible)
+            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) else ""  # a bug inside it: where
+            out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")
         elif rf.name in strict and max(scores.per_function[rf.name]) <= 0:
             out.zero.append(rf.name)
     return out
