@@ -182,7 +182,7 @@ def cmd_eval(argv: list[str]) -> int:
     from rlvr.rewards import rewards_of
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model, stop_token_ids
-    from rlvr.rollout.protocol import graph_decode
+    from rlvr.rollout.engines import graph_decode
 
     tasks = task_configs(cfg.task, args.task or [cfg.task.name])
     grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded

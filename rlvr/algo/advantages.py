@@ -1,7 +1,11 @@
-"""Advantages from rewards: tensors in, tensors out."""
+"""Advantages from rewards: tensors in, tensors out; `estimate_advantages` picks the estimator."""
 from __future__ import annotations
 
 import torch
+
+from rlvr.algo.masks import last_token_mask
+
+ESTIMATORS = ("group", "rloo", "reinforce_pp", "gae")
 
 
 def group_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
@@ -48,8 +52,7 @@ def token_returns(seq_rewards: torch.Tensor, token_rewards: torch.Tensor, mask: 
     seq_rewards [B]; token_rewards [B, T] (e.g. -beta * KL, zero where masked); mask [B, T] -> [B, T].
     """
     r = token_rewards * mask  # [B, T]
-    last = (mask.cumsum(-1) == mask.sum(-1, keepdim=True)) & mask.bool()  # [B, T] the final token
-    r = r + last.to(r.dtype) * seq_rewards[:, None]
+    r = r + last_token_mask(mask).to(r.dtype) * seq_rewards[:, None]
     out = torch.zeros_like(r)
     running = torch.zeros_like(r[:, 0])
     for t in reversed(range(r.shape[1])):
@@ -80,3 +83,32 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
         next_adv = torch.where(m[:, t] > 0, a_t, next_adv)
     returns = (adv + values) * m
     return adv, returns
+
+
+def estimate_advantages(estimator: str, rewards: torch.Tensor, token_rewards: torch.Tensor, mask: torch.Tensor,
+                        group_size: int, scale: str = "group", eps: float = 1e-6, gamma: float = 1.0,
+                        lam: float = 1.0, values: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The advantages of one batch by `estimator` (algo.adv_estimator, one of ESTIMATORS).
+
+    rewards [B] (B = P * group_size, groups consecutive); token_rewards [B, T] per-token rewards added to
+    the sequence's (-beta * KL with the KL in the reward; zeros otherwise); mask [B, T] the trained
+    tokens; values [B, T] the critic's (gae only). Returns (advantages [B] for group and rloo, [B, T]
+    otherwise, whitened over the mask; returns [B, T], the critic's targets, for gae, else None).
+    group: GRPO with `scale` and `eps` (group_advantages); rloo: leave-one-out baseline; reinforce_pp:
+    discounted returns whitened over the batch (REINFORCE++); gae: GAE with `gamma`, `lam`.
+    """
+    if estimator in ("group", "rloo"):
+        total = rewards + token_rewards.sum(-1)  # [B] sequence reward with the token rewards folded in
+        grouped = total.view(-1, group_size)  # [P, G]
+        adv = group_advantages(grouped, scale, eps) if estimator == "group" else rloo_advantages(grouped)
+        return adv.flatten(), None
+    if estimator == "reinforce_pp":
+        return whiten(token_returns(rewards, token_rewards, mask, gamma), mask), None  # [B, T]
+    if estimator == "gae":
+        if values is None:
+            raise ValueError("gae needs critic values")
+        step_rewards = token_rewards + last_token_mask(mask).to(rewards.dtype) * rewards[:, None]  # [B, T]
+        adv, returns = gae(step_rewards, values, mask, gamma, lam)
+        return whiten(adv, mask), returns
+    raise ValueError(f"unknown adv_estimator {estimator!r}: one of {', '.join(ESTIMATORS)}")

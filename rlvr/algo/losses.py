@@ -8,7 +8,7 @@ import torch
 
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-# Every log importance ratio is clamped to +-this before exp (issue 28; torchtitan's DAPO loss clamps its
+# Every log importance ratio is clamped to +-this before exp (torchtitan's DAPO loss clamps its
 # log-ratio too): e^20 ~ 5e8 is far past any clip range, yet a -inf log-prob or a diverged token makes no inf.
 LOG_RATIO_LIMIT = 20.0
 

@@ -143,7 +143,7 @@ class RolloutConfig:
     tis_cap: Optional[float] = None
     """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
-    cap); 0 disables; null: the sampling engine's default (rlvr.rollout.protocol.tis_cap_of): 2.0 when it is
+    cap); 0 disables; null: the sampling engine's default (rlvr.rollout.engines.tis_cap_of): 2.0 when it is
     not the trainer's own forward (rollout.engine=vllm, rollout.weights bf16/int8), else off."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 

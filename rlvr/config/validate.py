@@ -2,6 +2,7 @@
 names the key and what it must be."""
 from __future__ import annotations
 
+from rlvr.algo.advantages import ESTIMATORS
 from rlvr.algo.losses import AGGREGATIONS
 from rlvr.config.sections import Config, ConfigError
 from rlvr.device import check_device_spec
@@ -41,7 +42,7 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
         (a.micro_batch_prompts >= 1, "algo.micro_batch_prompts must be at least 1"),
         (a.micro_batch_tokens >= 0, "algo.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
         _one_of(a.aggregation, "algo.aggregation", AGGREGATIONS),
-        _one_of(a.adv_estimator, "algo.adv_estimator", ("group", "rloo", "reinforce_pp", "gae")),
+        _one_of(a.adv_estimator, "algo.adv_estimator", ESTIMATORS),
         _one_of(a.adv_scale, "algo.adv_scale", ("group", "batch", "none")),
         _one_of(a.ratio_level, "algo.ratio_level", ("token", "sequence")),
         _one_of(a.kl_in, "algo.kl_in", ("loss", "reward")),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from rlvr.envs.episodes import EnvSpec, model_token_lists, run_episodes
 from rlvr.eval.grader import Grader
 from rlvr.eval.grading import grade
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 
 

@@ -11,9 +11,9 @@ from rlvr.eval.grader import Grader
 from rlvr.eval.grading import grade
 from rlvr.eval.estimators import majority_vote, stated_answer, vote_key
 from rlvr.eval.lenient import last_number
-from rlvr.rewards.math import check_answer
+from rlvr.rewards.maths.accuracy import check_answer
 from rlvr.envs.episodes import EnvSpec, model_token_lists, run_episodes
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 
 

@@ -16,7 +16,7 @@ from rlvr.rewards import rewards_of
 from rlvr.eval.grader import Grader, choose_grader
 from rlvr.rewards.base import RewardFunction, strict_rewards
 from rlvr.rewards.preflight import check_rewards
-from rlvr.rollout.protocol import make_engine
+from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.files import check_gold

@@ -6,32 +6,16 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo import aggregate, kl_estimate, loss_units, policy_loss, split_beta, tis_weights, value_loss
+from rlvr.algo import (aggregate, kl_estimate, loss_units, policy_loss, row_widths, split_beta, tis_weights,
+                       value_loss)
 from rlvr.config import AlgoConfig, Config
-from rlvr.rollout.protocol import tis_cap_of
+from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
+from rlvr.train.batch import Batch
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
 # policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
 TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old")
-
-
-@dataclass
-class Batch:
-    prompts: list[list[int]]  # P prompt token lists
-    completion_ids: torch.Tensor  # [B, Tc], B = P * G
-    completion_mask: torch.Tensor  # [B, Tc]
-    advantages: torch.Tensor  # [B] or [B, Tc]
-    group_size: int
-    returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
-    old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
-    sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
-    env_mask: torch.Tensor | None = None  # [B, Tc] environment tokens of multi-turn episodes: context, not loss
-
-    @property
-    def present(self) -> torch.Tensor:
-        """[B, Tc] every real token after the prompt (the model's and the environment's)."""
-        return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
 
 
 @dataclass(frozen=True)
@@ -72,7 +56,7 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
     stays within the budget; a group larger than the budget goes alone.
     """
     g, n_prompts = batch.group_size, len(batch.prompts)
-    lengths = _widths(batch.present).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
+    lengths = row_widths(batch.present).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
 
     def tokens(a: int, b: int) -> float:  # groups a..b-1 as one micro-batch
         return (b - a) * (max(len(p) for p in batch.prompts[a:b]) + g * max(lengths[a:b]))
@@ -87,12 +71,6 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
         bounds.append((start, end))
         start = end
     return [(batch.prompts[a:b], slice(a * g, b * g), int(max(lengths[a:b]))) for a, b in bounds]
-
-
-def _widths(present: torch.Tensor) -> torch.Tensor:
-    """[B] each row's width: the index after its last real token."""
-    positions = torch.arange(1, present.shape[1] + 1, device=present.device)  # [Tc]
-    return (present.bool() * positions).amax(-1) if present.shape[1] else present.new_zeros(present.shape[0]).long()
 
 
 def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None:
@@ -147,7 +125,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     return logp.detach(), loss, sums, extremes
 
 
-def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
+def _logp_mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, max) of |trainer - sampler| log-prob over real tokens of one micro-batch, as tensors."""
     diff = (new_logp - sampler_logp).abs() * mask  # [b, w]
@@ -190,7 +168,8 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
         loss.backward()
         part["loss"] = loss.detach()
         if compare and batch.sampler_logp is not None:
-            part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
+            part["mismatch"], mb_peak = _logp_mismatch(logp, batch.sampler_logp[sl, :w],
+                                                       batch.completion_mask[sl, :w])
             peak = torch.maximum(peak, mb_peak)
         for key, v in part.items():
             sums[key] = sums[key] + v

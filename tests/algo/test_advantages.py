@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from rlvr.algo import group_advantages
+from rlvr.algo import estimate_advantages, group_advantages, last_token_mask, present_tokens, row_widths
 
 
 def test_group_scale_hand_computed():
@@ -61,3 +62,38 @@ def test_token_returns_and_whiten():
     assert torch.allclose(ret, torch.tensor([[1.4, 1.5, 1.7, 0.0]]))
     w = whiten(torch.tensor([[1.0, 2.0, 3.0, 100.0]]), torch.tensor([[1.0, 1, 1, 0]]), eps=0.0)
     assert torch.allclose(w, torch.tensor([[-1.0, 0.0, 1.0, 0.0]]))
+
+
+def test_estimate_advantages_folds_token_rewards_into_each_group():
+    # rewards [1, 0, 2, 0] in groups of 2; row 0's token rewards sum to -0.5: totals [0.5, 0, 2, 0];
+    # unscaled: group means 0.25 and 1 -> [0.25, -0.25, 1, -1]; rloo: [0.5 - 0, 0 - 0.5, 2 - 0, 0 - 2]
+    rewards, mask = torch.tensor([1.0, 0.0, 2.0, 0.0]), torch.ones(4, 2)
+    token_r = torch.tensor([[-0.25, -0.25], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    adv, returns = estimate_advantages("group", rewards, token_r, mask, 2, scale="none")
+    assert torch.allclose(adv, torch.tensor([0.25, -0.25, 1.0, -1.0])) and returns is None
+    adv, _ = estimate_advantages("rloo", rewards, token_r, mask, 2)
+    assert torch.allclose(adv, torch.tensor([0.5, -0.5, 2.0, -2.0]))
+    with pytest.raises(ValueError, match="unknown adv_estimator 'ppo2': one of group, rloo, reinforce_pp, gae"):
+        estimate_advantages("ppo2", rewards, token_r, mask, 2)
+
+
+def test_gae_estimator_puts_the_reward_on_the_last_trained_token():
+    # one row, mask [1, 0, 1] (an environment token between), V = 0, gamma = lam = 1: the reward 3 lands on
+    # token 2, and GAE carries it back over the masked token: raw advantages [3, 0, 3], returns the same;
+    # whitened over the 2 trained tokens: equal values -> 0
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    adv, returns = estimate_advantages("gae", torch.tensor([3.0]), torch.zeros(1, 3), mask, 1, values=torch.zeros(1, 3))
+    assert torch.equal(returns, torch.tensor([[3.0, 0.0, 3.0]])) and torch.equal(adv, torch.zeros(1, 3))
+
+
+def test_masks_and_widths():
+    completion = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    env = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    present = present_tokens(completion, env)
+    assert torch.equal(present, torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0] * 4]))
+    assert present_tokens(completion) is completion
+    assert torch.equal(last_token_mask(completion), torch.tensor([[False, True, False, False],
+                                                                   [False, False, False, True],
+                                                                   [False, False, False, False]]))
+    assert row_widths(completion).tolist() == [2, 4, 0] and row_widths(present).tolist() == [2, 4, 0]
+    assert row_widths(torch.zeros(2, 0)).tolist() == [0, 0]

@@ -1,4 +1,4 @@
-"""The RL loop learns (issue 28): 20 steps of the real loop (rlvr train on tiny-random, one thread, seeded)
+"""The RL loop learns: 20 steps of the real loop (rlvr train on tiny-random, one thread, seeded)
 on a reward the model can learn, the share of digits in its completion (about 10 of the tiny tokenizer's
 100 tokens, so ~0.1 at random weights). A sign or normaliser regression in advantages, loss or update
 fails here long before a demo would show it.

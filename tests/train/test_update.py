@@ -5,9 +5,10 @@ import torch
 
 from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
 
 
 def make_batch(model, tok):
@@ -67,12 +68,12 @@ def test_second_iteration_ratio_is_the_first_step_s_probability_ratio(tiny):
     _, m = one_step(model, tok, batch, lr=0.5, ref=ref, iterations=2, **kw)
     assert math.isclose(m["ratio/max"], float(ratio.max()), rel_tol=1e-5)
     assert math.isclose(m["ratio/min"], float(ratio.min()), rel_tol=1e-5)
-    assert math.isclose(m["ratio/mean"], float(ratio.mean()), rel_tol=1e-5)  # issue 14: it reaches the metrics
+    assert math.isclose(m["ratio/mean"], float(ratio.mean()), rel_tol=1e-5)  # it reaches the metrics
     assert float(ratio.max()) > 1.01 and m["kl"] is not None and m["kl"] > 0
 
 
 def test_clip_fractions_and_ratio_mean_are_batch_wide_whatever_the_micro_batches(tiny):
-    """Issue 14: clip fractions were unweighted means over micro-batches; they are token-weighted now,
+    """Clip fractions are token-weighted over the whole batch, not unweighted means over micro-batches,
     so micro_batch_prompts=1 (micro-batches with different token counts) gives the one-pass values."""
     model, tok = tiny
     batch = make_batch(model, tok)
@@ -85,8 +86,8 @@ def test_clip_fractions_and_ratio_mean_are_batch_wide_whatever_the_micro_batches
 
 
 def test_value_loss_gradient_does_not_depend_on_micro_batches(tiny):
-    """Issue 14: the value loss was a token mean per micro-batch weighted by the policy aggregation's
-    share, so with seq-mean-token-mean its gradient changed with micro_batch_prompts."""
+    """The value loss is a batch-wide token mean: a token mean per micro-batch weighted by the policy
+    aggregation's share would change its gradient with micro_batch_prompts under seq-mean-token-mean."""
     model, tok = tiny
     batch = make_batch(model, tok)
     batch.returns = torch.randn(batch.completion_mask.shape, generator=torch.Generator().manual_seed(3))

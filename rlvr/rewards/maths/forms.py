@@ -1,13 +1,13 @@
 """The shape of one final answer: a value, a sequence, a set, an interval, a union of them, a
 matrix, an equation or an inequality. Pure text work on answers of at most MAX_ANSWER_CHARS; the
-comparison of the pieces is rlvr.rewards.math's."""
+comparison of the pieces is rlvr.rewards.maths.accuracy's."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
+from rlvr.rewards.maths.normalise import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
 
 _INEQUALITIES = {"\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=", "\\lt": "<", "\\gt": ">",
                  "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">",

@@ -1,28 +1,27 @@
-"""Red-team regressions: fresh attack programs against the code verifier's parent side. Each one
-broke it before its fix (a parent hang, a batch-wide failure, unbounded parent memory); each must
-now be contained while the honest programs beside it keep their scores."""
+"""What a sandboxed program sends back is hostile data (rlvr.sandbox.harness's codec, rlvr.sandbox.pipes's
+pipes, rlvr.sandbox.program): forged replies written straight to the response pipe never hang the
+parent, fail the batch, or hold unbounded memory, and the honest programs beside them keep their scores."""
+import json
 import textwrap
 import time
 
 import pytest
 
-from rlvr.rewards import harness
+from rlvr.eval.grading import grade
+from rlvr.sandbox import harness
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits
-from rlvr.rewards.program_session import ProgramSession
+from rlvr.sandbox.program import Program
+from rlvr.sandbox.run import Sandbox, SandboxLimits
+from rlvr.tasks import Problem
+from tests.conftest import ADD_ONE, ADD_ONE_ASSERT_SPEC, ADD_ONE_FUNCTION_SPEC, python_block
 
 LIMIT_S = 1.0
 reward = make_code_tests(timeout_s=LIMIT_S)
 
-
-def block(src: str) -> str:
-    return "```python\n" + textwrap.dedent(src).strip() + "\n```"
-
-
 # Writes raw lines to the response pipe (the first descriptor above stderr that takes a write),
 # bypassing the harness's encoder: the sandbox controls every byte the parent reads. The descriptors
 # keep the parent's numbers, which depend on what else the trainer holds open: look them all up.
-FORGE = """
+RAW_REPLY_FORGER = """
 import os, time
 def forge(data):
     for fd in sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2):
@@ -35,6 +34,16 @@ def forge(data):
             view = view[os.write(fd, view):]
         return
 """
+
+
+def test_codec_round_trips_types_and_rejects_anything_else():
+    value = [None, True, 3, 2.5, float("inf"), "s", (1, [2]), {1, 2}, frozenset({3}), {(1, 2): b"\x00"}, 1 + 2j]
+    back = harness.loads(harness.dumps(value))
+    assert back == value and [type(x) for x in back] == [type(x) for x in value]
+    for bad in ['{"x": 1}', '{"t": 1}', '{"s": [[1]]}', "NaN", '{"t": [1], "s": [2]}', "[" * 100000]:
+        with pytest.raises(ValueError):
+            harness.loads(bad)
+
 
 # ---- a set of colliding ints: O(n^2) to build in the parent, holding the GIL ----------------------
 
@@ -50,7 +59,7 @@ def test_the_decoder_refuses_hash_collision_floods():
     assert harness.loads(harness.dumps({i: i for i in range(5000)})) == {i: i for i in range(5000)}
 
 
-COLLIDE = FORGE + """
+COLLIDE = RAW_REPLY_FORGER + """
 body = ",".join(str(i * (2 ** 61 - 1)) for i in range(1, 40001))
 forge(('["ready"]\\n["v",{"s":[' + body + ']}]\\n').encode())
 time.sleep(5)
@@ -60,8 +69,8 @@ time.sleep(5)
 def test_a_forged_colliding_set_costs_the_parent_no_more_than_its_time_limit():
     spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "expected": [1]}]}
     t = time.monotonic()
-    v = reward.verdicts([block(COLLIDE)], tests=[spec])[0]
-    # Before the fix: ~13 s of parent CPU (quadratic set building) for a 1 s limit.
+    v = reward.verdicts([python_block(COLLIDE)], tests=[spec])[0]
+    # Unbounded, the parent's quadratic set building takes ~13 s of CPU for a 1 s limit.
     assert v.score == 0.0 and time.monotonic() - t < LIMIT_S + 3.0, (v, time.monotonic() - t)
 
 
@@ -84,7 +93,7 @@ def enc(s):
 def dec(x):
     return 'abc'
 """
-FORGED_DEEP = FORGE + """
+FORGED_DEEP = RAW_REPLY_FORGER + """
 deep = "[" * 500 + "]" * 500
 forge(('["ready"]\\n' + ('["v",' + deep + ']\\n') * 4).encode())
 time.sleep(5)
@@ -92,16 +101,17 @@ time.sleep(5)
 
 
 def test_a_deep_return_fed_back_cannot_fail_the_whole_batch():
-    # Before the fix the parent re-encoded the 60-deep value inside its argument list (61 deep),
-    # raised "cannot be decided outside the sandbox" and the reward scored every completion 0.
-    v = reward.verdicts([block(DEEP), block(FORGED_DEEP), block(HONEST)], tests=[ROUND_TRIP] * 3)
+    # Re-encoded inside the parent's argument list the 60-deep value is 61 deep: were the argument
+    # depth the return depth, the parent would raise "cannot be decided outside the sandbox" and the
+    # reward would score every completion 0.
+    v = reward.verdicts([python_block(DEEP), python_block(FORGED_DEEP), python_block(HONEST)], tests=[ROUND_TRIP] * 3)
     assert [x.score for x in v] == [0.0, 0.0, 1.0], v
     assert v[1].reason.startswith("malformed answer"), v[1]
 
 
 # ---- replies are capped per session, not per line -------------------------------------------------
 
-FLOOD = FORGE + """
+FLOOD = RAW_REPLY_FORGER + """
 one = ('["v",[' + ",".join(["[]"] * 40000) + ']]\\n').encode()   # ~120 KB, ~2.5 MB decoded
 forge(b'["ready"]\\n' + one * 32)
 time.sleep(5)
@@ -110,30 +120,28 @@ time.sleep(5)
 
 def test_many_large_replies_stop_at_the_channel_budget():
     limits = SandboxLimits(wall_s=2.0, cpu_s=2.0, channel_bytes=512 * 1024)
-    with ProgramSession(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
+    with Program(textwrap.dedent(FLOOD), limits, Sandbox()) as s:
         replies = s.call([["f", harness.encode([i]), harness.encode({})] for i in range(32)])
     tags = [r[0] for r in replies]
-    # Before the fix every reply under the per-line cap was decoded and held: 32 x 2.5 MB here,
-    # and 4 MiB x cases at the default limits.
+    # Without a per-run total every reply under the per-line cap would be decoded and held: 32 x 2.5 MB
+    # here, and 4 MiB x cases at the default limits.
     assert tags.count("v") <= 5 and s.ended == "output too large", (tags, s.ended)
 
 
-# ---- maths: repeated unclosed <answer> tags ------------------------------------------------------
+# ---- a reply tag that is not a string ----------------------------------------------------------
 
-def test_unclosed_answer_tags_cost_linear_time():
-    from rlvr.rewards.answer import final_answers
-    from rlvr.rewards.math import math_accuracy_verdict
-    flood = "<answer>" * 10000                      # 80 kB; the old regex took ~6 s on it
-    t = time.monotonic()
-    v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
-    assert time.monotonic() - t < 0.5 and v.score == 1.0, v
-    assert final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]
+LIST_TAG = python_block(RAW_REPLY_FORGER + 'forge(b\'["ready"]\\n[["v"],2]\\n[["v"],42]\\n\')\ntime.sleep(1)')
 
 
-# ---- local configuration under /usr (package-manager tokens) is not visible ---------------------
+@pytest.mark.parametrize("spec", [ADD_ONE_FUNCTION_SPEC, ADD_ONE_ASSERT_SPEC], ids=["function", "assert"])
+def test_a_list_reply_tag_fails_only_its_own_program(spec):
+    verdicts = reward.verdicts([ADD_ONE] * 7 + [LIST_TAG], tests=[spec] * 8)
+    assert [v.score for v in verdicts] == [1.0] * 7 + [0.0]
+    assert verdicts[-1].reason == "malformed answer from the sandbox"
 
-def test_usr_local_etc_is_empty_inside():
-    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [], "expected": []}]}
-    src = "import os\ndef f():\n    d = '/usr/local/etc'\n    return sorted(os.listdir(d)) if os.path.isdir(d) else []"
-    v = reward.verdicts([block(src)], tests=[spec])[0]
-    assert v.score == 1.0, v
+
+def test_evaluation_grading_survives_a_list_reply_tag():
+    p = Problem("write f", "", tests=json.dumps(ADD_ONE_ASSERT_SPEC))
+    grades = grade([p, p], [ADD_ONE, LIST_TAG])
+    assert [g["correct"] for g in grades] == [1.0, 0.0]
+    assert grades[1]["reason"] == "malformed answer from the sandbox"

@@ -66,7 +66,7 @@ def _strip_tail(pattern: re.Pattern, s: str) -> tuple[str, re.Match | None]:
 
 def clean(answer: str) -> Normalised:
     """Strip LaTeX decoration, degrees, currency, a unit and a trailing full stop; note a percent
-    sign or word. `(C)` becomes `C`. A label (`x = 5`) is left to the caller (rlvr.rewards.mathforms)."""
+    sign or word. `(C)` becomes `C`. A label (`x = 5`) is left to the caller (rlvr.rewards.maths.forms)."""
     s = answer.strip()
     if _PLAIN.fullmatch(s):  # most answers: a number, nothing to strip (the checks-per-second path)
         return Normalised(s.removesuffix(".").strip(), False)

@@ -3,12 +3,12 @@
 A dataset's asserts (`assert f(2) == 4`, `abs(f(2) - 1.414) < 1e-9`, `math.isclose(...)`,
 `f(x) != 5`, MBPP tuples, `with pytest.raises(...)`) and HumanEval's `def check(candidate): ...`
 are dataset code: trusted. They run here, on the parent's side of the sandbox: in a judge worker
-process that the trainer can kill (rlvr.rewards.judge_worker, issue 27). Every name they use that
+process that the trainer can kill (rlvr.rewards.code.judge). Every name they use that
 they do not bind themselves (and that is not a builtin or a standard-library module; the spec's
 entry point is the candidate's even when a builtin has its name) is a function of the candidate: a
 `Proxy` that ships its arguments into the sandbox and returns the plain data that came
 back, decoded by a strict decoder. So every comparison, `abs`, `math.isclose` and `in` runs on
-values the parent built: no object of the candidate's ever reaches this process (issue 13).
+values the parent built: no object of the candidate's ever reaches this process.
 
 What cannot be decided this way is refused with `Undecidable`, naming the test: attributes of the
 candidate's objects (`Solution().run(...)`, `f.cache`), arguments that are not plain data (a
@@ -23,7 +23,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from rlvr.rewards import harness
+from rlvr.sandbox import harness
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
@@ -94,7 +94,7 @@ def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
     tree = ast.parse(source)
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     # The entry point is the candidate's even when a builtin has its name (`max`, `sorted`): the
-    # proxy is bound in the test's globals, which come before builtins (issue 27).
+    # proxy is bound in the test's globals, which come before builtins.
     free = loaded - _bound_names(tree) - (_BUILTIN_NAMES - {entry_point})
     # A standard-library name used only as `name.attr` is the module the test forgot to import
     # (MBPP keeps its imports apart); one that is called is the candidate's function.
@@ -117,7 +117,7 @@ def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
             if isinstance(base, ast.Name) and base.id in cands:
                 raise ValueError(
                     f"{label} uses .{node.attr} of the candidate's {base.id}: only calls that return plain "
-                    "data can be decided outside the sandbox (issue 13); rewrite the test as calls")
+                    "data can be decided outside the sandbox; rewrite the test as calls")
     alias = {p: entry_point for p in _check_params(tree)} if calls_check else {}
     return TestCode(source, compile(tree, f"<{label}>", "exec"), names, modules, calls_check,
                     tuple(_prefetchable(tree, names, alias)))
@@ -152,15 +152,15 @@ def _encode_call(name: str, args: list, kwargs: dict) -> str:
 
 class Runner:
     """Answers proxy calls for one program: from the prefetched batch when the same call was
-    made there, else by a round trip to its session."""
+    made there, else by a round trip to the running program."""
 
-    def __init__(self, session, prefetch: list[str] = ()):
-        self.session = session
+    def __init__(self, program, prefetch: list[str] = ()):
+        self.program = program
         self.failure: BaseException | None = None   # the first in the current test; not swallowable
         self.cache: dict[str, deque] = {}
         unique = list(dict.fromkeys(prefetch))
         if unique:
-            for key, reply in zip(unique, session.call([json.loads(k) for k in unique])):
+            for key, reply in zip(unique, program.call([json.loads(k) for k in unique])):
                 self.cache.setdefault(key, deque()).append(reply)
 
     def call(self, name: str, args: tuple, kwargs: dict):
@@ -170,7 +170,7 @@ class Runner:
             self._fail(Undecidable(f"passes a {e.args[0]} to {name}(), which cannot be shipped into "
                                    "the sandbox as plain data"))
         queue = self.cache.get(key)
-        reply = queue.popleft() if queue else self.session.call([json.loads(key)])[0]
+        reply = queue.popleft() if queue else self.program.call([json.loads(key)])[0]
         return self._unpack(name, reply)
 
     def _fail(self, exc: BaseException):
@@ -200,7 +200,7 @@ class Runner:
 def _rebuild(type_name: str, base: str, message: str) -> BaseException:
     if base not in _EXCEPTIONS:
         # SystemExit, KeyboardInterrupt, BaseException itself, or a name that is no built-in
-        # exception: nothing the test may catch, as pytest.raises(Exception) would not (issue 27).
+        # exception: nothing the test may catch, as pytest.raises(Exception) would not.
         return CandidateFailure("raised " + (f"{type_name}: {message}" if message else type_name))
     cls = _RERAISE.get(base, CandidateError)
     try:

@@ -7,14 +7,14 @@ equation or inequality for a value, a percent when the gold has none, a unit oth
 gold's, and near misses: relative tolerance is used only when the gold itself is a rounded
 decimal (3.14), and then only to half a unit in its last place.
 
-Forms compared (rlvr.rewards.mathforms): values (exact rationals first, then the symbolic worker),
+Forms compared (rlvr.rewards.maths.forms): values (exact rationals first, then the symbolic worker),
 tuples and intervals (in order, brackets equal), sets and bare lists (in any order, same count),
 unions (parts in any order), matrices (same shape, cell by cell), equations (a labelled answer by
 its value; two equations by the same left side, else as proportional equations), inequalities
 (same relations, in either direction, up to a positive factor, or as the interval they describe),
 lists of labelled values (`AB = 4, CD = 5`). The trusted gold is read more freely (answer.gold_answer,
 mathforms.is_gold_label): its boxes, a wider label, `;` as separator, `\\pm a` as {-a, a}. Symbolic comparison runs
-in a killable worker (rlvr.rewards.math_worker), with one time budget for the whole answer.
+in a killable worker (rlvr.rewards.maths.worker), with one time budget for the whole answer.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
 
-from rlvr.rewards.answer import after_thinking, final_answers, gold_answer
+from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
-from rlvr.rewards.math_worker import shared_worker
-from rlvr.rewards.mathforms import Form, answer_key, as_interval, labelled_list, parse_form, unlabel
-from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exact_value, has_plus_minus,
+from rlvr.rewards.maths.worker import shared_worker
+from rlvr.rewards.maths.forms import Form, answer_key, as_interval, labelled_list, parse_form, unlabel
+from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, clean, decimal_places, exact_value, has_plus_minus,
                                    is_rounded_decimal, is_words, looks_like_several, squash,
                                    within_rounding)
 
@@ -42,7 +42,8 @@ def _clean_gold(gold: str):
 
 
 class _Budget(NamedTuple):
-    """One answer's wall clock for the symbolic worker, however many pieces it compares (issue 27)."""
+    """One answer's wall clock for the symbolic worker, however many pieces it compares:
+    a budget per piece would let a many-element answer stall the trainer."""
     deadline: float
     symbolic: bool = True  # False: decide exactly or not at all (the cheap first pass over a set)
 
@@ -125,7 +126,7 @@ def _upward(f: Form) -> Form:
     return f
 
 
-def _mismatch(a: Form, g: Form) -> str:
+def _form_mismatch(a: Form, g: Form) -> str:
     if g.kind == "value":
         if a.kind in ("equation", "inequality"):
             return f"an {a.kind}, not a value"
@@ -145,7 +146,7 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
             return _ordered(a.parts, g.parts, budget)
         return _unordered(a.parts, g.parts, _equal, budget)
     if a.kind != g.kind:
-        return False, _mismatch(a, g)
+        return False, _form_mismatch(a, g)
     if a.kind == "value":
         return _value_equal(a.parts[0], g.parts[0], budget)
     if a.kind == "union":

@@ -34,7 +34,7 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def collect(proc: subprocess.Popen, wall_s: float, stdout_cap: int, started: float):
+def read_until_exit(proc: subprocess.Popen, wall_s: float, stdout_cap: int, started: float):
     """Read stdout, stderr and the result pipe until the program has exited and its pipes are
     drained, the wall clock runs out, or a cap is passed. The group is dead when this returns.
 
@@ -107,7 +107,7 @@ def open_pidfd(pid: int) -> int | None:
 # bwrap's outer process can end before its child (the pid namespace's init, which --die-with-parent
 # then ends): on a normal exit it reports the status and goes, and a kill ends it first. The orphan
 # goes to the nearest subreaper or to init: the trainer itself where it runs as PID 1 (a container
-# without an init), which never waited for it, so one zombie per program run piled up (issue 27).
+# without an init), which never waited for it, so without this one zombie per program run would pile up.
 
 
 def popen(argv: list[str], **kwargs) -> subprocess.Popen:

@@ -7,7 +7,7 @@ A spec is JSON text or an already-decoded dict:
 "hidden" cases never appear in prompts but always run, so hard-coding the visible answers fails. Any
 kind may add "prelude": Python the sandbox runs before the program, in its namespace (HumanEval: the
 prompt's imports and helpers, which the program may use or redefine; rlvr.tasks.humaneval). Assert
-test code is compiled here for the parent to run (rlvr.rewards.checks); none of it enters the sandbox.
+test code is compiled here for the parent to run (rlvr.rewards.code.checks); none of it enters the sandbox.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from rlvr.rewards.checks import TestCode, compile_test
+from rlvr.rewards.code.checks import TestCode, compile_test
 
 KINDS = ("stdio", "function", "assert")
 _KEYS = {"kind", "cases", "hidden", "entry_point", "asserts", "prelude"}

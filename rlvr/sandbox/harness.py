@@ -11,10 +11,10 @@ holds the program (and a process limit); the harness reads and closes it, then:
       ["n", type]                      it returned something that is not plain data
       ["m"]                            the program has no callable of that name
 
-Nothing decided here matters (issue 13): the parent holds every expected value and every test's
-source, and compares decoded plain data itself. A program that rewrites this harness, walks its
-frames or forges lines can only change what "its function returned", which it controls anyway.
-So this file needs no secret and no defence of its own beyond not executing what it decodes.
+Nothing decided here matters (the program shares this process and can rewrite it): the parent holds every
+expected value and every test's source, and compares decoded plain data itself. A program that rewrites this
+harness, walks its frames or forges lines can only change what "its function returned", which it controls
+anyway. So this file needs no secret and no defence of its own beyond not executing what it decodes.
 
 Plain data, typed so that the parent can tell a tuple from a list: None, bool, int, str and a JSON
 list stand for themselves; a finite float is a JSON float; everything else is a one-key object:
@@ -32,7 +32,7 @@ import types
 
 MAX_DEPTH = 60          # the deepest value a call may return
 CALL_DEPTH = 4 * MAX_DEPTH   # the deepest arguments the parent ships in: a returned value fed back
-                             # into another call (`dec(enc(s))`) must always fit (issue 13)
+                             # into another call (`dec(enc(s))`) must always fit
 MAX_SAME_HASH = 8       # set elements or dict keys sharing one hash: more is a collision flood
 _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 _type_name = type.__dict__["__name__"].__get__   # a metaclass cannot fake the class name
@@ -240,7 +240,7 @@ def main(argv) -> None:
     payload = read_payload(int(argv[1]))
     if payload.get("max_procs"):
         # Set here, inside the sandbox's user namespace, so it counts this sandbox's processes
-        # only (see rlvr.rewards.sandbox); the hard limit cannot be raised again without privilege.
+        # only (see rlvr.sandbox.run); the hard limit cannot be raised again without privilege.
         resource.setrlimit(resource.RLIMIT_NPROC, (payload["max_procs"], payload["max_procs"]))
     if len(argv) > 3:
         serve(payload["source"], int(argv[2]), int(argv[3]))

@@ -4,18 +4,17 @@ Model-written LaTeX goes to sympy only here: a child process with an address-spa
 JSON request per line, given a wall-clock limit per answer by the parent. A power tower, a deeply
 nested expression or a memory bomb costs that one answer its limit and a worker restart, nothing more.
 
-Run as `python -m rlvr.rewards.math_worker` (the parent does this).
+Run as `python -m rlvr.rewards.maths.worker` (the parent does this).
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import select
-import signal
 import subprocess
 import sys
 import threading
+
+from rlvr.sandbox.worker import KillableWorker
 
 WORKER_MEMORY_BYTES = 2 * 1024 ** 3
 
@@ -169,7 +168,7 @@ def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tup
 def serve() -> None:
     import resource
 
-    # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.rewards.confine)
+    # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.sandbox.launcher)
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     sys.setrecursionlimit(2000)
     out = sys.stdout
@@ -191,67 +190,44 @@ def serve() -> None:
 
 
 class SymbolicWorker:
-    """One killable child process; `compare` gives each answer `timeout_s` of wall clock."""
+    """One killable child process (rlvr.sandbox.worker); `compare` gives each answer `timeout_s` of wall
+    clock. Thread-safe: the reward's threads share one worker."""
 
     def __init__(self, timeout_s: float = 2.0, startup_timeout_s: float = 60.0):
-        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
-        self._proc: subprocess.Popen | None = None
+        self.timeout_s = timeout_s
+        self._worker = KillableWorker("rlvr.rewards.maths.worker", "the symbolic maths worker", startup_timeout_s)
         self._lock = threading.Lock()
         self.restarts = 0
 
-    def _start(self) -> None:
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "rlvr.rewards.math_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env, start_new_session=True)
-        if self._readline(self.startup_timeout_s) != "ready":
-            self._kill()
-            raise RuntimeError("the symbolic maths worker did not start")
-
-    def _readline(self, timeout: float) -> str | None:
-        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self._proc.stdout.readline()
-        return line.strip() if line else None
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The running child, None before the first answer or after a kill."""
+        return self._worker.proc
 
     def _kill(self) -> None:
-        if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait()
-            self._proc = None
+        if self._worker.proc is not None:
+            self._worker.kill()
             self.restarts += 1
 
     def compare(self, answer: str, gold: str, tol: str | None = None, mode: str = "equal",
                 timeout_s: float | None = None) -> tuple[bool, str]:
         """One comparison with `timeout_s` (at most the worker's own limit) of wall clock; a caller
-        that makes several for one answer passes what is left of that answer's budget (issue 27)."""
+        that makes several for one answer passes what is left of that answer's budget."""
         limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
         if limit <= 0:
             return False, "time budget for this answer spent"
+        request = {"answer": answer, "gold": gold, "tol": tol}
+        if mode != "equal":
+            request["mode"] = mode
         with self._lock:
-            if self._proc is not None and self._proc.poll() is not None:  # died since the last answer
+            if self._worker.proc is not None and not self._worker.alive():  # died since the last answer
                 self._kill()
-            if self._proc is None:
-                self._start()
-            try:
-                request = {"answer": answer, "gold": gold, "tol": tol}
-                if mode != "equal":
-                    request["mode"] = mode
-                self._proc.stdin.write(json.dumps(request) + "\n")
-                self._proc.stdin.flush()
-            except BrokenPipeError:
-                self._kill()
-                return False, "checker crashed"
-            line = self._readline(limit)
-            if line is None:
-                crashed = self._proc.poll() is not None
-                self._kill()
-                return False, "checker crashed" if crashed else f"timed out after {limit:g}s"
-            reply = json.loads(line)
+            if self._worker.proc is None:
+                self._worker.start()
+            reply, failure = self._worker.ask(request, limit)
+            if reply is None:
+                self.restarts += 1   # ask killed it
+                return False, "checker crashed" if failure == "crashed" else f"timed out after {limit:g}s"
             return reply["equal"], reply["reason"]
 
     def close(self) -> None:
@@ -260,13 +236,21 @@ class SymbolicWorker:
 
 
 _shared: SymbolicWorker | None = None
+_shared_lock = threading.Lock()
 
 
 def shared_worker() -> SymbolicWorker:
+    """The process's one symbolic worker, made on first use (under a lock: reward threads race here)."""
     global _shared
-    if _shared is None:
-        _shared = SymbolicWorker()
-    return _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = SymbolicWorker()
+        return _shared
+
+
+def checker_restarts() -> int:
+    """How many times the shared worker was killed and replaced in this process (cumulative)."""
+    return _shared.restarts if _shared is not None else 0
 
 
 if __name__ == "__main__":

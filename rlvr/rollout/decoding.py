@@ -1,7 +1,7 @@
 """The built-in engine's pieces: the Rollout, prefill with a shared prompt prefix, and the decode loop.
 
 Every rollout of the built-in engine, single-turn or multi-turn, in training, evaluation and the
-benchmarks, goes through `rlvr.rollout.session.BuiltinSession` (`session.generate` is its single
+benchmarks, goes through `rlvr.rollout.builtin.BuiltinSession` (`builtin.generate` is its single
 turn): the prompts are prefilled once (a prefix common to all of them once more, `prefill`), each
 row's cache is gathered into buffers with room for the turn, and `decode` samples until every row
 stops. On the CPU finished rows leave the batch each step; on CUDA the loop runs over static buffers
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.algo.masks import present_tokens
 from rlvr.device import of_model
 from rlvr.rollout import graphed, lean
 from rlvr.rollout.sampling import sample_next
@@ -33,7 +34,7 @@ class Rollout:
     @property
     def present(self) -> torch.Tensor:
         """[B, Tc] 1.0 on every real token after the prompt, the model's and the environment's."""
-        return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
+        return present_tokens(self.completion_mask, self.env_mask)
 
     def to(self, device: torch.device) -> "Rollout":
         """The same rollout with its tensors on `device`: the one host-to-device crossing of a training
@@ -129,13 +130,13 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
     next-token logits; mask [A, L]: attention over the cache; next_pos [A, 1]; u [A, T] draws (None:
     greedy); caps [A] tokens allowed per row (on the host), T = caps.max(). Finished rows leave the batch;
     with `park`, park(rows, kv, mask, next_pos) first gets their cache (per layer (keys, values)
-    [r, H, L, D]), which a multi-turn session keeps for the next turn (rlvr/rollout/session.py). Returns
+    [r, H, L, D]), which a multi-turn session keeps for the next turn (rlvr/rollout/builtin.py). Returns
     tokens [A, T] (pad_id after a row's end) and their sampler log-probs [A, T], on the model's device.
     Tensors live where the logits are; the host reads one number per token (how many rows finished),
     which dropping finished rows needs."""
     if park is None and graphed.enabled(model):  # static buffers, a CUDA graph on a GPU (rollout.cuda_graph)
-        return graphed.decode(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k, stop_ids,
-                              pad_id)
+        return graphed.decode_graphed(model, cache, logits, mask, next_pos, u, caps, temperature, top_p, top_k,
+                                      stop_ids, pad_id)
     device = logits.device
     n, width = logits.shape[0], int(caps.max()) if len(caps) else 0
     tokens_out = torch.full((n, width), pad_id, dtype=torch.long, device=device)

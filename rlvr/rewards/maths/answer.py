@@ -3,16 +3,17 @@
 An answer line may be dressed as benchmarks and chat models write it: `**Answer:** 100`,
 `Answer: **100**`, `Final Answer: \\boxed{100}`, or Minerva's (lm-eval's) `Final Answer: The final
 answer is $100$. I hope it is correct.`; the dressing is removed, so that a box and a line stating the
-same value are one answer. Every scan here is linear in the completion's length (issue 27, item 9).
+same value are one answer. Every scan here is linear in the completion's length: the completion is
+adversarial, and a quadratic scan of an 80 kB one takes tens of seconds.
 """
 from __future__ import annotations
 
 import re
 
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS
+from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS
 
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
-# answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
+# answers, and both must be seen for the disagreement to score 0.
 # `[^\n]*` to the end of the line, stripped afterwards: the former `(.*?)[ \t]*$` retried the
 # trailing-blank match at every character, quadratic in a long run of blanks.
 _ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*:([^\n]*)", re.IGNORECASE)
@@ -81,7 +82,7 @@ def answer_tags(text: str) -> list[str]:
 
 def after_thinking(text: str) -> str | None:
     """The text after the last </think>; None when a <think> is left open, including one opened
-    after the last </think> (`<think>a</think><think>... Answer: 42`, issue 27 item 11)."""
+    after the last </think> (`<think>a</think><think>... Answer: 42`): an answer still inside thinking is not final."""
     body = text.rsplit("</think>", 1)[1] if "</think>" in text else text
     return None if "<think>" in body else body
 

@@ -1,4 +1,5 @@
-"""Sampling turn by turn: multi-turn episodes, where the environment's tokens are appended between turns.
+"""The built-in engine: `generate` (one turn) and `BuiltinSession` (turn by turn, for multi-turn episodes,
+where the environment's tokens are appended between turns), on the decode loop of decoding.py.
 
     s = engine.session(prompts, seeds=..., group_size=G, **sampling)   rows b = 0 .. P*G-1 (prompt b // G)
     s.sample(rows, caps) -> [Turn]     each row samples until a stop token or its cap
@@ -21,7 +22,7 @@ from typing import Callable
 import torch
 
 from rlvr.device import of_model
-from rlvr.rollout.engine import Rollout, decode, left_pad, prefill
+from rlvr.rollout.decoding import Rollout, decode, left_pad, prefill
 from rlvr.rollout.kvcache import cache_of
 from rlvr.rollout.sampling import row_turn_seed, uniforms
 
@@ -46,7 +47,7 @@ class _Block:
 
 
 @dataclass
-class _Row:
+class _CachedRow:
     block: _Block
     index: int  # the row's place in its block
     next_pos: int  # position of the next token fed
@@ -92,7 +93,8 @@ class BuiltinSession:
         out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp]; shared prefix run once
         block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], mask, out.logits[:, -1])
         lengths = mask.sum(-1).tolist()
-        self.rows = [_Row(block, b // group_size, lengths[b // group_size], []) for b in range(len(prompts) * group_size)]
+        self.rows = [_CachedRow(block, b // group_size, lengths[b // group_size], [])
+                     for b in range(len(prompts) * group_size)]
         self.draws = _Draws(len(self.rows), group_size, temperature, seeds, generator)
 
     def _gather(self, rows: list[int], extra: int):
@@ -180,7 +182,7 @@ def generate(model, prompts: list[list[int]], *, group_size: int, max_new_tokens
     """group_size completions of each prompt (temperature 0: greedy): one turn of a BuiltinSession, so
     `generate`, the training loop's episodes and the benchmarks run the same code. Draws come from
     `seeds`, one per prompt (rlvr.rollout.sampling.group_seed), when given, else from `generator`.
-    The Rollout is on the host (rlvr.rollout.engine.Rollout.to moves a training batch)."""
+    The Rollout is on the host (rlvr.rollout.decoding.Rollout.to moves a training batch)."""
     n = len(prompts) * group_size
     session = BuiltinSession(model, prompts, group_size=group_size, temperature=temperature, top_p=top_p,
                              top_k=top_k, stop_ids=stop_ids, pad_id=pad_id, seeds=seeds, generator=generator)

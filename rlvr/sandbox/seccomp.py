@@ -4,9 +4,9 @@ bubblewrap loads it (`--seccomp FD`) just before it executes the interpreter, so
 and everything the program starts. Denied calls fail with EPERM (the program sees an ordinary error,
 nothing is killed). In the spirit of container runtimes' default profiles, it denies:
 - keyctl, add_key, request_key: the kernel keyring is not namespaced by bwrap; a program could read,
-  plant or clear keys in the caller's session keyring (issue 13, class 2);
+  plant or clear keys in the caller's session keyring;
 - SysV IPC (shm*, sem*, msg*): a segment outlives the process that made it and is charged to no
-  process, so no rlimit bounds it (issue 13, class 3);
+  process, so no rlimit bounds it;
 - memfd_create: pages written into a memfd without mapping it are not counted by RLIMIT_AS;
 - ptrace, process_vm_readv/writev, kcmp, perf_event_open, userfaultfd, bpf: inspecting other
   processes, side channels, and the usual helpers of kernel exploits;

@@ -5,13 +5,14 @@
     engine.sleep()                                                free memory while the trainer updates
     engine.sync_weights(policy)                                   sample from the updated policy next
 
-The built-in engine (rollout.engine=builtin, rlvr/rollout/engine.py) and plain Hugging Face generate
-(hf, rlvr/rollout/hf_engine.py) run the training policy itself, so sleep and sync have nothing to do;
+The built-in engine (rollout.engine=builtin, rlvr/rollout/builtin.py; its decode loop in decoding.py)
+and plain Hugging Face generate (hf, rlvr/rollout/hf_engine.py) run the training policy itself, so sleep and sync have nothing to do;
 vLLM (rlvr/rollout/vllm_engine.py) holds its own copy of the weights and implements both. With
 rollout.weights bf16 or int8 the local engines sample from a copy in that format (QuantizedEngine,
 rlvr/rollout/quant.py), which sync_weights re-quantises from the policy. Sessions
-(rlvr/rollout/session.py): the built-in engine keeps each row's KV cache across turns; the others
-run `generate` on each row's history (RecomputeSession).
+(rlvr/rollout/builtin.py): the built-in engine keeps each row's KV cache across turns; the others
+run `generate` on each row's history (RecomputeSession). Every rollout of a run, single-turn or
+multi-turn, is driven from rlvr/envs/episodes.py (`run_episodes`), which opens a session per batch.
 """
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ import torch
 
 from rlvr.device import of_model
 from rlvr.errors import RlvrError
-from rlvr.rollout.engine import Rollout
-from rlvr.rollout.session import BuiltinSession, RecomputeSession, Turn
+from rlvr.rollout import graphed
+from rlvr.rollout.builtin import BuiltinSession, RecomputeSession, Turn, generate
+from rlvr.rollout.decoding import Rollout
+from rlvr.rollout.lean import compile_decode
+from rlvr.rollout.quant import refresh, rollout_copy
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +87,6 @@ class QuantizedEngine(PolicyEngine):
 
     def __init__(self, policy: torch.nn.Module, weights: str, generate: Callable[..., Rollout],
                  keeps_cache: bool = False, compile: bool = False):
-        from rlvr.rollout.lean import compile_decode
-        from rlvr.rollout.quant import rollout_copy
-
         super().__init__(rollout_copy(policy, weights), generate, keeps_cache)
         self.weights = weights
         if compile and not compile_decode(self.policy):
@@ -93,8 +94,6 @@ class QuantizedEngine(PolicyEngine):
                         "Llama, Mistral or Qwen2 model with a SiLU MLP); decoding uncompiled")
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
-        from rlvr.rollout.quant import refresh
-
         refresh(self.policy, policy)
 
 
@@ -105,7 +104,7 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
     r = cfg.rollout
     check_device(r, of_model(policy))
     if r.engine == "vllm":
-        from rlvr.rollout.vllm_engine import make_engine as make_vllm_engine
+        from rlvr.rollout.vllm_engine import make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir, precision)
     engine = _local_engine(r, policy)
@@ -118,8 +117,6 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
     """Give each model the static, CUDA-graphed decode loop when rollout section r asks for it
     (rollout.cuda_graph) and the model is on a GPU; a model without a static decode step decodes eagerly,
     with a warning."""
-    from rlvr.rollout import graphed
-
     on_gpu = [m for m in dict.fromkeys(models) if r.cuda_graph and of_model(m).type == "cuda"]
     if not all([graphed.enable(m) for m in on_gpu]):
         log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
@@ -129,15 +126,13 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
 def _local_engine(r, policy: torch.nn.Module) -> PolicyEngine:
     """The builtin or hf engine of rollout section r, on the policy or a rollout copy of it."""
     if r.engine == "hf":
-        from rlvr.rollout.hf_engine import generate as hf_generate
+        from rlvr.rollout.hf_engine import hf_generate
 
         if r.weights != "fp32":
             return QuantizedEngine(policy, r.weights, hf_generate)
         return PolicyEngine(policy, hf_generate)
     if r.weights == "fp32":
         return builtin_engine(policy)
-    from rlvr.rollout.session import generate
-
     return QuantizedEngine(policy, r.weights, generate, keeps_cache=True, compile=r.compile)
 
 
@@ -169,6 +164,4 @@ def tis_cap_of(r) -> float:
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
     """The built-in engine on `policy` (evaluation samples with it whatever rollout.engine is)."""
-    from rlvr.rollout.session import generate
-
     return PolicyEngine(policy, generate, keeps_cache=True)

@@ -2,7 +2,7 @@
 
 Starting a sandbox costs tens of milliseconds; a call over a pipe costs well under one. So a program
 is loaded once and every function call the tests make is shipped in as plain data and answered
-with plain data (rlvr.rewards.harness), in batches where the calls are known in advance.
+with plain data (rlvr.sandbox.harness), in batches where the calls are known in advance.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import selectors
 import subprocess
 import time
 
-from rlvr.rewards import harness
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits, exit_reason, spawn
+from rlvr.sandbox import harness
+from rlvr.sandbox.run import Sandbox, SandboxLimits, exit_reason, spawn
 
 _REPLY_TAGS = {"v": 2, "e": 4, "n": 2, "m": 1}   # tag -> length of a well-formed reply
 _EXIT_WAIT_S = 0.2
@@ -27,13 +27,13 @@ def _well_formed(reply) -> bool:
     return reply[0] != "e" and reply[0] != "n" or all(type(x) is str for x in reply[1:])
 
 
-class ProgramSession:
+class Program:
     """Load `source` in a fresh sandbox; `call` ships calls in and returns their replies.
 
     A reply is ["v", value], ["e", type, builtin base, message], ["n", type], ["m"], or, once the
     sandbox has ended (crashed, timed out, flooded), ["x", why] for every call from then on.
-    `load_error` is set when the program did not load. The run's wall clock covers the session,
-    and `limits.channel_bytes` caps everything read from the sandbox over the whole session (not per
+    `load_error` is set when the program did not load. The run's wall clock covers the program's whole
+    life, and `limits.channel_bytes` caps everything read from the sandbox over that life (not per
     line: decoded replies are held until judged, and `[[],[],...]` decodes to ~20x its size).
     """
 

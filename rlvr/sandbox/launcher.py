@@ -1,6 +1,6 @@
 """What a sandbox's first process does to itself before it executes bubblewrap: join the run's cgroup,
 raise its oom_score_adj, drop to the unprivileged uid, join a fresh session keyring, set rlimits.
-(rlvr.rewards.sandbox starts it; the reasons for each layer are in its docstring.)
+(rlvr.sandbox.run starts it; the reasons for each layer are in its docstring.)
 
 This runs in a small launcher process of its own (`launcher_argv`), not in a preexec_fn: to run a
 preexec_fn, CPython's forked child first clears every other thread's state, which runs destructors
@@ -14,10 +14,8 @@ from __future__ import annotations
 import math
 import platform
 import resource
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rlvr.rewards.sandbox import SandboxLimits
+from rlvr.sandbox.limits import SandboxLimits
 
 _KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
 LAUNCH_FAILED = 125   # the launcher's exit status when a step fails (its message is on stderr)

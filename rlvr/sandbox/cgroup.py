@@ -7,7 +7,7 @@ run's total: cgroup v2 `memory.max` with `memory.swap.max = 0` and `pids.max`, o
 inside the cgroup kills inside the cgroup.
 
 The sandbox's first process joins the cgroup itself, before it executes bubblewrap (see
-rlvr.rewards.sandbox), so nothing it starts can be outside. That needs write access to the cgroup
+rlvr.sandbox.run), so nothing it starts can be outside. That needs write access to the cgroup
 tree: as root, or a delegated subtree. Where neither exists, `create` returns None and the sandbox
 falls back to per-process limits sized so that their sum stays within the run's budget.
 """

@@ -10,16 +10,16 @@ Layers, each with the threat it answers:
   sandbox user to host root, for which the kernel does not enforce RLIMIT_NPROC (a fork bomb would
   then be unlimited);
 - rlimits set by the sandbox's first process before it executes bubblewrap (a launcher of its own,
-  rlvr.rewards.confine, never a preexec_fn: see there why): address space (memory bombs), CPU seconds (busy loops),
+  rlvr.sandbox.launcher, never a preexec_fn: see there why): address space (memory bombs), CPU seconds (busy loops),
   file size and private-/tmp size (disk fill), open files, no core dumps; and processes (fork
   bombs). Under bwrap the harness sets the process limit inside the new user namespace, before
   any untrusted code runs: there it counts that sandbox's processes only, whereas on bwrap itself
   it counts every process of the host uid, so one fork bomb stopped parallel sandboxes starting;
 - a wall-clock deadline after which the process group gets SIGKILL, which cannot be caught or
   ignored; bwrap's pid namespace takes down every descendant, even one that left the group;
-- a seccomp filter (rlvr.rewards.seccomp) denying the keyring, SysV IPC, memfd, ptrace and the
+- a seccomp filter (rlvr.sandbox.seccomp) denying the keyring, SysV IPC, memfd, ptrace and the
   other calls container runtimes deny, and a fresh session keyring joined before bwrap starts;
-- a per-run cgroup (rlvr.rewards.cgroup) capping the run's total memory (no swap) and tasks; where
+- a per-run cgroup (rlvr.sandbox.cgroup) capping the run's total memory (no swap) and tasks; where
   none can be made, the process limit shrinks so that processes x address space fits the same
   budget; and oom_score_adj 1000, so a machine-wide OOM takes the sandbox, never the trainer;
 - stdout and the result pipe are read to a cap, so a flood costs bounded memory.
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.errors import RlvrError
-from rlvr.rewards import cgroup, collect, harness, seccomp
-from rlvr.rewards.confine import launcher_argv, rlimits_for
+from rlvr.sandbox import cgroup, harness, pipes, seccomp
+from rlvr.sandbox.launcher import launcher_argv, rlimits_for
+from rlvr.sandbox.limits import MiB, Sandbox, SandboxLimits
 
-MiB = 1 << 20
 UNSAFE_ENV = "RLVR_UNSAFE_NO_SANDBOX"
 INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 HARNESS_SOURCE = Path(harness.__file__).read_text(encoding="utf-8")
@@ -57,41 +57,6 @@ _warned: set[str] = set()  # warnings said once per process: 'unsafe', 'no_cgrou
 
 class SandboxUnavailable(RlvrError):
     """Bubblewrap is missing or cannot start a sandbox, and unsafe mode was not asked for."""
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Per program run. memory_bytes is each process's address space; run_memory_bytes the whole
-    run's (cgroup, no swap). max_procs counts processes and threads of the run."""
-
-    wall_s: float = 2.0
-    cpu_s: float = 2.0
-    memory_bytes: int = 512 * MiB
-    run_memory_bytes: int = 2048 * MiB
-    max_procs: int = 64
-    stdout_bytes: int = 1 * MiB
-    file_bytes: int = 16 * MiB
-    open_files: int = 64
-    tmp_bytes: int = 64 * MiB
-    channel_bytes: int = 4 * MiB
-
-    def __post_init__(self):
-        for name, value in vars(self).items():
-            if not value > 0:
-                raise ValueError(f"SandboxLimits.{name} must be positive, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Sandbox:
-    """How to isolate. bwrap: its path (None: look it up on PATH); unsafe: allow running without
-    it (None: read RLVR_UNSAFE_NO_SANDBOX); isolate=False skips bubblewrap on purpose (needs
-    unsafe); host_uid: the unprivileged host uid bwrap runs as when we are root."""
-
-    bwrap: str | None = None
-    python: str | None = None
-    unsafe: bool | None = None
-    isolate: bool = True
-    host_uid: int = 65534
 
 
 @dataclass(frozen=True)
@@ -152,8 +117,8 @@ def bwrap_options(bwrap: str) -> frozenset[str]:
 
 
 def _run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run for bubblewrap, known to the orphan reaper (rlvr.rewards.collect)."""
-    proc = collect.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    """subprocess.run for bubblewrap, known to the orphan reaper (rlvr.sandbox.pipes)."""
+    proc = pipes.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
@@ -162,7 +127,7 @@ def _run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProce
         raise
     finally:
         if proc.returncode is not None:
-            collect.done(proc)
+            pipes.done(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
@@ -222,9 +187,9 @@ class Spawned:
     def finish(self) -> bool:
         """Kill whatever is left, reap it, remove the cgroup; True when the cgroup OOM-killed."""
         if self.proc.returncode is None:   # once reaped, its pid may belong to someone else
-            collect.kill_group(self.proc.pid)
+            pipes.kill_group(self.proc.pid)
             self.proc.wait()
-        collect.done(self.proc)
+        pipes.done(self.proc)
         if self.cgroup is None:
             return False
         oom = self.cgroup.oom_killed()
@@ -255,7 +220,7 @@ def spawn(payload: dict, extra_args: list[str], limits: SandboxLimits, sandbox: 
     argv = confine + prefix + [python, "-I", "-c", HARNESS_SOURCE, str(payload_fd), *extra_args]
     fds = tuple(fd for fd in (payload_fd, filter_fd) if fd is not None)
     try:
-        proc = collect.popen(
+        proc = pipes.popen(
             argv, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds + tuple(pass_fds),
             env=_CHILD_ENV, start_new_session=True, cwd="/" if prefix else tempfile.gettempdir())
     except BaseException:
@@ -348,7 +313,7 @@ def _memfile(data: bytes) -> int:
 
 def run_harness(payload: dict, stdin: bytes | None = None, limits: SandboxLimits = SandboxLimits(),
                 sandbox: Sandbox = Sandbox()) -> RunResult:
-    """Run the harness in stdio mode on payload (see rlvr.rewards.harness) once; the program's
+    """Run the harness in stdio mode on payload (see rlvr.sandbox.harness) once; the program's
     stdout is the result, judged by the caller."""
     stdin_fd = _memfile(stdin) if stdin is not None else subprocess.DEVNULL
     try:
@@ -358,7 +323,7 @@ def run_harness(payload: dict, stdin: bytes | None = None, limits: SandboxLimits
         if stdin_fd != subprocess.DEVNULL:
             os.close(stdin_fd)
     try:
-        out, err, timed_out, too_large = collect.collect(run.proc, limits.wall_s, limits.stdout_bytes,
+        out, err, timed_out, too_large = pipes.read_until_exit(run.proc, limits.wall_s, limits.stdout_bytes,
                                                          run.started)
     finally:
         oom = run.finish()
