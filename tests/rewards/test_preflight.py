@@ -32,6 +32,9 @@ def one_number(completions, **kwargs):
 
 def never_right(completions, **kwargs):
     return [0.0 for _ in completions]
+
+def hashes_only(data_source, solution_str, ground_truth, extra_info=None):
+    return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
 '''
 
 
@@ -86,6 +89,8 @@ def test_rewards_that_run_pass_and_a_correctness_check_paying_nothing_is_a_warni
     warnings = check_rewards([zero], ROWS, (zero.name,))
     assert len(warnings) == 1 and "gave the reference answers of all 2 rows tried 0" in warnings[0]
     assert check_rewards([zero], ROWS) == []  # not a correctness check: 0 for everything may be its design
+    hashes = reward(module, "hashes_only", verl=True)  # pays '#### 8' only, not the reference 'Answer: 8'
+    assert check_rewards([hashes], ROWS, (hashes.name,)) == []
 
 
 def test_an_environment_column_is_not_an_error(module):
