@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlvr.envs.episodes import EnvSpec, model_token_lists, run_episodes
+from rlvr.envs.episodes import EnvSpec, reward_inputs, run_episodes
 from rlvr.eval.grader import Grader
 from rlvr.eval.grading import grade
 from rlvr.rollout.engines import builtin_engine
@@ -35,7 +35,7 @@ def evaluate(policy, tok, problems: list[Problem], spec: EnvSpec, *, max_new_tok
         chunk_problems = problems[start:start + batch_size]
         ep = run_episodes(engine, spec, chunk_problems, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
                           stop_ids=stop_ids, pad_id=tok.pad_token_id)
-        graded = grade(chunk_problems, ep.texts, grader, model_token_lists(ep.rollout))
+        graded = grade(chunk_problems, ep.texts, grader, reward_inputs(chunk_problems, ep, 1))
         for p, text, g, trunc, rec in zip(chunk_problems, ep.texts, graded, ep.rollout.truncated.tolist(), ep.records):
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
                             "completion": text, **g, "truncated": trunc, **({"episode": rec} if spec.multi_turn else {})})

@@ -81,14 +81,14 @@ def choose_grader(rewards: list[RewardFunction], name: str = "", threshold: floa
 
 
 def user_grades(grader: Grader, problems: list[Problem], texts: list[str],
-                completion_ids: list[list[int]] | None = None) -> list[tuple[float, float, str]]:
+                inputs: tuple[list, dict[str, list]] | None = None) -> list[tuple[float, float, str]]:
     """(correct 0/1, score, reason) of each completion under the user's grader, called as training calls
-    it: the completion in the dataset's form, every column of its row, trainer_state. A grader that
-    raises on every completion stops with the row and traceback (rlvr.rewards.base.score_batch)."""
-    columns = dataset_columns(problems, 1)
-    if completion_ids is not None:
-        columns["completion_ids"] = completion_ids
-    completions = [as_chat(p, t) for p, t in zip(problems, texts)]
+    it: `inputs` (the episodes' completions and columns, environments' included), else each text in the
+    dataset's form with its row's columns; trainer_state. A grader that raises on every completion stops
+    with the row and traceback (rlvr.rewards.base.score_batch)."""
+    if inputs is None:
+        inputs = [as_chat(p, t) for p, t in zip(problems, texts)], dataset_columns(problems, 1)
+    completions, columns = inputs
     origins = [p.origin or repr(p.question[:80]) for p in problems]
     scores = score_batch([grader.reward], completions, columns, shared={"trainer_state": TrainerState()},
                          origins=origins, stop_if_all_fail=True)

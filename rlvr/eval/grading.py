@@ -45,14 +45,15 @@ def _maths(p: Problem, text: str) -> dict:
 
 
 def grade(problems: list[Problem], texts: list[str], grader: Grader | None = None,
-          completion_ids: list[list[int]] | None = None) -> list[dict]:
+          inputs: tuple[list, dict[str, list]] | None = None) -> list[dict]:
     """One grade per (problem, completion); the code problems' programs run in one batch across the
     sandbox pool, strict and format-free together. A strict pass is always a format-free pass. A user
-    grader's verdict replaces the strict one (module docstring); `completion_ids` reach it as in training."""
+    grader's verdict replaces the strict one (module docstring); `inputs`, the episodes' (completions,
+    columns) as training's rewards get them (rlvr.envs.episodes.reward_inputs), reach it as they are."""
     grades = builtin_grades(problems, texts)
     if grader is None or not grader.user:
         return grades
-    for g, (correct, score, reason) in zip(grades, user_grades(grader, problems, texts, completion_ids)):
+    for g, (correct, score, reason) in zip(grades, user_grades(grader, problems, texts, inputs)):
         g.update(correct=correct, score=score, reason=reason, lenient=max(g["lenient"], correct))
     return grades
 

@@ -12,7 +12,7 @@ from rlvr.eval.grading import grade
 from rlvr.eval.estimators import majority_vote, stated_answer, vote_key
 from rlvr.eval.lenient import last_number
 from rlvr.rewards.maths.accuracy import check_answer
-from rlvr.envs.episodes import EnvSpec, model_token_lists, run_episodes
+from rlvr.envs.episodes import EnvSpec, reward_inputs, run_episodes
 from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 
@@ -43,20 +43,24 @@ class SampleSettings:
             raise RlvrError("max_new_tokens (--max-new-tokens) and batch_size (--batch-size) must be at least 1")
 
 
-def sample_completions(policy, tok, problems: list[Problem], spec: EnvSpec, s: SampleSettings,
-                       stop_ids: list[int]) -> tuple[list[list[str]], list[list[int]]]:
+def sample_and_grade(policy, tok, problems: list[Problem], spec: EnvSpec, s: SampleSettings, stop_ids: list[int],
+                     grader: Grader | None = None) -> tuple[list[list[str]], list[list[float]]]:
     """The final answers of s.samples episodes per problem at s.temperature (single-turn: completions),
-    the prompt prefix shared within a group, and each episode's model tokens (flat, P * S)."""
+    the prompt prefix shared within a group, and their strict verdicts (rlvr.eval.grading; a user
+    grader gets each batch's episodes as training's rewards do), grouped per problem."""
     gen = torch.Generator().manual_seed(s.seed)
     engine = builtin_engine(policy)
-    out, ids = [], []
+    texts, scores = [], []
+    group = lambda xs: [xs[i:i + s.samples] for i in range(0, len(xs), s.samples)]  # P * S, grouped
     for start in range(0, len(problems), s.batch_size):
         chunk = problems[start:start + s.batch_size]
         ep = run_episodes(engine, spec, chunk, group_size=s.samples, max_new_tokens=s.max_new_tokens,
                           temperature=s.temperature, stop_ids=stop_ids, pad_id=tok.pad_token_id, generator=gen)
-        out += [ep.texts[i:i + s.samples] for i in range(0, len(ep.texts), s.samples)]  # P * S, grouped
-        ids += model_token_lists(ep.rollout)
-    return out, ids
+        graded = grade([p for p in chunk for _ in range(s.samples)], ep.texts, grader,
+                       reward_inputs(chunk, ep, s.samples))
+        texts += group(ep.texts)
+        scores += group([g["correct"] for g in graded])
+    return texts, scores
 
 
 def user_vote(completion: str) -> str | None:
@@ -102,10 +106,7 @@ def evaluate_sampled(policy, tok, problems: list[Problem], spec: EnvSpec, s: Sam
     policy.eval()
     greedy = evaluate(policy, tok, problems, spec, max_new_tokens=s.max_new_tokens,
                       batch_size=s.batch_size, stop_ids=stop_ids, grader=grader).records
-    sampled, ids = sample_completions(policy, tok, problems, spec, s, stop_ids)
+    sampled, scores = sample_and_grade(policy, tok, problems, spec, s, stop_ids, grader)
     policy.train(was_training)
-    flat = grade([p for p, texts in zip(problems, sampled) for _ in texts], [t for texts in sampled for t in texts],
-                 grader, ids)
-    scores = [[g["correct"] for g in flat[i * s.samples:(i + 1) * s.samples]] for i in range(len(problems))]
     by_user = grader is not None and grader.user
     return [problem_record(p, g, texts, sc, s.k, by_user) for p, g, texts, sc in zip(problems, greedy, sampled, scores)]
