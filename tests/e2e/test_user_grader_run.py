@@ -64,6 +64,7 @@ def test_training_and_rlvr_eval_grade_with_the_users_own_reward(tmp_path, user, 
                  "--eval.max_new_tokens=8", "--train.steps=2", "--train.eval_every=1", f"--train.out={out}"]) == 0
     err = capsys.readouterr().err
     assert f"evaluation graded by your reward '{verl}' (a verl compute_score" in err
+    assert f"accuracy = graded by your reward '{verl}'" in err  # the before/after table says so
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["grader"] == verl
