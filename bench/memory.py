@@ -59,7 +59,7 @@ def measure(name: str, steps: int, model_name: str) -> dict:
                   torch.randn(b), GROUP)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
-    settings = UpdateSettings(AlgoConfig(), tok.pad_token_id, OptimizerConfig(micro_batch_prompts=4),
+    settings = UpdateSettings(AlgoConfig(), tok.pad_token_id, optimizer=OptimizerConfig(micro_batch_prompts=4),
                               mixed_precision=precision)
     t0 = time.perf_counter()
     for _ in range(steps):

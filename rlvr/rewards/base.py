@@ -64,6 +64,15 @@ class RewardFunction:
         """The Reward with what rlvr knows about the function; None for a plain function."""
         return self.fn if isinstance(self.fn, Reward) else None
 
+    @property
+    def checks_correctness(self) -> bool | None:
+        """Does it pay for right answers? A Reward's field; a user's plain function may say so itself with a
+        `checks_correctness` attribute (README: the grader and the audit read it); None when it does not say."""
+        if self.reward is not None:
+            return self.reward.checks_correctness
+        said = getattr(self.fn, "checks_correctness", None)   # the user's own marker on their function
+        return None if said is None else bool(said)
+
 
 @dataclass
 class Scores:
@@ -100,7 +109,7 @@ def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = Fals
     """The rewards that check correctness (Reward.checks_correctness), in order: the first one is what
     pass rates and the curriculum read. A plain function says nothing of itself: it is strict only when
     `unknown_is_strict` (rlvr audit holds unknown user functions to every attack)."""
-    return [rf for rf in rewards if (unknown_is_strict if rf.reward is None else rf.reward.checks_correctness)]
+    return [rf for rf in rewards if (unknown_is_strict if rf.checks_correctness is None else rf.checks_correctness)]
 
 
 def load_callable(spec: str, what: str) -> Callable:

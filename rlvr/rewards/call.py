@@ -58,6 +58,8 @@ class Reward:
     """A verdict's reason -> what happened to the program (the code/<outcome>_frac metrics)."""
     config: object = None
     """The settings it was made with (the code reward's CodeTestsConfig)."""
+    user_fn: Callable | None = None
+    """The user's own function it calls (a verl scorer's compute_score), for diagnosing a failing call."""
     doc: str = ""
 
     def __post_init__(self):

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from rlvr.algo import estimate_advantages, group_advantages, last_token_mask, present_tokens, row_widths
+from rlvr.algo import (estimate_advantages, gpg_advantages, group_advantages, last_token_mask, opo_advantages,
+                       passk_advantages, present_tokens, row_widths)
 
 
 def test_group_scale_hand_computed():
@@ -73,7 +74,7 @@ def test_estimate_advantages_folds_token_rewards_into_each_group():
     assert torch.allclose(adv, torch.tensor([0.25, -0.25, 1.0, -1.0])) and returns is None
     adv, _ = estimate_advantages("rloo", rewards, token_r, mask, 2)
     assert torch.allclose(adv, torch.tensor([0.5, -0.5, 2.0, -2.0]))
-    with pytest.raises(ValueError, match="unknown adv_estimator 'ppo2': one of group, rloo, reinforce_pp, gae"):
+    with pytest.raises(ValueError, match="unknown adv_estimator 'ppo2': one of group, rloo, group_passk, opo, gpg, reinforce_pp, reinforce_pp_baseline, gae"):
         estimate_advantages("ppo2", rewards, token_r, mask, 2)
 
 
@@ -97,3 +98,23 @@ def test_masks_and_widths():
                                                                    [False, False, False, False]]))
     assert row_widths(completion).tolist() == [2, 4, 0] and row_widths(present).tolist() == [2, 4, 0]
     assert row_widths(torch.zeros(2, 0)).tolist() == [0, 0]
+
+
+def test_passk_advantages_only_the_best_learns():
+    rewards = torch.tensor([[1.0, 0.0, 0.5, 0.0]])
+    # margin over the runner-up: 1 - 0.5 = 0.5, to the best completion only
+    assert torch.allclose(passk_advantages(rewards, "none"), torch.tensor([[0.5, 0.0, 0.0, 0.0]]))
+    # group: / unbiased std: mean 0.375, squares 0.390625 + 0.140625 + 0.015625 + 0.140625 = 0.6875, / 3 -> std 0.478714
+    assert torch.allclose(passk_advantages(rewards, "group", 0.0), torch.tensor([[0.5 / 0.478714, 0, 0, 0]]),
+                          rtol=1e-5)
+
+
+def test_opo_baseline_is_length_weighted():
+    # baseline (3 * 1 + 1 * 0) / 4 = 0.75
+    assert torch.allclose(opo_advantages(torch.tensor([[1.0, 0.0]]), torch.tensor([[3, 1]])),
+                          torch.tensor([[0.25, -0.75]]))
+
+
+def test_gpg_advantages_scale_by_the_share_of_non_zero_rewards():
+    # 4 completions, 1 with a non-zero reward: alpha 4; centred 0.5, -0.5 and 0, 0
+    assert torch.allclose(gpg_advantages(torch.tensor([[1.0, 0.0], [0.0, 0.0]])), torch.tensor([[2.0, -2.0], [0, 0]]))

@@ -25,7 +25,7 @@ def rollout_batch(model, tok):
 
 def settings(tok, **algo):
     return UpdateSettings(AlgoConfig(**algo), tok.pad_token_id,
-                          OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
+                          optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
 
 
 def logp(model, batch, pad_id):

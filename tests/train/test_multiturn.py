@@ -100,7 +100,7 @@ def test_policy_update_on_episodes(tiny):
     batch = Batch(r.prompt_ids, r.completion_ids, r.completion_mask, adv, r.group_size, sampler_logp=r.sampler_logp,
                   env_mask=r.env_mask)
     s = UpdateSettings(AlgoConfig(aggregation="token-mean"), tok.pad_token_id,
-                       OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))
+                       optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))
     policy = copy.deepcopy(model)
     m = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, s)
     assert m["rollout/logp_mismatch_mean_abs"] == pytest.approx(0.0, abs=1e-5)

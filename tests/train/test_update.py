@@ -10,7 +10,7 @@ from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
+from rlvr.train.update import EntropyControl, UpdateSettings, _micro_batches, policy_update
 
 OPTIMIZER_KEYS = {f.name for f in dataclasses.fields(OptimizerConfig)}
 
@@ -29,7 +29,7 @@ def settings(tok, mixed_precision="no", tis_cap=0.0, **keys):
     seq-mean-token-mean), 4 prompts per micro-batch, no gradient clip."""
     opt = {"micro_batch_prompts": 4, "max_grad_norm": 0.0}
     opt.update({k: keys.pop(k) for k in list(keys) if k in OPTIMIZER_KEYS})
-    return UpdateSettings(AlgoConfig(**keys), tok.pad_token_id, OptimizerConfig(**opt),
+    return UpdateSettings(AlgoConfig(**keys), tok.pad_token_id, optimizer=OptimizerConfig(**opt),
                           mixed_precision=mixed_precision, tis_cap=tis_cap)
 
 
@@ -231,3 +231,59 @@ def test_truncated_importance_sampling_weights_the_policy_gradient(tiny):
     n_tok, row0 = float(batch.completion_mask.sum()), float(batch.completion_mask[0].sum())
     # ratio 1 on the first pass: loss = -sum(w * A) / n_tok, so row 0 adds -(2 - 1) * 1 * row0 / n_tok
     assert abs(tis["loss"] - (plain["loss"] - row0 / n_tok)) < 1e-5
+
+
+def sampled_batch(model, tok):
+    """make_batch's batch with the sampler's log-probs (here the trainer's own: every ratio is 1)."""
+    batch = make_batch(model, tok)
+    prompts = [tok(t)["input_ids"] for t in ("1+1=", "2*3=", "40-8", "7")]
+    r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
+                 stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    batch.sampler_logp = r.sampler_logp.clone()
+    return batch
+
+
+def test_sequence_mask_drops_a_far_sampled_sequence_and_reports_it(tiny):
+    model, tok = tiny
+    batch = sampled_batch(model, tok)
+    _, plain = one_step(model, tok, batch, aggregation="token-mean")
+    batch.sampler_logp[0, 0] -= 2.0  # row 0 (advantage +1): sequence ratio e^2 > C_max 3
+    _, m = one_step(model, tok, batch, aggregation="token-mean", sampler_correction="sequence_mask", sampler_c_max=3.0)
+    n_tok, row0 = float(batch.completion_mask.sum()), float(batch.completion_mask[0].sum())
+    # ratio 1 on the first pass: loss = -sum(w * A) / n_tok; row 0's weight is now 0, so its -row0 / n_tok leaves
+    assert abs(m["loss"] - (plain["loss"] + row0 / n_tok)) < 1e-5
+    assert abs(m["sampler/masked_token_frac"] - row0 / n_tok) < 1e-6
+    assert abs(m["sampler/masked_seq_frac"] - 1 / 8) < 1e-6
+    assert "sampler/masked_seq_frac" not in plain  # fp32 sampler, auto: no correction, no metric
+
+
+def test_off_policy_mask_and_entropy_selection_report_their_shares(tiny):
+    model, tok = tiny
+    batch = sampled_batch(model, tok)
+    batch.sampler_logp[1] += 1.0  # row 1 (advantage -1): mean log pi_sampler - log pi = 1 > 0.5
+    _, m = one_step(model, tok, batch, off_policy_mask_threshold=0.5, top_entropy_quantile=0.5, micro_batch_prompts=1)
+    assert abs(m["off_policy/masked_seq_frac"] - 1 / 8) < 1e-6
+    # each micro-batch keeps the upper half of its tokens by entropy (ties at the median are kept)
+    assert 0.45 <= m["entropy/selected_frac"] <= 0.7
+
+
+def test_every_objective_updates_the_policy(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    for objective in ("cispo", "sapo", "gmpo", "gpg", "clip_cov", "kl_cov", "vespo"):
+        moved, m = one_step(model, tok, batch, policy_loss=objective, iterations=2)
+        assert math.isfinite(m["loss"]) and m["grad_norm"] > 0 and m["skipped_updates"] == 0, objective
+        assert any(not torch.equal(a, b) for a, b in zip(moved.parameters(), model.parameters())), objective
+
+
+def test_adaptive_entropy_raises_the_coefficient_below_the_target(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    s = settings(tok, adaptive_entropy=True, entropy_coef=0.01, entropy_target=100.0, entropy_coef_delta=0.005)
+    s = UpdateSettings(s.algo, s.pad_id, entropy=EntropyControl(0.01), optimizer=s.optimizer)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: only the coefficient moves
+    first = policy_update(model, opt, batch, s)
+    second = policy_update(model, opt, batch, s)
+    # no entropy measured before the first step: no bonus; then the entropy (< 100 nats) is below target
+    assert first["entropy/coef"] == 0.0 and abs(second["entropy/coef"] - 0.015) < 1e-9
+    assert abs(s.entropy.coef - 0.02) < 1e-9
