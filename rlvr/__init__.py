@@ -2,8 +2,16 @@
 
 `rlvr.fit(model=..., rewards={fn: 1.0}, train_dataset=rows, **overrides)` runs what `rlvr train` runs,
 from Python (rlvr/api.py)."""
+import os
 
-from rlvr.api import fit
+# torch's OpenMP threads wait for each other by spinning. On a CPU shared with other work (reward workers,
+# sandboxes, other jobs) a spinning thread burns its slice waiting for a peer that is not running: greedy
+# evaluation of 6 problems on smollm2 took 75-85 s instead of 7 s on a busy 2-core machine
+# (bench/eval_threads.py). Waiting passively costs little when the cores are free. It must be set before
+# torch loads its OpenMP runtime; a value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from rlvr.api import fit  # noqa: E402 (after the OpenMP setting, though rlvr.api loads no torch itself)
 
 __version__ = "0.1.0"
 __all__ = ["fit"]

@@ -11,7 +11,7 @@ from typing import Callable
 
 from rlvr.api import PYTHON_PREFIX
 from rlvr.errors import RlvrError
-from rlvr.rewards.call import RewardLog, Verdict, as_scores, completion_text, invoke, run_all
+from rlvr.rewards.call import Reward, RewardLog, Verdict, as_scores, completion_text, invoke, run_all
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
 from rlvr.tasks.base import as_text
 
@@ -30,12 +30,11 @@ def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
 
 
 def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
-               verdicts_fn: Callable[..., list[Verdict]] | None = None):
-    """Turn a one-item verdict function into a TRL reward f(completions, **columns) -> list[float].
-
-    The reward also carries `.verdict(completion, *column_values) -> Verdict` and
-    `.verdicts(completions, **columns) -> list[Verdict]`; pass `verdicts_fn` for a batch form that
-    does better than one call per item (a worker pool, say).
+               verdicts_fn: Callable[..., list[Verdict]] | None = None, **abilities) -> Reward:
+    """A one-item verdict function as a Reward: a TRL reward f(completions, **columns) -> list[float]
+    with `.verdict(completion, *column_values) -> Verdict` and `.verdicts(completions, **columns)`;
+    pass `verdicts_fn` for a batch form that does better than one call per item (a worker pool, say),
+    and the Reward's other fields (checks_correctness, code_outcome, config) as keywords.
     """
 
     def verdicts(completions, **kwargs) -> list[Verdict]:
@@ -45,15 +44,8 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
             return verdicts_fn(texts, *cols)
         return [verdict_fn(t, *vals) for t, *vals in zip(texts, *cols)]
 
-    def reward(completions, **kwargs) -> list[float]:
-        return [v.score for v in verdicts(completions, **kwargs)]
-
-    reward.verdict = verdict_fn
-    reward.verdicts = verdicts
-    reward.columns = columns
-    reward.__name__ = verdict_fn.__name__.removesuffix("_verdict")
-    reward.__doc__ = verdict_fn.__doc__
-    return reward
+    return Reward(verdict_fn.__name__.removesuffix("_verdict"), verdicts, verdict_fn, columns,
+                  doc=verdict_fn.__doc__ or "", **abilities)
 
 
 class RewardFunctionError(RlvrError):
@@ -62,9 +54,32 @@ class RewardFunctionError(RlvrError):
 
 @dataclass
 class RewardFunction:
+    """A reward of a run: its name (in metrics and reports), its weight, the function, and its
+    rewards.weights key when that differs from the name (a .py file's path: rlvr.rewards.base.short_name)."""
+
     name: str
     weight: float
-    fn: Callable
+    fn: Callable  # a Reward (rlvr's built-ins, verl scorers) or a user's plain TRL-style function
+    key: str = ""
+
+    @property
+    def spec(self) -> str:
+        """The rewards.weights key that names this reward: what a message tells the user to write."""
+        return self.key or self.name
+
+    @property
+    def reward(self) -> Reward | None:
+        """The Reward with what rlvr knows about the function; None for a plain function."""
+        return self.fn if isinstance(self.fn, Reward) else None
+
+    @property
+    def checks_correctness(self) -> bool | None:
+        """Does it pay for right answers? A Reward's field; a user's plain function may say so itself with a
+        `checks_correctness` attribute (README: the grader and the audit read it); None when it does not say."""
+        if self.reward is not None:
+            return self.reward.checks_correctness
+        said = getattr(self.fn, "checks_correctness", None)   # the user's own marker on their function
+        return None if said is None else bool(said)
 
 
 @dataclass
@@ -99,10 +114,10 @@ class Scores:
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
-    """The rewards that check correctness (`fn.checks_correctness`), in order: the first one is what
-    pass rates and the curriculum read. A function that does not say is strict only when
+    """The rewards that check correctness (Reward.checks_correctness), in order: the first one is what
+    pass rates and the curriculum read. A plain function says nothing of itself: it is strict only when
     `unknown_is_strict` (rlvr audit holds unknown user functions to every attack)."""
-    return [rf for rf in rewards if getattr(rf.fn, "checks_correctness", unknown_is_strict)]
+    return [rf for rf in rewards if (unknown_is_strict if rf.checks_correctness is None else rf.checks_correctness)]
 
 
 def load_callable(spec: str, what: str) -> Callable:
@@ -142,8 +157,8 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
                         "'module:function' (TRL's form) or 'verl:module:compute_score'")
     if name.startswith(VERL_PREFIX):
         fn = load_callable(name[len(VERL_PREFIX):], "verl compute_score")
-        return RewardFunction(short_name(name), weight, from_compute_score(fn))
-    return RewardFunction(short_name(name), weight, load_callable(name, "reward function"))
+        return RewardFunction(short_name(name), weight, from_compute_score(fn), name)
+    return RewardFunction(short_name(name), weight, load_callable(name, "reward function"), name)
 
 
 def short_name(spec: str) -> str:

@@ -14,7 +14,9 @@ from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, s
 from rlvr.report.console import say
 from rlvr.report.trackers import check_trackers
 from rlvr.rewards import rewards_of
-from rlvr.rewards.base import RewardFunction
+from rlvr.eval.grader import Grader, choose_grader
+from rlvr.rewards.base import RewardFunction, strict_rewards
+from rlvr.rewards.preflight import check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
@@ -37,7 +39,7 @@ def seed_everything(seed: int) -> None:
 def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
     for rf in rewards:
-        if "answer" in getattr(rf.fn, "columns", ()):
+        if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
     if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
@@ -54,8 +56,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
                    (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
     if cfg.train.parallel == "fsdp":
-        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (a.micro_batch_tokens > 0,
-                        "algo.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
+        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
+                        "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
                         (a.beta > 0 and a.ref_sync_every > 0, "algo.ref_sync_every")]
     bad = [name for flag, name in unsupported if flag]
     if bad:
@@ -67,16 +69,33 @@ def check_distributed(cfg: Config, d: Dist) -> None:
 def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimizer, object, torch.nn.Module | None]:
     """AdamW over the trainable policy weights (and PPO's value head, at its own learning rate), its
     linear warm-up schedule, and the value head (None unless algo.adv_estimator is gae)."""
-    a = cfg.algo
+    a, o = cfg.algo, cfg.optimizer
     critic = None
-    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
+    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": o.lr}]
     if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk
         critic = torch.nn.Linear(policy.config.hidden_size, 1, device=next(policy.parameters()).device)
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = adamw(groups, a.weight_decay)
-    return optimizer, warmup_scheduler(optimizer, a.warmup_steps), critic
+    optimizer = adamw(groups, o.weight_decay)
+    return optimizer, warmup_scheduler(optimizer, o.warmup_steps), critic
+
+
+def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, list[RewardFunction], Grader]:
+    """The task's splits, the rewards (the same set rlvr audit attacks; `given`: Python ones by name,
+    rlvr.fit), each reward tried on the first rows (rlvr.rewards.preflight), and the evaluation's grader,
+    said on the console. Data first: a bad file is named in seconds, before the model loads."""
+    splits = build_splits(cfg.task)
+    for note in splits.notes:
+        say(f"task: {note}")
+    rewards = rewards_of(cfg, given)
+    check_gold_answers(rewards, splits, cfg.task)
+    grader = choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold)
+    strict = tuple(rf.name for rf in strict_rewards(rewards)) + ((grader.name,) if grader.user else ())
+    for warning in check_rewards(rewards, splits.train or splits.heldout, strict, cfg.env.name != "single"):
+        say(f"warning: {warning}")
+    say(grader.line())
+    return splits, rewards, grader
 
 
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
@@ -88,11 +107,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
-    splits = build_splits(cfg.task)  # data first: a bad file is named in seconds, before the model loads
-    for note in splits.notes:
-        say(f"task: {note}")
-    rewards = rewards_of(cfg, given)  # the same set rlvr audit attacks
-    check_gold_answers(rewards, splits, cfg.task)
+    splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
@@ -110,6 +125,5 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced
         prepare_run_dir(out, to_yaml(cfg), fresh)
         save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
-    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
-               sampler, engine,
-               stop_token_ids(policy, tok), tok.pad_token_id, d, precision)
+    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler, sampler, engine,
+               stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)
