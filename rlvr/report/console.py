@@ -36,7 +36,8 @@ def say(text: str) -> None:
 
 
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:
-    """The first completion of the first k groups, with each reward's score and reason."""
+    """The first completion of the first k groups, with each reward's score and reason, terminal-safe
+    whoever prints it: model turns, tool output and reasons quote text the model chose."""
     lines = [f"--- samples at step {step} ---"]
     for s in samples[::group_size][:k]:
         rewards = ", ".join(f"{n}={v['score']:g} ({v['reason']})" for n, v in s["rewards"].items())
@@ -46,7 +47,7 @@ def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) 
             lines.append(f"Q: {s['prompt']}\n{episode_text(s['episode']).rstrip()}\n   {rewards}")
         else:
             lines.append(f"Q: {s['prompt']}\nA: {s['completion'].strip()!r}\n   {rewards}")
-    return "\n".join(lines)
+    return terminal_safe("\n".join(lines))
 
 
 ROWS = (("held-out accuracy", "heldout_accuracy"), ("held-out format-free", "heldout_lenient"),
