@@ -5,7 +5,7 @@ import re
 
 from rlvr.rewards.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
-from rlvr.rewards.mathforms import answer_key
+from rlvr.rewards.mathforms import one_answer
 from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
 
 STYLES = ("answer_line", "boxed", "tag", "any")
@@ -40,7 +40,7 @@ def format_check(completion: str, style: str = "answer_line") -> Verdict:
     if completion.count("<think>") > completion.count("</think>"):
         return Verdict(0.0, "unbalanced <think> tags")
     cands = final_answers(completion)
-    if len({answer_key(c) for c in cands}) != 1:
+    if not cands or not one_answer(cands):
         return Verdict(0.0, f"{len(cands)} final answers, expected one")
     value = clean(cands[0]).text
     if not value or len(value) > MAX_ANSWER_CHARS:

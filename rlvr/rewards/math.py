@@ -27,10 +27,11 @@ from typing import NamedTuple
 from rlvr.rewards.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.math_worker import shared_worker
-from rlvr.rewards.mathforms import Form, answer_key, as_interval, labelled_list, parse_form, unlabel
-from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, clean, decimal_places, exact_value, has_plus_minus,
-                                   is_rounded_decimal, is_words, looks_like_several, squash,
-                                   within_rounding)
+from rlvr.rewards.mathforms import Form, as_interval, labelled_list, one_answer, parse_form, unlabel
+from rlvr.rewards.mathnorm import (MAX_ANSWER_CHARS, MAX_EXPONENT, clean, decimal_places, exact_value,
+                                   has_plus_minus, huge_power, is_rounded_decimal, is_words,
+                                   looks_like_several, squash, within_rounding)
+from rlvr.rewards.mathunits import same_quantity
 
 _PLUS_MINUS = re.compile(r"\\pm\s*(.+)", re.DOTALL)
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
@@ -59,8 +60,8 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     if av is not None and gv is not None:
         if av == gv:
             return True, "correct"
-        # a rounded gold (3.14) takes an exact fraction, or a decimal at least as precise, within
-        # half its last place; never a coarser decimal (3.1)
+        # a rounded gold (3.14: mathnorm.is_rounded_decimal) takes an exact fraction, or a decimal at
+        # least as precise, that rounds to it; never a coarser decimal (3.1)
         places = decimal_places(a)
         if is_rounded_decimal(g) and (places is None or places >= decimal_places(g)) and within_rounding(av, g):
             return True, "correct to the gold's rounding"
@@ -134,7 +135,7 @@ def _mismatch(a: Form, g: Form) -> str:
 
 
 def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
-    if a.kind == "inequality" and g.kind == "tuple":
+    if a.kind == "inequality" and g.kind == "tuple" and _interval(g):
         a = as_interval(a) or a
     if g.kind == "inequality" and a.kind == "tuple":
         g = as_interval(g) or g
@@ -163,11 +164,18 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     return _ordered(a.parts, g.parts, budget)
 
 
+def _interval(g: Form) -> bool:
+    """Is a gold pair an interval for certain? `(3, 5)` may be a point; `[3, 5)` and `(3, \\infty)` are not."""
+    return len(g.parts) == 2 and (g.brackets != "()" or any("infty" in p for p in g.parts))
+
+
 def _inequality_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     """Same relations between equal sides; or, for one relation, `right - left` a positive constant
-    times the gold's (`-x > -1` is `x < 1`; `x > 1` is not)."""
+    times the gold's (`-x > -1` is `x < 1`; `x > 1` is not). `!=` is symmetric (`12 \\neq x`)."""
     if a.ops != g.ops:
         return False, "not the same inequality"
+    if a.ops == ("!=",):
+        return _unordered(list(a.parts), list(g.parts), _equal, budget)
     equal, reason = _ordered(a.parts, g.parts, budget)
     if equal or len(a.ops) != 1 or not budget.symbolic:
         return equal, reason
@@ -199,10 +207,17 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
     ans, gold = clean(answer_text), _clean_gold(str(gold_text))
     if not ans.text:
         return False, "empty final answer"
+    if ans.prose:
+        return False, f"prose after the value, not a unit: {ans.prose[:40]!r}"
     if ans.percent and not gold.percent:
         return False, "percent answer for a gold without a percent sign"
     if ans.unit and gold.unit and ans.unit != gold.unit:
+        a, g = exact_value(ans.text), exact_value(gold.text)
+        if a is not None and g is not None and same_quantity(a, ans.measure, g, gold.measure):
+            return True, f"correct (in {ans.unit} for a gold in {gold.unit})"
         return False, f"unit {ans.unit} for a gold in {gold.unit}"
+    if huge_power(ans.text):
+        return False, f"an exponent over {MAX_EXPONENT}: too large to compare"
     if has_plus_minus(ans.text) and not has_plus_minus(gold.text):
         return False, "\\pm answer for a single gold value"
     budget = _Budget(time.monotonic() + shared_worker().timeout_s)
@@ -218,12 +233,15 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
     """1.0 when the completion states exactly one final answer and it equals the gold."""
     if after_thinking(completion) is None:
         return Verdict(0.0, "unclosed <think>")
-    cands = final_answers(completion)
-    if not cands:
-        return Verdict(0.0, "no final answer")
-    if len(cands) > 1 and len({answer_key(c) for c in cands}) > 1:
-        return Verdict(0.0, f"several different final answers: {cands[:4]}")
-    equal, reason = check_answer(cands[0], answer)
+    try:
+        cands = final_answers(completion)
+        if not cands:
+            return Verdict(0.0, "no final answer")
+        if len(cands) > 1 and not one_answer(cands):
+            return Verdict(0.0, f"several different final answers: {cands[:4]}")
+        equal, reason = check_answer(cands[0], answer)
+    except RecursionError:   # a bound on nesting, whatever form reached it: never an exception out of here
+        return Verdict(0.0, "answer nested too deeply to read")
     return Verdict(1.0 if equal else 0.0, reason, cands[0][:MAX_ANSWER_CHARS])
 
 

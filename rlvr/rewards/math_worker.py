@@ -161,7 +161,7 @@ def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tup
     if sympy.simplify(a - g) == 0:
         return True, "equivalent"
     if tol is not None and not a.free_symbols and not g.free_symbols:
-        if abs(sympy.N(a - g, 30)) <= sympy.Rational(tol):
+        if abs(sympy.N(a - g, 30)) < sympy.Rational(tol):   # strictly: a tie rounds either way
             return True, "equal to the gold's rounding"
     return False, "not equivalent"
 
