@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS
+from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean
 
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
@@ -42,8 +42,8 @@ _IS = re.compile(r"\s(?:is|are|equals)\s", re.IGNORECASE)
 # hedges, alternatives, conditions, and the words that quote a claim or a question instead of stating
 # a result ("the claim to prove is that ...", "we check whether ...").
 _HEDGE = re.compile(r"n['’]t\b|\b(?:not|no|none|never|nothing|cannot|wrong|incorrect|false|or|either|neither|"
-                    r"nor|unless|except|if|whether|maybe|perhaps|possibly|probably|likely|unlikely|might|may|"
-                    r"could|would|should|guess|doubt|unsure|uncertain|assume|assuming|suppose|claim|claims|"
+                    r"nor|unless|except|if|whether|maybe|perhaps|possibly|probably|likely|unlikely|might|"
+                    r"guess|doubt|unsure|uncertain|assume|assuming|suppose|claim|claims|"
                     r"prove|show|shown|question|asks|asked|ask|given|want|wants|need|needs|suggests?|"
                     r"approximately|about|around|roughly|nearly|almost)\b", re.IGNORECASE)
 _LETTER_MATH = re.compile(r"\$[^$]*[A-Za-z][^$]*\$")
@@ -60,8 +60,10 @@ _TAIL = re.compile(r"\s*(?:is\s+(?:the|our)\s+(?:solution|answer))?\s*[.!]?\s*",
 # separators and math delimiters only; any other word (`\boxed{1} no no \boxed{2}`) keeps the gold as is.
 _BRACE = re.compile(r"[{}]")
 _BOX = re.compile(r"\\boxed[ \t]*\{")
-# A `%` not after a digit or a backslash opens a LaTeX comment: what follows it on the line does not render.
-_COMMENT = re.compile(r"(?<![\d\\])(?<!\d )%[^\n]*")
+_AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
+                        r"\s*\{[^{}\n]{0,80}\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?|\^\s*\{?\s*\\circ\s*\}?|°)")
+# A `%` not after a digit or a backslash opens a LaTeX comment: a box after it on its line does not render.
+_COMMENT = re.compile(r"(?<![\d\\])%(?=[^\n]*\\boxed)[^\n]*")
 _PLAIN_LINE = re.compile(r"[\d.,+\-/ ]*")
 _CLOSE = str.maketrans("([", ")]")
 _GOLD_GLUE = re.compile(r"(?:[\s,;.$]|\\[()\[\]]|\\quad|\\text\{\s*and\s*\}|\band\b)*")
@@ -207,12 +209,22 @@ def final_answers(text: str) -> list[str]:
     if math:
         cands += [next(g for g in m.groups() if g is not None) for m in _ANSWER_MATH.finditer(body)]
     cands += [_unboxed(t.strip()) for t in answer_tags(body)]
-    cands += boxed_contents(body)
+    cands += _boxes_with_units(body)
     if "####" in body:
         cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body)]
     if math:
         cands = [_math_of_prose(c) for c in cands]
     return [c.strip() for c in cands if c.strip()]
+
+
+def _boxes_with_units(body: str) -> list[str]:
+    """Each box's content with the `\\text{...}` (or degree sign) right after it: `\\boxed{24} \\text{ cm}`
+    is 24 cm, and `\\boxed{24} \\text{ is not right}` is no plain 24."""
+    out = []
+    for _, j, k in _box_spans(body):
+        after = _AFTER_BOX.match(body, j)
+        out.append(body[k:j - 1] + (" " + after.group(1) if after else ""))
+    return out
 
 
 def _next_line(body: str, end: int) -> str:
@@ -230,7 +242,10 @@ def _stated(line: str) -> str:
     if not _WORD.search(subject) and not _LETTER_MATH.search(subject):   # `$x$ is 12`, never `$13$ is 12`
         return line
     value = s[verbs[-1].end():].strip()
-    return value if value and not _WORD.search(value) else line
+    if value and _WORD.search(value):   # words after the value: only a unit (`is 120 cubic units`)
+        norm = clean(value)
+        return value if norm.unit and not norm.prose and not _WORD.search(norm.text) else line
+    return value or line
 
 
 def _math_of_prose(answer: str) -> str:

@@ -207,7 +207,7 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
     ans, gold = clean(answer_text), _clean_gold(str(gold_text))
     if not ans.text:
         return False, "empty final answer"
-    if ans.prose:
+    if ans.prose and ans.prose.casefold() != gold.prose.casefold():   # the gold's own words are its unit
         return False, f"prose after the value, not a unit: {ans.prose[:40]!r}"
     if ans.percent and not gold.percent:
         return False, "percent answer for a gold without a percent sign"

@@ -101,6 +101,21 @@ def _structure(s: str) -> str:
     return "".join(out)
 
 
+def _braces(s: str) -> str:
+    """Brace groups as LaTeX renders them: an exponent's or subscript's group, or one raised to a
+    power, is a parenthesised group; any other group only groups (`5{6}` renders as 56, not 5*6)."""
+    out, stack = list(s), []
+    for i, ch in enumerate(s):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            j = stack.pop()
+            before, after = s[:j].rstrip()[-1:], s[i + 1:].lstrip()[:1]
+            keep = before in ("^", "_") or after == "^"
+            out[j], out[i] = ("(", ")") if keep else ("", "")
+    return "".join(out).replace("{", "(").replace("}", ")")
+
+
 def latex_to_text(s: str) -> str:
     """A whitelisted rewrite of LaTeX into sympy syntax; anything unknown is refused."""
     for short in ("\\dfrac", "\\tfrac"):
@@ -110,7 +125,7 @@ def latex_to_text(s: str) -> str:
     s = _structure(s)
     for cmd in sorted(_COMMANDS, key=len, reverse=True):
         s = s.replace(cmd, _COMMANDS[cmd])
-    s = s.replace("{", "(").replace("}", ")").replace("^", "**")
+    s = _braces(s).replace("^", "**")
     if "\\" in s or not _ALLOWED.match(s):
         raise ValueError("unsupported notation")
     words = set(re.findall(r"[a-zA-Z_]+", s)) - _NAMES
@@ -161,7 +176,8 @@ def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tup
     if sympy.simplify(a - g) == 0:
         return True, "equivalent"
     if tol is not None and not a.free_symbols and not g.free_symbols:
-        if abs(sympy.N(a - g, 30)) < sympy.Rational(tol):   # strictly: a tie rounds either way
+        diff = a - g if (a - g).is_Rational else sympy.N(a - g, 30)   # a rational difference exactly
+        if abs(diff) < sympy.Rational(tol):   # strictly: a tie rounds either way
             return True, "equal to the gold's rounding"
     return False, "not equivalent"
 

@@ -24,7 +24,7 @@ _WRAPPER = re.compile("|".join(re.escape(w) for w in _WRAPPERS))  # one pass, ea
 # digit and a group of three (`12\,345`) is a thousands separator.
 _SPACING = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))|(?<!\\)\\(?:qquad|quad|,|;|:|>| )")
 # Currency and degree signs are units (rlvr.rewards.mathunits), never dropped unread.
-_SIGNS = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree|\\\$|€|£|¥|¢")
+_SIGNS = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree|\\\$|€|£|¥|₹|¢")
 # A reversed bracket opens or closes an interval the French way: `]0, 1[` is (0, 1).
 _FRENCH = re.compile(r"(\\left)?([\[\]])([^\[\]{}]*,[^\[\]{}]*?)(\\right)?([\[\]])")
 _GLUED_COMMA = re.compile(r",\\!\s*")  # `11,\! 111`: MATH's thousands separator, `\!` undoing the space
@@ -121,7 +121,7 @@ def clean(answer: str) -> Normalised:
         return Normalised(s.removesuffix(".").strip(), False)
     if ",\\!" in s:
         s = _GLUED_COMMA.sub(",", s)
-    s, units = _signs(s) if any(c in s for c in "$\\°€£¥¢") else (s, [])
+    s, units = _signs(s) if any(c in s for c in "$\\°€£¥₹¢") else (s, [])
     if "\\" in s:
         s = _SPACING.sub(lambda m: "" if m.group() == "\\," else " ", s)
     s = _WRAPPER.sub("", s).strip().removesuffix(".").strip()

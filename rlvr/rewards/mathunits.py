@@ -52,6 +52,8 @@ _TABLE = [
     ("eur", Fraction(1), "€ euro euros eur"),
     ("gbp", Fraction(1), "£ gbp"),
     ("jpy", Fraction(1), "¥ yen"),
+    ("cny", Fraction(1), "yuan rmb"),
+    ("inr", Fraction(1), "₹ rupee rupees"),
     ("angle", Fraction(1), "degree degrees deg ° \\circ \\degree"),
     ("radian", Fraction(1), "rad radian radians"),
 ]
