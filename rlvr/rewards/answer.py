@@ -153,15 +153,17 @@ def _unboxed(s: str) -> str:
 
 def gold_answer(gold: str) -> str:
     """The gold's own answer when the gold is written out with boxes (a worked solution, `x \\in
-    \\boxed{[0, 7)}`): one box is its content, several boxes joined only by separators are one list;
+    \\boxed{[0, 7)}`): one box is its content, several boxes joined only by separators are one list,
+    several boxes of one content (a worked solution that boxes its answer twice) that content;
     values joined by "or" are the list of solutions; any other gold is used as written. The gold is
     trusted data, never a candidate."""
     if "####" in gold:   # GSM8K: a worked solution (with `<<3*4=12>>` marks), then `#### 12`
         gold = gold.rsplit("####", 1)[1].strip()
     spans = _box_spans(gold) if "boxed" in gold else []
     between = [gold[j:i] for (_, j, _), (i, _, _) in zip(spans, spans[1:])]
-    if spans and all(_GOLD_GLUE.fullmatch(b) for b in between):
-        gold = ", ".join(gold[k:j - 1].strip() for _, j, k in spans)
+    contents = [gold[k:j - 1].strip() for _, j, k in spans]
+    if spans and (all(_GOLD_GLUE.fullmatch(b) for b in between) or len(set(contents)) == 1):
+        gold = ", ".join(dict.fromkeys(contents)) if len(set(contents)) == 1 else ", ".join(contents)
     if "or" in gold and len(parts := _GOLD_OR.split(gold)) > 1 and not any(_WORD.search(p) for p in parts):
         parts = [p.strip().strip("$").strip() for p in parts]   # `(11,7) or (7,11)`: every solution
         labels = {m.group(1).strip() if (m := _GOLD_LABELLED.fullmatch(p)) else None for p in parts}

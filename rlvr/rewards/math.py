@@ -65,6 +65,8 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
         places = decimal_places(a)
         if is_rounded_decimal(g) and (places is None or places >= decimal_places(g)) and within_rounding(av, g):
             return True, "correct to the gold's rounding"
+        if places and not is_rounded_decimal(g) and within_rounding(gv, a):
+            return False, f"a rounded decimal for an exact gold: {a} for {g}"
         return False, f"wrong: {a} != {g}"
     if a == g or squash(a) == squash(g):
         return True, "correct"
@@ -81,6 +83,7 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
 
 def _unordered(a_items: list, g_items: list, same, budget: _Budget) -> tuple[bool, str]:
     """Every element matched to one gold element, exact matches first, then symbolic ones."""
+    a_items, g_items = _distinct(a_items), _distinct(g_items)   # a solution written twice is one solution
     if len(a_items) != len(g_items):
         return False, f"{len(a_items)} elements for a gold of {len(g_items)}"
     unmatched_a, unmatched_g = list(a_items), list(g_items)
@@ -93,6 +96,18 @@ def _unordered(a_items: list, g_items: list, same, budget: _Budget) -> tuple[boo
     if unmatched_a:
         return False, f"element {unmatched_a[0]} is not in the gold"
     return True, "correct (same elements)"
+
+
+def _distinct(items: list) -> list:
+    """Items without a tuple written the same way twice (`(3, 2), (3,2)`: one solution); a repeated
+    number stays (`1, 1` may state a double root)."""
+    seen, out = set(), []
+    for item in items:
+        key = squash(item) if isinstance(item, str) and item.startswith("(") else None
+        if key is None or key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def _ordered(a_items, g_items, budget: _Budget) -> tuple[bool, str]:

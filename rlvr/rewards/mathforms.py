@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
+from rlvr.rewards.mathnorm import _THOUSANDS, MAX_ANSWER_CHARS, clean, decimal_comma, exact_value, squash
 
 _INEQUALITIES = {"\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=", "\\lt": "<", "\\gt": ">",
                  "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">",
@@ -115,8 +115,10 @@ def _bracketed(s: str) -> Form:
         items = split_top(s[1:-1], [","])[0]
         if len(items) > 1:
             return Form("tuple", tuple(items), s[0] + s[-1])
+        if s[0] == "(" and _MATRIX.fullmatch(items[0]):   # `(\begin{pmatrix}...\end{pmatrix})`: the matrix
+            return parse_form(items[0])
         return Form("value", (s,))
-    if "," in s and not _THOUSANDS.match(s) and len(items := split_top(s, [","])[0]) > 1:
+    if "," in s and not _THOUSANDS.match(s) and not decimal_comma(s) and len(items := split_top(s, [","])[0]) > 1:
         return Form("list", tuple(items))
     return Form("value", (s,))
 

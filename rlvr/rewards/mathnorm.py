@@ -30,6 +30,10 @@ _FRENCH = re.compile(r"(\\left)?([\[\]])([^\[\]{}]*,[^\[\]{}]*?)(\\right)?([\[\]
 _GLUED_COMMA = re.compile(r",\\!\s*")  # `11,\! 111`: MATH's thousands separator, `\!` undoing the space
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textnormal|mathrm|mathbf|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")   # never a leading `0,`
+# `1 000 000`: groups of three after a space; `1000,99`, `0,111`, `2,74`: a decimal comma (one comma,
+# two or more digits after it, no thousands grouping). `1,2` stays a list.
+_SPACE_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?$")
+_DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d{2,}$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
 # `\frac{12}{5}`, `\frac12`; without braces each argument is one digit, as LaTeX reads it (`\frac123` is not 12/3)
 _FRACTION = re.compile(r"^([+-]?)\\[dt]?frac(?:\{(\d+)\}|\s*(\d))(?:\{(\d+)\}|\s*(\d))$")
@@ -164,11 +168,16 @@ def exact_value(s: str) -> Fraction | None:
     if "frac" not in s and "\\overline" not in s and "\\dot" not in s and _LETTER.search(s):  # \sqrt{8}, 2x, 1e5
         return None
     if "," in s:
-        if not _THOUSANDS.match(s):
+        if _THOUSANDS.match(s):
+            s = s.replace(",", "")
+        elif decimal_comma(s):
+            s = s.replace(",", ".")
+        else:
             return None
-        s = s.replace(",", "")
     if _SPACED_NUMBERS.search(s):  # `9 1 6` is three numbers, not 916
-        return None
+        if not _SPACE_THOUSANDS.match(s):
+            return None
+        s = s.replace(" ", "")
     s = s.replace(" ", "")
     if _DECIMAL.match(s):
         return Fraction(s.rstrip(".") if not s.endswith(".") else s[:-1])
@@ -227,11 +236,17 @@ def is_words(s: str) -> bool:
     return _WORDS.fullmatch(s) is not None and _TWO_LETTERS.search(s) is not None
 
 
+def decimal_comma(s: str) -> bool:
+    """`1000,99`, `0,111`: a comma that can only be a decimal point (never `12,345` nor `1,2`)."""
+    s = s.strip()
+    return _DECIMAL_COMMA.match(s) is not None and not _THOUSANDS.match(s)
+
+
 def looks_like_several(s: str) -> bool:
     """'1 or 2', '1, 2', '1; 2', '1 2': a list of candidates rather than one answer."""
-    if _LIST_WORDS.search(s) or ";" in s or _SPACED_NUMBERS.search(s):
+    if _LIST_WORDS.search(s) or ";" in s or (_SPACED_NUMBERS.search(s) and not _SPACE_THOUSANDS.match(s.strip())):
         return True
-    return "," in s and not _THOUSANDS.match(s.strip())
+    return "," in s and not _THOUSANDS.match(s.strip()) and not decimal_comma(s)
 
 
 def has_plus_minus(s: str) -> bool:
