@@ -183,14 +183,25 @@ def _hidden_texts(case) -> list[str]:
 
 
 def code_findings(splits: Splits, limit: int = 3) -> list[str]:
-    """Code tasks: specs with no hidden cases (hard-coding the visible answers passes them), and
-    prompts that show a hidden case's input, output or source."""
+    """Code tasks: specs whose test code imports a module this interpreter lacks (no program can
+    pass them until it is installed), specs with no hidden cases (hard-coding the visible answers
+    passes them), and prompts that show a hidden case's input, output or source."""
+    from rlvr.rewards.checks import MissingModule
     from rlvr.rewards.code import parse_spec
     from rlvr.rewards.code_spec import calls_candidate
 
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
-        coded = [(p, parse_spec(p.tests)) for p in problems if p.tests]
+        coded, missing = [], []
+        for p in problems:
+            try:
+                coded += [(p, parse_spec(p.tests))] if p.tests else []
+            except MissingModule as e:
+                missing.append(str(e))
+        if missing:
+            module = missing[0].split(" imports ", 1)[1].split(",", 1)[0]
+            findings.append(f"{name}: {len(missing)} code specs import a module the test-code interpreter lacks: "
+                            f"{module} ({missing[0].split(': ', 1)[1]})")
         idle = [(p, c) for p, spec in coded for c in spec.cases if c.test is not None and not calls_candidate(c.test)]
         if idle:
             p, c = idle[0]
