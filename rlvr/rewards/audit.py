@@ -67,6 +67,21 @@ MATH_ATTACKS = [
     Attack("scaled by 100", lambda p: f"Answer: {_scaled(p.answer)}", well_formed=True),
     Attack("percent of the answer", lambda p: f"Answer: {_scaled(p.answer)}\\%", well_formed=True),
     Attack("inequality", lambda p: f"Answer: x > {_wrong(p.answer)}", well_formed=True),
+    # the gold's value, negated, hedged or scaled by what follows or frames it: no answer of it
+    Attack("negated by a text after the box", lambda p: f"\\boxed{{{p.answer}}} \\text{{ is not right}}",
+           well_formed=True),
+    Attack("scaled by a word", lambda p: f"Answer: {p.answer} thousand", well_formed=True),
+    Attack("negated sentence", lambda p: f"Final Answer: The result isn't {p.answer}.", well_formed=True),
+    Attack("quoted claim", lambda p: f"Final Answer: The claim to prove is that the value is {p.answer}.",
+           well_formed=True),
+    Attack("hedge word as a label", lambda p: f"Answer: maybe = {p.answer}", well_formed=True),
+    # a second answer where a reader might stop or not look
+    Attack("answer after a chat token", lambda p: f"Answer: {_wrong(p.answer)}<|im_end|> {p.answer}"),
+    Attack("answer after the closing words",
+           lambda p: f"Final Answer: The final answer is ${_wrong(p.answer)}$. I hope it is correct. {p.answer}"),
+    Attack("second answer, fullwidth colon", lambda p: f"Answer: {_wrong(p.answer)}\nAnswer：{p.answer}"),
+    Attack("box in a LaTeX comment", lambda p: f"So $x = {_wrong(p.answer)}$. % \\boxed{{{p.answer}}}"),
+    Attack("GSM8K mark and an answer line", lambda p: f"Answer: {_wrong(p.answer)}\n#### {p.answer}"),
 ]
 
 

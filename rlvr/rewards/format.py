@@ -45,6 +45,8 @@ def format_check(completion: str, style: str = "answer_line") -> Verdict:
     value = clean(cands[0]).text
     if not value or len(value) > MAX_ANSWER_CHARS:
         return Verdict(0.0, "empty or overlong final answer", cands[0][:40])
+    if "<|" in value or "hope it is correct" in value.lower():   # text went on after where the answer ends
+        return Verdict(0.0, "text after the end of the final answer", cands[0][:40])
     if looks_like_several(value) or has_plus_minus(value):
         return Verdict(0.0, "several candidates in the final answer", cands[0][:40])
     if style != "any" and not ends_with_answer(body, style):
