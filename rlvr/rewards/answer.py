@@ -15,9 +15,10 @@ from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean
 # answers, and both must be seen for the disagreement to score 0 (issue 13, class 5).
 # `[^\n]*` to the end of the line, stripped afterwards: the former `(.*?)[ \t]*$` retried the
 # trailing-blank match at every character, quadratic in a long run of blanks.
-# A colon may be fullwidth (`Answer：8`); the content stops at a second "Answer:" on the same line,
-# which states a second answer (found by the same scan), not a part of the first.
-_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*[:：]((?:(?!answer[ \t*_]*[:：])[^\n])*)", re.IGNORECASE)
+# A colon may be fullwidth (`Answer：8`); a second "Answer:" on the same line states a second answer
+# (_line_contents), not a part of the first.
+_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*[:：]([^\n]*)", re.IGNORECASE)
+_LABEL = re.compile(r"(?<![a-z])answer[ \t*_]*[:：]", re.IGNORECASE)
 _NEXT_LINE = re.compile(r"[ \t*_]*\n[ \t]*\n?[ \t]*([^\n]*)")
 _TRAILING_FINAL = re.compile(r"(?:\bthe)?\s*\bfinal$", re.IGNORECASE)
 # GSM8K's (and verl's) final answer: a line `#### 72`; a markdown heading (`#### Step 1`) opens with a word.
@@ -205,8 +206,7 @@ def final_answers(text: str) -> list[str]:
         body = _FENCE.sub("", body)
     if "%" in body:
         body = _COMMENT.sub("", body)
-    cands = [line_answer(m.group(1) if m.group(1).strip(" \t*_") else _next_line(body, m.end()))
-             for m in _ANSWER_LINE.finditer(body)]
+    cands = [line_answer(c) for c in _line_contents(body)]
     math = "$" in body or "\\(" in body or "\\[" in body   # math delimiters: most completions have none
     if math:
         cands += [next(g for g in m.groups() if g is not None) for m in _ANSWER_MATH.finditer(body)]
@@ -226,6 +226,17 @@ def _boxes_with_units(body: str) -> list[str]:
     for _, j, k in _box_spans(body):
         after = _AFTER_BOX.match(body, j)
         out.append(body[k:j - 1] + (" " + after.group(1) if after else ""))
+    return out
+
+
+def _line_contents(body: str) -> list[str]:
+    """What every answer label states: the rest of its line up to the next label on that line, or
+    the next line when nothing stands after it."""
+    out = []
+    for m in _ANSWER_LINE.finditer(body):
+        parts = _LABEL.split(m.group(1)) if "nswer" in m.group(1) or "NSWER" in m.group(1) else [m.group(1)]
+        out += parts[:-1]
+        out.append(parts[-1] if parts[-1].strip(" \t*_") else _next_line(body, m.end()))
     return out
 
 

@@ -116,6 +116,13 @@ def _tail_unit(s: str) -> tuple[str, list[Unit], str]:
     return cut, [], words.strip()
 
 
+def _may_end_in_unit(s: str) -> bool:
+    """A cheap test before the unit pattern (checks per second): a letter or power sign at the end,
+    or a text command anywhere."""
+    end = s.rstrip()[-1:]
+    return end.isalpha() or end in "²³." or "\\text" in s or "\\m" in s or (end.isdigit() and "^" in s[-12:])
+
+
 def clean(answer: str) -> Normalised:
     """Strip LaTeX decoration and a trailing full stop; read a unit (currency and degree signs
     included, rlvr.rewards.mathunits) and note a percent sign or word. `(C)` becomes `C`. A label
@@ -125,12 +132,12 @@ def clean(answer: str) -> Normalised:
         return Normalised(s.removesuffix(".").strip(), False)
     if ",\\!" in s:
         s = _GLUED_COMMA.sub(",", s)
-    s, units = _signs(s) if any(c in s for c in "$\\°€£¥₹¢") else (s, [])
-    if "\\" in s:
+    s, units = _signs(s) if "$" in s or "circ" in s or "deg" in s or not s.isascii() else (s, [])
+    if "\\" in s and _SPACING.search(s):
         s = _SPACING.sub(lambda m: "" if m.group() == "\\," else " ", s)
     s = _WRAPPER.sub("", s).strip().removesuffix(".").strip()
     s, percent = _strip_tail(_PERCENT, s) if "%" in s or "p" in s or "P" in s else (s, None)
-    s, tail, prose = _tail_unit(s.strip())
+    s, tail, prose = _tail_unit(s.strip()) if _may_end_in_unit(s) else (s.strip(), [], "")
     units += tail
     names = {u.name for u in units}
     if len(names) > 1:   # `\$12 \text{ euros}`: two units for one value
