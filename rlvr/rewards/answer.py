@@ -60,7 +60,7 @@ _TAIL = re.compile(r"\s*(?:is\s+(?:the|our)\s+(?:solution|answer))?\s*[.!]?\s*",
 # What may stand between the boxes of a gold written as several (`\boxed{1} and \boxed{-2}`):
 # separators and math delimiters only; any other word (`\boxed{1} no no \boxed{2}`) keeps the gold as is.
 _BRACE = re.compile(r"[{}]")
-_BOX = re.compile(r"\\boxed[ \t]*\{")
+_BOX_SPACE = re.compile(r"[ \t]*")
 _AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
                         r"\s*\{[^{}\n]{0,80}\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?|\^\s*\{?\s*\\circ\s*\}?|°)")
 # A `%` not after a digit or a backslash opens a LaTeX comment: a box after it on its line does not render.
@@ -74,12 +74,18 @@ def _box_spans(text: str) -> list[tuple[int, int, int]]:
     """(start, end, content start) of every closed \\boxed{...} (`\\boxed {` too), nested braces
     balanced; an unclosed box is skipped."""
     found, start = [], 0
-    while (box := _BOX.search(text, start)) is not None:
+    while (i := text.find("\\boxed", start)) != -1:
+        k = i + len("\\boxed")
+        if text[k:k + 1] != "{":   # `\boxed {`: a box too; `\boxedx` is none
+            k = _BOX_SPACE.match(text, k).end()
+            if text[k:k + 1] != "{":
+                start = k
+                continue
         depth, start = 1, len(text)  # unclosed: nothing after it can close either
-        for m in _BRACE.finditer(text, box.end()):  # brace to brace, not character by character
+        for m in _BRACE.finditer(text, k + 1):  # brace to brace, not character by character
             depth += 1 if m.group() == "{" else -1
             if depth == 0:
-                found.append((box.start(), m.end(), box.end()))
+                found.append((i, m.end(), k + 1))
                 start = m.end()
                 break
     return found
@@ -210,8 +216,10 @@ def final_answers(text: str) -> list[str]:
     math = "$" in body or "\\(" in body or "\\[" in body   # math delimiters: most completions have none
     if math:
         cands += [next(g for g in m.groups() if g is not None) for m in _ANSWER_MATH.finditer(body)]
-    cands += [_unboxed(t.strip()) for t in answer_tags(body)]
-    cands += _boxes_with_units(body)
+    if "<answer>" in body:
+        cands += [_unboxed(t.strip()) for t in answer_tags(body)]
+    if "boxed" in body:
+        cands += _boxes_with_units(body)
     if "####" in body:
         cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body)]
     if math:
@@ -224,7 +232,7 @@ def _boxes_with_units(body: str) -> list[str]:
     is 24 cm, and `\\boxed{24} \\text{ is not right}` is no plain 24."""
     out = []
     for _, j, k in _box_spans(body):
-        after = _AFTER_BOX.match(body, j)
+        after = _AFTER_BOX.match(body, j) if body[j:j + 1] in (" ", "\t", "$", "\\", "^", "°") else None
         out.append(body[k:j - 1] + (" " + after.group(1) if after else ""))
     return out
 

@@ -184,7 +184,8 @@ def answer_parts(answer: str) -> tuple[str, str]:
     if value is not None:
         key = str(value)
     elif form is not None and form.kind == "set":   # `{1, 2}` and `{2, 1}` are one answer
-        key = "{" + ",".join(sorted(answer_parts(p)[0] for p in form.parts)) + "}"
+        key = "{" + ",".join(sorted(str(v) if (v := exact_value(p)) is not None else squash(p)
+                                    for p in form.parts)) + "}"
     else:
         key = squash(text)
     return key + "%" if norm.percent else key, ("~" + norm.prose) if norm.prose else norm.unit
@@ -199,6 +200,8 @@ def answer_key(answer: str) -> str:
 def one_answer(cands: list[str]) -> bool:
     """Do these stated answers state one answer? One value, and at most one unit among them (`12`
     and `12 cm` are one answer; `12 m` and `12 km`, or `12` and `12 thousand`, are two)."""
+    if all(c == cands[0] for c in cands):   # the same text twice (a box and its line): one answer
+        return True
     parts = {answer_parts(c) for c in cands}
     return len({k for k, _ in parts}) <= 1 and len({u for _, u in parts if u}) <= 1 \
         and (len(parts) == 1 or not any(u.startswith("~") for _, u in parts))
