@@ -14,7 +14,7 @@ from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, s
 from rlvr.report.console import say
 from rlvr.rewards import rewards_of
 from rlvr.rewards.base import RewardFunction
-from rlvr.rollout.protocol import make_engine
+from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.files import check_gold
@@ -49,8 +49,8 @@ def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
 def check_test_modules(problems: list) -> None:
     """Test code that imports a module this interpreter lacks can judge no program: refused before
     training (naming the module and the install line) instead of scoring every program on it 0."""
-    from rlvr.rewards.checks import MissingModule
-    from rlvr.rewards.code_spec import parse_spec
+    from rlvr.rewards.code.checks import MissingModule
+    from rlvr.rewards.code.spec import parse_spec
 
     missing = []
     for p in problems:

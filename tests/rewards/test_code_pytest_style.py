@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from rlvr.rewards import pytest_compat
+from rlvr.rewards.code import pytest_compat
 from rlvr.rewards.audit import code_findings
-from rlvr.rewards.checks import MissingModule
+from rlvr.rewards.code.checks import MissingModule
 from rlvr.rewards.code import make_code_tests, parse_spec
 from rlvr.tasks import Problem, Splits
 

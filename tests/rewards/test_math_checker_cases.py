@@ -6,10 +6,10 @@ import time
 import pytest
 
 from rlvr.rewards import math_accuracy
-from rlvr.rewards.answer import final_answers, gold_answer
+from rlvr.rewards.maths.answer import final_answers, gold_answer
 from rlvr.rewards.format import format_check
-from rlvr.rewards.mathnorm import clean, exact_value, huge_power
-from rlvr.rewards.mathunits import read_unit
+from rlvr.rewards.maths.normalise import clean, exact_value, huge_power
+from rlvr.rewards.maths.units import read_unit
 
 ATTACKS = [
     # a text after the value that is no unit: it negates, hedges or scales the value

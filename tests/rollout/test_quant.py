@@ -9,8 +9,8 @@ from torch import nn
 
 from rlvr.config import build_config
 from rlvr.errors import RlvrError
-from rlvr.rollout.session import generate
-from rlvr.rollout.protocol import PolicyEngine, QuantizedEngine, make_engine
+from rlvr.rollout.builtin import generate
+from rlvr.rollout.engines import PolicyEngine, QuantizedEngine, make_engine
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, quantize_rows, refresh, rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
