@@ -87,6 +87,10 @@ def main() -> None:
           f"refused by policy {len(policy)}, other refusals {len(other)}")
     print(f"accepted of those the policy does not refuse: {accepted + len(undoubled)}/"
           f"{accepted + len(undoubled) + len(other)} (every other refusal counted as a gap)")
+    outside = len(rows) - len(policy)
+    agree_outside = sum(r["got"] == r["expected"] for r in rows) + len(undoubled)
+    print(f"agreement outside policy (every case, equal or not, not refused by policy): {agree_outside}/{outside} "
+          f"({100 * agree_outside / outside:.1f}%)")
     for r in false_accepts:
         print(f"FALSE ACCEPT {r['where']}: gold {r['gold'][:60]!r} pred {r['pred'][:60]!r}")
     if args.list:
