@@ -111,6 +111,8 @@ RIGHT = [
     ("hashes", "Each box holds 6, so 5 boxes hold 30.\n#### 30", "30"),
     ("hashes-and-answer-agree", "Answer: 30\n#### 30", "30"),
     ("markdown-heading", "#### Step 1\nFive boxes of 6.\n\nAnswer: 30", "30"),
+    ("numbered-heading", "#### 1. Count the boxes\nFive boxes of 6.\n#### 2. Multiply\nAnswer: 30", "30"),
+    ("hashes-with-unit", "Five boxes of 6 dollars.\n#### 30 dollars", "\\$30"),
     ("yuan-as-gold", "\\boxed{0.5 \\text{ yuan}}", "0.5 \\text{ yuan}"),
 ]
 

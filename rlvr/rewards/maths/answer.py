@@ -24,6 +24,7 @@ _NEXT_LINE = re.compile(r"[ \t*_]*\n[ \t]*\n?[ \t]*([^\n]*)")
 _TRAILING_FINAL = re.compile(r"(?:\bthe)?\s*\bfinal$", re.IGNORECASE)
 # GSM8K's (and verl's) final answer: a line `#### 72`; a markdown heading (`#### Step 1`) opens with a word.
 _HASHES = re.compile(r"^[ \t]*####[ \t]*([^A-Za-z \t\n][^\n]*)$", re.MULTILINE)
+_HEADING_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n[\s\S]*?^[ \t]*```[ \t]*$", re.MULTILINE)
 # What may follow a chat template's special token on the line it ends: more tokens and a role name.
 _AFTER_TOKEN = re.compile(r"(?:<\|[^|\n]{1,40}\|>|\s|user|assistant|system)*")
@@ -222,10 +223,16 @@ def final_answers(text: str) -> list[str]:
     if "boxed" in body:
         cands += _boxes_with_units(body)
     if "####" in body:
-        cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body)]
+        cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body) if _hashes_value(m.group(1))]
     if math:
         cands = [_math_of_prose(c) for c in cands]
     return [c.strip() for c in cands if c.strip()]
+
+
+def _hashes_value(content: str) -> bool:
+    """Is a `####` line a final answer, not a numbered markdown heading (`#### 2. Add the costs`)?
+    Words on it must be its unit."""
+    return not _HEADING_WORD.search(content) or bool(clean(content.strip()).unit)
 
 
 def _boxes_with_units(body: str) -> list[str]:
