@@ -180,3 +180,18 @@ def test_verdict_never_raises_on_reversed_brackets():
 def test_format_check_counts_unit_only_differences_as_two_answers():
     assert format_check("\\boxed{12 \\text{ m}}\nAnswer: 12 km").score == 0.0
     assert format_check("\\boxed{12}\nAnswer: 12 cm").score == 1.0
+
+
+@pytest.mark.parametrize("completion,gold,score", [
+    ("\\boxed{12} thousand", "12", 0.0), ("\\boxed{12} isn't right", "12", 0.0), ("\\boxed{12} not", "12", 0.0),
+    ("\\boxed{12} apples", "12", 1.0), ("\\boxed{12} cm", "12 \\text{ cm}", 1.0), ("\\boxed{12} km", "12 \\text{ m}", 0.0),
+    ("The total is \\boxed{12} as required.", "12", 1.0), ("\\boxed{12} Thus we are done.", "12", 1.0),
+])
+def test_a_word_right_after_a_box_is_read_with_it(completion, gold, score):
+    assert math_accuracy.verdict(completion, gold).score == score
+
+
+def test_numbers_side_by_side_are_no_product():
+    assert math_accuracy.verdict("\\boxed{\\frac{1}{2}{3}}", "1.5").score == 0.0
+    assert math_accuracy.verdict("\\boxed{\\frac{1}{2} 3}", "1.5").score == 0.0
+    assert math_accuracy.verdict("\\boxed{0,5}", "0.5").score == 1.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean
+from rlvr.rewards.maths.units import SCALE_WORDS, read_unit
 
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0.
@@ -24,6 +25,7 @@ _NEXT_LINE = re.compile(r"[ \t*_]*\n[ \t]*\n?[ \t]*([^\n]*)")
 _TRAILING_FINAL = re.compile(r"(?:\bthe)?\s*\bfinal$", re.IGNORECASE)
 # GSM8K's (and verl's) final answer: a line `#### 72`; a markdown heading (`#### Step 1`) opens with a word.
 _HASHES = re.compile(r"^[ \t]*####[ \t]*([^A-Za-z \t\n][^\n]*)$", re.MULTILINE)
+_WORD_AFTER_BOX = re.compile(r"[ \t]+([A-Za-z’']+)\b")
 _HEADING_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n[\s\S]*?^[ \t]*```[ \t]*$", re.MULTILINE)
 # What may follow a chat template's special token on the line it ends: more tokens and a role name.
@@ -241,7 +243,11 @@ def _boxes_with_units(body: str) -> list[str]:
     out = []
     for _, j, k in _box_spans(body):
         after = _AFTER_BOX.match(body, j) if body[j:j + 1] in (" ", "\t", "$", "\\", "^", "°") else None
-        out.append(body[k:j - 1] + (" " + after.group(1) if after else ""))
+        word = _WORD_AFTER_BOX.match(body, j) if after is None and body[j:j + 1] in (" ", "\t") else None
+        if word and not (read_unit(word.group(1), prose=True) or word.group(1).lower() in SCALE_WORDS
+                         or _HEDGE.search(word.group(1))):
+            word = None   # `\boxed{12} is the total`: prose about the box, not part of it
+        out.append(body[k:j - 1] + (" " + after.group(1) if after else " " + word.group(1) if word else ""))
     return out
 
 

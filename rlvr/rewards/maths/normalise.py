@@ -32,9 +32,9 @@ _GLUED_COMMA = re.compile(r",\\!\s*")  # `11,\! 111`: MATH's thousands separator
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textnormal|mathrm|mathbf|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")   # never a leading `0,`
 # `1 000 000`: groups of three after a space; `1000,99`, `0,111`, `2,74`: a decimal comma (one comma,
-# two or more digits after it, no thousands grouping). `1,2` stays a list.
+# two or more digits after it or a 0 before it, no thousands grouping). `1,2` stays a list.
 _SPACE_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?$")
-_DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d{2,}$")
+_DECIMAL_COMMA = re.compile(r"^[+-]?(?:\d+,\d{2,}|0,\d+)$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
 # `\frac{12}{5}`, `\frac12`; without braces each argument is one digit, as LaTeX reads it (`\frac123` is not 12/3)
 _FRACTION = re.compile(r"^([+-]?)\\[dt]?frac(?:\{(\d+)\}|\s*(\d))(?:\{(\d+)\}|\s*(\d))$")

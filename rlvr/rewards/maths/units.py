@@ -63,12 +63,14 @@ for _dim, _scale, _names in _TABLE:
     for _n in _all:
         _NAMES.setdefault(_n.strip(), (_all[0].strip(), _dim, _scale))
 _POWER_WORDS = {"square": 2, "sq": 2, "squared": 2, "cubic": 3, "cu": 3, "cubed": 3}
+SCALE_WORDS = frozenset("thousand thousands million millions billion billions trillion trillions hundred hundreds "
+                        "dozen dozens percent tens".split())
 # Never a unit nor a count noun: the scale words and what hedges, negates or continues a sentence.
-_NOT_NOUNS = frozenset(
-    "thousand thousands million millions billion billions trillion trillions hundred hundreds dozen dozens "
-    "percent tens is are was were be the and or not nor none never maybe perhaps possibly probably wrong "
+_NOT_NOUNS = SCALE_WORDS | frozenset(
+    "is are was were be the and or not nor none never maybe perhaps possibly probably wrong "
     "incorrect false either neither unless except approx approximately about around roughly nearly almost "
-    "guess doubt unsure times plus minus less more than yes no".split())
+    "guess doubt unsure times plus minus less more than yes no thus this his its has was does as us whereas "
+    "plus always sometimes perhaps besides".split())
 _COUNT_NOUN = re.compile(r"[a-z]{3,}s")
 _EXPONENT = re.compile(r"\s*(?:\^\s*\{?\s*([23])\s*\}?|(²)|(³))\s*$")
 

@@ -23,6 +23,7 @@ WORKER_MEMORY_BYTES = 2 * 1024 ** 3
 _COMMANDS = {r"\pi": " pi ", r"\cdot": "*", r"\times": "*", r"\div": "/", r"\infty": " oo ",
              r"\ln": " log", r"\log": " log", r"\sin": " sin", r"\cos": " cos", r"\tan": " tan",
              r"\sec": " sec", r"\csc": " csc", r"\cot": " cot", r"\exp": " exp"}
+_JUXTAPOSED = re.compile(r"\)\s*[\d.]")
 _ALLOWED = re.compile(r"^[0-9a-zA-Z\s+\-*/^().,\[\]!]*$")
 _NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "sec", "csc", "cot", "exp", "sqrt", "e", "i", "binomial",
           "factorial"}
@@ -125,6 +126,8 @@ def latex_to_text(s: str) -> str:
     for cmd in sorted(_COMMANDS, key=len, reverse=True):
         s = s.replace(cmd, _COMMANDS[cmd])
     s = _braces(s).replace("^", "**")
+    if _JUXTAPOSED.search(s):   # `\frac{1}{2}3`, `\frac12 3`: two numbers side by side, no product
+        raise ValueError("numbers side by side")
     if "\\" in s or not _ALLOWED.match(s):
         raise ValueError("unsupported notation")
     words = set(re.findall(r"[a-zA-Z_]+", s)) - _NAMES
