@@ -135,4 +135,5 @@ def test_training_refuses_specs_whose_test_code_cannot_import():
     check_test_modules([Problem("write f", "", tests=json.dumps(KODCODE))])
     with pytest.raises(RlvrError, match="1 problems' test code cannot run here; the first: tests spec .* imports "
                                         "rlvr_no_such_module_xyz"):
-        check_test_modules([Problem("write f", "", tests=json.dumps(KODCODE)), Problem("g", "", tests=json.dumps(MISSING))])
+        check_test_modules([Problem("write f", "", tests=json.dumps(KODCODE)),
+                            Problem("g", "", tests=json.dumps(MISSING))])

@@ -161,11 +161,12 @@ def test_units_have_dimensions_scales_and_powers():
 
 
 def test_pathological_exponents_are_refused_in_milliseconds():
-    for text in ("\\boxed{9^{9^{9^{9}}}}", "\\boxed{1e999999999}", "\\boxed{x^{10^{12}}}", "\\boxed{7^{7^{7^{7}}}}"):
+    for text in ("\\boxed{9^{9^{9^{9}}}}", "\\boxed{1e999999999}", "\\boxed{x^{10^{12}}}", "\\boxed{7^{7^{7^{7}}}}",
+                 "\\boxed{99999999!}"):
         t = time.perf_counter()
         v = math_accuracy.verdict(text, "3")
         assert time.perf_counter() - t < 0.5 and v.score == 0.0
-        assert v.reason == "an exponent over 100000: too large to compare"
+        assert v.reason == "an exponent over 100000 or a factorial over 10000: too large to compare"
     assert not huge_power("2^{2^{3}}") and not huge_power("e^{-x^2}") and huge_power("10^{100001}")
 
 
@@ -184,7 +185,8 @@ def test_format_check_counts_unit_only_differences_as_two_answers():
 
 @pytest.mark.parametrize("completion,gold,score", [
     ("\\boxed{12} thousand", "12", 0.0), ("\\boxed{12} isn't right", "12", 0.0), ("\\boxed{12} not", "12", 0.0),
-    ("\\boxed{12} apples", "12", 1.0), ("\\boxed{12} cm", "12 \\text{ cm}", 1.0), ("\\boxed{12} km", "12 \\text{ m}", 0.0),
+    ("\\boxed{12} apples", "12", 1.0), ("\\boxed{12} cm", "12 \\text{ cm}", 1.0),
+    ("\\boxed{12} km", "12 \\text{ m}", 0.0),
     ("The total is \\boxed{12} as required.", "12", 1.0), ("\\boxed{12} Thus we are done.", "12", 1.0),
 ])
 def test_a_word_right_after_a_box_is_read_with_it(completion, gold, score):

@@ -28,9 +28,9 @@ from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.maths.worker import shared_worker
 from rlvr.rewards.maths.forms import Form, as_interval, labelled_list, one_answer, parse_form, unlabel
-from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, MAX_EXPONENT, clean, decimal_places, exact_value,
-                                   has_plus_minus, huge_power, is_rounded_decimal, is_words,
-                                   looks_like_several, squash, within_rounding)
+from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, MAX_EXPONENT, MAX_FACTORIAL, clean, decimal_places,
+                                          exact_value, has_plus_minus, huge_power, is_rounded_decimal, is_words,
+                                          looks_like_several, squash, within_rounding)
 from rlvr.rewards.maths.units import same_quantity
 
 _PLUS_MINUS = re.compile(r"\\pm\s*(.+)", re.DOTALL)
@@ -232,8 +232,8 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
         if a is not None and g is not None and same_quantity(a, ans.measure, g, gold.measure):
             return True, f"correct (in {ans.unit} for a gold in {gold.unit})"
         return False, f"unit {ans.unit} for a gold in {gold.unit}"
-    if ("^" in ans.text or "e" in ans.text or "E" in ans.text or "*" in ans.text) and huge_power(ans.text):
-        return False, f"an exponent over {MAX_EXPONENT}: too large to compare"
+    if any(c in ans.text for c in "^eE*!") and huge_power(ans.text):
+        return False, f"an exponent over {MAX_EXPONENT} or a factorial over {MAX_FACTORIAL}: too large to compare"
     if has_plus_minus(ans.text) and not has_plus_minus(gold.text):
         return False, "\\pm answer for a single gold value"
     budget = _Budget(time.monotonic() + shared_worker().timeout_s)

@@ -35,8 +35,10 @@ _AFTER_TOKEN = re.compile(r"(?:<\|[^|\n]{1,40}\|>|\s|user|assistant|system)*")
 # segment read to at most 300 characters (longer answers are refused anyway): a bounded scan.
 # The word capitalised (`Answer`, `ANSWER`), on a line after one that does not end mid-sentence (in a
 # letter, digit or comma): wrapped prose ("the candidate\nanswer $13$\ninto ...") is no answer.
-_ANSWER_MATH = re.compile(r"(?:\A|(?<![A-Za-z0-9,; \t])[ \t]*\n)[ \t#*_]*(?:(?:Final|FINAL)[ \t]+)?(?:Answer|ANSWER)[ \t*_]*(?:\$\$([^$]{1,300})\$\$|\$([^$\n]{1,300})\$"
-                          r"|\\\(((?:(?!\\\))[^\n]){1,300})\\\)|\\\[((?:(?!\\\])[\s\S]){1,300})\\\])[ \t.]*(?:<\|[^|\n]{1,40}\|>[ \t]*)*$",
+_ANSWER_MATH = re.compile(r"(?:\A|(?<![A-Za-z0-9,; \t])[ \t]*\n)[ \t#*_]*(?:(?:Final|FINAL)[ \t]+)?(?:Answer|ANSWER)"
+                          r"[ \t*_]*(?:\$\$([^$]{1,300})\$\$|\$([^$\n]{1,300})\$"
+                          r"|\\\(((?:(?!\\\))[^\n]){1,300})\\\)|\\\[((?:(?!\\\])[\s\S]){1,300})\\\])"
+                          r"[ \t.]*(?:<\|[^|\n]{1,40}\|>[ \t]*)*$",
                           re.MULTILINE)
 _FRAMING = re.compile(r"(?:the\s+)?(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
 _HOPE = "i hope it is correct"
@@ -65,7 +67,8 @@ _TAIL = re.compile(r"\s*(?:is\s+(?:the|our)\s+(?:solution|answer))?\s*[.!]?\s*",
 # separators and math delimiters only; any other word (`\boxed{1} no no \boxed{2}`) keeps the gold as is.
 _BRACE = re.compile(r"[{}]")
 _BOX_SPACE = re.compile(r"[ \t]*")
-_AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
+_AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*"
+                        r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
                         r"\s*\{[^{}\n]{0,80}\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?|\^\s*\{?\s*\\circ\s*\}?|°)")
 # A `%` not after a digit or a backslash opens a LaTeX comment: a box after it on its line does not render.
 _COMMENT = re.compile(r"(?<![\d\\])%(?=[^\n]*\\boxed)[^\n]*")

@@ -194,7 +194,8 @@ def exact_value(s: str) -> Fraction | None:
         return None if int(den) == 0 else Fraction(int(num), int(den)) * (-1 if sign == "-" else 1)
     if m := _REPEATING.match(s):   # 0.\overline{3}, 0.1(6): the repeating decimal's exact fraction
         sign, whole, fixed, cycle = m.group(1), m.group(2) or "0", m.group(3), m.group(4) or m.group(5) or m.group(6)
-        value = Fraction(int(whole + fixed), 10 ** len(fixed)) + Fraction(int(cycle), (10 ** len(cycle) - 1) * 10 ** len(fixed))
+        shift = 10 ** len(fixed)
+        value = Fraction(int(whole + fixed), shift) + Fraction(int(cycle), (10 ** len(cycle) - 1) * shift)
         return -value if sign == "-" else value
     if m := _SLASH.match(s):
         num, den = m.groups()
@@ -261,6 +262,8 @@ def has_plus_minus(s: str) -> bool:
     return "\\pm" in s or "±" in s or "\\mp" in s
 
 
+_FACTORIAL = re.compile(r"(\d{5,300})\s*!")
+MAX_FACTORIAL = 10_000   # 99999999! is a tower of its own
 _POWER_MARK = re.compile(r"\^|\*\*|(?<=\d)[eE](?=[+-]?\d)")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 _BASE = re.compile(r"\s*\(?\s*([+-]?\d+(?:\.\d+)?)\s*\)?\s*(?:\^|\*\*)")
@@ -268,8 +271,11 @@ _BASE = re.compile(r"\s*\(?\s*([+-]?\d+(?:\.\d+)?)\s*\)?\s*(?:\^|\*\*)")
 
 def huge_power(s: str) -> bool:
     """Does any exponent in `s` exceed MAX_EXPONENT in value (`9^{9^{9^{9}}}`, `x^{10^{9}}`,
-    `1e999999999`)? Such a value costs sympy its whole time limit, so it is refused before symbolic
+    `1e999999999`), or a factorial of more than MAX_FACTORIAL? Such a value costs sympy its whole time
+    limit, so it is refused before symbolic
     work. Exponents that are no plain number or power of numbers are left to the worker."""
+    if "!" in s and any(int(m.group(1)) > MAX_FACTORIAL for m in _FACTORIAL.finditer(s)):
+        return True
     return any(abs(_exponent(s, m.end(), 0)) > MAX_EXPONENT for m in _POWER_MARK.finditer(s))
 
 
