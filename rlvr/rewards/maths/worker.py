@@ -104,6 +104,8 @@ def _structure(s: str) -> str:
 def _braces(s: str) -> str:
     """Brace groups as LaTeX renders them: an exponent's or subscript's group, or one raised to a
     power, is a parenthesised group; any other group only groups (`5{6}` renders as 56, not 5*6)."""
+    if "{" not in s:
+        return s.replace("}", ")")
     out, stack = list(s), []
     for i, ch in enumerate(s):
         if ch == "{":
