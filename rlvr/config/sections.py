@@ -366,6 +366,14 @@ class EvalConfig:
     """Evaluate before training."""
     after: bool = True
     """Evaluate after training."""
+    grader: str = ""
+    """What evaluation counts as correct (held-out/OOD accuracy, flips, the skill rules, rlvr eval): a
+    rewards.weights key (your TRL function or verl compute_score), or builtin (the answer checker). Empty:
+    the built-in checker when rewards.weights has correctness or code_tests, else your reward marked as
+    a correctness check (a verl scorer, or a function with checks_correctness = True), else your reward
+    of the highest weight; the choice and its reason are printed at the start."""
+    grader_threshold: float = 1.0
+    """A user grader's score at or above this counts as correct."""
 
 
 @dataclass

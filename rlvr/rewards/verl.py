@@ -115,6 +115,7 @@ def from_compute_score(fn: Callable) -> Callable:
         return _then(verdicts(completions, **columns), lambda vs: [v.score for v in vs])
 
     reward.verdicts = verdicts
+    reward.compute_score = fn  # the user's own function, for the preflight's diagnosis
     reward.checks_correctness = True  # a verl scorer checks the answer: pass rates and the curriculum read it
     reward.__name__ = getattr(fn, "__name__", "compute_score")
     return reward

@@ -13,7 +13,9 @@ from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
 from rlvr.rewards import rewards_of
-from rlvr.rewards.base import RewardFunction
+from rlvr.eval.grader import Grader, choose_grader
+from rlvr.rewards.base import RewardFunction, strict_rewards
+from rlvr.rewards.preflight import check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
@@ -96,9 +98,26 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
     return optimizer, warmup_scheduler(optimizer, a.warmup_steps), critic
 
 
+def data_and_rewards(cfg: Config) -> tuple[object, list[RewardFunction], Grader]:
+    """The task's splits, the rewards (the same set rlvr audit attacks), each reward tried on the first
+    rows (rlvr.rewards.preflight), and the evaluation's grader, said on the console."""
+    splits = build_splits(cfg.task)
+    for note in splits.notes:
+        say(f"task: {note}")
+    rewards = rewards_of(cfg)
+    check_gold_answers(rewards, splits, cfg.task)
+    grader = choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold)
+    strict = tuple(rf.name for rf in strict_rewards(rewards)) + ((grader.name,) if grader.user else ())
+    for warning in check_rewards(rewards, splits.train or splits.heldout, strict, cfg.env.name != "single"):
+        say(f"warning: {warning}")
+    say(grader.line())
+    return splits, rewards, grader
+
+
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     """Load models, tasks and optimizer. A fresh run clears the run directory's logs (rank 0 writes)."""
     check_distributed(cfg, d)
+    splits, rewards, grader = data_and_rewards(cfg)  # a reward that cannot run stops here, in seconds
     out = Path(cfg.train.out)
     if d.is_main:
         prepare_run_dir(out, to_yaml(cfg), fresh)
@@ -110,11 +129,6 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    splits = build_splits(cfg.task)
-    for note in splits.notes:
-        say(f"task: {note}")
-    rewards = rewards_of(cfg)  # the same set rlvr audit attacks
-    check_gold_answers(rewards, splits, cfg.task)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
     ref = Reference.of(policy) if cfg.algo.beta > 0 else None  # a copy on the policy's device
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
@@ -123,4 +137,4 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
     return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
-               stop_token_ids(policy, tok), tok.pad_token_id, d, precision)
+               stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)

@@ -32,6 +32,8 @@ from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json
 from rlvr.envs.episodes import make_spec
+from rlvr.eval.grader import choose_grader
+from rlvr.rewards import rewards_of
 from rlvr.tasks import Epochs, Problem, build_splits
 from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.train.checkpoint import prepare_run_dir
@@ -135,9 +137,13 @@ def sft(cfg: Config) -> dict:
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
                 for p in with_solutions(splits.train, cfg.task.name)]
+    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as a GRPO run of cfg grades
+    if grader.user:
+        say(grader.line())
     target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
-                        stop_ids, out, dist=Dist(device=device), precision=precision)
-    summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
+                        stop_ids, out, dist=Dist(device=device), precision=precision, grader=grader)
+    summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0,
+                     "grader": grader.name}
     if cfg.eval.before:
         before, target.baseline = eval_on_main(target, "before")
         say(f"eval before: {eval_line(before, 'before')}")

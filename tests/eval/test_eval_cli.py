@@ -11,8 +11,8 @@ def test_eval_cli_writes_eval_json_and_table(tmp_path, capsys):
                "--max-new-tokens", "6", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "eval.json").read_text())
-    metrics = {"pass@1", "format-free@1", "pass@2", "maj@2", "n", "per_difficulty"}
-    assert metrics <= set(doc)
+    metrics = {"pass@1", "format-free@1", "pass@2", "maj@2", "n", "per_difficulty", "grader"}
+    assert metrics <= set(doc) and doc["grader"] == "builtin"
     assert (doc["task"], doc["n"], doc["k"], doc["samples"], doc["split"]) == ("arithmetic", 4, 2, 2, "heldout")
     assert doc["tasks"]["arithmetic"] == {m: doc[m] for m in metrics}
     for m in ("pass@1", "format-free@1", "pass@2", "maj@2"):

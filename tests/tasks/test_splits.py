@@ -80,3 +80,10 @@ def test_no_train_left_is_an_error(tmp_path):
     train = jsonl(tmp_path / "train.jsonl", rows(0, 3))
     with pytest.raises(RlvrError, match="no training problems are left"):
         build_splits(TaskConfig(name=train, heldout_file=train, few_shot=0))
+
+
+def test_problem_columns_leave_out_a_difficulty_the_data_does_not_have():
+    from rlvr.tasks import Problem
+
+    assert Problem("q", "1", row={"question": "q"}).columns() == {"question": "q", "answer": "1"}
+    assert Problem("q", "1", "d2").columns() == {"answer": "1", "difficulty": "d2"}
