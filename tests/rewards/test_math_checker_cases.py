@@ -197,3 +197,16 @@ def test_numbers_side_by_side_are_no_product():
     assert math_accuracy.verdict("\\boxed{\\frac{1}{2}{3}}", "1.5").score == 0.0
     assert math_accuracy.verdict("\\boxed{\\frac{1}{2} 3}", "1.5").score == 0.0
     assert math_accuracy.verdict("\\boxed{0,5}", "0.5").score == 1.0
+
+
+@pytest.mark.parametrize("completion,gold,score", [
+    ("\\boxed{z \\in \\left[-\\frac{3}{2}, -1\\right] \\cup \\left[1, \\frac{3}{2}\\right]}",
+     "1\\leq|z|\\leq \\frac{3}{2}", 1.0),
+    ("\\boxed{(-2, -1] \\cup [1, 2)}", "1 \\le |x| < 2", 1.0),
+    ("\\boxed{[-2, -1] \\cup [1, 2)}", "1 \\le |x| < 2", 0.0),
+    ("\\boxed{[-3, 3]}", "|x| \\le 3", 1.0), ("\\boxed{(-3, 3)}", "|x| \\le 3", 0.0),
+    ("\\boxed{(-\\infty, -3) \\cup (3, \\infty)}", "|x| > 3", 1.0), ("\\boxed{(3, \\infty)}", "|x| > 3", 0.0),
+    ("\\boxed{[1, 2]}", "1 \\le |x| \\le 2", 0.0),
+])
+def test_an_inequality_on_an_absolute_value_is_its_intervals(completion, gold, score):
+    assert math_accuracy.verdict(completion, gold).score == score

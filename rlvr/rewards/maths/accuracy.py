@@ -27,7 +27,7 @@ from typing import NamedTuple
 from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.maths.worker import shared_worker
-from rlvr.rewards.maths.forms import Form, as_interval, labelled_list, one_answer, parse_form, unlabel
+from rlvr.rewards.maths.forms import Form, as_abs_union, as_interval, labelled_list, one_answer, parse_form, unlabel
 from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, MAX_EXPONENT, MAX_FACTORIAL, clean, decimal_places,
                                           exact_value, has_plus_minus, huge_power, is_rounded_decimal, is_words,
                                           looks_like_several, squash, within_rounding)
@@ -154,7 +154,9 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     if a.kind == "inequality" and g.kind == "tuple" and _interval(g):
         a = as_interval(a) or a
     if g.kind == "inequality" and a.kind == "tuple":
-        g = as_interval(g) or g
+        g = as_abs_union(g) or as_interval(g) or g
+    if g.kind == "inequality" and a.kind == "union":
+        g = as_abs_union(g) or g
     if max(len(a.parts), len(g.parts)) > MAX_ITEMS:
         return False, f"more than {MAX_ITEMS} elements"
     if {a.kind, g.kind} <= {"set", "list"}:

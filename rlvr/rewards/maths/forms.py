@@ -168,6 +168,31 @@ def as_interval(form: Form) -> Form | None:
     return Form("tuple", (low, high), ("[" if left == "<=" else "(") + ("]" if right == "<=" else ")"))
 
 
+_ABSOLUTE = re.compile(r"\|\s*([a-zA-Z](?:_\{?\w+\}?)?)\s*\|")
+
+
+def as_abs_union(form: Form) -> Form | None:
+    """`1 \\le |z| \\le 2` -> [-2, -1] \\cup [1, 2]; `|x| > 3` -> (-\\infty, -3) \\cup (3, \\infty): the
+    intervals an inequality on one variable's absolute value describes, for a bound of 0 or more."""
+    sides = list(form.parts)
+    where = [i for i, side in enumerate(sides) if _ABSOLUTE.fullmatch(side)]
+    if len(where) != 1:
+        return None
+    sides[where[0]] = _ABSOLUTE.fullmatch(sides[where[0]]).group(1)
+    band = as_interval(Form("inequality", tuple(sides), ops=form.ops))
+    if band is None:
+        return None
+    (low, high), (left, right) = band.parts, band.brackets
+    if low == "-\\infty" and high != "\\infty":                  # |x| < b: (-b, b)
+        return Form("tuple", (f"-{high}", high), ("[" if right == "]" else "(") + right)
+    if (v := exact_value(low)) is None or v < 0:
+        return None
+    flip = {"(": ")", "[": "]"}
+    negative = Form("tuple", ("-\\infty" if high == "\\infty" else f"-{high}", f"-{low}"),
+                    ("(" if high == "\\infty" else "[" if right == "]" else "(") + flip[left])
+    return Form("union", (negative, Form("tuple", (low, high), left + right)))
+
+
 def answer_parts(answer: str) -> tuple[str, str]:
     """(value key, unit) of a stated answer: the value of an exact number, else the cleaned text
     without whitespace, a set's elements sorted; a label is dropped (`x = 5` is 5), a percent sign
