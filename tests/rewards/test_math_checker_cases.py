@@ -46,6 +46,9 @@ ATTACKS = [
     ("sentence-quotes-claim", "Final Answer: The claim to prove is that the sum is 30.", "30"),
     ("sentence-quotes-question", "Final Answer: The question asks if the total is 30.", "30"),
     ("sentence-curly-contraction", "Final Answer: The value doesn’t equal 30.", "30"),
+    ("sentence-i-think", "Final Answer: I think the count is 30.", "30"),
+    ("sentence-seems", "Final Answer: It seems the count is 30.", "30"),
+    ("sentence-modal", "Final Answer: The count could be 30.", "30"),
     # a cut point hides nothing
     ("after-fake-token", "Answer: 30 <|fake|> 31", "30"),
     ("after-end-token", "Answer: 31<|im_end|> 30", "30"),

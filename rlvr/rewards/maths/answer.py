@@ -50,7 +50,7 @@ _IS = re.compile(r"\s(?:is|are|equals)\s", re.IGNORECASE)
 # a result ("the claim to prove is that ...", "we check whether ...").
 _HEDGE = re.compile(r"n['’]t\b|\b(?:not|no|none|never|nothing|cannot|wrong|incorrect|false|or|either|neither|"
                     r"nor|unless|except|if|whether|maybe|perhaps|possibly|probably|likely|unlikely|might|"
-                    r"guess|doubt|unsure|uncertain|assume|assuming|suppose|claim|claims|"
+                    r"guess|think|believe|seems?|appears?|estimated?|suspect|doubt|unsure|uncertain|assume|assuming|suppose|claim|claims|"
                     r"prove|show|shown|question|asks|asked|ask|given|want|wants|need|needs|suggests?|"
                     r"approximately|about|around|roughly|nearly|almost)\b", re.IGNORECASE)
 _LETTER_MATH = re.compile(r"\$[^$]*[A-Za-z][^$]*\$")
