@@ -79,7 +79,7 @@ from llamacpp_batch import LlamaCpp, llama_unavailable
 MODEL = "smollm2-135m-instruct"
 TEMPLATE = ("Explain step by step, in great detail, how to work this out. Describe every digit, every carry "
             "and every borrow, and check your work twice. {prompt}")
-TASK = ["--task.name=arithmetic", "--task.digits=4", "--task.operands=3", "--task.operators=+-",
+TASK = ["--task.name=arithmetic", "--task.params.digits=4", "--task.params.operands=3", "--task.params.operators=+-",
         "--task.few_shot=0", "--task.heldout_size=4", "--task.ood_size=0", "--task.train_size=64"]
 ENGINES = ("builtin", "hf", "llama")
 

@@ -173,7 +173,7 @@ def eval_parser() -> argparse.ArgumentParser:
 
 
 def cmd_eval(argv: list[str]) -> int:
-    args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.digits=2 a config key
+    args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.params.digits=2 a config key
     cfg = build_config(args.config, overrides)
     from rlvr.eval.sampled import SampleSettings
     from rlvr.eval.grader import choose_grader
@@ -225,21 +225,20 @@ def cmd_eval(argv: list[str]) -> int:
 
 
 SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
-SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.warmup_steps", "algo.max_grad_norm",
-            "algo.micro_batch_prompts", "sft.", "train.steps", "train.seed", "train.out",
-            "train.threads", "train.device", "train.mixed_precision")
 
 
 def sft_parser() -> argparse.ArgumentParser:
+    from rlvr.train.sft import reads
+
     parser = argparse.ArgumentParser(
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
         "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
         "rlvr train --model.name=RUN_DIR/final. The keys below are used, with sft.batch_size as the "
-        "examples per step and algo.micro_batch_prompts as the examples per forward pass; other keys are "
+        "examples per step and optimizer.micro_batch_prompts as the examples per forward pass; other keys are "
         "accepted and ignored.",
         epilog=_keys_epilog("config keys used (default)",
-                            lambda k: k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
+                            reads))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")
     return parser
 

@@ -69,7 +69,7 @@ def choose_grader(rewards: list[RewardFunction], name: str = "", threshold: floa
     if builtin:
         return Grader(why=f"rewards.weights has the built-in '{builtin[0]}'")
     users = [rf for rf in rewards if _is_user(rf)]
-    marked = [rf for rf in users if getattr(rf.fn, "checks_correctness", False)]
+    marked = [rf for rf in users if rf.checks_correctness]
     if marked:
         kind = "a verl compute_score" if marked[0].name.startswith("verl:") else "marked checks_correctness"
         return Grader(marked[0].name, marked[0], threshold, f"{kind}, the first such reward of rewards.weights")

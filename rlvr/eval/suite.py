@@ -76,14 +76,15 @@ def task_graders(base: TaskConfig, tasks: dict[str, TaskConfig], grader: Grader)
 
 def task_configs(base: TaskConfig, names: list[str]) -> dict[str, TaskConfig]:
     """One task config per name, each the base config with task.name replaced; a task other than the
-    base's own leaves out the base's OOD source (ood_name, ood_params, ood_file), which belongs to the
-    base task (configs/code.yaml's OOD is humaneval: `--task humaneval` must not take it twice)."""
+    base's own leaves out the base's settings (params) and OOD source (ood_name, ood_params, ood_file),
+    which belong to the base task (configs/code.yaml's OOD is humaneval: `--task humaneval` must not take
+    it twice; chain_sum's params are not arithmetic's)."""
     seen = set()
     for name in names:
         if name in seen:
             raise RlvrError(f"task '{name}' is given twice")
         seen.add(name)
-    other = dict(ood_name="", ood_params={}, ood_file="")
+    other = dict(params={}, ood_name="", ood_params={}, ood_file="")
     return {name: dataclasses.replace(base, name=name, **({} if name == base.name else other)) for name in names}
 
 

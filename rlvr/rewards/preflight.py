@@ -49,7 +49,7 @@ def missing_names(error: BaseException) -> list[str]:
 
 def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> str:
     """The likely fix for `error`, raised by reward `rf` on rows that have `columns`."""
-    original = getattr(rf.fn, "compute_score", None)  # a verl scorer's own function
+    original = rf.reward.user_fn if rf.reward is not None else None  # a verl scorer's own function
     params = _names(original or rf.fn)
     have = ", ".join(columns)
     if original is not None and "completions" in params:

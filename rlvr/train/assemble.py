@@ -38,7 +38,7 @@ def seed_everything(seed: int) -> None:
 def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
     for rf in rewards:
-        if "answer" in getattr(rf.fn, "columns", ()):
+        if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
     if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
         check_test_modules(splits.train + splits.heldout + splits.ood)
@@ -73,8 +73,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
                    (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
     if cfg.train.parallel == "fsdp":
-        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (a.micro_batch_tokens > 0,
-                        "algo.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
+        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
+                        "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
                         (a.beta > 0 and a.ref_sync_every > 0, "algo.ref_sync_every")]
     bad = [name for flag, name in unsupported if flag]
     if bad:
@@ -86,16 +86,16 @@ def check_distributed(cfg: Config, d: Dist) -> None:
 def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimizer, object, torch.nn.Module | None]:
     """AdamW over the trainable policy weights (and PPO's value head, at its own learning rate), its
     linear warm-up schedule, and the value head (None unless algo.adv_estimator is gae)."""
-    a = cfg.algo
+    a, o = cfg.algo, cfg.optimizer
     critic = None
-    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
+    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": o.lr}]
     if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk
         critic = torch.nn.Linear(policy.config.hidden_size, 1, device=next(policy.parameters()).device)
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = adamw(groups, a.weight_decay)
-    return optimizer, warmup_scheduler(optimizer, a.warmup_steps), critic
+    optimizer = adamw(groups, o.weight_decay)
+    return optimizer, warmup_scheduler(optimizer, o.warmup_steps), critic
 
 
 def data_and_rewards(cfg: Config) -> tuple[object, list[RewardFunction], Grader]:

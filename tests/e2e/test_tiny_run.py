@@ -137,7 +137,7 @@ def test_malformed_yaml(tmp_path, capsys):
 
 
 def test_schedule_curriculum_moves_up_a_level_and_logs_it(tmp_path):
-    out = run(tmp_path, "c", "--task.min_digits=1", "--task.digits=2", "--curriculum.mode=schedule",
+    out = run(tmp_path, "c", "--task.params.min_digits=1", "--task.params.digits=2", "--curriculum.mode=schedule",
               "--curriculum.schedule=[3]", "--train.steps=4")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["curriculum/level"] for m in metrics] == [0, 0, 1, 1]
@@ -157,7 +157,7 @@ def varied_reward(completions, **kw):
 def test_lora_run_trains_adapters_keeps_the_base_as_reference_and_saves_both(tmp_path):
     pytest.importorskip("peft")
     out = run(tmp_path, "lora", "--model.lora.r=4", "--model.lora.target_modules=[q_proj, v_proj]",
-              "--algo.beta=0.04", "--train.steps=3", "--algo.lr=1e-2",
+              "--algo.beta=0.04", "--train.steps=3", "--optimizer.lr=1e-2",
               "--rewards.weights={'tests.e2e.test_tiny_run:varied_reward': 1.0}")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert metrics[0]["kl"] == 0.0 and metrics[-1]["kl"] > 0  # the base is the reference
@@ -169,7 +169,7 @@ def test_lora_run_trains_adapters_keeps_the_base_as_reference_and_saves_both(tmp
 
 def test_memory_options_run_together(tmp_path):
     out = run(tmp_path, "mem", "--train.gradient_checkpointing=true", "--train.mixed_precision=bf16",
-              "--algo.micro_batch_tokens=40")
+              "--optimizer.micro_batch_tokens=40")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert all(m["skipped_updates"] == 0 for m in metrics)
     assert "rollout/logp_mismatch_mean_abs" in metrics[0]

@@ -61,7 +61,7 @@ def test_eval_cli_equals_forms_config_file_and_task_overrides(tmp_path):
     (["--k", "3", "--samples", "2"], "must be at least k"),
     (["--task", "arithmetic", "--task", "arithmetic"], "given twice"),
     (["--task", "no_such_task"], "unknown task"),
-    (["--task.digts=2"], "did you mean 'task.digits'"),
+    (["--task.digts=2"], "did you mean 'task.params.digits'"),
     (["--n", "0"], "--n must be at least 1"),
 ])
 def test_eval_cli_errors_are_one_line(tmp_path, capsys, args, message):

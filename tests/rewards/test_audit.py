@@ -106,7 +106,7 @@ def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_ne
 
 
 def test_audit_attacks_the_rewards_training_optimises(capsys):
-    """DAPO's soft overlong length reward is part of what training optimises (algo.soft_overlong), so the
+    """DAPO's soft overlong length reward is part of what training optimises (rewards.soft_overlong), so the
     audit must score it too."""
     from rlvr.config import build_config
     from rlvr.rewards import rewards_of

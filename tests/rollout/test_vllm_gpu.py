@@ -93,8 +93,8 @@ def test_sync_weights_reaches_vllm():
     for step in (1, 2):
         ro, figures = rollout(*run)
         print(f"rollout {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items()))
-    cfg.algo.lr = 2e-3  # an update large enough to dwarf bf16 noise
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.algo.lr)
+    cfg.optimizer.lr = 2e-3  # an update large enough to dwarf bf16 noise
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optimizer.lr)
     adv = torch.randn(ro.completion_ids.shape[0], device=device)  # [B]
     batch = Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size)
     policy_update(policy, opt, batch, UpdateSettings.of(cfg, tok.pad_token_id, precision))
