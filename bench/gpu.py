@@ -216,6 +216,25 @@ def decode_table(jobs: list[Job]) -> None:
             if "tokens_per_s" in eng.get(b, {}) and "tokens_per_s" in hf.get(b, {})))
 
 
+def check_runtime(env: dict, note: str) -> None:
+    """Stop the run, with one line, when rlvr cannot run on the Python it would start its jobs with
+    (bench/gpu_children.py's probe: a tiny model sampled and scored on the CPU, a few seconds), rather
+    than let every job fail in turn; an unmet pin that the probe runs through is only a note."""
+    cmd = [sys.executable, str(BENCH / "gpu_children.py"), json.dumps({"kind": "probe"})]
+    done = subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": ""}, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode == 0 and lines:
+        r = json.loads(lines[-1].removeprefix("RESULT "))
+        print(f"rlvr runs here: torch {r['torch']}, transformers {r['transformers']} (probe passed)", flush=True)
+        return
+    error = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+    unmet = next((ln.strip() for ln in note.splitlines() if "warning: rlvr needs" in ln), "")
+    raise SystemExit(f"stopped before the first job: rlvr cannot run on this Python's packages ({error})"
+                     + (f"; {unmet.removeprefix('warning: ')}" if unmet else "")
+                     + "; carry the versions pyproject.toml pins with --wheels DIR (see --help)")
+
+
 def environments(args, work: Path) -> dict:
     """Child environments: rlvr and bench/ importable; TRL's processes also see the carried wheels."""
     path = [str(BENCH), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -226,6 +245,7 @@ def environments(args, work: Path) -> dict:
     rlvr_site, trl_site, note = install_wheels(args.wheels, work, "trl" in args.parts)
     print(note, flush=True)
     plain["PYTHONPATH"] = os.pathsep.join([*rlvr_site, *path])
+    check_runtime(plain, note)
     envs = {"plain": plain, "trl": None, "trl_why": ""}
     if "trl" not in args.parts:
         return envs

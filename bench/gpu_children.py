@@ -226,7 +226,35 @@ def engine_sample(job: dict):
     return tok, run
 
 
-KINDS = {"build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
+def probe(job: dict) -> dict:
+    """Whether the running torch and transformers can run rlvr at all, in seconds on the CPU, before any
+    job spends the budget: a tiny random Llama samples through rlvr's engine (prefill, the cache handed
+    between forwards, decode), the trainer scores the same tokens with gradient checkpointing on, and
+    the two log-probs must agree (fp32, so to float rounding)."""
+    import transformers
+
+    from rlvr.models import enable_gradient_checkpointing, tiny_random
+    from rlvr.rollout.session import generate
+    from rlvr.train.logprobs import completion_logprobs
+
+    model, tok = tiny_random()
+    prompts = [tok.encode("What is 2 + 2?"), tok.encode("What is 3 + 5? Answer:")]
+    r = generate(model.eval(), prompts, group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[NO_TOKEN],
+                 pad_id=tok.pad_token_id, seeds=[0, 1])
+    mismatch = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+        model.train()
+        logp = completion_logprobs(model, r.prompt_ids, r.completion_ids, r.completion_mask, 2, tok.pad_token_id)
+        logp.sum().backward()
+        mismatch.append(float((logp.detach() - r.sampler_logp).abs().max()))
+    if max(mismatch) > 1e-4:
+        raise SystemExit(f"sampler and trainer log-probs differ by {max(mismatch):.2g} on the probe model")
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "mismatch": mismatch}
+
+
+KINDS = {"probe": probe, "build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])

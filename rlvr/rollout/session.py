@@ -22,7 +22,7 @@ import torch
 
 from rlvr.device import of_model
 from rlvr.rollout.engine import Rollout, decode, left_pad, prefill
-from rlvr.rollout.kvcache import cache_of
+from rlvr.rollout.kvcache import cache_arg, cache_of, cache_out
 from rlvr.rollout.sampling import row_turn_seed, uniforms
 
 
@@ -90,7 +90,7 @@ class BuiltinSession:
         self.model, self.stop_ids, self.pad_id, self.device = model, list(stop_ids), pad_id, of_model(model)
         self.sampling = (temperature, top_p, top_k)
         out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp]; shared prefix run once
-        block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], mask, out.logits[:, -1])
+        block = _Block([(layer.keys, layer.values) for layer in cache_out(out).layers], mask, out.logits[:, -1])
         lengths = mask.sum(-1).tolist()
         self.rows = [_Row(block, b // group_size, lengths[b // group_size], []) for b in range(len(prompts) * group_size)]
         self.draws = _Draws(len(self.rows), group_size, temperature, seeds, generator)
@@ -166,9 +166,9 @@ class BuiltinSession:
         cache, mask, next_pos, _ = self._gather(rows, ids.shape[1])
         full = torch.cat([mask, feed_mask], dim=-1)  # [A, L + W]
         positions = next_pos + (feed_mask.cumsum(-1) - 1).clamp(min=0)  # [A, W]
-        out = self.model(input_ids=ids, attention_mask=full, position_ids=positions, cache=cache, use_cache=True,
-                         logits_to_keep=1)
-        block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], full, out.logits[:, -1])
+        out = self.model(input_ids=ids, attention_mask=full, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **cache_arg(cache))
+        block = _Block([(layer.keys, layer.values) for layer in cache_out(out).layers], full, out.logits[:, -1])
         for i, (s, feed) in enumerate(zip(states, feeds)):
             s.block, s.index, s.next_pos, s.pending = block, i, s.next_pos + len(feed), []
 

@@ -26,6 +26,7 @@ from transformers import DynamicCache
 
 from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.engine import left_pad, positions_from_mask, prefill
+from rlvr.rollout.kvcache import cache_arg, cache_out
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -161,7 +162,7 @@ def _prompt_pass(base, prompts: list[list[int]], pad_id: int):
     """Run the prompts once, with gradient (rlvr.rollout.engine.prefill on the trunk): (per-layer keys /
     values [P, heads, Tp, d], the last prompt state [P, 1, H], the attention mask [P, Tp])."""
     out, mask = prefill(base, prompts, pad_id)
-    return [(layer.keys, layer.values) for layer in out.cache.layers], out.last_hidden_state[:, -1:], mask
+    return [(layer.keys, layer.values) for layer in cache_out(out).layers], out.last_hidden_state[:, -1:], mask
 
 
 def _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask, group_size,
@@ -184,7 +185,7 @@ def _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask
         comp_out = base(input_ids=completion_ids[rows, :width],
                         attention_mask=torch.cat([mask[src], completion_mask[rows, :width].long()], dim=-1),
                         position_ids=prompt_len[src, None] + torch.arange(width, device=rows.device)[None, :],
-                        cache=cache, use_cache=True)
+                        use_cache=True, **cache_arg(cache))
         pieces.append(torch.cat([last_h[src], comp_out.last_hidden_state], dim=1))  # [r, 1 + width, H]
     return pieces
 
