@@ -54,7 +54,8 @@ class RolloutEngine(Protocol):
 
 
 class PolicyEngine:
-    """An engine that samples with the training policy itself (builtin, hf): nothing to free or sync."""
+    """An engine that samples with the training policy itself (builtin, hf): nothing to sync; sleep frees
+    the static decode loop's captures and buffers (rlvr/rollout/graphed.py) while the trainer updates."""
 
     def __init__(self, policy: torch.nn.Module, generate: Callable[..., Rollout], keeps_cache: bool = False):
         self.policy, self._generate, self.keeps_cache = policy, generate, keeps_cache
@@ -69,7 +70,9 @@ class PolicyEngine:
         return RecomputeSession(self.generate, prompts, **sampling)
 
     def sleep(self) -> None:
-        pass
+        from rlvr.rollout import graphed
+
+        graphed.release(self.policy)
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         pass

@@ -246,14 +246,14 @@ def _rule(key: str) -> str:
         return "sum"
     if key == "ratio/min":
         return "min"
-    if key == "ratio/max" or key.startswith("time/"):
-        return "max"  # a step takes as long as its slowest rank
+    if key == "ratio/max" or key.startswith(("time/", "memory/")):
+        return "max"  # a step takes as long as its slowest rank, and needs its fullest rank's memory
     return "mean"
 
 
 def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
     """Merge each rank's metrics: counts (completions, tokens/generated, */errors,
-    dynamic/dropped_groups) are summed; ratio/min is the min, ratio/max and time/* the max; any other
+    dynamic/dropped_groups) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
     number is the mean weighted by each rank's weight (its number of completions). A non-count value
     equal on every rank is kept as it is (step, lr, globally reduced update metrics); None stays None; a key
     some ranks lack (a pass_rate/<difficulty> not in their shard) is combined over those that have it.

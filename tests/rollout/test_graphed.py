@@ -237,3 +237,27 @@ def test_graph_decode_enables_models_on_a_gpu_only_and_warns_for_one_it_cannot_s
         assert graphed.enabled(model) and not caplog.records
         protocol.graph_decode(RolloutConfig(), model, mistral)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["rollout.cuda_graph"]
+
+
+def test_engine_sleep_releases_the_static_cache_and_the_next_rollout_is_the_same(tiny):
+    """The loop calls engine.sleep() between the rollout and the update: the static buffers (the KV cache
+    above all) are let go, so the update can use that memory, and the next rollout builds them again."""
+    import gc
+    import weakref
+
+    from rlvr.rollout.protocol import builtin_engine
+
+    _, static = pair(tiny[0])
+    engine = builtin_engine(static)
+    kw = dict(seeds=[1, 2, 3], group_size=2, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0,
+              stop_ids=STOPS, pad_id=0)
+    first = engine.generate(PROMPTS, **kw)
+    (st, _), = static.rlvr_graphs.entries.values()
+    kv = weakref.ref(st.kv[0].keys)
+    del st
+    engine.sleep()
+    gc.collect()
+    assert static.rlvr_graphs.entries == {} and kv() is None
+    assert graphed.release(static) == 0  # nothing left to drop
+    assert_same(first, engine.generate(PROMPTS, **kw), atol=0)
+    assert len(static.rlvr_graphs.entries) == 1
