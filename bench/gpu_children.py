@@ -111,23 +111,27 @@ def rlvr_steps(job: dict) -> dict:
         raise
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][job["warmup"]:]
     col = lambda key: [r.get(key) for r in rows]
-    return {"step_s": col("time/step_s"), "rollout_s": col("time/rollout_s"), "update_s": col("time/train_s"),
-            "tokens": col("tokens/generated"), "logp_mismatch": col("rollout/logp_mismatch_mean_abs"),
-            "peak_gib": peak_gib(job["device"]), "overrides": job["overrides"]}
+    return {"step_s": col("time/step_s"), "rollout_s": col("time/rollout_s"), "reward_s": col("time/reward_s"),
+            "update_s": col("time/train_s"), "tokens": col("tokens/generated"),
+            "logp_mismatch": col("rollout/logp_mismatch_mean_abs"), "rollout_peak_gib": col("memory/rollout_peak_gib"),
+            "update_peak_gib": col("memory/update_peak_gib"), "peak_gib": peak_gib(job["device"]),
+            "overrides": job["overrides"]}
 
 
 def trl_steps(job: dict) -> dict:
-    """GRPOTrainer steps on the shared work, the model loaded in fp32 as rlvr loads it (bf16 is autocast)."""
+    """GRPOTrainer steps on the shared work, the model loaded in fp32 as rlvr loads it (bf16 is autocast),
+    straight onto the device; job["micro_prompts"]: rlvr's micro-batching (run_trl), or null for all rows
+    at once."""
     import trl
 
     from rlvr.models import load_model
 
-    model, tok = load_model(job["model_dir"])
+    model, tok = load_model(job["model_dir"], "float32", job["device"])
     p, g, t = job["shape"]
     try:
         r = run_trl(model, tok, Path(job["task_file"]), prompts=p, group_size=g, max_new_tokens=t, lr=job["lr"],
                     steps=job["warmup"] + job["steps"], seed=job["seed"], use_cpu=job["device"] == "cpu",
-                    precision=job["precision"])
+                    precision=job["precision"], micro_prompts=job.get("micro_prompts"))
     except Exception as e:
         if is_oom(e):
             return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}
@@ -254,7 +258,29 @@ def probe(job: dict) -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__, "mismatch": mismatch}
 
 
-KINDS = {"probe": probe, "build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
+def cuda_tests(job: dict) -> dict:
+    """The tests that need a GPU (the captured decode graph against the eager loop, CPU against CUDA), run
+    first so that a failure there is seen before the budget goes to the benchmarks."""
+    import pytest
+
+    class Count:
+        def __init__(self):
+            self.outcomes: dict[str, int] = {}
+            self.failed: list[str] = []
+
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or report.outcome != "passed":
+                self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
+                if report.outcome == "failed":
+                    self.failed.append(report.nodeid)
+
+    count = Count()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", *job["files"]],
+                       plugins=[count])
+    return {"exit": int(code), **count.outcomes, "failed_tests": count.failed}
+
+
+KINDS = {"probe": probe, "tests": cuda_tests, "build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])
