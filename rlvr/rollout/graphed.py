@@ -173,16 +173,18 @@ def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy
 
 
 def _load(st: _State, cache, logits0: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
-          u: torch.Tensor | None, caps: torch.Tensor, sampling: tuple, pad_id: int) -> None:
+          u: torch.Tensor | None, caps: torch.Tensor, sampling: tuple, pad_id: int,
+          cache_rows: torch.Tensor | None) -> None:
     """Fill the buffers for a rollout of A <= B rows (rows past A repeat row 0 and start done) and sample
-    token 0 from the prompt's logits [A, V]."""
+    token 0 from the prompt's logits [A, V]; row i's context is cache row cache_rows[i] (else row i)."""
     a, ctx = mask.shape
     rows = torch.cat([torch.arange(a, device=mask.device), mask.new_zeros(st.tok.shape[0] - a)])  # [B]
+    source = rows if cache_rows is None else cache_rows[rows]  # [B]
     for layer, kv in zip(cache.layers, st.kv):
-        kv.keys.zero_()
-        kv.values.zero_()
-        kv.keys[:, :, :ctx] = layer.keys[rows]
-        kv.values[:, :, :ctx] = layer.values[rows]
+        kv.keys[:, :, ctx:].zero_()  # finite where masked: a stale NaN would survive the mask (0 * NaN)
+        kv.values[:, :, ctx:].zero_()
+        kv.keys[:, :, :ctx] = layer.keys[source, :, :ctx]  # one layer at a time: [B, HK, ctx, D] transient
+        kv.values[:, :, :ctx] = layer.values[source, :, :ctx]
     st.mask.zero_()
     st.mask[:, :ctx] = mask[rows]
     st.pos.copy_(next_pos[rows, 0])
@@ -250,10 +252,13 @@ def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> torch.c
 @torch.no_grad()
 def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
            u: torch.Tensor | None, caps: torch.Tensor, temperature: float, top_p: float, top_k: int,
-           stop_ids: list[int], pad_id: int, check_every: int = CHECK_EVERY) -> tuple[torch.Tensor, torch.Tensor]:
+           stop_ids: list[int], pad_id: int, check_every: int = CHECK_EVERY,
+           cache_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """rlvr.rollout.engine.decode's contract without `park` (rows that end are not kept for a later
     turn): logits [A, V], mask [A, L0], next_pos [A, 1], u [A, T] or None, caps [A] (host) -> tokens and
-    sampler log-probs [A, T], pad_id / 0 after each row's end, on the model's device."""
+    sampler log-probs [A, T], pad_id / 0 after each row's end, on the model's device. cache_rows [A]: the
+    row of `cache` that holds row i's context (a prefill's P rows serve P x G rollout rows); the cache
+    needs no room for new tokens, its first L0 positions are read."""
     lm = causal_lm(model)
     graphs: Graphs = lm.rlvr_graphs
     device, (a, ctx) = logits.device, mask.shape
@@ -267,7 +272,7 @@ def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, ne
             graphs.entries.pop(next(iter(graphs.entries)))
         graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, stop_ids, device), None)
     st, graph = graphs.entries[key]
-    _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id)
+    _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id, cache_rows)
     if graphs.capture and graph is None and width > 1:
         graph = _capture(lm, st, sampling, pad_id)
         graphs.entries[key] = (st, graph)

@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from rlvr.device import of_model
+from rlvr.rollout import graphed
 from rlvr.rollout.engine import Rollout, decode, left_pad, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_of, cache_out
 from rlvr.rollout.sampling import row_turn_seed, uniforms
@@ -136,12 +137,22 @@ class BuiltinSession:
         states = [self.rows[b] for b in rows]
         if any(s.pending or s.block.logits is None for s in states):
             raise RuntimeError("sample() again before extend(): a row's last turn is not in its context yet")
-        cache, mask, next_pos, logits = self._gather(rows, max(caps))
         u = self.draws(rows, [s.turn for s in states], max(caps))  # [A, T] on the host: the same on any device
-        park = self._parker(rows) if keep else None
+        u = None if u is None else u.to(self.device)
         temperature, top_p, top_k = self.sampling
-        tokens, logp = decode(self.model, cache, logits, mask, next_pos, None if u is None else u.to(self.device),
-                              torch.tensor(caps), temperature, top_p, top_k, self.stop_ids, self.pad_id, park)
+        sampling = (torch.tensor(caps), temperature, top_p, top_k, self.stop_ids, self.pad_id)
+        if not keep and graphed.enabled(self.model) and len({id(s.block) for s in states}) == 1:
+            # the static loop copies each row's context into its own buffers: read it from the block as it
+            # is (rows of one prompt share a cache row) rather than gather a batch with room for the turn
+            block, index = states[0].block, torch.tensor([s.index for s in states], device=self.device)
+            next_pos = torch.tensor([[s.next_pos] for s in states], dtype=torch.long, device=self.device)
+            cache = cache_of(block.kv, block.mask.shape[1], self.model.config)
+            tokens, logp = graphed.decode(self.model, cache, block.logits[index], block.mask[index], next_pos, u,
+                                          *sampling, cache_rows=index)
+        else:
+            cache, mask, next_pos, logits = self._gather(rows, max(caps))
+            tokens, logp = decode(self.model, cache, logits, mask, next_pos, u, *sampling,
+                                  self._parker(rows) if keep else None)
         turns = [_cut(t, lp, self.stop_ids, cap) for t, lp, cap in zip(tokens.tolist(), logp.tolist(), caps)]
         for s, turn in zip(states, turns):
             s.pending, s.turn = turn.tokens[-1:], s.turn + 1

@@ -261,3 +261,16 @@ def test_engine_sleep_releases_the_static_cache_and_the_next_rollout_is_the_same
     assert graphed.release(static) == 0  # nothing left to drop
     assert_same(first, engine.generate(PROMPTS, **kw), atol=0)
     assert len(static.rlvr_graphs.entries) == 1
+
+
+def test_a_single_turn_reads_the_prefill_block_without_gathering_a_batch(tiny, monkeypatch):
+    """The static loop copies each row's context into its own buffers straight from the prefill's P rows
+    (G rollout rows per prompt row): no batch of P x G rows with room for every new token is built first."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=3, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    expected = generate(plain, PROMPTS, **kw)
+
+    def no_gather(self, rows, extra):
+        raise AssertionError("gathered a batch")
+    monkeypatch.setattr(BuiltinSession, "_gather", no_gather)
+    assert_same(expected, generate(static, PROMPTS, **kw))
