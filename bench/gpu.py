@@ -217,8 +217,9 @@ def steps_table(jobs: list[Job]) -> None:
         update = med(r["update_s"]) if "update_s" in r else med([s - g for s, g in zip(r["step_s"], r["rollout_s"])])
         print(f"{job.name:<34}{fmt(step, '.2f'):>8}{fmt(generate, '.2f'):>9}{fmt(score, '.3f'):>7}"
               f"{fmt(update, '.2f'):>8}{fmt(tokens, '.0f'):>8}{fmt(tokens / step if step else None, '.0f'):>8}"
-              f"{fmt(med(r.get('rollout_peak_gib', [None])), '.1f'):>18}{fmt(med(r.get('update_peak_gib', [None])), '.1f'):>8}"
-              f"{r['peak_gib']:>6.1f}{fmt(med(r.get('logp_mismatch', [None])), '.4f'):>10}  ok ({len(r['step_s'])} steps: "
+              f"{fmt(med(r.get('rollout_peak_gib', [None])), '.1f'):>18}"
+              f"{fmt(med(r.get('update_peak_gib', [None])), '.1f'):>8}{r['peak_gib']:>6.1f}"
+              f"{fmt(med(r.get('logp_mismatch', [None])), '.4f'):>10}  ok ({len(r['step_s'])} steps: "
               + ", ".join(f"{s:.2f}" for s in r["step_s"]) + ")")
     print("generate: rlvr's time/rollout_s less time/reward_s; TRL's time in model.generate. score: the reward "
           "function. update: rlvr's time/train_s; TRL's step less its generate time (scoring and log-probs "

@@ -280,7 +280,8 @@ def cuda_tests(job: dict) -> dict:
     return {"exit": int(code), **count.outcomes, "failed_tests": count.failed}
 
 
-KINDS = {"probe": probe, "tests": cuda_tests, "build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
+KINDS = {"probe": probe, "tests": cuda_tests, "build": build, "rlvr": rlvr_steps, "trl": trl_steps,
+         "generate": decode, "engine": decode}
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])

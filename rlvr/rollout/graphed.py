@@ -6,8 +6,11 @@ replayed as a CUDA graph). A graph replays a fixed sequence of kernels on fixed 
 keeps every shape and address fixed for the whole rollout:
 
 - the KV cache is one buffer per layer [B, HK, L, D] for the prompt and every new token; each step writes
-  its token's keys and values at slot `slot` (a device counter) and attends over all L positions, the
-  unwritten ones masked (rlvr.rollout.lean's attention, the same math as the model's forward);
+  its token's keys and values at slot `slot` (a device counter) and attends over the first W positions,
+  the smallest multiple of 64 that holds the slot, the unwritten ones masked (rlvr.rollout.lean's
+  attention, the same math as the model's forward): one capture per window W, all of a rollout's in one
+  memory pool, so a step reads the filled part of the cache and at most 63 empty positions rather than
+  all L (at 32x8x256 from 47-token prompts, half the cache is empty on average);
 - rows never leave the batch: a row that finished keeps decoding, and what it samples after its end is
   recorded as pad_id with log-prob 0, so the result equals the compacting loop of
   rlvr.rollout.engine.decode token for token (tests/rollout/test_graphed.py);
@@ -39,15 +42,15 @@ KEEP = 2  # captured graphs kept per model (each holds its own KV buffers)
 
 class _SlotKV:
     """One layer's static cache as lean._attend sees it: update writes the new keys / values at the slot
-    and returns the whole buffers [B, HK, L, D]."""
+    and returns the first `window` positions of the buffers [B, HK, window, D] (views: fixed addresses)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, slot: torch.Tensor):
-        self.keys, self.values, self.slot = keys, values, slot
+        self.keys, self.values, self.slot, self.window = keys, values, slot, keys.shape[2]
 
     def update(self, k: torch.Tensor, v: torch.Tensor):
         self.keys.index_copy_(2, self.slot, k.to(self.keys.dtype))
         self.values.index_copy_(2, self.slot, v.to(self.values.dtype))
-        return self.keys, self.values
+        return self.keys[:, :, :self.window], self.values[:, :, :self.window]
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Graphs:
 
     def __init__(self, capture: bool = True):
         self.capture = capture
-        self.entries: dict[tuple, tuple[_State, torch.cuda.CUDAGraph | None]] = {}
+        self.entries: dict[tuple, tuple[_State, dict[int, torch.cuda.CUDAGraph]]] = {}  # by attention window
 
     def __deepcopy__(self, memo) -> "Graphs":
         """A copy of the model (saving a LoRA model merges a deep copy) captures its own: a CUDA graph
@@ -130,14 +133,19 @@ def _record(st: _State, tok: torch.Tensor, logp: torch.Tensor, pad_id: int) -> N
     st.tok.copy_(tok)
 
 
-def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> None:
-    """Feed st.tok at st.slot, sample token st.t + 1 from the result: every shape and address fixed."""
+def _step(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, window: int | None = None) -> None:
+    """Feed st.tok at st.slot, sample token st.t + 1 from the result: every shape and address fixed.
+    Attention reads the first `window` cache positions (all when None), which must hold the slot."""
+    window = window or st.mask.shape[1]
+    for kv in st.kv:
+        kv.window = window
     st.t.add_(1)
     st.mask.index_fill_(1, st.slot, 1)
     trunk = lm.model
     x = trunk.embed_tokens(st.tok)  # [B, E]
     cos, sin = trunk.rotary_emb(x, st.pos[:, None])  # [B, 1, D]
-    bias = torch.zeros(st.mask.shape, dtype=x.dtype, device=x.device).masked_fill_(st.mask == 0, float("-inf"))
+    mask = st.mask[:, :window]  # [B, W]
+    bias = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(mask == 0, float("-inf"))
     h = x
     for layer, kv in zip(trunk.layers, st.kv):
         h = lean._layer(layer, kv, h, cos, sin, bias[:, None, None])
@@ -211,18 +219,25 @@ def _restore(st: _State, saved: dict) -> None:
         getattr(st, k).copy_(v)
 
 
-def _warm_up(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> None:
-    """Run up to two steps (lazy initialisation, cuBLAS workspaces) and put the counters and outputs back
-    (the cache slots they wrote are masked until a real step overwrites them). Never past the last
-    token: a step at t = T writes tokens[:, T], out of bounds (on CUDA a device-side assert)."""
+def _warm_up(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, window: int | None = None,
+             steps: int = 2) -> None:
+    """Run up to `steps` steps (lazy initialisation, cuBLAS workspaces) and put the counters and outputs
+    back (the cache slots they wrote are masked until a real step overwrites them). Never past the last
+    token: a step at t = T writes tokens[:, T], out of bounds (on CUDA a device-side assert); never past
+    the window: the slots written must lie inside it."""
     saved = _snapshot(st)
-    for _ in range(min(2, st.tokens.shape[1] - 1)):
-        _step(lm, st, sampling, pad_id)
+    t, slot = int(st.t), int(st.slot)
+    room = min(st.tokens.shape[1] - 1 - t, (window or st.mask.shape[1]) - slot)
+    for _ in range(max(0, min(steps, room))):
+        _step(lm, st, sampling, pad_id, window)
     _restore(st, saved)
 
 
-def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> torch.cuda.CUDAGraph:
-    """Record one step as a CUDA graph, after warm-up steps on a side stream (_warm_up)."""
+def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, window: int,
+             pool) -> torch.cuda.CUDAGraph:
+    """Record one step attending over `window` positions as a CUDA graph, after warm-up steps on a side
+    stream (_warm_up), in memory pool `pool` (None: a new one): the windows of a rollout replay one after
+    another, so their graphs share one pool."""
     # autocast's cast cache is cleared when the rollout's autocast context exits, but a graph would keep
     # reading the cached copies: capture with the cache off, so the casts are part of the graph
     amp = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"),
@@ -230,7 +245,7 @@ def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> torch.c
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), amp:
-        _warm_up(lm, st, sampling, pad_id)
+        _warm_up(lm, st, sampling, pad_id, window, steps=2 if pool is None else 1)
     torch.cuda.current_stream().wait_stream(side)
     saved = _snapshot(st)
     graph = torch.cuda.CUDAGraph()
@@ -239,9 +254,9 @@ def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int) -> torch.c
     # update's cached blocks back to the driver at every rollout, to be cudaMalloc'ed again
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), amp:
-        graph.capture_begin()
+        graph.capture_begin(*([] if pool is None else [pool]))
         try:
-            _step(lm, st, sampling, pad_id)
+            _step(lm, st, sampling, pad_id, window)
         finally:
             graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
@@ -270,17 +285,18 @@ def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, ne
     if key not in graphs.entries:
         while len(graphs.entries) >= KEEP:
             graphs.entries.pop(next(iter(graphs.entries)))
-        graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, stop_ids, device), None)
-    st, graph = graphs.entries[key]
+        graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, stop_ids, device), {})
+    st, by_window = graphs.entries[key]
     _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id, cache_rows)
-    if graphs.capture and graph is None and width > 1:
-        graph = _capture(lm, st, sampling, pad_id)
-        graphs.entries[key] = (st, graph)
     for t in range(1, width):
-        if graph is not None:
-            graph.replay()
+        window = min(length, -(-(ctx + t) // L_MULTIPLE) * L_MULTIPLE)  # step t writes slot ctx + t - 1
+        if graphs.capture and window not in by_window:
+            pool = next(iter(by_window.values())).pool() if by_window else None
+            by_window[window] = _capture(lm, st, sampling, pad_id, window, pool)
+        if graphs.capture:
+            by_window[window].replay()
         else:
-            _step(lm, st, sampling, pad_id)
+            _step(lm, st, sampling, pad_id, window)
         if t % check_every == 0 and bool(st.done.all()):
             break
     return st.tokens[:a].clone(), st.logp[:a].clone()

@@ -51,8 +51,8 @@ def test_rows_are_padded_to_a_power_of_two_and_a_capture_is_reused(tiny):
     for seeds in ([1, 2, 3], [4, 5, 6]):  # 9 rows -> 16; the second rollout reloads the same buffers
         assert_same(*both(plain, static, seeds=seeds, **kw))
     entries = graphed.Graphs  # the model's captures: one key, 16 rows, 8 + 12 positions -> 64
-    (key, (state, graph)), = static.rlvr_graphs.entries.items()
-    assert isinstance(static.rlvr_graphs, entries) and key[:3] == (16, 64, 12) and graph is None
+    (key, (state, graphs)), = static.rlvr_graphs.entries.items()
+    assert isinstance(static.rlvr_graphs, entries) and key[:3] == (16, 64, 12) and graphs == {}
     assert state.tokens.shape == (16, 12)
 
 
@@ -90,14 +90,15 @@ def test_models_lean_cannot_step_are_left_alone():
 def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast, sampling):
     model = tiny[0].to("cuda")
     eager, captured = pair(model)[1], pair(model, capture=True)[1]
-    kw = dict(group_size=4, max_new_tokens=40, stop_ids=STOPS, pad_id=0, **sampling)
+    kw = dict(group_size=4, max_new_tokens=140, stop_ids=[3], pad_id=0, **sampling)  # 8 + 140: windows 64, 128, 192
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-        for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's capture
+        for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's captures
             a = generate(eager, PROMPTS, seeds=seeds, **kw)
             b = generate(captured, PROMPTS, seeds=seeds, **kw)
             assert_same(a, b, atol=1e-3 if autocast else 1e-5)
-    (_, graph), = captured.rlvr_graphs.entries.values()
-    assert isinstance(graph, torch.cuda.CUDAGraph)
+    (_, graphs), = captured.rlvr_graphs.entries.values()
+    assert all(isinstance(g, torch.cuda.CUDAGraph) for g in graphs.values())
+    assert sorted(graphs) == [64, 128, 192][:len(graphs)] and len(graphs) >= 2
 
 
 @pytest.mark.gpu
@@ -274,3 +275,20 @@ def test_a_single_turn_reads_the_prefill_block_without_gathering_a_batch(tiny, m
         raise AssertionError("gathered a batch")
     monkeypatch.setattr(BuiltinSession, "_gather", no_gather)
     assert_same(expected, generate(static, PROMPTS, **kw))
+
+
+def test_attention_windows_grow_with_the_cache_and_sample_what_the_compacting_loop_samples(tiny, monkeypatch):
+    """Each step attends over the smallest multiple of 64 positions that holds its slot: 8-token prompts and
+    150 new tokens run windows 64, 128 and 192 (the buffers hold 192), with the compacting loop's tokens."""
+    plain, static = pair(tiny[0])
+    windows, step = [], graphed._step
+
+    def recorded(lm, st, sampling, pad_id, window=None):
+        windows.append((int(st.slot), window))
+        step(lm, st, sampling, pad_id, window)
+    monkeypatch.setattr(graphed, "_step", recorded)
+    kw = dict(group_size=2, max_new_tokens=150, temperature=1.0, stop_ids=[3], pad_id=0, seeds=[1, 2, 3])
+    a, b = both(plain, static, **kw)
+    assert_same(a, b)
+    assert all(slot < window <= slot + 64 for slot, window in windows)
+    assert {w for _, w in windows} == {64, 128, 192} and windows[0] == (8, 64)
