@@ -19,8 +19,9 @@ keeps every shape and address fixed for the whole rollout:
   compacting loop; stop checks run on the device too, and the host reads `done.all()` once every
   `check_every` tokens.
 
-Rows are padded to a power of two and L to a multiple of 64, so rollouts of similar size reuse one
-capture (a capture is about one step's kernels recorded, plus two warm-up steps). On the CPU the same
+Rows are padded to a power of two and L to a multiple of 64; the buffers and captures are kept by rows,
+new tokens and sampling settings, not by prompt length, so rollouts of similar size reuse them while L is
+long enough (a capture is about one step's kernels recorded, plus a warm-up step or two). On the CPU the same
 static loop runs eagerly (`capture=False`): it is what the tests compare with the compacting loop there,
 while CPU rollouts keep the compacting loop, which does less work per token.
 """
@@ -280,13 +281,18 @@ def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, ne
     width = int(caps.max()) if len(caps) else 0
     n_rows, length = _bucket(a), -(-(ctx + width) // L_MULTIPLE) * L_MULTIPLE
     sampling = (temperature, top_p, top_k)
-    key = (n_rows, length, width, u is None, sampling, tuple(stop_ids), pad_id, logits.dtype,
+    # no cache length in the key: a capture attends over its window whatever the prompt's length, so a
+    # rollout with another prompt length reuses the buffers and captures while they are long enough
+    key = (n_rows, width, u is None, sampling, tuple(stop_ids), pad_id, logits.dtype,
            cache.layers[0].keys.dtype, torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
+    if key in graphs.entries and graphs.entries[key][0].mask.shape[1] < length:
+        del graphs.entries[key]  # too short for this prompt: new buffers, new captures
     if key not in graphs.entries:
         while len(graphs.entries) >= KEEP:
             graphs.entries.pop(next(iter(graphs.entries)))
         graphs.entries[key] = (_new_state(cache, n_rows, length, width, width, u is None, stop_ids, device), {})
     st, by_window = graphs.entries[key]
+    length = st.mask.shape[1]
     _load(st, cache, logits, mask, next_pos, u, caps, sampling, pad_id, cache_rows)
     for t in range(1, width):
         window = min(length, -(-(ctx + t) // L_MULTIPLE) * L_MULTIPLE)  # step t writes slot ctx + t - 1

@@ -52,8 +52,23 @@ def test_rows_are_padded_to_a_power_of_two_and_a_capture_is_reused(tiny):
         assert_same(*both(plain, static, seeds=seeds, **kw))
     entries = graphed.Graphs  # the model's captures: one key, 16 rows, 8 + 12 positions -> 64
     (key, (state, graphs)), = static.rlvr_graphs.entries.items()
-    assert isinstance(static.rlvr_graphs, entries) and key[:3] == (16, 64, 12) and graphs == {}
-    assert state.tokens.shape == (16, 12)
+    assert isinstance(static.rlvr_graphs, entries) and key[:2] == (16, 12) and graphs == {}
+    assert state.tokens.shape == (16, 12) and state.mask.shape == (16, 64)
+
+
+def test_a_new_prompt_length_reuses_the_buffers_while_they_are_long_enough(tiny):
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=2, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    assert_same(*both(plain, static, **kw))  # 8 + 12 positions: 64
+    (first, _), = static.rlvr_graphs.entries.values()
+    longer = [p + [9] * 30 for p in PROMPTS]  # 38 + 12 positions: still 64, the same buffers
+    assert_same(generate(plain, longer, **kw), generate(static, longer, **kw))
+    (again, _), = static.rlvr_graphs.entries.values()
+    assert again is first
+    longest = [p + [9] * 60 for p in PROMPTS]  # 68 + 12: 128 positions, new buffers in place of the old
+    assert_same(generate(plain, longest, **kw), generate(static, longest, **kw))
+    (grown, _), = static.rlvr_graphs.entries.values()
+    assert grown is not first and grown.mask.shape == (8, 128)
 
 
 def test_per_row_caps_of_a_last_turn(tiny):
@@ -161,7 +176,7 @@ def test_the_warm_up_before_a_capture_stays_within_the_tokens(tiny):
     assert st.tokens.shape[1] == 2
     st.t.fill_(0)  # as _load leaves it: token 0 sampled
     before = {k: v.clone() for k, v in graphed._snapshot(st).items()}
-    graphed._warm_up(static, st, key[4], 0)
+    graphed._warm_up(static, st, key[3], 0)
     for k, v in graphed._snapshot(st).items():
         assert torch.equal(v, before[k]), k
 
