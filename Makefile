@@ -5,8 +5,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr-installed
+# verl's and TRL's own loss code, for tests/compat's parity tests (tests/compat/peers.py reads it from here)
+PEERS := $(VENV)/peers
+PEERS_STAMP := $(PEERS)/.rlvr-peers
 
-.PHONY: setup system demo test test-fast smoke clean
+.PHONY: setup system peers demo test test-fast smoke clean
 
 # What the tests need from the system: bubblewrap (the code verifier's sandbox), g++ and the Python headers
 # (torch.compile builds the compiled decode layers). Installed with apt-get as root or with passwordless sudo;
@@ -38,13 +41,22 @@ $(STAMP): pyproject.toml Makefile
 
 setup: $(STAMP)
 
+# --no-deps into a directory of their own, never into the venv: their dependencies would pull another torch
+# (and ray, vLLM). omegaconf and antlr4 are the two pure-Python packages verl's loss module imports itself.
+$(PEERS_STAMP): Makefile | $(STAMP)
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(PEERS) verl==0.9.1 trl==1.16.0 omegaconf==2.3.0 \
+	  antlr4-python3-runtime==4.9.3
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+
 demo: setup
 	$(PY) -m rlvr train configs/demo.yaml
 
-test: system setup
+test: system setup peers
 	$(PY) -m pytest -q
 
-test-fast: setup
+test-fast: setup peers
 	$(PY) -m pytest -q -m "not slow"
 
 smoke: setup

@@ -1,4 +1,4 @@
-"""rlvr against TRL's GRPOTrainer on one GPU, and rlvr's decode against HF `generate`, in one run (issues 25, 26).
+"""rlvr against TRL's GRPOTrainer on one GPU, and rlvr's decode against HF `generate`, in one run.
 
     python bench/gpu.py --tokenizer .gpubench/tokenizer --wheels .gpubench/wheels [--save FILE]
                         [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts tests,rlvr,trl,decode]

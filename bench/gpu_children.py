@@ -185,7 +185,8 @@ def decode(job: dict) -> dict:
 
 
 def hf_generate(job: dict):
-    """HF `generate` on bf16 weights (issue 26's baseline), sampling, every row forced to n new tokens."""
+    """HF `generate` on bf16 weights (the baseline for rollout.cuda_graph), sampling, every row forced
+    to n new tokens."""
     from rlvr.models import load_model
 
     model, tok = load_model(job["model_dir"], "bfloat16", job["device"])
@@ -209,7 +210,7 @@ def engine_sample(job: dict):
     from rlvr.config import build_config
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model
-    from rlvr.rollout.protocol import make_engine
+    from rlvr.rollout.engines import make_engine
 
     cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", f"--train.device={job['device']}",
                                      *shlex.split(job["overrides"])])
@@ -238,7 +239,7 @@ def probe(job: dict) -> dict:
     import transformers
 
     from rlvr.models import enable_gradient_checkpointing, tiny_random
-    from rlvr.rollout.session import generate
+    from rlvr.rollout.builtin import generate
     from rlvr.train.logprobs import completion_logprobs
 
     model, tok = tiny_random()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU smoke test of the vLLM rollout path (issue #9), on a bare CUDA machine with PyPI but no HF hub.
+# GPU smoke test of the vLLM rollout path, on a bare CUDA machine with PyPI but no HF hub.
 #
 #   bash bench/gpu_smoke.sh            # part A (engine) then part B (training loop), a few minutes
 #   PARTS=A bash bench/gpu_smoke.sh    # only the engine checks
@@ -51,10 +51,11 @@ from rlvr.algo.losses import tis_weights
 from rlvr.config import build_config
 from rlvr.device import autocast, resolve_device, resolve_precision
 from rlvr.models import load_model, stop_token_ids
-from rlvr.rollout.vllm_engine import make_engine
+from rlvr.rollout.vllm_engine import make_vllm_engine
 from rlvr.tasks import build_splits, encode_prompt
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, policy_update
 
 cfg = build_config("configs/smoke.yaml", [
     "--model.name=smollm2-135m-instruct", "--model.dtype=bfloat16", "--rollout.engine=vllm",
@@ -69,7 +70,7 @@ prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_promp
            for p in splits.train[:r.prompts_per_step]]
 stop, pad = stop_token_ids(policy, tok), tok.pad_token_id
 t = time.perf_counter()
-engine = make_engine(cfg, policy, tempfile.mkdtemp(), precision)
+engine = make_vllm_engine(cfg, policy, tempfile.mkdtemp(), precision)
 figures = {"engine_start_s": time.perf_counter() - t}
 
 

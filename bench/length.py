@@ -1,4 +1,4 @@
-"""Decode speed and GRPO step time along the length axis (issue 18): 128, 256 and 512 generated tokens.
+"""Decode speed and GRPO step time along the length axis: 128, 256 and 512 generated tokens.
 
     python bench/length.py [--sections bandwidth decode train] [--lengths 128 256 512] [--engines builtin hf llama]
                            [--weights fp32 int8] [--mode forced|real] [--prompts 2] [--group-size 8] [--repeats 1]
@@ -23,9 +23,9 @@ bandwidth  Memory read bandwidth: the best of several sums over a 1 GiB float32 
            compute is not measured for int8 / Q4_1 (own kernels). "matmuls only": one step's products of
            B rows with every Linear weight of the model in torch and nothing else (no attention, sampling
            or Python), what a perfect torch decoder with these weights could reach.
-decode     Per length L, decode tokens/s at batch B of the built-in engine (rlvr.rollout.session.generate) with
+decode     Per length L, decode tokens/s at batch B of the built-in engine (rlvr.rollout.builtin.generate) with
            each --weights format (fp32: the policy; bf16 / int8: its rollout copy, rlvr.rollout.quant),
-           HF generate (rlvr.rollout.hf_engine.generate), and llama.cpp (llama-cpp-python) on the same GGUF
+           HF generate (rlvr.rollout.hf_engine.hf_generate), and llama.cpp (llama-cpp-python) on the same GGUF
            file with the same prompt token ids: Q4_1 weights (5.7 bits per weight with the block scales,
            1/5.6 of fp32's bytes), f16 KV cache, flash attention on. llama.cpp is batched for real: one
            llama_decode per step over all B sequences (llama_batch, n_seq_max = B, one KV stream per
@@ -118,9 +118,9 @@ def measure_bandwidth(args, model) -> dict:
 
 def torch_run(engine_name: str, model, prompts, group_size: int, n: int, stop_ids, pad_id: int, seed: int):
     """One generate call: (seconds, generated tokens)."""
-    from rlvr.rollout import hf_engine, session
+    from rlvr.rollout import builtin, hf_engine
 
-    fn = {"builtin": session.generate, "hf": hf_engine.generate}[engine_name]
+    fn = {"builtin": builtin.generate, "hf": hf_engine.hf_generate}[engine_name]
     t = time.perf_counter()
     r = fn(model, prompts, group_size=group_size, max_new_tokens=n, temperature=1.0, stop_ids=stop_ids,
            pad_id=pad_id, generator=torch.Generator().manual_seed(seed))

@@ -1,10 +1,10 @@
 """Maths checks per second: simple answers (the exact path), answer forms (tuples, sets, intervals,
 equations: exact pieces), symbolic ones (the worker); then the worst time of one check on adversarial
-80 kB completions (answer lines, boxes, tags: quadratic before issue 27, item 9).
+80 kB completions (answer lines, boxes, tags: each scan must stay linear).
 
     python bench/math_checks.py
 
-Target (issue 3): at least 500 checks/s on simple answers on a 2-core CPU.
+Target: at least 500 checks/s on simple answers on a 2-core CPU.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import statistics
 import time
 
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.math_worker import shared_worker
+from rlvr.rewards.maths.worker import shared_worker
 
 
 def rate(completions: list[str], golds: list[str], repeats: int = 3) -> float:

@@ -1,5 +1,5 @@
 """rlvr's maths checker against Math-Verify's own test suite: which right answers it accepts, which wrong ones
-it refuses, and why it refuses the rest (issue 30).
+it refuses, and why it refuses the rest.
 
     pip download --no-deps --no-binary :all: math-verify==0.9.0 && tar xzf math_verify-0.9.0.tar.gz
     python bench/math_verify_suite.py math_verify-0.9.0/tests [--list]
@@ -19,7 +19,7 @@ import ast
 import re
 from pathlib import Path
 
-from rlvr.rewards.math import math_accuracy_verdict
+from rlvr.rewards.maths.accuracy import math_accuracy_verdict
 
 POLICY = ("no final answer", "several different final answers", "a chain of equations", "final answer longer")
 _PROSE_WORD = re.compile(r"(?<![\\\w])[A-Za-z]{2,}\b")

@@ -40,7 +40,8 @@ def measure(name: str, steps: int, model_name: str) -> dict:
 
     from rlvr.config import AlgoConfig, LoraConfig
     from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
-    from rlvr.train.update import Batch, UpdateSettings, policy_update
+    from rlvr.train.batch import Batch
+    from rlvr.train.update import UpdateSettings, policy_update
 
     rank, checkpointing, precision = CONFIGS[name]
     torch.manual_seed(0)

@@ -27,7 +27,7 @@ import torch
 
 from rlvr.config import build_config
 from rlvr.models import load_model, stop_token_ids
-from rlvr.rollout import hf_engine, session
+from rlvr.rollout import builtin, hf_engine
 from rlvr.tasks import build_splits, encode_prompt
 from rlvr.train.logprobs import completion_logprobs
 
@@ -81,7 +81,7 @@ def bf16_agreement(fp32, bf16, prompts, max_new_tokens: int, stop_ids, pad_id) -
     bf16 chose the same token, the fraction of rows identical, and |log p| differences of the fp32
     completions scored (teacher-forced) by both models."""
     kw = dict(group_size=1, max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=stop_ids, pad_id=pad_id)
-    a, b = session.generate(fp32, prompts, **kw), session.generate(bf16, prompts, **kw)
+    a, b = builtin.generate(fp32, prompts, **kw), builtin.generate(bf16, prompts, **kw)
     rows_a, rows_b = a.completion_token_lists(), b.completion_token_lists()
     same = sum(x == y for ra, rb in zip(rows_a, rows_b) for x, y in zip(ra, rb))
     with torch.no_grad():
@@ -102,9 +102,9 @@ def compile_child(args) -> None:
               stop_ids=stop_token_ids(model, tok), pad_id=tok.pad_token_id)
     compiled = torch.compile(model, dynamic=True)
     t = time.perf_counter()
-    timed(session.generate, compiled, prompts, torch.Generator().manual_seed(0), **kw)
+    timed(builtin.generate, compiled, prompts, torch.Generator().manual_seed(0), **kw)
     warmup = time.perf_counter() - t
-    result = race({"eager": (session.generate, model), "compiled": (session.generate, compiled)}, prompts,
+    result = race({"eager": (builtin.generate, model), "compiled": (builtin.generate, compiled)}, prompts,
                   args.repeats, args.seed, **kw)
     print(json.dumps({"warmup_s": warmup, "race": result}))
 
@@ -154,7 +154,7 @@ def main() -> None:
           f"on {os.cpu_count()} cores; smollm2-135m-instruct; "
           f"{len(prompts)} demo prompts x G={g}, temperature {temp}; {args.repeats} rounds after a warm-up")
     for n in args.lengths:
-        result = race({"builtin": (session.generate, model), "hf generate": (hf_engine.generate, model)}, prompts,
+        result = race({"builtin": (builtin.generate, model), "hf generate": (hf_engine.hf_generate, model)}, prompts,
                       args.repeats, args.seed, group_size=g, max_new_tokens=n, temperature=temp,
                       stop_ids=stop_ids, pad_id=pad_id)
         print_race(f"\nbuilt-in engine vs HF generate, max {n} new tokens:", result, "builtin", "hf generate", TARGET)
@@ -163,7 +163,7 @@ def main() -> None:
         bf16, _ = load_model("smollm2-135m-instruct", "bfloat16")
         bf16.eval()
         n = args.lengths[0]
-        result = race({"fp32": (session.generate, model), "bf16": (session.generate, bf16)}, prompts, args.repeats,
+        result = race({"fp32": (builtin.generate, model), "bf16": (builtin.generate, bf16)}, prompts, args.repeats,
                       args.seed, group_size=g, max_new_tokens=n, temperature=temp, stop_ids=stop_ids, pad_id=pad_id)
         print_race(f"\nbuilt-in engine, bf16 vs fp32 weights, max {n} new tokens:", result, "bf16", "fp32", None)
         n = max(args.lengths)

@@ -1,4 +1,4 @@
-"""Rollout weights: which weight format decodes fastest on this CPU, and what it costs in accuracy (issue 18).
+"""Rollout weights: which weight format decodes fastest on this CPU, and what it costs in accuracy.
 
     python bench/rollout_weights.py [--part micro|decode|quality|all] [--threads 0] [--reps 5] [--new-tokens 256]
 
@@ -14,11 +14,11 @@ micro    one decode step's matmuls at batch 16: every linear layer of SmolLM2-13
            int8wo-bf16     weight-only int8, torch.ops.aten._weight_int8pack_mm(x.bfloat16(), q, s_bf16)
            int8wo-fp32     the same with fp32 activations (the op's scales must match x's dtype)
            int8            rlvr Int8Linear: x quantised per row too, torch._int_mm (dynamic W8A8)
-decode   tokens/s of the built-in engine (rlvr.rollout.session.generate) at batch 16 (2 demo prompts x
+decode   tokens/s of the built-in engine (rlvr.rollout.builtin.generate) at batch 16 (2 demo prompts x
          G=8) x --new-tokens (256), no stop token (every row decodes all of them), temperature 1, for the
          policy (fp32) and its rollout copies (rlvr.rollout.quant.rollout_copy), rounds interleaved; also
-         the time of one `refresh` (the per-step weight sync). fp32-before is the baseline of issue 18's
-         target (2x): the same engine with the sampler it had before (sample_before: log_softmax, exp and
+         the time of one `refresh` (the per-step weight sync). fp32-before is the baseline of the 2x decode
+         target: the same engine with a full-vocabulary sampler (sample_before: log_softmax, exp and
          a prefix sum over the whole vocabulary per token). int8-compiled: the int8 copy decoding through
          compiled layers (rollout.compile, rlvr.rollout.lean.compile_decode); its first call compiles.
 quality  against fp32 on 8 demo prompts: greedy completions of each format, 64 tokens with no stop token
@@ -48,7 +48,7 @@ from torch import nn
 
 from rlvr.config import build_config
 from rlvr.models import load_model, stop_token_ids
-from rlvr.rollout import engine, lean, session
+from rlvr.rollout import builtin, decoding, lean
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, quantize_rows, refresh, rollout_copy
 from rlvr.tasks import build_splits, encode_prompt
 
@@ -109,7 +109,7 @@ def micro(model, reps: int) -> None:
 
 
 def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
-    """The built-in engine's sampler before issue 18, for the baseline row (temperature > 0, no top-k or
+    """A full-vocabulary sampler, the built-in engine's original one, for the baseline row (temperature > 0, no top-k or
     top-p, as here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
     cdf = logp_all.exp().cumsum(dim=-1)
@@ -121,7 +121,7 @@ def sampler(name: str):
     """fp32-before: the engine with sample_before in place of rlvr.rollout.sampling.sample_next."""
     if name != "fp32-before":
         return contextlib.nullcontext()
-    return mock.patch.object(engine, "sample_next", sample_before)
+    return mock.patch.object(decoding, "sample_next", sample_before)
 
 
 def decode(model, prompts, reps: int, new_tokens: int) -> None:
@@ -139,7 +139,7 @@ def decode(model, prompts, reps: int, new_tokens: int) -> None:
     for name, m in copies.items():  # warm-up (int8-compiled: the compilation)
         with sampler(name):
             t = time.perf_counter()
-            session.generate(m, prompts, seeds=seeds, **{**kw, "max_new_tokens": 8})
+            builtin.generate(m, prompts, seeds=seeds, **{**kw, "max_new_tokens": 8})
             if name == "int8-compiled":
                 print(f"  int8-compiled: first generate (torch.compile) {time.perf_counter() - t:.1f} s")
     times = {name: [] for name in copies}
@@ -147,7 +147,7 @@ def decode(model, prompts, reps: int, new_tokens: int) -> None:
         for name, m in copies.items():
             with sampler(name):
                 t = time.perf_counter()
-                r = session.generate(m, prompts, seeds=seeds, **kw)
+                r = builtin.generate(m, prompts, seeds=seeds, **kw)
                 times[name].append(time.perf_counter() - t)
             assert int(r.completion_mask.sum()) == BATCH * new_tokens
     print(f"\ndecode: built-in engine, {len(prompts)} prompts x G={g} = {BATCH} rows x {new_tokens} new tokens "
@@ -206,18 +206,18 @@ def quality(model, prompts, answer_prompts, stop_ids: list[int], new_tokens: int
               "int8wo": weight_only_copy(model)}
     kw = dict(group_size=1, max_new_tokens=new_tokens, temperature=0.0, stop_ids=[], pad_id=0)
     answer_kw = dict(kw, max_new_tokens=24, stop_ids=stop_ids)
-    ref_rows = session.generate(model, prompts, **kw).completion_token_lists()
-    ref_answers = session.generate(model, answer_prompts, **answer_kw).completion_token_lists()
+    ref_rows = builtin.generate(model, prompts, **kw).completion_token_lists()
+    ref_answers = builtin.generate(model, answer_prompts, **answer_kw).completion_token_lists()
     print(f"\nquality vs fp32: {len(prompts)} demo prompts, greedy, {new_tokens} tokens, no stop "
           f"({sum(map(len, ref_rows))} fp32 tokens); same answers: {len(answer_prompts)} demo prompts' greedy "
           f"answers (to the stop token) identical")
     print(f"  {'format':<8}{'same tok':>9}{'same rows':>10}{'max|dlogit|':>12}{'top1 agree':>11}"
           f"{'mean|dlogp|':>12}{'max|dlogp|':>11}{'same answers':>13}")
     for name, m in copies.items():
-        rows = session.generate(m, prompts, **kw).completion_token_lists()
+        rows = builtin.generate(m, prompts, **kw).completion_token_lists()
         same = sum(x == y for ra, rb in zip(ref_rows, rows) for x, y in zip(ra, rb)) / sum(map(len, ref_rows))
         same_rows = sum(a == b for a, b in zip(ref_rows, rows)) / len(rows)
-        answers = session.generate(m, answer_prompts, **answer_kw).completion_token_lists()
+        answers = builtin.generate(m, answer_prompts, **answer_kw).completion_token_lists()
         same_answers = sum(a == b for a, b in zip(ref_answers, answers)) / len(answers)
         dl, agree, dlp = teacher_forced(model, m, prompts, ref_rows)
         print(f"  {name:<8}{100 * same:>8.1f}%{100 * same_rows:>9.0f}%{dl:>12.3f}{100 * agree:>10.1f}%"

@@ -14,7 +14,7 @@ import sys
 import time
 
 from rlvr.rewards.code import code_tests
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits, default_python, launcher, run_harness
+from rlvr.sandbox.run import Sandbox, SandboxLimits, default_python, launcher, run_harness
 
 PROGRAM = "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))"
 STDIN = b"1 2 3 4 5\n"
@@ -56,7 +56,7 @@ def assert_rate(batch: int) -> float:
 
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    logging.getLogger("rlvr.rewards.sandbox").setLevel(logging.ERROR)  # the bare run's warning
+    logging.getLogger("rlvr.sandbox.run").setLevel(logging.ERROR)  # the bare run's warning
     bare, boxed = Sandbox(isolate=False, unsafe=True), Sandbox()
     launcher(boxed, SandboxLimits())         # probe bubblewrap outside the timing
     one_run(bare), one_run(boxed)            # warm the page cache

@@ -5,7 +5,7 @@ import time, statistics as st, torch
 from rlvr.config import build_config
 from rlvr.models import load_model, stop_token_ids
 from rlvr.tasks import build_splits, encode_prompt
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 import rlvr.train.logprobs as L
 cfg = build_config("configs/arithmetic.yaml")
 m, tok = load_model("smollm2-135m-instruct")

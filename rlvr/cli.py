@@ -180,7 +180,7 @@ def cmd_eval(argv: list[str]) -> int:
                                  task_configs, write_outputs)
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model, stop_token_ids
-    from rlvr.rollout.protocol import graph_decode
+    from rlvr.rollout.engines import graph_decode
 
     tasks = task_configs(cfg.task, args.task or [cfg.task.name])
     given = lambda value, default: default if value is None else value

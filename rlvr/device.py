@@ -6,7 +6,7 @@
 
 Everything that holds tensors takes the device from here (the policy, the reference, the critic, rollout
 copies, evaluation, `rlvr sft`, `rlvr eval`); Python lists stay on the host, and a training batch crosses
-to the device at one place (rlvr.rollout.engine.Rollout.to, called by the loop's make_batch).
+to the device at one place (rlvr.rollout.decoding.Rollout.to, called by the loop's make_batch).
 """
 from __future__ import annotations
 

@@ -149,7 +149,10 @@ def is_peft(model) -> bool:
 
 
 def unwrap(model):
-    """The transformers model under a PEFT wrapper (the adapters live inside its layers), else `model`."""
+    """The transformers model inside DDP / FSDP1 (`.module`) and PEFT wrappers (the LoRA layers stay in
+    it: the adapters live inside its layers); `model` itself when it is not wrapped."""
+    while hasattr(model, "module"):
+        model = model.module
     return model.get_base_model() if is_peft(model) else model
 
 

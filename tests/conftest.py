@@ -1,3 +1,5 @@
+import textwrap
+
 import pytest
 import torch
 
@@ -27,6 +29,17 @@ def tiny_on(device):
     model, tok = tiny_random(seed=0)
     model.to(device).eval()
     return model, tok
+
+
+def python_block(src: str, before: str = "") -> str:
+    """A completion whose one fenced Python block is `src` (dedented), after the prose `before`."""
+    return before + "```python\n" + textwrap.dedent(src).strip() + "\n```"
+
+
+# f(x) = x + 1, and a function spec and an assert spec (with a hidden case) that it passes
+ADD_ONE = python_block("def f(x):\n    return x + 1")
+ADD_ONE_FUNCTION_SPEC = {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "expected": 2}]}
+ADD_ONE_ASSERT_SPEC = {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(41) == 42"]}
 
 
 def pytest_configure(config):

@@ -1,13 +1,14 @@
-"""pytest hooks (imported by tests/conftest.py): where no sandbox can start (bubblewrap missing, or unable to
-make namespaces), every test that needs one is skipped with the reason and what to install, rather than
-failing (issue 28). A test needs the sandbox when it carries @pytest.mark.sandbox (whole runs through the
-CLI, which report the error as an exit status) or raises SandboxUnavailable. Where the sandbox does work,
-nothing is skipped: a SandboxUnavailable there is a real failure."""
+"""pytest hooks (imported by tests/conftest.py): where no sandbox can start (bubblewrap missing, or
+unable to make namespaces), every test that needs one is skipped with the reason and what to install,
+rather than failing, so that `make test` passes on a fresh machine. A test needs the sandbox when it
+carries @pytest.mark.sandbox (whole runs through the CLI, which report the error as an exit status) or
+raises SandboxUnavailable. Where the sandbox does work, nothing is skipped: a SandboxUnavailable there is
+a real failure."""
 import functools
 
 import pytest
 
-from rlvr.rewards.sandbox import SandboxUnavailable, sandbox_problem
+from rlvr.sandbox.run import SandboxUnavailable, sandbox_problem
 
 
 @functools.lru_cache(maxsize=1)

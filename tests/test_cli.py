@@ -1,4 +1,4 @@
-"""The command line: a command's own flags in both spellings, dotted config overrides, help text (issue 14)."""
+"""The command line: a command's own flags in both spellings, dotted config overrides, help text."""
 import json
 from pathlib import Path
 

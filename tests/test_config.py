@@ -81,7 +81,7 @@ def test_every_key_documented_and_yaml_round_trip(tmp_path):
     assert build_config(p) == Config()
 
 
-# ---------------------------------------------------------------- presets against a config file (issue 14)
+# ---------------------------------------------------------------- presets against a config file
 
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
@@ -146,7 +146,7 @@ def test_validation_names_the_key(override, key):
         build_config(None, [override])
 
 
-# ---------------------------------------------------------------- rollout.weights and the TIS cap (issue 18)
+# ---------------------------------------------------------------- rollout.weights and the TIS cap
 
 @pytest.mark.parametrize("override, key", [
     ("--rollout.weights=int4", "rollout.weights"),
@@ -163,7 +163,7 @@ def test_rollout_weights_needs_a_local_engine():
 
 
 def test_the_old_tis_cap_key_is_an_error_naming_the_new_one(tmp_path):
-    # one name per setting (issue 28): rollout.vllm.tis_cap was a second name for rollout.tis_cap
+    # one name per setting: rollout.vllm.tis_cap was a second name for rollout.tis_cap
     with pytest.raises(ConfigError, match=re.escape("command line: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")):
         build_config(None, ["--rollout.vllm.tis_cap=3"])
     p = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 2.5\n")

@@ -7,9 +7,9 @@ import torch
 from rlvr.config import ConfigError, RolloutConfig, build_config
 from rlvr.device import check_device_spec, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.rollout.engine import Rollout
-from rlvr.rollout.session import generate
-from rlvr.rollout.protocol import check_device
+from rlvr.rollout.decoding import Rollout
+from rlvr.rollout.builtin import generate
+from rlvr.rollout.engines import check_device
 from rlvr.train.logprobs import completion_logprobs
 
 NO_GPU = not torch.cuda.is_available()  # read at import, before tests/conftest.py hides the GPU from other tests
@@ -76,7 +76,7 @@ def test_vllm_beside_a_cpu_trainer_is_refused(monkeypatch):
 
     monkeypatch.setattr(ve, "check_vllm_usable", lambda: None)  # as if vllm and a GPU were there
     with pytest.raises(RlvrError, match="rollout.engine=vllm samples on the GPU while the trainer is on cpu"):
-        ve.make_engine(Config(), torch.nn.Linear(1, 1), "unused")
+        ve.make_vllm_engine(Config(), torch.nn.Linear(1, 1), "unused")
 
 
 def test_rollouts_live_on_the_host_until_the_batch_crosses(tiny):

@@ -1,11 +1,11 @@
 """Without bubblewrap, tests that need the code sandbox are skipped with the reason and what to install
-(tests/sandbox_skip.py), and with it nothing is skipped (issue 28: make test passes on a fresh machine)."""
+(tests/sandbox_skip.py), and with it nothing is skipped (make test passes on a fresh machine)."""
 import os
 import shutil
 
 import pytest
 
-from rlvr.rewards.sandbox import Sandbox, sandbox_problem
+from rlvr.sandbox.run import Sandbox, sandbox_problem
 from tests import sandbox_skip
 
 pytest_plugins = ["pytester"]

@@ -1,24 +1,22 @@
-"""Clipped surrogate policy loss, value loss, loss aggregation and its normaliser, truncated importance
-weights: tensors in, tensors out."""
+"""Importance ratios, the clipped surrogate (rlvr.algo.policy.policy_loss picks the objective), value loss,
+loss aggregation and its normaliser: tensors in, tensors out."""
 from __future__ import annotations
-
-import math
 
 import torch
 
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-# Every log importance ratio is clamped to +-this before exp (issue 28; torchtitan's DAPO loss clamps its
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
+# Every log importance ratio is clamped to +-this before exp (torchtitan's DAPO loss clamps its
 # log-ratio too): e^20 ~ 5e8 is far past any clip range, yet a -inf log-prob or a diverged token makes no inf.
 LOG_RATIO_LIMIT = 20.0
 
 
 def loss_units(mask: torch.Tensor, mode: str) -> torch.Tensor:
     """What `mode` averages over in mask [B, T]: its real tokens (token-mean), or its sequences with at
-    least one real token (both seq-mean modes). A 0-dim float tensor."""
+    least one real token (the seq-mean modes). A 0-dim float tensor."""
     if mode == "token-mean":
         return mask.float().sum()
-    if mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"):
         return (mask.sum(-1) > 0).float().sum()
     raise ValueError(f"unknown aggregation {mode!r}")
 
@@ -32,7 +30,9 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: in
     seq-mean-token-sum-norm: each sequence's token sum / norm_length (default T), then the mean over
     sequences (Dr. GRPO). verl's agg_loss in its first form divides the sum over all rows by the mask's
     width and not by their number, so its scale grows with the batch; here it does not.
-    Both seq-mean modes count only sequences with a real token: a fully masked row (a truncated
+    seq-mean-token-sum: each sequence's token sum, then the mean over sequences (LUSPO, arXiv 2602.05261:
+    a sequence-ratio loss that longer answers do not dilute; TRL's `luspo`).
+    The seq-mean modes count only sequences with a real token: a fully masked row (a truncated
     completion under algo.mask_truncated) neither adds to nor dilutes the mean.
 
     units: the whole batch's `loss_units` when `loss` is one part of it (a micro-batch, one rank's
@@ -46,6 +46,8 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: in
         total = ((loss * m).sum(-1) / m.sum(-1).clamp(min=1)).sum()
     elif mode == "seq-mean-token-sum-norm":
         total = (loss * m).sum() / (norm_length if norm_length is not None else loss.shape[-1])
+    elif mode == "seq-mean-token-sum":
+        total = (loss * m).sum()
     else:
         raise ValueError(f"unknown aggregation {mode!r}")
     units = loss_units(mask, mode) if units is None else units
@@ -61,42 +63,45 @@ def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
     return torch.exp(log_s)[:, None] * torch.exp(logp - logp.detach())  # [B, T]
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float | None = None,
-                ratio_level: str = "token", aggregation: str = "token-mean",
-                norm_length: int | None = None, units: float | torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate, max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), aggregated to a scalar;
-    log r is clamped to +-LOG_RATIO_LIMIT (no gradient beyond).
+def policy_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, level: str = "token"
+                 ) -> torch.Tensor:
+    """The importance ratio pi / pi_old [B, T]: per token (log r clamped to +-LOG_RATIO_LIMIT, no gradient
+    beyond), or GSPO's sequence ratio spread over its tokens (`sequence_ratio`)."""
+    if level == "token":
+        return torch.exp((logp - old_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))  # [B, T]
+    if level == "sequence":
+        return sequence_ratio(logp, old_logp, mask)
+    raise ValueError(f"ratio_level must be token or sequence, got {level!r}")
 
-    logp, old_logp, mask: [B, T]; advantages: [B] (broadcast over tokens) or [B, T].
-    dual_clip=c bounds the loss of negative-advantage tokens by -A c (Ye et al. 2020).
-    ratio_level="sequence" is GSPO. units: see `aggregate`. Metrics (0-dim tensors): clip fractions
-    (low, high, dual), approximate KL to the old policy and ratio mean, each over this batch's real
-    tokens (weight by their number to combine batches), and ratio min / max.
-    """
-    if advantages.dim() == 1:
-        advantages = advantages[:, None].expand_as(logp)  # [B, T]
-    if ratio_level == "token":
-        ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))  # [B, T]
-    elif ratio_level == "sequence":
-        ratio = sequence_ratio(logp, old_logp, mask)
-    else:
-        raise ValueError(f"ratio_level must be token or sequence, got {ratio_level!r}")
+
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
+                      dual_clip: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's per-token loss max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)); dual_clip=c bounds the loss
+    of negative-advantage tokens by -A c (Ye et al. 2020). ratio, advantages [B, T] -> (loss [B, T], where
+    the dual clip acted [B, T] bool)."""
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss = torch.maximum(unclipped, clipped)  # [B, T]
-    dual = torch.zeros_like(mask, dtype=torch.bool)
+    dual = torch.zeros_like(loss, dtype=torch.bool)
     if dual_clip is not None:
         bound = -advantages * dual_clip  # [B, T]
         dual = (advantages < 0) & (loss > bound)
         loss = torch.where(advantages < 0, torch.minimum(loss, bound), loss)
+    return loss, dual
+
+
+def ratio_metrics(logp: torch.Tensor, old_logp: torch.Tensor, ratio: torch.Tensor, advantages: torch.Tensor,
+                  mask: torch.Tensor, clip_low: float, clip_high: float, dual: torch.Tensor
+                  ) -> dict[str, torch.Tensor]:
+    """Clip fractions (low, high, dual), approximate KL to the old policy and ratio mean, each over the real
+    tokens of mask [B, T] (weight by their number to combine batches), and ratio min / max: 0-dim tensors,
+    no host reads."""
     m = mask.bool()
     with torch.no_grad():
         n = m.sum().clamp(min=1)
-        ratio_m = ratio.expand_as(m)  # sequence ratios [B, 1] spread over their tokens; no host reads here
+        ratio_m = ratio.expand_as(m)
         one, any_token = ratio.new_ones(()), m.any()  # ratio statistics are 1 when no token is real
-        metrics = {
+        return {
             "clip/low_frac": ((ratio < 1 - clip_low) & (advantages < 0) & m).sum() / n,
             "clip/high_frac": ((ratio > 1 + clip_high) & (advantages > 0) & m).sum() / n,
             "clip/dual_frac": (dual & m).sum() / n,
@@ -105,7 +110,6 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
             "ratio/max": torch.where(any_token, torch.where(m, ratio_m, float("-inf")).amax(), one),
             "approx_kl_old": (0.5 * (logp - old_logp).pow(2) * m).sum() / n,
         }
-    return aggregate(loss, mask, aggregation, norm_length, units), metrics
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
@@ -118,20 +122,6 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
         clipped = old_values + (values - old_values).clamp(-clip, clip)
         err = torch.maximum(err, (clipped - returns).pow(2))
     return aggregate(0.5 * err, mask, "token-mean", units=units)
-
-
-def tis_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                cap: float) -> torch.Tensor:
-    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
-    off-policy RL training"): min(pi_trainer / pi_sampler, cap) per token, 0 off the mask and where either
-    log-prob is not finite, no gradient. All inputs [B, T]; trainer_logp is the behaviour policy as the
-    trainer computes it (old_logp). The log-ratio is capped before exp, so no gap overflows."""
-    if cap <= 0:
-        raise ValueError(f"tis cap must be > 0, got {cap}")
-    log_w = trainer_logp.detach().float() - sampler_logp.detach().float()  # [B, T]
-    usable = mask.bool() & log_w.isfinite()
-    w = torch.exp(log_w.clamp(-LOG_RATIO_LIMIT, math.log(cap)))  # [B, T]
-    return torch.where(usable, w, torch.zeros_like(w))
 
 
 def drop_nonfinite(sampler_logp: torch.Tensor, mask: torch.Tensor, context: torch.Tensor | None

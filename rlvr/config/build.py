@@ -2,7 +2,7 @@
 overrides (`--rollout.group_size=16`), each over the one before. Unknown keys and wrongly typed values are
 errors that name the key; validate.py checks ranges and choices.
 
-Presets (issue 14). The preset is the command line's `algo.preset`, else the file's, else grpo. A
+Presets. The preset is the command line's `algo.preset`, else the file's, else grpo. A
 config file's algo keys are written for the file's preset (its `algo.preset`, or grpo when it names
 none): so when the command line picks a different preset, the file's values for the keys that preset
 sets are dropped, with a note on stderr naming them, and the preset's values hold. The file's other

@@ -2,9 +2,12 @@
 names the key and what it must be."""
 from __future__ import annotations
 
-from rlvr.algo.losses import AGGREGATIONS
+from rlvr.algo import AGGREGATIONS, ESTIMATORS, OBJECTIVES, SAMPLER_MODES
+from rlvr.algo.policy import SEQUENCE_RATIO_OBJECTIVES
 from rlvr.config.sections import Config, ConfigError
 from rlvr.device import check_device_spec
+
+
 
 
 def _one_of(value: str, key: str, choices: tuple[str, ...]) -> tuple[bool, str]:
@@ -41,7 +44,7 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
         (a.micro_batch_prompts >= 1, "algo.micro_batch_prompts must be at least 1"),
         (a.micro_batch_tokens >= 0, "algo.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
         _one_of(a.aggregation, "algo.aggregation", AGGREGATIONS),
-        _one_of(a.adv_estimator, "algo.adv_estimator", ("group", "rloo", "reinforce_pp", "gae")),
+        _one_of(a.adv_estimator, "algo.adv_estimator", ESTIMATORS),
         _one_of(a.adv_scale, "algo.adv_scale", ("group", "batch", "none")),
         _one_of(a.ratio_level, "algo.ratio_level", ("token", "sequence")),
         _one_of(a.kl_in, "algo.kl_in", ("loss", "reward")),
@@ -53,6 +56,38 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
         (a.ref_sync_every >= 0, "algo.ref_sync_every must be >= 0 (0: never)"),
         (0 < a.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
         (0 <= a.gamma <= 1 and 0 <= a.lam <= 1, "algo.gamma and algo.lam must be in [0, 1]"),
+    ] + _objective(cfg)
+
+
+def _objective(cfg: Config) -> list[tuple[bool, str]]:
+    """The policy objective, the sampler correction and the token selection."""
+    a = cfg.algo
+    return [
+        _one_of(a.policy_loss, "algo.policy_loss", OBJECTIVES),
+        (a.ratio_level == "token" or a.policy_loss in SEQUENCE_RATIO_OBJECTIVES,
+         f"algo.ratio_level sequence composes with algo.policy_loss {', '.join(SEQUENCE_RATIO_OBJECTIVES)}, "
+         f"not {a.policy_loss}: set algo.ratio_level=token"),
+        (a.adv_estimator != "group_passk" or a.adv_scale in ("group", "none"),
+         "algo.adv_scale must be group or none with algo.adv_estimator group_passk"),
+        (a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0, "algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0"),
+        (0 < a.cov_ratio <= 1, "algo.cov_ratio must be in (0, 1]"),
+        (a.clip_cov_lb < a.clip_cov_ub, "algo.clip_cov_lb must be below algo.clip_cov_ub"),
+        _one_of(a.sampler_correction, "algo.sampler_correction", ("auto", *SAMPLER_MODES)),
+        (a.sampler_c_min >= 0 and (a.sampler_c_max is None or a.sampler_c_max > a.sampler_c_min),
+         "algo.sampler_c_min must be >= 0 and below algo.sampler_c_max"),
+        (a.sampler_c_max is not None or not a.sampler_correction.endswith("truncate"),
+         "algo.sampler_c_max must be set for a *_truncate algo.sampler_correction"),
+        (a.sampler_correction == "auto" or cfg.rollout.tis_cap is None,
+         "rollout.tis_cap is the auto sampler correction: leave it unset (null) when algo.sampler_correction "
+         f"is {a.sampler_correction}, and give the cap as algo.sampler_c_max"),
+        (a.policy_loss != "vespo" or not a.sampler_correction.startswith("sequence"),
+         "algo.policy_loss vespo folds per-token sampler weights into its sequence weight: use "
+         "algo.sampler_correction token_truncate or token_mask"),
+        (a.off_policy_mask_threshold is None or a.off_policy_mask_threshold >= 0,
+         "algo.off_policy_mask_threshold must be null or >= 0"),
+        (0 < a.top_entropy_quantile <= 1, "algo.top_entropy_quantile must be in (0, 1]"),
+        (not a.adaptive_entropy or a.entropy_coef_min <= a.entropy_coef_max,
+         "algo.entropy_coef_min must be <= algo.entropy_coef_max"),
     ]
 
 

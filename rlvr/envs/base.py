@@ -131,7 +131,7 @@ class ToolEnv:
         for call, (result, error) in zip(calls, answers):  # a call that could not be read: its error
             results.append(f"Error: {error}" if error else result)
             # the name is the model's string: only a tool's own name is recorded (it becomes a metric
-            # key, env/tool_calls/<name>); the error quotes any other, escaped (issue 27)
+            # key, env/tool_calls/<name>); the error quotes any other, escaped
             record.append({"name": call.name if call.name in self.tools else (call.name and UNKNOWN),
                            "error": error})
         return Reply("\n".join(results), "tool", calls=record)

@@ -22,7 +22,8 @@ _MAX_NAME = 64
 
 
 def _metric_name(name) -> str:
-    """A call's name as a metric key part: model-chosen strings must never mint keys (issue 27), so
+    """A call's name as a metric key part: model-chosen strings must never mint keys (a model could
+    flood the metrics with names), so
     a name that could not be a tool's (not an identifier, too long) counts as unknown. ToolEnv
     already records unknown tools' calls as UNKNOWN; this holds for any environment's records."""
     if not name:

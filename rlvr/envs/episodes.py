@@ -23,7 +23,7 @@ from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
 from rlvr.rewards.base import load_callable
 from rlvr.rewards.call import dataset_columns
-from rlvr.rollout.engine import Rollout
+from rlvr.rollout.decoding import Rollout
 from rlvr.tasks.base import Problem
 
 ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")
@@ -244,7 +244,7 @@ def _record(spec: EnvSpec, row: _Row, t, budget_cap: bool) -> str | None:
 
 def _step_all(spec: EnvSpec, pending: list[tuple[Environment, str | None]]) -> list:
     """env.step(text) for every row that has a text (None for the others). Multi-turn episodes step at
-    once, each its own environment: a batch's tool calls wait together, not one after another (issue 27)."""
+    once, each its own environment: a batch's tool calls wait together, not one after another."""
     if not spec.multi_turn or sum(text is not None for _, text in pending) < 2:
         return [None if text is None else env.step(text) for env, text in pending]
     with ThreadPoolExecutor(max_workers=min(_STEP_THREADS, len(pending)), thread_name_prefix="env-step") as pool:

@@ -1,6 +1,6 @@
 """A "python" tool: run model-written code in the project's sandbox and answer with what it prints.
 
-The code runs through rlvr.rewards.sandbox.run_harness in the harness's stdio mode (the program runs
+The code runs through rlvr.sandbox.run.run_harness in the harness's stdio mode (the program runs
 as __main__ under bubblewrap, rlimits and a wall clock), exactly as the stdio code tests run a
 candidate. The sandbox only runs the program; what the answer is (output, truncation, the failure
 reason) is decided here on the returned bytes and exit status.
@@ -8,7 +8,7 @@ reason) is decided here on the returned bytes and exit status.
 from __future__ import annotations
 
 from rlvr.envs.tools import Tool, ToolError
-from rlvr.rewards.sandbox import Sandbox, SandboxLimits, launcher, run_harness
+from rlvr.sandbox.run import Sandbox, SandboxLimits, launcher, run_harness
 
 MAX_OUTPUT_CHARS = 2000     # the answer's length; the caller caps tokens as well
 TRUNCATED = "\n[truncated]"

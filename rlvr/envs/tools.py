@@ -261,7 +261,7 @@ def run_calls(tools: dict[str, Tool], calls: list[ToolCall], budget_s: float) ->
     """execute() for each call, in order of the calls: those of concurrent tools at once on a shared
     pool, the rest one after another here (a stateful environment's methods keep their order). No
     result is waited for past budget_s from now: a call still running then (or not started) answers
-    with an error (issue 27: four sleeping calls took 20 s for one turn)."""
+    with an error (one after another, four sleeping calls would take 20 s for one turn)."""
     deadline = time.monotonic() + budget_s
     late = ("", "this episode's tool time budget (env.tool_budget_s) ran out; answer without further "
                 "tool calls")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.answer import after_thinking, final_answers
-from rlvr.rewards.mathforms import answer_key
+from rlvr.rewards.maths.answer import after_thinking, final_answers
+from rlvr.rewards.maths.forms import answer_key
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -45,7 +45,7 @@ def stated_answer(completion: str) -> str | None:
 
 def vote_key(answer: str) -> str:
     """What two answers must share to vote together: the verifier's own test for one answer stated
-    twice (rlvr.rewards.mathforms.answer_key): an exact number's value, else the cleaned text with
+    twice (rlvr.rewards.maths.forms.answer_key): an exact number's value, else the cleaned text with
     whitespace removed, a label dropped. A percent sign is kept ("50%" and "50" differ)."""
     return answer_key(answer)
 

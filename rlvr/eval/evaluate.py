@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from rlvr.envs.episodes import EnvSpec, run_episodes
 from rlvr.eval.grading import grade
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 
 

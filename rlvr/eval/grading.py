@@ -11,7 +11,6 @@ import re
 
 from rlvr.eval.lenient import lenient_verdict
 from rlvr.rewards import format_reward, math_accuracy
-from rlvr.rewards.code import code_tests, last_code_block
 from rlvr.tasks import Problem
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*(?:python3?|py)?[ \t]*$", re.MULTILINE)
@@ -22,6 +21,8 @@ def loose_program(text: str) -> str | None:
     """The program a completion holds, however it is written: the last closed ```python block, else
     what follows the last opening fence (cut off, or never closed), else the text from its first line
     that starts a definition or an import; None when there is no code at all."""
+    from rlvr.rewards.code import last_code_block   # the code reward loads the sandbox: only for code
+
     block = last_code_block(text)
     if block is not None:
         return block
@@ -44,6 +45,8 @@ def grade(problems: list[Problem], texts: list[str]) -> list[dict]:
     grades: list[dict | None] = [None if p.tests else _maths(p, t) for p, t in zip(problems, texts)]
     code = [i for i, p in enumerate(problems) if p.tests]
     if code:
+        from rlvr.rewards.code import code_tests, last_code_block   # loads the sandbox: only for code
+
         loose = [loose_program(texts[i]) for i in code]
         wrapped = [texts[i] for i in code] + [f"```python\n{prog}\n```" if prog else "" for prog in loose]
         tests = [problems[i].tests for i in code] * 2

@@ -2,7 +2,7 @@
 
 A diagnostic that stands beside the strict verifier (rlvr.rewards.math_accuracy), never a reward: a
 run can raise strict accuracy by teaching the answer line alone, or while breaking answers the base
-model knew, and only a grade that ignores the form shows which (issue 17).
+model knew, and only a grade that ignores the form shows which.
 
 The lenient answer is what the completion said last: the last number in it (integers, decimals,
 `1,000`, `3/4`, `\\frac{3}{4}`, a leading minus) when the gold is a number, otherwise the last final
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.answer import after_thinking, final_answers
+from rlvr.rewards.maths.answer import after_thinking, final_answers
 from rlvr.rewards.base import Verdict
-from rlvr.rewards.math import check_answer, math_accuracy_verdict
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, exact_value
+from rlvr.rewards.maths.accuracy import check_answer, math_accuracy_verdict
+from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean, exact_value
 
 # A number not glued to a word or another number: in "5-3" the minus is an operator, in "= -3" a sign.
 _NUMBER = re.compile(r"\\d?frac\{\s*(-?\d+)\s*\}\{\s*(\d+)\s*\}"

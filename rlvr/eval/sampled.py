@@ -9,9 +9,9 @@ from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.grading import grade
 from rlvr.eval.estimators import majority_vote, stated_answer
-from rlvr.rewards.math import check_answer
+from rlvr.rewards.maths.accuracy import check_answer
 from rlvr.envs.episodes import EnvSpec, run_episodes
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 
 

@@ -25,7 +25,8 @@ def progress(total: int, initial: int = 0, disable: bool = False):
 def terminal_safe(text: str) -> str:
     """text with every character a terminal could act on (ESC sequences: window title, clear screen,
     OSC 52 clipboard writes; carriage returns, bells, bidi overrides, lone surrogates) as its
-    backslash escape; newlines stay. Model turns and tool output reach the console (issue 27)."""
+    backslash escape; newlines stay. Model turns and tool output reach the console,
+    and a model can write any of these."""
     return "\n".join(clean_reason(line, limit=sys.maxsize) for line in str(text).split("\n"))
 
 

@@ -95,14 +95,14 @@ def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1) -> Fin
 
 def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0.05, min_broken: int = 3
                      ) -> Finding | None:
-    """Skill lost while the score goes up (issue 17): format-free accuracy on a split down by `drop` or
-    more since the first evaluation, or at least `broken_share` of its problems (and `min_broken`)
-    right before training and wrong now (and the format-free gain smaller than that share), while strict
-    accuracy or the training reward rose.
+    """Skill lost while the score goes up (strict accuracy can rise by learning the answer line alone):
+    format-free accuracy on a split down by `drop` or more since the first evaluation, or at least
+    `broken_share` of its problems (and `min_broken`) right before training and wrong now (and the format-free
+    gain smaller than that share), while strict accuracy or the training reward rose.
 
     Greedy evaluation is deterministic, so every broken problem is a real change of the model. The
     thresholds leave room for the churn of a sound run (the chain_sum demo broke 2 of 100) and catch
-    every arithmetic run of the issue's ablations (10 to 20 of 100 broken, format-free down 7 to 16
+    every configs/arithmetic.yaml run measured (10 to 20 of 100 broken, format-free down 7 to 16
     points)."""
     rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None]
     reward_up = len(rewards) >= 4 and _half_change(rewards) > 0

@@ -26,7 +26,7 @@ def _clean(value):
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """UTF-8; a character it cannot encode (a lone surrogate from a model's text) is written as its
-    backslash escape rather than failing the write (issue 27)."""
+    backslash escape rather than failing the write: a model's text must never end a run."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")

@@ -16,7 +16,7 @@ PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"
 
 def _numeric(metrics: dict) -> dict[str, float]:
     """Numeric metrics under ASCII keys: a tracker's encoder may refuse any other (TensorBoard's
-    protobuf raised on a lone surrogate, ending the run: issue 27)."""
+    protobuf raises on a lone surrogate, which would end the run)."""
     return {_key(k): float(v) for k, v in metrics.items()
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
 

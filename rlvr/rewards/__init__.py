@@ -5,13 +5,13 @@ verl's one-sample compute_score runs through rlvr/rewards/verl.py.
 Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`, whose reason is
 kept with the sample.
 """
+import importlib
+
 from rlvr.rewards.base import (RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
                                strict_rewards)
-from rlvr.rewards.code import code_tests, make_code_tests
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
-from rlvr.rewards.math import math_accuracy
-
+from rlvr.rewards.maths.accuracy import math_accuracy
 
 
 def env_reward(completions, env_reward=None, **kwargs) -> list[float]:
@@ -22,7 +22,18 @@ def env_reward(completions, env_reward=None, **kwargs) -> list[float]:
     return [float(v) for v in env_reward]
 
 
-BUILTINS = {"correctness": math_accuracy, "format": format_reward, "code_tests": code_tests, "env": env_reward}
+BUILTINS = {"correctness": math_accuracy, "format": format_reward, "env": env_reward}
+LAZY = {"code_tests": "rlvr.rewards.code"}   # built-ins whose module loads the sandbox: imported when named
+
+
+def __getattr__(name: str):
+    """`rlvr.rewards.code_tests` and `make_code_tests` import the code reward (and with it the sandbox)
+    on first use, so a maths-only run never loads it."""
+    if name in ("code_tests", "make_code_tests"):
+        import rlvr.rewards.code as code
+
+        return getattr(code, name)
+    raise AttributeError(f"module 'rlvr.rewards' has no attribute {name!r}")
 
 
 def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_buffer: int = 0,
@@ -30,6 +41,8 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
     """Reward functions by name: the built-ins above, `length` (soft overlong punishment against
     max_new_tokens), or 'module:function'."""
     builtins = dict(BUILTINS)
+    for name, module in LAZY.items():   # every name listed (resolve's error names them); imported only if weighed
+        builtins[name] = getattr(importlib.import_module(module), name) if name in weights else None
     if max_new_tokens:
         builtins["length"] = make_overlong_reward(max_new_tokens, overlong_buffer, overlong_penalty)
     return [resolve(name, weight, builtins) for name, weight in weights.items()]
@@ -46,6 +59,6 @@ def rewards_of(cfg) -> list[RewardFunction]:
                          cfg.rewards.overlong_penalty)
 
 
-__all__ = ["BUILTINS", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
+__all__ = ["BUILTINS", "LAZY", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
            "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
            "rewards_of", "score_batch", "strict_rewards"]

@@ -12,7 +12,7 @@ from typing import Callable
 
 from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
 from rlvr.rewards.call import as_chat, dataset_columns
-from rlvr.rewards.sandbox import sandbox_problem
+from rlvr.sandbox.run import sandbox_problem
 from rlvr.tasks import Problem, Splits, normalise
 
 
@@ -186,7 +186,7 @@ def code_findings(splits: Splits, limit: int = 3) -> list[str]:
     """Code tasks: specs with no hidden cases (hard-coding the visible answers passes them), and
     prompts that show a hidden case's input, output or source."""
     from rlvr.rewards.code import parse_spec
-    from rlvr.rewards.code_spec import calls_candidate
+    from rlvr.rewards.code.spec import calls_candidate
 
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):

@@ -21,7 +21,7 @@ MAX_REASON_CHARS = 300
 def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
     """Printable text of bounded length: a reason may quote a program's exception message, and
     control characters (terminal escapes, carriage returns, bidi overrides) must not reach the
-    console, logs or report as themselves (issue 13). Each becomes its backslash escape."""
+    console, logs or report as themselves (a hostile program chooses them). Each becomes its backslash escape."""
     text = str(text)
     if not text.isprintable():
         text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
@@ -162,7 +162,7 @@ def _each_row(rf: RewardFunction, completions: list, columns: dict[str, list], s
 
 
 def _stop(name: str, error: Exception, origin: str, completion) -> RewardFunctionError:
-    # the exception's message may quote model text: each line printable (issue 13), the lines kept
+    # the exception's message may quote model text: each line printable, the lines kept
     trace = "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
     return RewardFunctionError(
         f"reward function '{name}' raised on every completion of the batch, so the run stops (a broken reward "

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.answer import after_thinking, boxed_contents, final_answers
+from rlvr.rewards.maths.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
-from rlvr.rewards.mathforms import answer_key
-from rlvr.rewards.mathnorm import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
+from rlvr.rewards.maths.forms import answer_key
+from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
 
 STYLES = ("answer_line", "boxed", "tag", "any")
 _ANSWER_LINE_START = re.compile(r"[ \t]*[*_]*(?:final[ \t]+)?answer[ \t*_]*:", re.IGNORECASE)
@@ -16,7 +16,7 @@ def ends_with_answer(body: str, style: str) -> bool:
     """Does `body` end (blanks, and for a box a full stop or `$`, aside) with its final answer in
     `style`? String operations on the tail, linear in the body: the former end-anchored regexes
     (`[^\\n]*\\S[^\\n]*\\s*\\Z`, `\\\\boxed\\{.*\\}[\\s.$]*\\Z`) retried from every line or box, quadratic
-    in an adversarial completion (issue 27, item 9)."""
+    in an adversarial completion."""
     if style == "answer_line":
         last = body.rstrip().rpartition("\n")[2]
         m = _ANSWER_LINE_START.match(last)

@@ -1,4 +1,4 @@
-"""Decoding over static buffers, replayed as a CUDA graph (issue 26; `rollout.cuda_graph`).
+"""Decoding over static buffers, replayed as a CUDA graph (`rollout.cuda_graph`).
 
 On a GPU a decode step of a small batch is a few milliseconds of kernels launched one by one from Python,
 so the host, not the GPU, sets the pace (HF `generate` at batch 64 on an H200: 57 ms per step eager, 4.8 ms
@@ -13,7 +13,7 @@ keeps every shape and address fixed for the whole rollout:
   all L (at 32x8x256 from 47-token prompts, half the cache is empty on average);
 - rows never leave the batch: a row that finished keeps decoding, and what it samples after its end is
   recorded as pad_id with log-prob 0, so the result equals the compacting loop of
-  rlvr.rollout.engine.decode token for token (tests/rollout/test_graphed.py);
+  rlvr.rollout.decoding.decode token for token (tests/rollout/test_graphed.py);
 - sampling (rlvr.rollout.sampling.sample_next) runs inside the step from the rollout's per-row draws
   u [B, T], read at the device counter `t`, so the draws and therefore the tokens are those of the
   compacting loop; stop checks run on the device too, and the host reads `done.all()` once every
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rlvr.models import unwrap
 from rlvr.rollout import lean
-from rlvr.rollout.quant import causal_lm
 from rlvr.rollout.sampling import sample_next
 
 CHECK_EVERY = 16  # tokens between the host's reads of done.all()
@@ -97,22 +97,22 @@ def enable(model: nn.Module, capture: bool = True) -> bool:
                                        for m in model.modules()):
         return False  # FSDP2 frees the full weights at reshard and gathers them into new memory: a replay would
         # read the old addresses (duck-typed as rlvr.train.distributed does: no torch.distributed import)
-    rope_type = getattr(getattr(causal_lm(model).model, "rotary_emb", None), "rope_type", "default")
+    rope_type = getattr(getattr(unwrap(model).model, "rotary_emb", None), "rope_type", "default")
     if "dynamic" in str(rope_type) or rope_type == "longrope":
         return False
-    causal_lm(model).rlvr_graphs = Graphs(capture)
+    unwrap(model).rlvr_graphs = Graphs(capture)
     return True
 
 
 def enabled(model: nn.Module) -> bool:
-    return getattr(causal_lm(model), "rlvr_graphs", None) is not None
+    return getattr(unwrap(model), "rlvr_graphs", None) is not None
 
 
 def release(model: nn.Module) -> int:
     """Drop `model`'s captured steps and the static buffers they are bound to (KV cache, draws, tokens),
     so the trainer's update can use that memory (at 1.7B, 8x8x128: about 2.4 GB; 32x8x256: 16 GB); the
     next rollout allocates and captures again (a few steps' time). Returns how many were dropped."""
-    graphs = getattr(causal_lm(model), "rlvr_graphs", None)
+    graphs = getattr(unwrap(model), "rlvr_graphs", None)
     if graphs is None:
         return 0
     n = len(graphs.entries)
@@ -266,16 +266,16 @@ def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, window: in
 
 
 @torch.no_grad()
-def decode(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
+def decode_graphed(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
            u: torch.Tensor | None, caps: torch.Tensor, temperature: float, top_p: float, top_k: int,
            stop_ids: list[int], pad_id: int, check_every: int = CHECK_EVERY,
            cache_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """rlvr.rollout.engine.decode's contract without `park` (rows that end are not kept for a later
+    """rlvr.rollout.decoding.decode's contract without `park` (rows that end are not kept for a later
     turn): logits [A, V], mask [A, L0], next_pos [A, 1], u [A, T] or None, caps [A] (host) -> tokens and
     sampler log-probs [A, T], pad_id / 0 after each row's end, on the model's device. cache_rows [A]: the
     row of `cache` that holds row i's context (a prefill's P rows serve P x G rollout rows); the cache
     needs no room for new tokens, its first L0 positions are read."""
-    lm = causal_lm(model)
+    lm = unwrap(model)
     graphs: Graphs = lm.rlvr_graphs
     device, (a, ctx) = logits.device, mask.shape
     width = int(caps.max()) if len(caps) else 0

@@ -5,7 +5,7 @@ the built-in engine cannot drive. Each prompt is repeated G times (as num_return
 prefilled G times, and finished rows go on decoding padding until the whole batch stops: the costs
 the built-in engine's shared prefix and row dropping avoid. The sampler log-prob of each token is read
 from generate's processed scores, i.e. after temperature, top-k and top-p, the distribution the token
-was drawn from. Same signature and result as rlvr.rollout.engine.generate.
+was drawn from. Same signature and result as rlvr.rollout.decoding.generate.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from transformers import GenerationConfig
 
 from rlvr.device import of_model
-from rlvr.rollout.engine import Rollout, concat_rollouts, end_at_first_stop, left_pad
+from rlvr.rollout.decoding import Rollout, concat_rollouts, end_at_first_stop, left_pad
 
 
 # generate fills every field left None from the model's generation_config.json; these get values at
@@ -50,7 +50,7 @@ def _seeded(generator: torch.Generator | None, device: torch.device):
 
 
 @torch.no_grad()
-def generate(
+def hf_generate(
     model,
     prompts: list[list[int]],
     *,
@@ -68,9 +68,9 @@ def generate(
     `seeds` (one per prompt) each prompt is generated on its own from its seed, so its completions do
     not depend on the batch; otherwise the whole batch at once from `generator`."""
     if seeds is not None:
-        parts = [generate(model, [p], group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-                          top_p=top_p, top_k=top_k, stop_ids=stop_ids, pad_id=pad_id,
-                          generator=torch.Generator().manual_seed(s)) for p, s in zip(prompts, seeds)]
+        parts = [hf_generate(model, [p], group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
+                             top_p=top_p, top_k=top_k, stop_ids=stop_ids, pad_id=pad_id,
+                             generator=torch.Generator().manual_seed(s)) for p, s in zip(prompts, seeds)]
         return concat_rollouts(parts, pad_id)
     device = of_model(model)
     ids, mask = left_pad(prompts, pad_id, device)  # [P, Tp]

@@ -1,4 +1,4 @@
-"""A lean decode step for Llama-family models, compiled for rollout copies (issue 18, rollout.compile).
+"""A lean decode step for Llama-family models, compiled for rollout copies (`rollout.compile`).
 
 A decode step feeds one token per row, and at batch 16 on a CPU each tensor op is small: the transformers
 forward of the int8 copy runs about 80 ops per layer (2,400 per token), and outside the integer products
@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, bf16_linear, causal_lm, int8_linear
+from rlvr.models import unwrap
+from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, bf16_linear, int8_linear
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ FAMILIES = ("llama", "mistral", "qwen2")
 
 def supports(model: nn.Module) -> bool:
     """True when `step` computes what `model`'s own forward does (a FAMILIES model, full attention)."""
-    lm = causal_lm(model)
+    lm = unwrap(model)
     config = getattr(lm, "config", None)
     if config is None or getattr(config, "model_type", None) not in FAMILIES:
         return False
@@ -150,7 +151,7 @@ def compilable(model: nn.Module) -> bool:
     """True for a rollout copy (bf16 or int8, q/k/v and gate/up fused) of a `supports` model with a SiLU MLP."""
     if not supports(model):
         return False
-    lm = causal_lm(model)
+    lm = unwrap(model)
     fused = (Int8Linear, Bf16Linear)
     for layer in lm.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -167,13 +168,13 @@ def compile_decode(model: nn.Module) -> bool:
     is not `compilable`. The compilation itself happens at the first step."""
     if not compilable(model):
         return False
-    causal_lm(model).rlvr_compiled = CompiledLayers(causal_lm(model))
+    unwrap(model).rlvr_compiled = CompiledLayers(unwrap(model))
     return True
 
 
 def is_compiled(model: nn.Module) -> bool:
     """True when `model` decodes through compiled layers (compile_decode, not since fallen back)."""
-    return getattr(causal_lm(model), "rlvr_compiled", None) is not None
+    return getattr(unwrap(model), "rlvr_compiled", None) is not None
 
 
 def _run_layers(lm: nn.Module, cache, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -204,7 +205,7 @@ def step(model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor, cache,
     """Feed one token per row and return the next-token logits [A, V]. tokens [A], positions [A];
     cache: a transformers cache whose layers hold [A, HK, L - 1, D] and get the new token appended;
     mask [A, L]: 1 on the positions each row attends to, the new token's (last) included."""
-    lm = causal_lm(model)
+    lm = unwrap(model)
     trunk = lm.model
     x = trunk.embed_tokens(tokens)  # [A, E]
     cos, sin = trunk.rotary_emb(x, positions[:, None])  # [A, 1, D] each

@@ -1,4 +1,4 @@
-"""Rollout weights in a smaller format than the training weights (issue 18, `rollout.weights`).
+"""Rollout weights in a smaller format than the training weights (`rollout.weights`).
 
 Decoding a token reads every weight once, so on a CPU its time follows the bytes of the weights
 (SmolLM2-135M: 540 MB in fp32). A rollout copy of the policy holds its linear layers (attention, MLP
@@ -20,7 +20,7 @@ activations and 20x slower with fp32 ones, hence W8A8. The price is accuracy: ag
 difference| per token 0.008 (bf16) and 0.06 (int8; weight-only int8 would be 0.02, so most of it is the
 activation rounding), greedy answers identical 90% (bf16) and 69% (int8) of the time. The trainer
 corrects the sampler's bias with truncated importance sampling, on by default for these formats
-(rollout.tis_cap, rlvr.rollout.protocol.tis_cap_of).
+(rollout.tis_cap, rlvr.rollout.engines.tis_cap_of).
 
     copy = rollout_copy(policy, "int8")   # once
     refresh(copy, policy)                  # after every optimizer step: re-quantise in place
@@ -175,13 +175,6 @@ class FusedSlice(nn.Module):
         return y
 
 
-def causal_lm(policy: nn.Module) -> nn.Module:
-    """The transformers model inside DDP / FSDP1 and PEFT wrappers (LoRA layers still in it)."""
-    while hasattr(policy, "module"):
-        policy = policy.module
-    return unwrap(policy)
-
-
 def _is_lora(module: nn.Module) -> bool:
     return hasattr(module, "base_layer") and hasattr(module, "lora_A")
 
@@ -234,7 +227,7 @@ def rollout_copy(policy: nn.Module, fmt: str) -> nn.Module:
     its linear layers in format `fmt` (bf16 or int8, module docstring), LoRA merged; eval mode, no
     gradients. The big linear weights are never copied in fp32 (peak memory: the copy itself)."""
     _check(policy, fmt)
-    base = causal_lm(policy)
+    base = unwrap(policy)
     names = _linear_names(base)
     embedding_ids = {id(p) for m in base.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
     memo = {}
@@ -289,7 +282,7 @@ def refresh(rollout_model: nn.Module, policy: nn.Module) -> None:
     behind_parts = {id(m.shared.layer) for m in modules.values() if isinstance(m, FusedSlice)}  # loaded through them
     names = [n for n, m in modules.items() if isinstance(m, (FusedSlice, *_MODULES.values())) and id(m) not in behind_parts]
     items = dict(policy_weight_items(policy))
-    weights = _weights(items, names, _tied_name(causal_lm(policy)))
+    weights = _weights(items, names, _tied_name(unwrap(policy)))
     for name in names:
         rollout_model.get_submodule(name).load(weights[name], items.get(f"{name}.bias"))
     for name, p in rollout_model.named_parameters():

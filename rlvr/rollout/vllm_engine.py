@@ -30,7 +30,9 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.rollout.engine import Rollout
+from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random
+from rlvr.rollout.builtin import RecomputeSession
+from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.weights import policy_weight_items
 
 INSTALL_HINT = "pip install 'rlvr[vllm]'"
@@ -162,8 +164,6 @@ class VllmEngine:
     def session(self, prompts: list[list[int]], **sampling):
         """Episodes turn by turn: each later turn sends the row's history as a prompt (vLLM's prefix
         cache keeps the earlier turns' KV, so little is recomputed)."""
-        from rlvr.rollout.session import RecomputeSession
-
         return RecomputeSession(self.generate, prompts, **sampling)
 
     def sync_weights(self, policy: torch.nn.Module) -> int:
@@ -189,9 +189,7 @@ class VllmEngine:
 
 def vllm_model_dir(name: str, workdir: Path) -> Path:
     """A directory vLLM can load for model.name: the weights only have to have the right shapes, since
-    make_engine syncs the trainer's weights right after loading."""
-    from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random
-
+    make_vllm_engine syncs the trainer's weights right after loading."""
     if name == SMOLLM2:
         return prepare_smollm2()
     if name == TINY:  # built in code: write a copy of the same architecture
@@ -203,7 +201,7 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
     return Path(name).expanduser()
 
 
-def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
+def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
     """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
     front when vllm or a GPU is missing. The settings were checked where every setting is: their values
     in rlvr/config/validate.py, what torchrun supports in rlvr.train.assemble.check_distributed."""

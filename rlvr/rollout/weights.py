@@ -10,6 +10,7 @@ import re
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.models import unwrap
 
 # Wrapper prefixes: DDP (module.), torch.compile (_orig_mod.), FSDP1 and activation checkpointing.
 _WRAPPERS = re.compile(r"(^|\.)(module|_orig_mod|_fsdp_wrapped_module|_checkpoint_wrapped_module)\.")
@@ -82,15 +83,9 @@ def lora_scalings(model: torch.nn.Module) -> dict[str, float]:
     return out
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    while hasattr(model, "module"):  # DDP / FSDP1
-        model = model.module
-    return model
-
-
 def policy_weight_items(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The policy's current weights, named and merged for vLLM (see vllm_weight_items)."""
-    config = getattr(_unwrap(policy), "config", None)
+    config = getattr(unwrap(policy), "config", None)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     return vllm_weight_items(policy.state_dict().items(), tie_word_embeddings=tied,
                              lora_scaling=lora_scalings(policy))

@@ -91,7 +91,7 @@ def distinct_problems(dataset: str, params: dict, n: int, seed: int, suffix: str
 
 def gold_check_note(dataset: str, problems: list[Problem]) -> list[str]:
     """A note when a gold answer written as 'Answer: <gold>' does not score 1 with our checker."""
-    from rlvr.rewards.math import math_accuracy_verdict  # lazily: rewards is a heavier import
+    from rlvr.rewards.maths.accuracy import math_accuracy_verdict  # lazily: rewards is a heavier import
 
     failed = [p for p in problems[:_GOLD_CHECKS] if math_accuracy_verdict(f"Answer: {p.answer}", p.answer).score != 1.0]
     if not failed:

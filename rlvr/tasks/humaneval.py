@@ -5,7 +5,7 @@ A problem's prompt shows the HumanEval `prompt` (imports, any helper functions, 
 and docstring of the function to write) and asks for the whole function in a ```python block. Its
 tests spec (rlvr.rewards.code) is assert-kind with one hidden case: the prompt's helpers followed by
 the problem's `def check(candidate): ...`, run by the trusted parent with `candidate` a proxy of
-the program's `entry_point` (rlvr.rewards.checks). The helpers are defined in the parent, so a
+the program's `entry_point` (rlvr.rewards.code.checks). The helpers are defined in the parent, so a
 program that redefines one (`poly` in HumanEval/32, `encode_cyclic` in /38) cannot change what the
 check computes. The same helpers are the spec's `prelude`, run in the sandbox before the program,
 so a program may use the prompt's imports and helpers without repeating them, as in HumanEval's

@@ -14,7 +14,7 @@ from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, s
 from rlvr.report.console import say
 from rlvr.rewards import rewards_of
 from rlvr.rewards.base import RewardFunction
-from rlvr.rollout.protocol import make_engine
+from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.files import check_gold

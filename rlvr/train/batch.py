@@ -4,48 +4,55 @@ and computes the advantages (`compute_advantages`: every `algo.adv_estimator`, t
 reward, from the trainer's own log-probs)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from rlvr.algo import (drop_nonfinite, gae, group_advantages, kl_estimate, rloo_advantages, split_beta, token_returns,
-                       whiten)
+from rlvr.algo import drop_nonfinite, estimate_advantages, kl_estimate, present_tokens, split_beta
 from rlvr.config import AlgoConfig
 from rlvr.train.logprobs import completion_logprobs, reference_logprobs
 from rlvr.train.state import Collected, Run
-from rlvr.train.update import Batch
+
+
+@dataclass
+class Batch:
+    """What one policy update trains on, on the device: whole groups of G completions per prompt."""
+
+    prompts: list[list[int]]  # P prompt token lists
+    completion_ids: torch.Tensor  # [B, Tc], B = P * G
+    completion_mask: torch.Tensor  # [B, Tc]
+    advantages: torch.Tensor  # [B] or [B, Tc]
+    group_size: int
+    returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
+    old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
+    sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
+    env_mask: torch.Tensor | None = None  # [B, Tc] environment tokens of multi-turn episodes: context, not loss
+
+    @property
+    def present(self) -> torch.Tensor:
+        """[B, Tc] every real token after the prompt (the model's and the environment's)."""
+        return present_tokens(self.completion_mask, self.env_mask)
 
 
 def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, mask: torch.Tensor,
                        logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
                        values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
-    """rewards [B] (one per completion); mask, logp, ref_logp, values [B, T].
+    """algo.adv_estimator's advantages (rlvr.algo.estimate_advantages) with the algo section's knobs;
+    rewards [B] (one per completion); mask, logp, ref_logp, values [B, T].
 
     Returns (advantages [B] or [B, T], returns [B, T] for a critic or None, metrics). With
     kl_in == "reward", -beta * KL(policy || ref) per token joins the reward (RLOO, REINFORCE++, PPO).
     """
     metrics = {}
-    token_r = torch.zeros_like(mask)
+    token_r = torch.zeros_like(mask)  # [B, T]
     beta = split_beta(a.beta, a.kl_in)[1]
     if beta > 0 and ref_logp is not None:
         kl = kl_estimate(logp, ref_logp, a.kl_estimator) * mask  # [B, T]
         token_r = -beta * kl
         metrics["kl_reward"] = float(kl.sum() / mask.sum().clamp(min=1))
-    if a.adv_estimator in ("group", "rloo"):
-        total = rewards + token_r.sum(-1)  # [B] sequence reward with the KL folded in
-        grouped = total.view(-1, group_size)  # [P, G]
-        adv = group_advantages(grouped, a.adv_scale, a.adv_eps) if a.adv_estimator == "group" \
-            else rloo_advantages(grouped)
-        return adv.flatten(), None, metrics
-    if a.adv_estimator == "reinforce_pp":
-        returns = token_returns(rewards, token_r, mask, a.gamma)  # [B, T]
-        return whiten(returns, mask), None, metrics
-    if a.adv_estimator == "gae":
-        if values is None:
-            raise ValueError("gae needs critic values")
-        last = (mask.cumsum(-1) == mask.sum(-1, keepdim=True)) & mask.bool()
-        token_rewards = token_r + last.to(rewards.dtype) * rewards[:, None]  # [B, T]
-        adv, returns = gae(token_rewards, values, mask, a.gamma, a.lam)
-        return whiten(adv, mask), returns, metrics
-    raise ValueError(f"unknown adv_estimator {a.adv_estimator!r}")
+    adv, returns = estimate_advantages(a.adv_estimator, rewards, token_r, mask, group_size, a.adv_scale, a.adv_eps,
+                                       a.gamma, a.lam, values)
+    return adv, returns, metrics
 
 
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
@@ -62,7 +69,7 @@ def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
                                           r.group_size, run.pad_id, run.cfg.rollout.temperature, r.env_mask)
         if ref_logp is not None or run.critic is not None:
             # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
-            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty (issue 28)
+            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
             out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
                                       r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
                                       env_mask=r.env_mask)

@@ -26,7 +26,7 @@ from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores
 from rlvr.rewards.call import TrainerState
 from rlvr.envs.episodes import reward_inputs, run_episodes
-from rlvr.rollout.engine import select_groups
+from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, latest_checkpoint, load_checkpoint, restore,

@@ -24,8 +24,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
+from rlvr.algo.masks import present_tokens, row_widths
 from rlvr.models import checkpointing_active, is_peft, unwrap
-from rlvr.rollout.engine import left_pad, positions_from_mask, prefill
+from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_out
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
@@ -98,7 +99,7 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
     ids, mask = left_pad(prompts, pad_id, completion_ids.device)  # [P, Tp]
-    present = completion_mask if env_mask is None else completion_mask + env_mask  # [B, Tc] attended tokens
+    present = present_tokens(completion_mask, env_mask)  # [B, Tc] attended tokens
     plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)
     if checkpointing_active(model):
         pieces = _full_hidden(base, ids, mask, completion_ids, present, group_size, plan)
@@ -149,17 +150,14 @@ def plan_buckets(lengths: list[int], max_buckets: int = MAX_BUCKETS,
     return plan[::-1]
 
 
-def _positions_needed(completion_mask: torch.Tensor) -> list[int]:
+def _positions_needed(present: torch.Tensor) -> list[int]:
     """Completion positions each row must run, [B] ints: all but its last real token, whose output
     predicts nothing (token 0 is predicted from the prompt)."""
-    tc = completion_mask.shape[1]
-    last = (completion_mask.bool() * torch.arange(1, tc + 1, device=completion_mask.device)).amax(-1) if tc else \
-        completion_mask.new_zeros(completion_mask.shape[0])  # [B] index of the last real token + 1
-    return (last - 1).clamp(min=0).tolist()
+    return (row_widths(present) - 1).clamp(min=0).tolist()
 
 
 def _prompt_pass(base, prompts: list[list[int]], pad_id: int):
-    """Run the prompts once, with gradient (rlvr.rollout.engine.prefill on the trunk): (per-layer keys /
+    """Run the prompts once, with gradient (rlvr.rollout.decoding.prefill on the trunk): (per-layer keys /
     values [P, heads, Tp, d], the last prompt state [P, 1, H], the attention mask [P, Tp])."""
     out, mask = prefill(base, prompts, pad_id)
     return [(layer.keys, layer.values) for layer in cache_out(out).layers], out.last_hidden_state[:, -1:], mask

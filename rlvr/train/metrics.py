@@ -7,7 +7,8 @@ import statistics
 import torch
 
 from rlvr.envs.episode_metrics import episode_metrics
-from rlvr.rewards import math_worker, strict_rewards
+from rlvr.rewards import strict_rewards
+from rlvr.rewards.maths.worker import checker_restarts
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
 SELF_VERIFICATION = re.compile(r"\b(wait|let me check|let me verify|verify|double[- ]check)\b", re.IGNORECASE)
@@ -31,7 +32,7 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
     m.update(episode_metrics(collected.episodes))  # env/*: multi-turn runs only
     m.update(pass_rates(collected, rewards))
     m.update(code_metrics(scores, rewards))
-    m["reward/checker_restarts"] = math_worker._shared.restarts if math_worker._shared else 0  # cumulative
+    m["reward/checker_restarts"] = checker_restarts()  # cumulative
     m.update(update)
     m.update({"time/step_s": t_step, "time/rollout_s": t_roll, "time/train_s": t_train})
     return m
@@ -59,11 +60,10 @@ def sample_records(step, collected, rewards) -> list[dict]:
 def code_metrics(scores, rewards) -> dict:
     """code/<outcome>_frac: the share of completions per outcome of the first code reward (timeouts,
     syntax errors, sandbox errors, visible examples passed but a hidden test failed, ...)."""
-    from rlvr.rewards.code import CODE_OUTCOMES
-
     rf = next((rf for rf in rewards if getattr(rf.fn, "code_outcome", None) is not None), None)
     if rf is None:
         return {}
+    from rlvr.rewards.code import CODE_OUTCOMES   # loaded already: a code reward is in the run
     kinds = [rf.fn.code_outcome(reason) for reason in scores.reasons[rf.name]]
     return {f"code/{k}_frac": kinds.count(k) / max(len(kinds), 1) for k in CODE_OUTCOMES}
 

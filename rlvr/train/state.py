@@ -11,8 +11,8 @@ import torch
 from rlvr.config import Config
 from rlvr.envs.episodes import EnvSpec
 from rlvr.rewards.base import RewardFunction, Scores
-from rlvr.rollout.engine import Rollout, concat_rollouts
-from rlvr.rollout.protocol import RolloutEngine
+from rlvr.rollout.decoding import Rollout, concat_rollouts
+from rlvr.rollout.engines import RolloutEngine
 from rlvr.tasks import Problem, Splits
 from rlvr.tasks.curriculum import CurriculumSampler
 from rlvr.train.distributed import Dist

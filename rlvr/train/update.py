@@ -6,32 +6,45 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo import aggregate, kl_estimate, loss_units, policy_loss, split_beta, tis_weights, value_loss
+from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus_coef, high_entropy_mask, kl_estimate,
+                       loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta, value_loss)
 from rlvr.config import AlgoConfig, Config
-from rlvr.rollout.protocol import tis_cap_of
+from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
+from rlvr.train.batch import Batch
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 
 # policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
-TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old")
+TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old",
+               "objective/clipped_frac")
+# the token weights' metrics, each a count over real tokens or sequences, reported as a share of them
+WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_frac", "sampler/weight_mean",
+                       "entropy/selected_frac")
+WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
+# the policy objective's own knobs, passed to rlvr.algo.policy_loss by name
+OBJECTIVE_KNOBS = ("sapo_tau_pos", "sapo_tau_neg", "cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_coef",
+                   "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 @dataclass
-class Batch:
-    prompts: list[list[int]]  # P prompt token lists
-    completion_ids: torch.Tensor  # [B, Tc], B = P * G
-    completion_mask: torch.Tensor  # [B, Tc]
-    advantages: torch.Tensor  # [B] or [B, Tc]
-    group_size: int
-    returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
-    old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
-    sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
-    env_mask: torch.Tensor | None = None  # [B, Tc] environment tokens of multi-turn episodes: context, not loss
+class EntropyControl:
+    """The entropy bonus's coefficient between steps: algo.entropy_coef, or under algo.adaptive_entropy
+    Skywork-OR1's controller (rlvr.algo.adaptive_entropy_coef), held for the run (not checkpointed)."""
 
-    @property
-    def present(self) -> torch.Tensor:
-        """[B, Tc] every real token after the prompt (the model's and the environment's)."""
-        return self.completion_mask if self.env_mask is None else self.completion_mask + self.env_mask
+    coef: float
+    last_entropy: float = math.inf  # the mean entropy of the last step's trained tokens (none yet: inf)
+
+    def applied(self, a: AlgoConfig) -> float:
+        """The coefficient of this step's bonus."""
+        if not a.adaptive_entropy:
+            return a.entropy_coef
+        return entropy_bonus_coef(self.coef, self.last_entropy, a.entropy_target)
+
+    def after_step(self, a: AlgoConfig, entropy: float) -> None:
+        if a.adaptive_entropy:
+            self.coef = adaptive_entropy_coef(self.coef, entropy, a.entropy_target, a.entropy_coef_delta,
+                                              a.entropy_coef_min, a.entropy_coef_max)
+            self.last_entropy = entropy
 
 
 @dataclass(frozen=True)
@@ -45,13 +58,28 @@ class UpdateSettings:
     tis_cap: float = 0.0  # rollout.tis_cap as resolved by tis_cap_of
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
+    entropy: EntropyControl | None = None  # None: algo.entropy_coef as it stands
 
     @staticmethod
     def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
         """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
         (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens)
+        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens,
+                              EntropyControl(cfg.algo.entropy_coef))
+
+    @property
+    def sampler(self) -> tuple[str, float, float | None]:
+        """(mode, C_min, C_max) of the sampler correction: algo.sampler_correction, whose auto is
+        rollout.tis_cap as resolved (token_truncate at the cap, or off)."""
+        a = self.algo
+        if a.sampler_correction == "auto":
+            return ("token_truncate", 0.0, self.tis_cap) if self.tis_cap > 0 else ("off", 0.0, None)
+        return a.sampler_correction, a.sampler_c_min, a.sampler_c_max
+
+    @property
+    def entropy_coef(self) -> float:
+        return self.entropy.applied(self.algo) if self.entropy is not None else self.algo.entropy_coef
 
     @property
     def loss_beta(self) -> float:
@@ -72,7 +100,7 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
     stays within the budget; a group larger than the budget goes alone.
     """
     g, n_prompts = batch.group_size, len(batch.prompts)
-    lengths = _widths(batch.present).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
+    lengths = row_widths(batch.present).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
 
     def tokens(a: int, b: int) -> float:  # groups a..b-1 as one micro-batch
         return (b - a) * (max(len(p) for p in batch.prompts[a:b]) + g * max(lengths[a:b]))
@@ -89,12 +117,6 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
     return [(batch.prompts[a:b], slice(a * g, b * g), int(max(lengths[a:b]))) for a, b in bounds]
 
 
-def _widths(present: torch.Tensor) -> torch.Tensor:
-    """[B] each row's width: the index after its last real token."""
-    positions = torch.arange(1, present.shape[1] + 1, device=present.device)  # [Tc]
-    return (present.bool() * positions).amax(-1) if present.shape[1] else present.new_zeros(present.shape[0]).long()
-
-
 def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None:
     if x is None:
         return None
@@ -107,6 +129,27 @@ def _autocast(policy, s: UpdateSettings):
     return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=s.mixed_precision == "bf16")
 
 
+def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old, adv, mask, entropy):
+    """(sampler weights [b, w] or None, 0/1 token selection [b, w] or None, metric counts): the sampler
+    correction against batch.sampler_logp, the off-policy sequence mask, the high-entropy selection."""
+    a, (mode, c_min, c_max) = s.algo, s.sampler
+    sampler_logp = batch.sampler_logp[sl, :w] if batch.sampler_logp is not None else None
+    n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum()
+    counts, sampler_w, keep = {}, None, None
+    if mode != "off" and sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
+        sampler_w, stats = sampler_weights(old, sampler_logp, mask, mode, c_min, c_max)
+        counts = {k: stats[k] * (n_seq if k in WEIGHT_SEQ_COUNTS else n_tok) for k in stats}
+    if a.off_policy_mask_threshold is not None:
+        behaviour = sampler_logp if sampler_logp is not None else old
+        keep = off_policy_mask(logp, behaviour, adv, mask, a.off_policy_mask_threshold).expand_as(mask)  # [b, w]
+        counts["off_policy/masked_seq_frac"] = ((keep == 0) & mask.bool()).any(-1).sum()
+    if a.top_entropy_quantile < 1:
+        chosen = high_entropy_mask(entropy, mask, a.top_entropy_quantile).to(mask.dtype)  # [b, w]
+        keep = chosen if keep is None else keep * chosen
+        counts["entropy/selected_frac"] = chosen.sum()
+    return sampler_w, keep, counts
+
+
 def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
     """Forward one micro-batch. Its loss is already divided by the whole batch's units, so the
     micro-batches' losses (and gradients) sum to the batch's. Returns (new log-probs [b, w] detached,
@@ -114,28 +157,32 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     prompts, sl, w = mb
     a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
+    coef = s.entropy_coef
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
                                   s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
-                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=a.entropy_coef != 0)
+                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=coef != 0)
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
     adv = _cut(batch.advantages, sl, w)
-    if s.tis_cap > 0 and batch.sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
-        adv = (adv[:, None] if adv.dim() == 1 else adv) * tis_weights(old, batch.sampler_logp[sl, :w], mask, s.tis_cap)
+    sampler_w, keep, counts = _token_weights(batch, s, sl, w, logp, old, adv, mask, out.entropy)
     policy_units = units["policy"]
     loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
-                              a.aggregation, norm, policy_units)
+                              a.aggregation, norm, policy_units, objective=a.policy_loss, sampler_w=sampler_w,
+                              keep=keep, params={k: getattr(a, k) for k in OBJECTIVE_KNOBS})
     n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
-    sums = {k: stats[k] * n_tok for k in TOKEN_MEANS}
+    sums = {**{k: stats[k] * n_tok for k in TOKEN_MEANS}, **counts}
+    trained = mask if keep is None else mask * keep  # the tokens the entropy control watches
     sums["entropy"] = (out.entropy.detach() * mask).sum()
+    sums["entropy/trained_sum"], sums["entropy/trained_n"] = (out.entropy.detach() * trained).sum(), trained.sum()
     if ref_logp is not None:
         kl = kl_estimate(logp, ref_logp, a.kl_estimator)  # [b, w]
         loss = loss + s.loss_beta * aggregate(kl, mask, a.aggregation, norm, policy_units)
         sums["kl"] = (kl.detach() * mask).sum()
-    if a.entropy_coef != 0:
-        loss = loss - a.entropy_coef * aggregate(out.entropy, mask, a.aggregation, norm, policy_units)
+    if coef != 0:
+        bonus = out.entropy if keep is None else out.entropy * keep
+        loss = loss - coef * aggregate(bonus, mask, a.aggregation, norm, policy_units)
     if values is not None:  # a token mean over the whole batch, whatever the policy's aggregation
         v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, a.value_clip,
                             units["tokens"])
@@ -147,7 +194,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     return logp.detach(), loss, sums, extremes
 
 
-def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
+def _logp_mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, max) of |trainer - sampler| log-prob over real tokens of one micro-batch, as tensors."""
     diff = (new_logp - sampler_logp).abs() * mask  # [b, w]
@@ -155,8 +202,22 @@ def _mismatch(new_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Te
 
 
 def _batch_units(mask: torch.Tensor, aggregation: str, dist: dd.Dist) -> dict[str, float]:
-    """What the whole (global) batch's losses divide by: the policy aggregation's units and real tokens."""
-    return dd.allreduce_scalars({"policy": float(loss_units(mask, aggregation)), "tokens": float(mask.sum())}, dist)
+    """What the whole (global) batch's losses divide by: the policy aggregation's units, real tokens and
+    sequences with one."""
+    return dd.allreduce_scalars({"policy": float(loss_units(mask, aggregation)), "tokens": float(mask.sum()),
+                                 "seqs": float((mask.sum(-1) > 0).sum())}, dist)
+
+
+def _weight_metrics(sums: dict, units: dict, s: UpdateSettings, sampled: bool) -> dict[str, float]:
+    """The token weights' metrics that this run's settings produce, as shares of real tokens / sequences."""
+    a, on = s.algo, []
+    if sampled and s.sampler[0] != "off":
+        on += [k for k in (*WEIGHT_TOKEN_COUNTS, *WEIGHT_SEQ_COUNTS) if k.startswith("sampler/")]
+    if a.off_policy_mask_threshold is not None:
+        on.append("off_policy/masked_seq_frac")
+    if a.top_entropy_quantile < 1:
+        on.append("entropy/selected_frac")
+    return {k: sums[k] / max(units["seqs" if k in WEIGHT_SEQ_COUNTS else "tokens"], 1.0) for k in on}
 
 
 def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -> dict[str, float]:
@@ -178,7 +239,8 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
     Returns this rank's sums (loss, token-weighted metrics, sampler mismatch when `compare`), the ratio's
     min and max, and the largest sampler mismatch. They accumulate as tensors on the policy's device and
     the host reads them once, after the last micro-batch."""
-    keys = ("loss", "kl", "entropy", "value_loss", "mismatch", *TOKEN_MEANS)
+    keys = ("loss", "kl", "entropy", "value_loss", "mismatch", "entropy/trained_sum", "entropy/trained_n",
+            *TOKEN_MEANS, *WEIGHT_TOKEN_COUNTS, *WEIGHT_SEQ_COUNTS)
     zero = batch.completion_mask.new_zeros(())
     sums = dict.fromkeys(keys, zero)
     low, high, peak = zero + math.inf, zero - math.inf, zero
@@ -190,7 +252,8 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
         loss.backward()
         part["loss"] = loss.detach()
         if compare and batch.sampler_logp is not None:
-            part["mismatch"], mb_peak = _mismatch(logp, batch.sampler_logp[sl, :w], batch.completion_mask[sl, :w])
+            part["mismatch"], mb_peak = _logp_mismatch(logp, batch.sampler_logp[sl, :w],
+                                                       batch.completion_mask[sl, :w])
             peak = torch.maximum(peak, mb_peak)
         for key, v in part.items():
             sums[key] = sums[key] + v
@@ -247,9 +310,13 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             optimizer.zero_grad(set_to_none=True)
         extremes = {k: v for k, v in (("ratio/min", low), ("ratio/max", top["r"])) if math.isfinite(v)}
         metrics.update(_metrics(sums, extremes, units["tokens"], want_ref, critic), grad_norm=grad_norm)
+        metrics.update(_weight_metrics(sums, units, s, batch.sampler_logp is not None))
         if it == 0 and batch.sampler_logp is not None:
             metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
+    if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
+        metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied
+        s.entropy.after_step(a, sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0))
     optimizer.zero_grad(set_to_none=True)
     return metrics

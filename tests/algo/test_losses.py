@@ -65,7 +65,7 @@ def test_aggregations_hand_computed():
     assert math.isclose(float(aggregate(loss, mask, "token-mean")), 10 / 4)
     # sequence means 2 and 4; the empty third sequence is left out
     assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-mean")), 3.0)
-    # sums 6 and 4 over T = 3, mean over the 2 sequences with tokens (issue 14: the empty one was counted)
+    # sums 6 and 4 over T = 3, mean over the 2 sequences with tokens (the empty one is not counted)
     assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm")), (2 + 4 / 3) / 2, rel_tol=1e-6)
     assert math.isclose(float(aggregate(loss, mask, "seq-mean-token-sum-norm", norm_length=2)), 5 / 2, rel_tol=1e-6)
     empty = torch.zeros(2, 3)
@@ -119,7 +119,7 @@ def test_tis_weights_hand_values():
         tis_weights(trainer, sampler, mask, cap=0.0)
 
 
-# ---- guarded importance ratios (issue 28): a -inf sampler log-prob or a huge gap never reaches the loss as inf
+# ---- guarded importance ratios: a -inf sampler log-prob or a huge gap never reaches the loss as inf
 
 def test_huge_log_ratio_is_clamped_before_exp():
     # log r = 100: exp overflows float32 to inf; clamped to 20, a negative-advantage token's loss is

@@ -6,8 +6,8 @@ import torch
 from rlvr.config import EnvConfig
 from rlvr.envs.episodes import make_spec, reward_inputs, run_episodes
 from rlvr.rewards import build_rewards, score_batch
-from rlvr.rollout.protocol import builtin_engine
-from rlvr.rollout.session import RecomputeSession, generate
+from rlvr.rollout.engines import builtin_engine
+from rlvr.rollout.builtin import RecomputeSession, generate
 from rlvr.tasks import Problem
 from rlvr.train.logprobs import completion_logprobs
 

@@ -130,7 +130,7 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
     import torch
 
     import rlvr.train.assemble as assemble_module
-    from rlvr.rollout.protocol import PolicyEngine, make_engine
+    from rlvr.rollout.engines import PolicyEngine, make_engine
 
     calls = []
 

@@ -54,7 +54,7 @@ def test_prompts_must_split_into_whole_groups(tmp_path):
 
 
 def test_two_processes_train_like_one(tmp_path):
-    """Issue 14: sampling is seeded per prompt group (seed, step, group index), so the same config gives
+    """Sampling is seeded per prompt group (seed, step, group index), so the same config gives
     the same completions, rewards, losses and weights on 1 or 2 processes (to float-summation tolerance)."""
     kl = ["--algo.beta=0.04", "--train.save_every=0", "--eval.after=false"]
     one, two = tmp_path / "one", tmp_path / "two"

@@ -8,8 +8,8 @@ from rlvr.envs.episodes import EnvSpec, Limits, make_spec, model_token_lists, ru
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool
 from rlvr.envs.calculator import calculator
-from rlvr.rollout.session import generate
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.builtin import generate
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem, encode_prompt
 
 PROBLEMS = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 6?", "42")]
@@ -136,7 +136,7 @@ def test_tool_env_runs_calls_and_reports_errors():
     lines = reply.text.split("\n")
     assert (reply.done, reply.role, lines[:2]) == (False, "tool", ["1081", "counter is 2"])
     assert lines[2].startswith("Error: unknown tool 'nope'") and lines[3].startswith("Error: tool call is not valid")
-    assert [c["name"] for c in reply.calls] == ["calculator", "bump", "<unknown>", ""]   # issue 27: no model-chosen names
+    assert [c["name"] for c in reply.calls] == ["calculator", "bump", "<unknown>", ""]   # no model-chosen names
     assert [bool(c["error"]) for c in reply.calls] == [False, False, True, True]
     assert env.step("The answer is 5.").done
     assert env.reward_columns() == {"env_reward": 2.0}

@@ -8,8 +8,8 @@ import pytest
 
 from rlvr.envs.python_tool import DEFAULT_LIMITS, MAX_OUTPUT_CHARS, NO_OUTPUT, make_python_tool
 from rlvr.envs.tools import ToolCall, ToolError, execute
-from rlvr.rewards import sandbox
-from rlvr.rewards.sandbox import Sandbox, SandboxUnavailable
+from rlvr.sandbox import run as sandbox
+from rlvr.sandbox.run import Sandbox, SandboxUnavailable
 
 LIMIT_S = 1.0
 SLACK_S = 2.5          # process start-up and teardown on a loaded machine, as in test_code.py

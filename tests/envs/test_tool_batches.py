@@ -1,4 +1,4 @@
-"""Issue 27: a batch's tool calls run at once under a per-episode time budget; model-chosen tool names
+"""A batch's tool calls run at once under a per-episode time budget; model-chosen tool names
 never become metric keys."""
 import json
 import threading

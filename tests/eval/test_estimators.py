@@ -82,7 +82,7 @@ def test_summarize_needs_records():
 
 
 def test_pass_at_1_is_greedy_also_when_k_is_1():
-    """With k = 1 the sampled estimate used to overwrite the greedy pass@1 under the same key."""
+    """With k = 1 the sampled estimate shares the greedy pass@1's key and must not overwrite it."""
     records = [{"difficulty": "", "greedy_correct": 1.0, "samples": 1, "correct": 0, "maj_correct": 0.0},
                {"difficulty": "", "greedy_correct": 0.0, "samples": 1, "correct": 0, "maj_correct": 0.0}]
     assert summarize(records, 1)["pass@1"] == 0.5

@@ -1,4 +1,4 @@
-"""Issue 27: every writer of a run survives any string a model writes, and the console shows terminal
+"""Every writer of a run survives any string a model writes, and the console shows terminal
 escape sequences as text, never acts on them."""
 import json
 

@@ -1,8 +1,10 @@
+import json
+
 import pytest
 
 from rlvr.cli import main
 from rlvr.rewards import build_rewards
-from rlvr.rewards.audit import MATH_ATTACKS, audit, format_report, leak_findings
+from rlvr.rewards.audit import MATH_ATTACKS, audit, code_findings, format_report, leak_findings
 from rlvr.rewards.base import RewardFunction
 from rlvr.tasks import Problem, Splits
 
@@ -104,7 +106,7 @@ def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_ne
 
 def test_audit_attacks_the_rewards_training_optimises(capsys):
     """DAPO's soft overlong length reward is part of what training optimises (algo.soft_overlong), so the
-    audit must score it too (issue 28)."""
+    audit must score it too."""
     from rlvr.config import build_config
     from rlvr.rewards import rewards_of
 
@@ -113,3 +115,11 @@ def test_audit_attacks_the_rewards_training_optimises(capsys):
     assert main(["audit", "--n=2", *argv]) == 0
     out = capsys.readouterr().out
     assert "ok: reward 'length' gave every attack 0 or less" in out
+
+
+def test_audit_flags_cases_that_never_call_the_candidate():
+    spec = {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert sum([1, 2]) == 3"]}
+    found = code_findings(Splits(train=[Problem("write f", "", tests=json.dumps(spec))], heldout=[], ood=[]))
+    assert found == ["train: 1 assert cases never call a function of the candidate, so every program passes "
+                     "them (e.g. case 2 of 'write f': 'assert sum([1, 2]) == 3'); a function named like a "
+                     "builtin needs its name as 'entry_point'"]

@@ -3,9 +3,6 @@ within their time limit, extraction, the prelude, the missing-bubblewrap refusal
 test_code_spec.py)."""
 import json
 import logging
-import os
-import socket
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -13,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from rlvr.errors import RlvrError
-from rlvr.rewards import code, sandbox
+from rlvr.rewards.code import reward as code
+from rlvr.sandbox import run as sandbox
 from rlvr.rewards.base import Verdict
 from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
-from rlvr.rewards.sandbox import Sandbox, SandboxUnavailable, run_harness
+from rlvr.sandbox.run import Sandbox, SandboxUnavailable
+from tests.conftest import python_block
 
 from code_cases import ASSERT, ATTACKS, FN, STDIO, STMT  # tests/rewards/code_cases.py
 
@@ -25,13 +24,14 @@ SLACK_S = 2.5          # process start-up and teardown on a loaded 2-core machin
 reward = make_code_tests(timeout_s=LIMIT_S)
 
 
-def block(src: str) -> str:
-    return "Here is my solution.\n```python\n" + textwrap.dedent(src).strip() + "\n```\n"
+def explained_block(src: str) -> str:
+    """The program after a line of prose: the code block is found wherever it is."""
+    return python_block(src, before="Here is my solution.\n")
 
 
 def verdict_of(src: str, spec, rw=reward) -> tuple[Verdict, float]:
     t = time.monotonic()
-    v = rw.verdicts([block(src)], tests=[spec])[0]
+    v = rw.verdicts([explained_block(src)], tests=[spec])[0]
     return v, time.monotonic() - t
 
 
@@ -89,12 +89,12 @@ def test_correct_programs_pass(spec, src):
 
 
 def test_public_reward_floats_chat_messages_and_default_limits():
-    answer = block("def f(a, b=0): return a + b")
+    answer = explained_block("def f(a, b=0): return a + b")
     chat = [[{"role": "user", "content": "add"}, {"role": "assistant", "content": answer}]]
     scores = code_tests(chat + ["no code here"], tests=[FN, FN])
     assert scores == [1.0, 0.0] and all(isinstance(s, float) for s in scores)
     assert code_tests.__name__ == "code_tests" and code_tests.columns == ("tests",)
-    assert code_tests.verdict(block("print(3)"), STDIO).reason == "failed case 2 (hidden): wrong answer"
+    assert code_tests.verdict(explained_block("print(3)"), STDIO).reason == "failed case 2 (hidden): wrong answer"
 
 
 def test_partial_scoring_gives_the_exact_fraction():
@@ -139,6 +139,16 @@ def test_strict_comparison():
     assert not same([1, 2], [1, 2, 3]) and not same({"a": 1}, {"a": 1, "b": 2})
 
 
+@pytest.mark.parametrize("src, reason", [
+    ("def f(a, b=0):\n    return (a + b,)", "failed case 1: expected [3], got (3,)"),
+    ("def f(a, b=0):\n    return {a + b}", "failed case 1: expected [3], got {3}"),
+], ids=["tuple-for-list", "set-for-list"])
+def test_tuple_is_not_a_list(src, reason):
+    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [1, 2], "expected": [3]}]}
+    v, _ = verdict_of(src, spec)
+    assert (v.score, v.reason) == (0.0, reason)
+
+
 # ---- attacks: every one must score 0, within its time limit ------------------------------------
 # The table is in tests/rewards/code_cases.py.
 
@@ -178,84 +188,6 @@ def test_no_process_survives(name, marker):
     v, _ = verdict_of(src, spec)
     assert v.score == 0.0
     assert_gone(marker)
-
-
-# ---- isolation: what the program can see and reach ---------------------------------------------
-
-def test_sandbox_view(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLVR_TEST_SECRET", "leaked")
-    (tmp_path / "host.txt").write_text("host file")
-    probe = f"""
-        import json, os, socket
-        def attempt(fn):
-            try:
-                fn()
-                return "ok"
-            except OSError as e:
-                return type(e).__name__
-        def connect(addr):
-            s = socket.socket()
-            s.settimeout(0.5)
-            s.connect(addr)
-        status = open("/proc/self/status").read()
-        print(json.dumps({{
-            "uid": os.getuid(), "pid": os.getpid(), "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
-            "cap_eff": [l.split()[1] for l in status.splitlines() if l.startswith("CapEff")][0],
-            "env": sorted(os.environ), "root": sorted(os.listdir("/")), "tmp": os.listdir("/tmp"),
-            "host_file": os.path.exists({str(tmp_path / "host.txt")!r}),
-            "write_root": attempt(lambda: open("/pwned", "w")), "write_usr": attempt(lambda: open("/usr/pwned", "w")),
-            "localhost": attempt(lambda: connect(("127.0.0.1", 22))),
-            "internet": attempt(lambda: connect(("1.1.1.1", 53))),
-        }}))
-    """
-    r = run_harness({"kind": "stdio", "source": textwrap.dedent(probe)}, b"")
-    assert r.exit_code == 0, r.stderr_tail
-    seen = json.loads(r.stdout)
-    assert seen["uid"] == 65534 and seen["cap_eff"] == "0000000000000000"
-    assert seen["pid"] <= 3 and len(seen["procs"]) <= 3              # its own pid namespace
-    assert seen["env"] == ["HOME", "LANG", "PATH", "PWD"]             # cleared: no RLVR_TEST_SECRET
-    assert "root" not in seen["root"] and "work" not in seen["root"] and "home" not in seen["root"]
-    assert seen["tmp"] == [] and seen["host_file"] is False           # a private /tmp
-    assert seen["write_root"] == "OSError" and seen["write_usr"] == "OSError"   # read-only system
-    assert seen["localhost"] != "ok" and seen["internet"] != "ok"     # no network
-
-
-@pytest.fixture
-def listener():
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(5)
-    srv.setblocking(False)
-    yield srv
-    srv.close()
-
-
-def reach_attacks(tmp_path: Path, port: int) -> dict:
-    """name -> (program, the stdout it would print if the attack worked)."""
-    secret = tmp_path / "secret.txt"
-    secret.write_text("s3cret-7f2a")
-    repo_file = Path(__file__).resolve()
-    connect = "import socket\nsocket.create_connection(({!r}, {}), 1)\nprint('connected')"
-    return {
-        "read-host-tmp": (f"print(open({str(secret)!r}).read())", "s3cret-7f2a"),
-        "read-repo": (f"print(open({str(repo_file)!r}).readline().strip())", repo_file.read_text().splitlines()[0]),
-        "list-root": ("import os\nprint(sorted(os.listdir('/root')))", str(sorted(os.listdir("/root")))),
-        "write-slash": ("open('/pwned', 'w').write('x')\nprint('wrote')", "wrote"),
-        "connect-host-port": (connect.format("127.0.0.1", port), "connected"),
-        "connect-internet": (connect.format("1.1.1.1", 53), "connected"),
-    }
-
-
-@pytest.mark.parametrize("name", ["read-host-tmp", "read-repo", "list-root", "write-slash",
-                                  "connect-host-port", "connect-internet"])
-def test_host_files_and_network_are_out_of_reach(name, tmp_path, listener):
-    src, would_print = reach_attacks(tmp_path, listener.getsockname()[1])[name]
-    v, elapsed = verdict_of(src, {"kind": "stdio", "cases": [{"stdin": "", "stdout": would_print}]})
-    assert v.score == 0.0 and v.reason.startswith("crashed: "), v.reason
-    assert elapsed < LIMIT_S + SLACK_S
-    with pytest.raises(BlockingIOError):
-        listener.accept()   # nothing ever reached the host's port
-    assert not Path("/pwned").exists()
 
 
 # ---- extraction ------------------------------------------------------------------------------
@@ -302,10 +234,10 @@ def test_missing_bubblewrap_is_refused_with_an_install_hint(monkeypatch):
     monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
     rw = make_code_tests(sandbox=Sandbox(bwrap="/nonexistent/bwrap"))
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap") as info:
-        rw([block("print(3)")], tests=[STDIO])
+        rw([explained_block("print(3)")], tests=[STDIO])
     assert isinstance(info.value, RlvrError) and sandbox.UNSAFE_ENV in str(info.value)
     with pytest.raises(SandboxUnavailable):
-        rw.verdict(block("print(3)"), STDIO)
+        rw.verdict(explained_block("print(3)"), STDIO)
 
 
 @pytest.mark.parametrize("how", ["env", "parameter"])
@@ -317,7 +249,7 @@ def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
     else:
         box = Sandbox(bwrap="/nonexistent/bwrap", unsafe=True)
     rw = make_code_tests(timeout_s=LIMIT_S, sandbox=box)
-    with caplog.at_level(logging.WARNING, logger="rlvr.rewards.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.sandbox.run"):
         v, _ = verdict_of("a, b = map(int, input().split())\nprint(a + b)", STDIO, rw)
     assert v.score == 1.0
     assert any("UNSAFE" in r.message and "apt-get install bubblewrap" in r.message for r in caplog.records)
@@ -347,8 +279,8 @@ def test_items_run_concurrently_on_the_pool(monkeypatch):
 @pytest.mark.slow
 def test_a_hostile_program_does_not_hurt_its_neighbours_in_the_batch():
     """A fork bomb, a memory bomb and a flood run beside correct programs, which still pass."""
-    good = block("a, b = map(int, input().split())\nprint(a + b)")
-    hostile = [block(ATTACKS[n][1]) for n in ("fork-bomb", "thread-bomb", "memory-bomb-list", "huge-output")]
+    good = explained_block("a, b = map(int, input().split())\nprint(a + b)")
+    hostile = [explained_block(ATTACKS[n][1]) for n in ("fork-bomb", "thread-bomb", "memory-bomb-list", "huge-output")]
     scores = reward(hostile + [good] * 4, tests=[STDIO] * 8)
     assert scores == [0.0] * 4 + [1.0] * 4
 

@@ -1,15 +1,12 @@
-"""Test specs (rlvr.rewards.code_spec): malformed ones raise naming what is wrong, assert cases are
+"""Test specs (rlvr.rewards.code.spec): malformed ones raise naming what is wrong, assert cases are
 compiled for the parent, the prelude's __future__ imports are hoisted."""
 import pytest
 
 from rlvr.rewards.code import make_code_tests
-from rlvr.rewards.code_spec import parse_spec, with_prelude
+from rlvr.rewards.code.spec import parse_spec, with_prelude
+from tests.conftest import python_block
 
 reward = make_code_tests(timeout_s=1.0)
-
-
-def block(src: str) -> str:
-    return "Here is my solution.\n```python\n" + src + "\n```\n"
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -38,7 +35,7 @@ def test_malformed_specs_raise_clearly(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_spec(spec)
     with pytest.raises(ValueError, match=message):
-        reward([block("print(1)")], tests=[spec])
+        reward([python_block("print(1)")], tests=[spec])
 
 
 def test_assert_tests_are_compiled_for_the_parent_with_literal_calls_prefetched():

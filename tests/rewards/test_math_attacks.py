@@ -4,15 +4,15 @@ import os
 import pytest
 
 from rlvr.rewards import math_accuracy
-from rlvr.rewards.math import check_answer
-from rlvr.rewards.math_worker import SymbolicWorker
+from rlvr.rewards.maths.accuracy import check_answer
+from rlvr.rewards.maths.worker import SymbolicWorker
 
 ATTACKS = [
     ("equation-chain", "\\boxed{5=3}", "3"),
     ("equation-chain-x", "Answer: x = 5 = 3", "3"),
     ("two-boxes", "\\boxed{3} \\boxed{5}", "3"),
     ("box-and-line", "\\boxed{4}\nAnswer: 3", "3"),
-    # issue 13, class 5: two final answers in different forms on one line, either order
+    # two final answers in different forms on one line, either order
     ("box-then-answer-same-line", "\\boxed{7} Answer: 8", "7"),
     ("answer-then-box-same-line", "So the result is Answer: 8 and \\boxed{7}", "7"),
     ("tag-and-inline-answer", "<answer>7</answer> final answer: 8", "7"),
@@ -118,11 +118,11 @@ def test_a_crashed_worker_is_restarted_and_counted():
     worker = SymbolicWorker(timeout_s=2.0)
     try:
         assert worker.compare("\\frac{1}{2}", "0.5")[0]
-        os.killpg(worker._proc.pid, signal.SIGKILL)  # the checker dies between two answers
-        worker._proc.wait()
+        os.killpg(worker.process.pid, signal.SIGKILL)  # the checker dies between two answers
+        worker.process.wait()
         assert worker.compare("\\sqrt{4}", "2") == (True, "equivalent")  # restarted, nothing lost
         assert worker.restarts == 1
-        os.killpg(worker._proc.pid, signal.SIGSTOP)  # hung: the answer scores 0, the worker is replaced
+        os.killpg(worker.process.pid, signal.SIGSTOP)  # hung: the answer scores 0, the worker is replaced
         assert worker.compare("\\sqrt{9}", "3") == (False, "timed out after 2s")
         assert worker.restarts == 2
         assert worker.compare("\\sqrt{9}", "3") == (True, "equivalent")

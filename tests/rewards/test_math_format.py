@@ -1,7 +1,7 @@
 import pytest
 
 from rlvr.rewards import format_reward, make_format_reward, make_overlong_reward, math_accuracy, overlong_score
-from rlvr.rewards.answer import boxed_contents
+from rlvr.rewards.maths.answer import boxed_contents
 
 
 @pytest.mark.parametrize("text, gold, score", [

@@ -1,11 +1,11 @@
-"""Answer forms the maths checker compares by value (issue 30): each form right and wrong, and the
+"""Answer forms the maths checker compares by value: each form right and wrong, and the
 hedges that must still score 0 whatever form they take."""
 import pytest
 
 from rlvr.rewards import format_reward, math_accuracy
-from rlvr.rewards.answer import final_answers, line_answer
-from rlvr.rewards.math import check_answer
-from rlvr.rewards.mathforms import answer_key, as_interval, parse_form
+from rlvr.rewards.maths.answer import final_answers, line_answer
+from rlvr.rewards.maths.accuracy import check_answer
+from rlvr.rewards.maths.forms import answer_key, as_interval, parse_form
 
 # (form, completion, gold, score): for each form a right answer (1) and a near wrong one (0)
 FORMS = [
@@ -56,7 +56,7 @@ FORMS = [
     ("thousands-latex", "\\boxed{10{,}000}", "10000", 1), ("thousands-spaced", "\\boxed{32, 349}", "32349", 0),
     ("thousands-short-group", "\\boxed{32,34}", "3234", 0),
     ("fraction-within-rounded-gold", "\\boxed{\\frac{1}{3}}", "0.333", 1), ("coarse-decimal", "\\boxed{0.33}", "0.333", 0),
-    # measured against Math-Verify's suite (issue 30, second pass)
+    # forms found in Math-Verify's suite (bench/math_verify_suite.py)
     ("thousands-glued", "\\boxed{32,\\! 349}", "32349", 1), ("thousands-glued-short-group", "\\boxed{32,\\! 34}", "3234", 0),
     ("cfrac", "\\boxed{\\cfrac{1}{3}}", "1/3", 1), ("cfrac-wrong", "\\boxed{\\cfrac{1}{4}}", "1/3", 0),
     ("percentage-word", "\\boxed{28 percentage}", "28\\%", 1), ("percentage-for-plain-gold", "\\boxed{28 percentage}", "0.28", 0),
@@ -123,7 +123,7 @@ LINES = [
 ]
 
 # hedges and near misses in the new forms: all 0
-RED_TEAM = [
+HEDGES = [
     ("boxes-or", "\\boxed{3} or \\boxed{5}", "3"), ("line-of-boxes-or", "Answer: \\boxed{3} or \\boxed{5}", "3"),
     ("final-answer-two-boxes", "Final Answer: \\boxed{100} \\boxed{101}", "100"),
     ("minerva-or", MINERVA.format("3$ or $5"), "3"), ("equation-not-label", "\\boxed{5=3}", "3"),
@@ -159,8 +159,8 @@ def test_form(text, gold, score):
     assert math_accuracy([text], answer=[gold]) == [float(score)]
 
 
-@pytest.mark.parametrize("text, gold", [c[1:] for c in RED_TEAM], ids=[c[0] for c in RED_TEAM])
-def test_red_team_scores_zero(text, gold):
+@pytest.mark.parametrize("text, gold", [c[1:] for c in HEDGES], ids=[c[0] for c in HEDGES])
+def test_hedges_score_zero(text, gold):
     assert math_accuracy([text], answer=[gold]) == [0.0]
 
 

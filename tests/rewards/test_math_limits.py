@@ -1,16 +1,18 @@
-"""Round 3 against the maths checker (issue 27, items 7, 9 and 11): one time budget per answer
+"""The maths checker's limits against adversarial completions: one time budget per answer
 however many pieces it has, linear-time extraction on adversarial completions, and a <think>
 opened after the last </think> left open."""
+import time
+
 import pytest
 
 from rlvr.eval.estimators import stated_answer
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.math_worker import shared_worker
+from rlvr.rewards.maths.worker import shared_worker
 
 TOWER = "5^{5^{5^{5^5}}}"  # the symbolic worker times out on it (or runs out of memory)
 
 
-# ---- item 7: a set-valued gold multiplied the worker's time limit by its elements ------------------
+# ---- one time budget per answer: a set-valued gold must not multiply it by its elements ------------
 
 @pytest.mark.slow  # waits out a wall clock
 def test_a_set_answer_spends_one_time_budget_not_one_per_element():
@@ -20,10 +22,10 @@ def test_a_set_answer_spends_one_time_budget_not_one_per_element():
     worker.compare("1", "1")  # started outside the count
     before = worker.restarts
     v = math_accuracy.verdict(f"\\boxed{{{answer}}}", gold)
-    # Before the fix the tower was tried against each of the 10 gold elements, 2 s and one worker
-    # restart each (20 s); now the exact matches pair off first and the one symbolic comparison
+    # With a budget per element the tower would be tried against each of the 10 gold elements, 2 s and
+    # one worker restart each (20 s); the exact matches pair off first and the one symbolic comparison
     # left spends the answer's whole budget.
-    assert worker.restarts - before <= 1  # before the fix: 10
+    assert worker.restarts - before <= 1  # a budget per element: 10
     assert v.score == 0.0 and v.reason.startswith("element 5^{5^{5^{5^5}}} is not in the gold"), v
 
 
@@ -38,7 +40,7 @@ def test_a_matrix_of_towers_stops_at_the_first_spent_budget():
     assert v.score == 0.0 and worker.restarts - before <= 1, v
 
 
-# ---- item 9: answer-line and format checks were quadratic in some 80 kB completions ---------------
+# ---- answer-line and format checks are linear in adversarial 80 kB completions -----------------
 # (Their time is printed by bench/math_checks.py; here, that the verdicts are right.)
 
 BLANKS = " " * 80_000
@@ -71,7 +73,7 @@ def test_many_answer_lines_ending_in_blanks():
     assert format_reward([lines + "Answer: 8"]) == [0.0]
 
 
-# ---- item 11: a second <think> after the last </think> -------------------------------------------
+# ---- a second <think> after the last </think> -------------------------------------------------
 
 def test_a_think_opened_after_the_last_close_is_unclosed():
     text = "<think>a</think><think>so it is 42. Answer: 42"
@@ -79,3 +81,15 @@ def test_a_think_opened_after_the_last_close_is_unclosed():
     assert math_accuracy.verdict(text, "42").reason == "unclosed <think>"
     assert format_reward([text]) == [0.0] and stated_answer(text) is None
     assert math_accuracy(["<think>a</think><think>b</think> Answer: 42"], answer=["42"]) == [1.0]
+
+
+# ---- repeated unclosed <answer> tags are scanned in linear time -------------------------------
+
+def test_unclosed_answer_tags_cost_linear_time():
+    from rlvr.rewards.maths.answer import final_answers
+    from rlvr.rewards.maths.accuracy import math_accuracy_verdict
+    flood = "<answer>" * 10000                      # 80 kB; a backtracking regex takes ~6 s on it
+    t = time.monotonic()
+    v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
+    assert time.monotonic() - t < 0.5 and v.score == 1.0, v
+    assert final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]

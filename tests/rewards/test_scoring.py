@@ -2,7 +2,9 @@ import pytest
 
 from rlvr.errors import RlvrError
 from rlvr.rewards import build_rewards, score_batch, strict_rewards
-from rlvr.rewards.base import RewardFunction, Scores
+from rlvr.rewards.base import RewardFunction, Scores, clean_reason
+from rlvr.rewards.code import make_code_tests
+from tests.conftest import python_block
 
 
 def length_reward(completions, **kw):
@@ -71,11 +73,11 @@ def test_selected_groups_count_only_their_own_errors():
     b = score_batch(fns, ["e", "f", "g", "h"], {})  # no error in round b
     assert a.errors == {"picky": 4} and b.errors == {"picky": 0}
     kept = Scores.concat([a.select([2, 3]), b.select([0, 1]), b.select([2, 3])])
-    assert kept.errors == {"picky": 2}  # 2 of the 6 kept completions come from round a (was 4)
+    assert kept.errors == {"picky": 2}  # 2 of the 6 kept completions come from round a
     assert kept.failed["picky"] == [True, True, False, False, False, False]
     assert kept.total == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     both = Scores.concat([a.select([0, 1]), a.select([2, 3])])
-    assert both.errors == {"picky": 4}  # every group of round a kept: 4 errors in 4 completions (was 8)
+    assert both.errors == {"picky": 4}  # every group of round a kept: 4 errors in 4 completions
 
 
 def test_strict_rewards_are_those_that_check_correctness():
@@ -93,3 +95,17 @@ def test_code_tests_count_as_the_strict_reward():
 
     rewards = build_rewards({"code_tests": 1.0, "format": 0.2}, 64, 8, 1.0)
     assert [rf.name for rf in strict_rewards(rewards)] == ["code_tests"]
+
+
+# ---- reasons are printable and bounded: they may quote a hostile program's text ------------------
+
+def test_reasons_are_sanitised():
+    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [], "expected": 1}]}
+    hostile = python_block("def f():\n    raise ValueError('\\x1b[2J\\rok\\u202e' + 'x' * 5000)")
+    v = make_code_tests(timeout_s=1.0).verdicts([hostile], tests=[spec])[0]
+    assert v.reason.startswith("failed case 1: raised ValueError: \\x1b[2J\\rok\\u202e")
+    assert v.reason.isprintable() and len(v.reason) <= 300
+    noisy = RewardFunction("noisy", 1.0, lambda completions, **kw: 1 / 0)
+    assert clean_reason("a\nb\tc") == "a\\nb\\tc"
+    scores = score_batch([noisy], ["x"], {})
+    assert scores.reasons["noisy"][0].isprintable()

@@ -1,7 +1,7 @@
 import torch
 
-from rlvr.rollout.engine import left_pad
-from rlvr.rollout.session import generate
+from rlvr.rollout.decoding import left_pad
+from rlvr.rollout.builtin import generate
 
 
 def prompts_for(tok):
@@ -53,7 +53,7 @@ def test_seeded_generation_is_deterministic(tiny):
 
 
 def test_a_shared_prompt_prefix_is_prefilled_once_with_the_same_result(tiny_on):
-    from rlvr.rollout.engine import common_prefix_length, prefill
+    from rlvr.rollout.decoding import common_prefix_length, prefill
 
     model, tok = tiny_on
     head = tok("You are a careful calculator. Question: ")["input_ids"]

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
 
 from rlvr.rollout import graphed
 from rlvr.rollout.quant import rollout_copy
-from rlvr.rollout.session import BuiltinSession, generate
+from rlvr.rollout.builtin import BuiltinSession, generate
 
 PROMPTS = [[5, 6, 7, 8, 9], [5, 6, 7, 20, 21, 22, 23, 24], [30, 31]]  # left padding of 3 and 6
 STOPS = [3, 40, 41, 42, 43, 44, 45]  # many stop tokens: rows end at different steps
@@ -236,22 +236,22 @@ def test_a_deep_copy_of_the_model_starts_without_captures(tiny):
 
 def test_graph_decode_enables_models_on_a_gpu_only_and_warns_for_one_it_cannot_step(tiny, monkeypatch, caplog):
     from rlvr.config.sections import RolloutConfig
-    from rlvr.rollout import protocol
+    from rlvr.rollout import engines
 
     model = copy.deepcopy(tiny[0])
-    protocol.graph_decode(RolloutConfig(), model)
+    engines.graph_decode(RolloutConfig(), model)
     assert not graphed.enabled(model)   # on the CPU: the compacting loop as before
     on_gpu = lambda m: torch.device("cuda")
-    monkeypatch.setattr(protocol, "of_model", on_gpu)   # placement is all graph_decode reads
-    protocol.graph_decode(RolloutConfig(cuda_graph=False), model)
+    monkeypatch.setattr(engines, "of_model", on_gpu)   # placement is all graph_decode reads
+    engines.graph_decode(RolloutConfig(cuda_graph=False), model)
     assert not graphed.enabled(model)
     mistral = AutoModelForCausalLM.from_config(MistralConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
         num_key_value_heads=2, sliding_window=4))
     with caplog.at_level("WARNING"):
-        protocol.graph_decode(RolloutConfig(), model, model)
+        engines.graph_decode(RolloutConfig(), model, model)
         assert graphed.enabled(model) and not caplog.records
-        protocol.graph_decode(RolloutConfig(), model, mistral)
+        engines.graph_decode(RolloutConfig(), model, mistral)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["rollout.cuda_graph"]
 
 
@@ -261,7 +261,7 @@ def test_engine_sleep_releases_the_static_cache_and_the_next_rollout_is_the_same
     import gc
     import weakref
 
-    from rlvr.rollout.protocol import builtin_engine
+    from rlvr.rollout.engines import builtin_engine
 
     _, static = pair(tiny[0])
     engine = builtin_engine(static)

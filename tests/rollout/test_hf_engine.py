@@ -1,7 +1,7 @@
 import torch
 
-from rlvr.rollout import session
-from rlvr.rollout.hf_engine import generate
+from rlvr.rollout import builtin
+from rlvr.rollout.hf_engine import hf_generate
 from rlvr.train.logprobs import completion_logprobs
 
 
@@ -17,7 +17,7 @@ def digit_stops(tok):
 def test_shapes_masks_and_truncation(tiny):
     model, tok = tiny
     stops = digit_stops(tok)
-    r = generate(model, prompts_for(tok), group_size=4, max_new_tokens=10, temperature=1.0,
+    r = hf_generate(model, prompts_for(tok), group_size=4, max_new_tokens=10, temperature=1.0,
                  stop_ids=stops, pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     assert r.group_size == 4 and len(r.prompt_ids) == 2
     assert r.completion_ids.shape == r.completion_mask.shape == r.sampler_logp.shape
@@ -37,7 +37,7 @@ def test_shapes_masks_and_truncation(tiny):
 
 def test_sampler_logprobs_match_training_forward(tiny):
     model, tok = tiny
-    r = generate(model, prompts_for(tok), group_size=3, max_new_tokens=12, temperature=1.0,
+    r = hf_generate(model, prompts_for(tok), group_size=3, max_new_tokens=12, temperature=1.0,
                  stop_ids=digit_stops(tok), pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(1))
     train = completion_logprobs(model, r.prompt_ids, r.completion_ids, r.completion_mask, r.group_size,
                                 tok.pad_token_id)
@@ -50,7 +50,7 @@ def test_logprobs_are_under_the_processed_distribution(tiny):
     from an unbatched forward of each prompt + completion."""
     model, tok = tiny
     prompts = prompts_for(tok)
-    r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=0.7, top_k=5,
+    r = hf_generate(model, prompts, group_size=2, max_new_tokens=6, temperature=0.7, top_k=5,
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(2))
     for b, (row, mask) in enumerate(zip(r.completion_ids.tolist(), r.completion_mask.tolist())):
         n, prompt = int(sum(mask)), prompts[b // 2]
@@ -64,7 +64,7 @@ def test_logprobs_are_under_the_processed_distribution(tiny):
 def test_greedy_matches_builtin_engine(tiny):
     model, tok = tiny
     kw = dict(group_size=2, max_new_tokens=8, temperature=0.0, stop_ids=digit_stops(tok), pad_id=tok.pad_token_id)
-    hf, ours = generate(model, prompts_for(tok), **kw), session.generate(model, prompts_for(tok), **kw)
+    hf, ours = hf_generate(model, prompts_for(tok), **kw), builtin.generate(model, prompts_for(tok), **kw)
     assert torch.equal(hf.completion_ids, ours.completion_ids)
     assert torch.equal(hf.completion_mask, ours.completion_mask)
     assert torch.equal(hf.truncated, ours.truncated)
@@ -75,8 +75,8 @@ def test_seeded_generation_repeats_and_leaves_global_rng_alone(tiny):
     model, tok = tiny
     kw = dict(group_size=4, max_new_tokens=8, temperature=1.0, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     state = torch.random.get_rng_state()
-    a = generate(model, prompts_for(tok), generator=torch.Generator().manual_seed(3), **kw)
+    a = hf_generate(model, prompts_for(tok), generator=torch.Generator().manual_seed(3), **kw)
     assert torch.equal(torch.random.get_rng_state(), state)
-    b = generate(model, prompts_for(tok), generator=torch.Generator().manual_seed(3), **kw)
+    b = hf_generate(model, prompts_for(tok), generator=torch.Generator().manual_seed(3), **kw)
     assert torch.equal(a.completion_ids, b.completion_ids)
     assert torch.equal(a.sampler_logp, b.sampler_logp)

@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, GPT2Config, MistralConfig
 from rlvr.config import build_config
 from rlvr.config.sections import ConfigError
 from rlvr.rollout import lean
-from rlvr.rollout.engine import prefill
-from rlvr.rollout.session import generate
+from rlvr.rollout.decoding import prefill
+from rlvr.rollout.builtin import generate
 from rlvr.rollout.kvcache import PreallocatedLayer, cache_arg, cache_out
 from rlvr.rollout.quant import rollout_copy
 

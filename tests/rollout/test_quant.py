@@ -9,8 +9,8 @@ from torch import nn
 
 from rlvr.config import build_config
 from rlvr.errors import RlvrError
-from rlvr.rollout.session import generate
-from rlvr.rollout.protocol import PolicyEngine, QuantizedEngine, make_engine
+from rlvr.rollout.builtin import generate
+from rlvr.rollout.engines import PolicyEngine, QuantizedEngine, make_engine
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, quantize_rows, refresh, rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
@@ -235,7 +235,7 @@ def test_int8_rollouts_train_through_the_cli(tmp_path):
 
 
 def test_rollout_weights_auto_is_bf16_only_on_cuda_under_bf16():
-    from rlvr.rollout.protocol import rollout_weights
+    from rlvr.rollout.engines import rollout_weights
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert rollout_weights("auto", cuda, "bf16") == "bf16"
@@ -264,9 +264,9 @@ def test_bf16_copy_is_refreshed_once_per_optimizer_step(tmp_path, monkeypatch):
     from tests.e2e.test_tiny_run import SMOKE
 
     from rlvr.cli import main
-    from rlvr.rollout import quant
+    from rlvr.rollout import engines
 
-    real, seen = quant.refresh, []
+    real, seen = engines.refresh, []
 
     def refresh(copy, policy):
         real(copy, policy)
@@ -276,7 +276,7 @@ def test_bf16_copy_is_refreshed_once_per_optimizer_step(tmp_path, monkeypatch):
         head = copy.lm_head.weight  # tied: the embedding's weight, cast
         seen.append(torch.equal(fused, want) and torch.equal(head, policy.model.embed_tokens.weight.bfloat16())
                     and torch.equal(copy.model.norm.weight, policy.model.norm.weight))
-    monkeypatch.setattr(quant, "refresh", refresh)
+    monkeypatch.setattr(engines, "refresh", refresh)
     out = tmp_path / "bf16"
     assert main(["train", *SMOKE, f"--train.out={out}", "--rollout.weights=bf16"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -3,7 +3,7 @@ context, so their log-probs equal one full forward of the whole token sequence."
 import pytest
 import torch
 
-from rlvr.rollout.session import BuiltinSession, RecomputeSession, _cut, generate
+from rlvr.rollout.builtin import BuiltinSession, RecomputeSession, _cut, generate
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
 STOPS = [3, 30, 31, 32, 33, 34, 35, 36, 37]  # many stop tokens: rows end their turns at different steps
@@ -84,8 +84,8 @@ def test_cut_keeps_the_stop_token_or_stops_at_the_cap():
 def test_hf_engine_sessions_recompute_the_history(tiny):
     """rollout.engine=hf: later turns run HF generate on each row's whole history; their log-probs are
     still the policy's on the full sequence."""
-    from rlvr.rollout.hf_engine import generate as hf_generate
-    from rlvr.rollout.protocol import PolicyEngine
+    from rlvr.rollout.hf_engine import hf_generate
+    from rlvr.rollout.engines import PolicyEngine
 
     model, tok = tiny
     s = PolicyEngine(model, hf_generate).session(PROMPTS, seeds=[1, 2], top_p=1.0, top_k=0, **sampling(tok))

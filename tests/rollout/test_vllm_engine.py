@@ -11,7 +11,7 @@ from rlvr.config import Config
 from rlvr.errors import RlvrError
 from rlvr.rollout import vllm_engine as ve
 from rlvr.rollout import weights
-from rlvr.rollout.engine import select_groups
+from rlvr.rollout.decoding import select_groups
 
 
 # ---------------------------------------------------------------- outputs -> Rollout
@@ -185,7 +185,7 @@ def test_this_machine_has_no_vllm():
     if ve._vllm_installed():
         pytest.skip("vllm is installed here")
     with pytest.raises(RlvrError, match="vllm package, which is not installed"):
-        ve.make_engine(Config(), torch.nn.Linear(1, 1), "unused")
+        ve.make_vllm_engine(Config(), torch.nn.Linear(1, 1), "unused")
 
 
 # ---------------------------------------------------------------- engine call order, with a fake LLM

@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.config import TaskConfig
 from rlvr.errors import RlvrError
-from rlvr.rewards.math import math_accuracy
+from rlvr.rewards.maths.accuracy import math_accuracy
 from rlvr.tasks import build_splits
 from rlvr.tasks.arithmetic import EXAMPLES, arithmetic_splits, solution
 

@@ -6,7 +6,7 @@ import reasoning_gym
 
 from rlvr.config import TaskConfig
 from rlvr.errors import RlvrError
-from rlvr.rewards.math import math_accuracy
+from rlvr.rewards.maths.accuracy import math_accuracy
 from rlvr.tasks import build_splits, normalise
 from rlvr.tasks.gym import SUFFIX, difficulty_label
 

@@ -16,19 +16,16 @@ from rlvr.errors import RlvrError  # noqa: E402
 from rlvr.rewards.code import code_outcome, make_code_tests, parse_spec  # noqa: E402
 from rlvr.tasks import build_splits, humaneval  # noqa: E402
 from rlvr.tasks.humaneval import helpers, load_humaneval  # noqa: E402
+from tests.conftest import python_block  # noqa: E402
 
 PROBLEMS = load_humaneval()
 reward = make_code_tests(timeout_s=3.0)  # HumanEval's checks make up to ~100 calls each
 
 
-def block(src: str) -> str:
-    return f"```python\n{src.strip()}\n```"
-
-
 def with_body(i: int, body: str) -> str:
     """Problem i's own signature and docstring (from its prompt) with another body."""
     row = PROBLEMS[i].question.split("```python\n", 1)[1].rsplit("\n```", 1)[0]
-    return block(row + "\n" + body)
+    return python_block(row + "\n" + body)
 
 
 def test_loader_gives_164_problems_with_entry_points():
@@ -77,7 +74,7 @@ def test_the_function_alone_may_use_the_prompts_imports_and_helpers():
             "        mid = (lo + hi) / 2\n"
             "        lo, hi = (lo, mid) if poly(xs, lo) * poly(xs, mid) <= 0 else (mid, hi)\n"
             "    return lo")
-    texts = [block(close), block(zero), block("from __future__ import annotations\n" + close)]
+    texts = [python_block(close), python_block(zero), python_block("from __future__ import annotations\n" + close)]
     assert reward(texts, tests=[PROBLEMS[0].tests, PROBLEMS[32].tests, PROBLEMS[0].tests]) == [1.0, 1.0, 1.0]
 
 
@@ -117,7 +114,7 @@ FORGERIES = {
 @pytest.mark.parametrize("name", list(FORGERIES), ids=list(FORGERIES))
 def test_forging_programs_fail(name):
     i, src = FORGERIES[name]
-    v = reward.verdicts([block(src)], tests=[PROBLEMS[i].tests])[0]
+    v = reward.verdicts([python_block(src)], tests=[PROBLEMS[i].tests])[0]
     assert v.score == 0.0, v.reason
 
 
@@ -128,7 +125,7 @@ def test_the_prompts_helpers_are_the_parents_own():
     proxied = dict(spec, hidden=[spec["hidden"][0][len(spec["prelude"]):]])
     assert parse_spec(proxied).cases[0].test.names == {"poly"}
     assert parse_spec(spec).cases[0].test.names == frozenset()
-    src = block(FORGERIES["redefine-helper-poly"][1])
+    src = python_block(FORGERIES["redefine-helper-poly"][1])
     assert reward([src, src], tests=[json.dumps(proxied), PROBLEMS[32].tests]) == [1.0, 0.0]
 
 

@@ -15,12 +15,9 @@ from rlvr.tasks.curriculum import resolve_levels
 from rlvr.tasks.pyfunc import (INSTRUCTION, draw, identity, make_problem, parse_levels, pyfunc_splits,
                                reference, space_size)
 from rlvr.tasks.pyfunc_problems import LEVEL_1, LEVEL_3, LEVELS
+from tests.conftest import python_block
 
 reward = make_code_tests()
-
-
-def block(src: str) -> str:
-    return f"```python\n{src.strip()}\n```"
 
 
 def splits(seed=0, **kw):
@@ -150,9 +147,9 @@ def test_wrong_and_special_casing_programs_fail():
                 problems.append(make_problem(t, level, name, args, consts, rng))
                 if t.consts:
                     other = next(o[2] for o in iter(lambda: identity(t, rng), 0) if o and o[2] != consts)
-                    wrong.append(block(reference(t, name, args, other)))
+                    wrong.append(python_block(reference(t, name, args, other)))
                 else:
-                    wrong.append(block(f"def {name}(*args):\n    return args[0]"))
+                    wrong.append(python_block(f"def {name}(*args):\n    return args[0]"))
     special = next(a for a in CODE_ATTACKS if a.name == "special-case the visible tests")
     texts = wrong + [special.make(p) for p in problems]
     verdicts = reward.verdicts(texts, tests=[p.tests for p in problems] * 2)

@@ -11,7 +11,8 @@ from rlvr.algo import AGGREGATIONS
 from rlvr.config import AlgoConfig
 from rlvr.models import load_model
 from rlvr.train import distributed as dd
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, policy_update
 
 GROUP, WIDTH, LR, ITERATIONS, MAX_GRAD_NORM = 2, 6, 1e-2, 2, 0.05
 

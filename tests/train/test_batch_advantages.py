@@ -70,6 +70,26 @@ def test_reinforce_pp_whitens_the_returns_over_the_batch():
     assert returns is None and metrics == {}
 
 
+def test_reinforce_pp_baseline_centres_on_the_group_then_whitens_the_tokens():
+    # group means 0.5 and 1: centred rewards 0.5, -0.5, 1, -1 at each real token:
+    # [.5 .5 .5], [-.5 -.5 -], [1 1 1], [-1 - -]; 9 tokens, sum 1.5 + -1 + 3 + -1 = 2.5, mean 0.277778;
+    # squared deviations 3 * 0.049383 + 2 * 0.604938 + 3 * 0.521605 + 1.632716 = 4.555556, / 8 -> std 0.754615
+    adv, returns, _ = advantages(adv_estimator="reinforce_pp_baseline")
+    mean, std = 2.5 / 9, (4.555556 / 8) ** 0.5
+    z = lambda x: (x - mean) / std
+    close(adv, [[z(0.5)] * 3, [z(-0.5), z(-0.5), 0], [z(1.0)] * 3, [z(-1.0), 0, 0]])
+    assert returns is None
+
+
+def test_outcome_estimators_from_verl():
+    # group_passk: the best of each group by its margin: 1 - 0 and 2 - 0 (scale none)
+    close(advantages(adv_estimator="group_passk", adv_scale="none")[0], [1.0, 0.0, 2.0, 0.0])
+    # opo: baselines (3 * 1 + 2 * 0) / 5 = 0.6 and (3 * 2 + 1 * 0) / 4 = 1.5 (lengths 3, 2 and 3, 1)
+    close(advantages(adv_estimator="opo")[0], [0.4, -0.6, 0.5, -1.5])
+    # gpg: 4 completions, 2 non-zero: alpha 2; centred 0.5, -0.5, 1, -1
+    close(advantages(adv_estimator="gpg")[0], [1.0, -1.0, 2.0, -2.0])
+
+
 def test_reinforce_pp_discounts():
     # gamma 0.5: the reward arrives at the last token and halves per step back:
     # [0.25 0.5 1], [0 0 -], [0.5 1 2], [0 - -]; sum 5.25, sum of squares 0.0625 + 0.25 + 1 + 0.25 + 1 + 4

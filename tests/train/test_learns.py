@@ -1,11 +1,15 @@
-"""The RL loop learns (issue 28): 20 steps of the real loop (rlvr train on tiny-random, one thread, seeded)
+"""The RL loop learns: 20 steps of the real loop (rlvr train on tiny-random, one thread, seeded)
 on a reward the model can learn, the share of digits in its completion (about 10 of the tiny tokenizer's
 100 tokens, so ~0.1 at random weights). A sign or normaliser regression in advantages, loss or update
 fails here long before a demo would show it.
 
 The negative control is the same run with the reward's weight -1: group advantages are centred and
-scaled, so that flips the sign of every advantage, and the digit share must not rise."""
+scaled, so that flips the sign of every advantage, and the digit share must not rise.
+
+Every preset's objective runs the same check (the default, grpo, in the fast tier; the others slow)."""
 import json
+
+import pytest
 
 from rlvr.cli import main
 from rlvr.rewards import completion_text
@@ -18,9 +22,9 @@ def digit_share(completions, **columns) -> list[float]:
     return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
 
 
-def digit_share_per_step(tmp_path, weight: float) -> list[float]:
+def digit_share_per_step(tmp_path, weight: float, preset: str = "grpo") -> list[float]:
     out = tmp_path / f"w{weight}"
-    assert main(["train", "--model.name=tiny-random", f"--rewards.weights={{'{__name__}:digit_share': {weight}}}",
+    assert main(["train", "--model.name=tiny-random", f"--algo.preset={preset}", f"--rewards.weights={{'{__name__}:digit_share': {weight}}}",
                  "--rollout.prompts_per_step=4", "--rollout.group_size=8", "--rollout.max_new_tokens=8",
                  "--algo.lr=1e-2", f"--train.steps={STEPS}", "--train.threads=1", "--train.seed=0",
                  "--eval.before=false", "--eval.after=false", "--train.eval_every=0", "--train.save_every=0",
@@ -30,14 +34,21 @@ def digit_share_per_step(tmp_path, weight: float) -> list[float]:
     return [m[f"reward/{__name__}:digit_share/mean"] for m in rows]
 
 
-def test_the_loop_raises_a_learnable_reward(tmp_path):
-    share = digit_share_per_step(tmp_path, 1.0)
+# the presets of the objectives beside the clipped surrogate, and LUSPO's aggregation
+OBJECTIVE_PRESETS = ["cispo", "sapo", "gmpo", "gpg", "clip_cov", "kl_cov", "luspo", "vespo"]
+PRESETS = ["grpo", *(pytest.param(p, marks=pytest.mark.slow) for p in OBJECTIVE_PRESETS)]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_loop_raises_a_learnable_reward(tmp_path, preset):
+    share = digit_share_per_step(tmp_path, 1.0, preset)
     first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
     assert first < 0.3  # random weights: about 10 digits in 100 tokens
     assert last > 0.8 and last > first + 0.5, share  # measured: ~0.15 -> 1.00
 
 
-def test_flipped_advantages_do_not_raise_it(tmp_path):
-    share = digit_share_per_step(tmp_path, -1.0)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_flipped_advantages_do_not_raise_it(tmp_path, preset):
+    share = digit_share_per_step(tmp_path, -1.0, preset)
     first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
     assert last <= first, share  # measured: ~0.08 -> 0.00

@@ -1,7 +1,7 @@
 import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import MAX_BUCKETS, _positions_needed, completion_logprobs, plan_buckets
 
 

@@ -7,9 +7,10 @@ from rlvr.config import AlgoConfig, LoraConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.report.sinks import atomic_save_model
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, policy_update
 
 LORA = LoraConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
 

@@ -1,5 +1,5 @@
 """make_batch on a real run (tiny-random): the KL that kl_in: reward presets fold into the reward compares
-the trainer's log-probs with the reference's, never the sampler's (issue 28): with an int8 rollout copy
+the trainer's log-probs with the reference's, never the sampler's: with an int8 rollout copy
 the sampler is off the trainer, and at step 0, where policy and reference are the same weights, the KL
 must be exactly 0. A non-finite sampler log-prob leaves the loss and is counted."""
 import math

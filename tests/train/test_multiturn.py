@@ -10,10 +10,11 @@ from rlvr.config import AlgoConfig
 from rlvr.envs.base import Reply
 from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
 from rlvr.envs.render import TurnRender
-from rlvr.rollout.protocol import builtin_engine
+from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import UpdateSettings, policy_update
 
 PROBLEMS = [Problem("What is 2 + 3?", "5"), Problem("Name a colour.", "red")]
 

@@ -134,7 +134,7 @@ def test_rlvr_sft_writes_the_run_directory(tmp_path, monkeypatch):
 def test_sft_batch_is_its_own_setting_and_a_fresh_run_clears_an_earlier_runs_records(tmp_path, monkeypatch):
     """sft.batch_size, not rollout.prompts_per_step, is the batch; the run directory is set up as rlvr
     train sets it up (rlvr.train.checkpoint.prepare_run_dir): an earlier run's samples, health records
-    and checkpoints are gone (issue 28)."""
+    and checkpoints are gone."""
     monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))
     out = tmp_path / "sft"
     (out / "checkpoints").mkdir(parents=True)

@@ -5,9 +5,10 @@ import torch
 
 from rlvr.config import AlgoConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
-from rlvr.rollout.session import generate
+from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.update import Batch, UpdateSettings, _micro_batches, policy_update
+from rlvr.train.batch import Batch
+from rlvr.train.update import EntropyControl, UpdateSettings, _micro_batches, policy_update
 
 
 def make_batch(model, tok):
@@ -67,12 +68,12 @@ def test_second_iteration_ratio_is_the_first_step_s_probability_ratio(tiny):
     _, m = one_step(model, tok, batch, lr=0.5, ref=ref, iterations=2, **kw)
     assert math.isclose(m["ratio/max"], float(ratio.max()), rel_tol=1e-5)
     assert math.isclose(m["ratio/min"], float(ratio.min()), rel_tol=1e-5)
-    assert math.isclose(m["ratio/mean"], float(ratio.mean()), rel_tol=1e-5)  # issue 14: it reaches the metrics
+    assert math.isclose(m["ratio/mean"], float(ratio.mean()), rel_tol=1e-5)  # it reaches the metrics
     assert float(ratio.max()) > 1.01 and m["kl"] is not None and m["kl"] > 0
 
 
 def test_clip_fractions_and_ratio_mean_are_batch_wide_whatever_the_micro_batches(tiny):
-    """Issue 14: clip fractions were unweighted means over micro-batches; they are token-weighted now,
+    """Clip fractions are token-weighted over the whole batch, not unweighted means over micro-batches,
     so micro_batch_prompts=1 (micro-batches with different token counts) gives the one-pass values."""
     model, tok = tiny
     batch = make_batch(model, tok)
@@ -85,8 +86,8 @@ def test_clip_fractions_and_ratio_mean_are_batch_wide_whatever_the_micro_batches
 
 
 def test_value_loss_gradient_does_not_depend_on_micro_batches(tiny):
-    """Issue 14: the value loss was a token mean per micro-batch weighted by the policy aggregation's
-    share, so with seq-mean-token-mean its gradient changed with micro_batch_prompts."""
+    """The value loss is a batch-wide token mean: a token mean per micro-batch weighted by the policy
+    aggregation's share would change its gradient with micro_batch_prompts under seq-mean-token-mean."""
     model, tok = tiny
     batch = make_batch(model, tok)
     batch.returns = torch.randn(batch.completion_mask.shape, generator=torch.Generator().manual_seed(3))
@@ -224,3 +225,59 @@ def test_truncated_importance_sampling_weights_the_policy_gradient(tiny):
     n_tok, row0 = float(batch.completion_mask.sum()), float(batch.completion_mask[0].sum())
     # ratio 1 on the first pass: loss = -sum(w * A) / n_tok, so row 0 adds -(2 - 1) * 1 * row0 / n_tok
     assert abs(tis["loss"] - (plain["loss"] - row0 / n_tok)) < 1e-5
+
+
+def sampled_batch(model, tok):
+    """make_batch's batch with the sampler's log-probs (here the trainer's own: every ratio is 1)."""
+    batch = make_batch(model, tok)
+    prompts = [tok(t)["input_ids"] for t in ("1+1=", "2*3=", "40-8", "7")]
+    r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
+                 stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    batch.sampler_logp = r.sampler_logp.clone()
+    return batch
+
+
+def test_sequence_mask_drops_a_far_sampled_sequence_and_reports_it(tiny):
+    model, tok = tiny
+    batch = sampled_batch(model, tok)
+    _, plain = one_step(model, tok, batch, aggregation="token-mean")
+    batch.sampler_logp[0, 0] -= 2.0  # row 0 (advantage +1): sequence ratio e^2 > C_max 3
+    _, m = one_step(model, tok, batch, aggregation="token-mean", sampler_correction="sequence_mask", sampler_c_max=3.0)
+    n_tok, row0 = float(batch.completion_mask.sum()), float(batch.completion_mask[0].sum())
+    # ratio 1 on the first pass: loss = -sum(w * A) / n_tok; row 0's weight is now 0, so its -row0 / n_tok leaves
+    assert abs(m["loss"] - (plain["loss"] + row0 / n_tok)) < 1e-5
+    assert abs(m["sampler/masked_token_frac"] - row0 / n_tok) < 1e-6
+    assert abs(m["sampler/masked_seq_frac"] - 1 / 8) < 1e-6
+    assert "sampler/masked_seq_frac" not in plain  # fp32 sampler, auto: no correction, no metric
+
+
+def test_off_policy_mask_and_entropy_selection_report_their_shares(tiny):
+    model, tok = tiny
+    batch = sampled_batch(model, tok)
+    batch.sampler_logp[1] += 1.0  # row 1 (advantage -1): mean log pi_sampler - log pi = 1 > 0.5
+    _, m = one_step(model, tok, batch, off_policy_mask_threshold=0.5, top_entropy_quantile=0.5, micro_batch_prompts=1)
+    assert abs(m["off_policy/masked_seq_frac"] - 1 / 8) < 1e-6
+    # each micro-batch keeps the upper half of its tokens by entropy (ties at the median are kept)
+    assert 0.45 <= m["entropy/selected_frac"] <= 0.7
+
+
+def test_every_objective_updates_the_policy(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    for objective in ("cispo", "sapo", "gmpo", "gpg", "clip_cov", "kl_cov", "vespo"):
+        moved, m = one_step(model, tok, batch, policy_loss=objective, iterations=2)
+        assert math.isfinite(m["loss"]) and m["grad_norm"] > 0 and m["skipped_updates"] == 0, objective
+        assert any(not torch.equal(a, b) for a, b in zip(moved.parameters(), model.parameters())), objective
+
+
+def test_adaptive_entropy_raises_the_coefficient_below_the_target(tiny):
+    model, tok = tiny
+    batch = make_batch(model, tok)
+    s = settings(tok, adaptive_entropy=True, entropy_coef=0.01, entropy_target=100.0, entropy_coef_delta=0.005)
+    s = UpdateSettings(s.algo, s.pad_id, entropy=EntropyControl(0.01))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: only the coefficient moves
+    first = policy_update(model, opt, batch, s)
+    second = policy_update(model, opt, batch, s)
+    # no entropy measured before the first step: no bonus; then the entropy (< 100 nats) is below target
+    assert first["entropy/coef"] == 0.0 and abs(second["entropy/coef"] - 0.015) < 1e-9
+    assert abs(s.entropy.coef - 0.02) < 1e-9

@@ -1,0 +1,107 @@
+"""What a sandboxed program can see and reach (rlvr.sandbox.run, bubblewrap): its own user, pid and
+network namespaces, no capabilities, a cleared environment, a private /tmp, a read-only system without the
+host's home, work and package-manager configuration; host files and ports stay out of reach."""
+import json
+import os
+import socket
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.rewards.code import make_code_tests
+from rlvr.sandbox.run import run_harness
+from tests.conftest import python_block
+
+LIMIT_S = 1.0
+SLACK_S = 2.5          # process start-up and teardown on a loaded 2-core machine
+reward = make_code_tests(timeout_s=LIMIT_S)
+
+
+def test_sandbox_view(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_TEST_SECRET", "leaked")
+    (tmp_path / "host.txt").write_text("host file")
+    probe = f"""
+        import json, os, socket
+        def attempt(fn):
+            try:
+                fn()
+                return "ok"
+            except OSError as e:
+                return type(e).__name__
+        def connect(addr):
+            s = socket.socket()
+            s.settimeout(0.5)
+            s.connect(addr)
+        status = open("/proc/self/status").read()
+        print(json.dumps({{
+            "uid": os.getuid(), "pid": os.getpid(), "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+            "cap_eff": [l.split()[1] for l in status.splitlines() if l.startswith("CapEff")][0],
+            "env": sorted(os.environ), "root": sorted(os.listdir("/")), "tmp": os.listdir("/tmp"),
+            "host_file": os.path.exists({str(tmp_path / "host.txt")!r}),
+            "write_root": attempt(lambda: open("/pwned", "w")), "write_usr": attempt(lambda: open("/usr/pwned", "w")),
+            "localhost": attempt(lambda: connect(("127.0.0.1", 22))),
+            "internet": attempt(lambda: connect(("1.1.1.1", 53))),
+        }}))
+    """
+    r = run_harness({"kind": "stdio", "source": textwrap.dedent(probe)}, b"")
+    assert r.exit_code == 0, r.stderr_tail
+    seen = json.loads(r.stdout)
+    assert seen["uid"] == 65534 and seen["cap_eff"] == "0000000000000000"
+    assert seen["pid"] <= 3 and len(seen["procs"]) <= 3              # its own pid namespace
+    assert seen["env"] == ["HOME", "LANG", "PATH", "PWD"]             # cleared: no RLVR_TEST_SECRET
+    assert "root" not in seen["root"] and "work" not in seen["root"] and "home" not in seen["root"]
+    assert seen["tmp"] == [] and seen["host_file"] is False           # a private /tmp
+    assert seen["write_root"] == "OSError" and seen["write_usr"] == "OSError"   # read-only system
+    assert seen["localhost"] != "ok" and seen["internet"] != "ok"     # no network
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def reach_attacks(tmp_path: Path, port: int) -> dict:
+    """name -> (program, the stdout it would print if the attack worked)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret-7f2a")
+    repo_file = Path(__file__).resolve()
+    connect = "import socket\nsocket.create_connection(({!r}, {}), 1)\nprint('connected')"
+    return {
+        "read-host-tmp": (f"print(open({str(secret)!r}).read())", "s3cret-7f2a"),
+        "read-repo": (f"print(open({str(repo_file)!r}).readline().strip())", repo_file.read_text().splitlines()[0]),
+        "list-root": ("import os\nprint(sorted(os.listdir('/root')))", str(sorted(os.listdir("/root")))),
+        "write-slash": ("open('/pwned', 'w').write('x')\nprint('wrote')", "wrote"),
+        "connect-host-port": (connect.format("127.0.0.1", port), "connected"),
+        "connect-internet": (connect.format("1.1.1.1", 53), "connected"),
+    }
+
+
+@pytest.mark.parametrize("name", ["read-host-tmp", "read-repo", "list-root", "write-slash",
+                                  "connect-host-port", "connect-internet"])
+def test_host_files_and_network_are_out_of_reach(name, tmp_path, listener):
+    src, would_print = reach_attacks(tmp_path, listener.getsockname()[1])[name]
+    t = time.monotonic()
+    spec = {"kind": "stdio", "cases": [{"stdin": "", "stdout": would_print}]}
+    v = reward.verdicts([python_block(src)], tests=[spec])[0]
+    elapsed = time.monotonic() - t
+    assert v.score == 0.0 and v.reason.startswith("crashed: "), v.reason
+    assert elapsed < LIMIT_S + SLACK_S
+    with pytest.raises(BlockingIOError):
+        listener.accept()   # nothing ever reached the host's port
+    assert not Path("/pwned").exists()
+
+
+# ---- local configuration under /usr (package-manager tokens) is not visible ---------------------
+
+def test_usr_local_etc_is_empty_inside():
+    spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [], "expected": []}]}
+    src = "import os\ndef f():\n    d = '/usr/local/etc'\n    return sorted(os.listdir(d)) if os.path.isdir(d) else []"
+    v = reward.verdicts([python_block(src)], tests=[spec])[0]
+    assert v.score == 1.0, v

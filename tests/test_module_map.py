@@ -1,0 +1,43 @@
+"""bench/module_map.py's import graph: rlvr has no import circles (module level or inside functions),
+and the training loop does not load the sandbox for a maths run."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("module_map", ROOT / "bench" / "module_map.py")
+module_map = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(module_map)
+
+
+def test_cycles_finds_a_planted_circle_and_nothing_else():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert module_map.cycles(graph) == [["a", "b", "c"]]
+
+
+def test_module_imports_reads_relative_lazy_and_type_checking_imports(tmp_path):
+    pkg = tmp_path / "rlvr" / "p"
+    pkg.mkdir(parents=True)
+    src = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlvr.p.b import X\n"
+           "def f():\n    from . import c\n")
+    (pkg / "a.py").write_text(src)
+    modules = {"rlvr.p", "rlvr.p.a", "rlvr.p.b", "rlvr.p.c"}
+    old = module_map.ROOT
+    module_map.ROOT = tmp_path
+    try:
+        assert module_map.module_imports(pkg / "a.py", modules) == {"rlvr.p.b"}
+        assert module_map.module_imports(pkg / "a.py", modules, in_functions=True) == {"rlvr.p.b", "rlvr.p.c"}
+    finally:
+        module_map.ROOT = old
+
+
+def test_rlvr_has_no_import_circles():
+    assert module_map.cycles(module_map.import_graph()) == []
+    assert module_map.cycles(module_map.import_graph(in_functions=True)) == []
+
+
+def test_importing_the_loop_leaves_the_sandbox_unloaded():
+    loaded = module_map.loaded_by("rlvr.train.grpo")
+    # the killable worker process class is shared with the maths checker; nothing that confines or runs
+    # a program (bubblewrap, rlimits, cgroups, seccomp, the harness) is loaded until code or a tool needs it
+    assert [m for m in loaded if m.startswith("rlvr.sandbox")] == ["rlvr.sandbox", "rlvr.sandbox.worker"]
+    assert "rlvr.rewards.code" not in loaded and "rlvr.envs.python_tool" not in loaded
