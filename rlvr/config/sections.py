@@ -141,7 +141,7 @@ class RolloutConfig:
     on a CPU (rlvr/rollout/lean.py, bench/rollout_weights.py)."""
     cuda_graph: bool = True
     """On CUDA, decode through static buffers replayed as a CUDA graph (Llama, Mistral and Qwen2 models;
-    rlvr/rollout/graphed.py): single-turn rollouts, evaluation and the last turn of episodes; false keeps
+    rlvr/rollout/graphed.py): single-turn rollouts, evaluation and every turn of episodes; false keeps
     the eager loop. Ignored on the CPU."""
     tis_cap: Optional[float] = None
     """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,

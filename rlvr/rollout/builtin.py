@@ -143,22 +143,45 @@ class BuiltinSession:
         u = None if u is None else u.to(self.device)
         temperature, top_p, top_k = self.sampling
         sampling = (torch.tensor(caps), temperature, top_p, top_k, self.stop_ids, self.pad_id)
-        if not keep and graphed.enabled(self.model) and len({id(s.block) for s in states}) == 1:
+        static = {} if keep else None  # the static loop's buffers after the turn, to park the rows from
+        if graphed.enabled(self.model) and len({id(s.block) for s in states}) == 1:
             # the static loop copies each row's context into its own buffers: read it from the block as it
             # is (rows of one prompt share a cache row) rather than gather a batch with room for the turn
             block, index = states[0].block, torch.tensor([s.index for s in states], device=self.device)
             next_pos = torch.tensor([[s.next_pos] for s in states], dtype=torch.long, device=self.device)
             cache = cache_of(block.kv, block.mask.shape[1], self.model.config)
             tokens, logp = graphed.decode_graphed(self.model, cache, block.logits[index], block.mask[index],
-                                                  next_pos, u, *sampling, cache_rows=index)
+                                                  next_pos, u, *sampling, cache_rows=index, state=static)
+        elif graphed.enabled(self.model):
+            cache, mask, next_pos, logits = self._gather(rows, 0)
+            tokens, logp = graphed.decode_graphed(self.model, cache, logits, mask, next_pos, u, *sampling,
+                                                  state=static)
         else:
             cache, mask, next_pos, logits = self._gather(rows, max(caps))
             tokens, logp = decode(self.model, cache, logits, mask, next_pos, u, *sampling,
                                   self._parker(rows) if keep else None)
         turns = [_cut(t, lp, self.stop_ids, cap) for t, lp, cap in zip(tokens.tolist(), logp.tolist(), caps)]
+        if static:
+            self._park_static(rows, static, next_pos, [len(t.tokens) - 1 for t in turns])
         for s, turn in zip(states, turns):
             s.pending, s.turn = turn.tokens[-1:], s.turn + 1
         return turns
+
+    def _park_static(self, rows: list[int], static: dict, next_pos: torch.Tensor, fed: list[int]) -> None:
+        """Park the rows' contexts from the static loop's buffers (rlvr.rollout.graphed, `state`): each row
+        keeps its context and the fed[i] tokens of this turn before its last (which stays pending); the
+        positions after them, where a finished row went on decoding, are masked out. Copied, since the
+        next rollout reuses the buffers."""
+        ctx = static["context"]
+        width = ctx + max(fed)
+        kv = [(k[:, :, :width].clone(), v[:, :, :width].clone()) for k, v in static["kv"]]
+        mask = static["mask"][:, :width].clone()  # [A, width]
+        ends = ctx + torch.tensor(fed, device=mask.device)  # [A] first position after each row's fed tokens
+        mask[:, ctx:] *= torch.arange(ctx, width, device=mask.device)[None, :] < ends[:, None]
+        block = _Block(kv, mask, None)
+        for i, (b, pos, n) in enumerate(zip(rows, next_pos[:, 0].tolist(), fed)):
+            s = self.rows[b]
+            s.block, s.index, s.next_pos = block, i, pos + n
 
     def _parker(self, rows: list[int]) -> Callable:
         def park(active: torch.Tensor, kv, mask: torch.Tensor, next_pos: torch.Tensor) -> None:

@@ -269,12 +269,14 @@ def _capture(lm: nn.Module, st: _State, sampling: tuple, pad_id: int, window: in
 def decode_graphed(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
            u: torch.Tensor | None, caps: torch.Tensor, temperature: float, top_p: float, top_k: int,
            stop_ids: list[int], pad_id: int, check_every: int = CHECK_EVERY,
-           cache_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           cache_rows: torch.Tensor | None = None, state: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """rlvr.rollout.decoding.decode's contract without `park` (rows that end are not kept for a later
     turn): logits [A, V], mask [A, L0], next_pos [A, 1], u [A, T] or None, caps [A] (host) -> tokens and
     sampler log-probs [A, T], pad_id / 0 after each row's end, on the model's device. cache_rows [A]: the
     row of `cache` that holds row i's context (a prefill's P rows serve P x G rollout rows); the cache
-    needs no room for new tokens, its first L0 positions are read."""
+    needs no room for new tokens, its first L0 positions are read. `state`: a dict that receives the rows'
+    static buffers as they are at the end (views, valid until the next rollout on these buffers): kv, per
+    layer (keys, values) [A, HK, L, D], mask [A, L] and context L0 (a multi-turn session parks from them)."""
     lm = unwrap(model)
     graphs: Graphs = lm.rlvr_graphs
     device, (a, ctx) = logits.device, mask.shape
@@ -305,4 +307,6 @@ def decode_graphed(model: nn.Module, cache, logits: torch.Tensor, mask: torch.Te
             _step(lm, st, sampling, pad_id, window)
         if t % check_every == 0 and bool(st.done.all()):
             break
+    if state is not None:
+        state.update(kv=[(kv.keys[:a], kv.values[:a]) for kv in st.kv], mask=st.mask[:a], context=ctx)
     return st.tokens[:a].clone(), st.logp[:a].clone()

@@ -307,3 +307,35 @@ def test_attention_windows_grow_with_the_cache_and_sample_what_the_compacting_lo
     assert_same(a, b)
     assert all(slot < window <= slot + 64 for slot, window in windows)
     assert {w for _, w in windows} == {64, 128, 192} and windows[0] == (8, 64)
+
+
+def test_multi_turn_sessions_take_the_static_loop_and_sample_what_the_compacting_loop_samples(tiny):
+    """Every turn of an episode decodes through the static loop: rows that end a turn are parked from
+    the static buffers (their fed tokens kept, the positions where they decoded on masked out), the
+    environment's tokens are prefilled onto them, and a later turn samples what the compacting loop's
+    parked caches sample; some rows extended and others not make a turn of several blocks."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=2, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[7, 8, 9])
+    sessions = [BuiltinSession(m, PROMPTS, **kw) for m in (plain, static)]
+    rows = list(range(6))
+
+    def turn(rows, caps, keep=True):
+        a, b = (s.sample(rows, caps, keep=keep) for s in sessions)
+        for x, y in zip(a, b):
+            assert x.tokens == y.tokens and x.stopped == y.stopped
+            assert x.logp == pytest.approx(y.logp, abs=1e-5)
+        return a
+
+    first = turn(rows, [9, 3, 12, 7, 1, 12])
+    assert len({len(t.tokens) for t in first}) > 2  # rows ended at different steps
+    for s in sessions:
+        s.extend(rows, [[30 + i, 31] for i in rows])
+    turn(rows, [10] * 6)
+    for s in sessions:
+        s.extend(rows[:3], [[40, 41, 42]] * 3)
+        s.extend(rows[3:], [[50]] * 3)
+    turn(rows[:3], [8, 8, 8])  # one block
+    for s in sessions:
+        s.extend(rows[:3], [[60]] * 3)
+    turn(rows, [12] * 6, keep=False)  # rows from two blocks
+    assert len(static.rlvr_graphs.entries) >= 1
