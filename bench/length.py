@@ -73,12 +73,13 @@ import torch
 
 from ceilings import (gemm_flops, matmul_step, model_shape, print_ceilings,  # bench/ siblings
                       read_copy_bandwidth)
+from common import task_prompts
 from llamacpp_batch import LlamaCpp, llama_unavailable
 
 MODEL = "smollm2-135m-instruct"
 TEMPLATE = ("Explain step by step, in great detail, how to work this out. Describe every digit, every carry "
             "and every borrow, and check your work twice. {prompt}")
-TASK = ["--task.name=arithmetic", "--task.digits=4", "--task.operands=3", "--task.operators=+-",
+TASK = ["--task.name=arithmetic", "--task.params.digits=4", "--task.params.operands=3", "--task.params.operators=+-",
         "--task.few_shot=0", "--task.heldout_size=4", "--task.ood_size=0", "--task.train_size=64"]
 ENGINES = ("builtin", "hf", "llama")
 
@@ -89,15 +90,6 @@ def task_config(extra: list[str] = ()):
     cfg = build_config(None, [f"--model.name={MODEL}", *TASK, *extra])
     cfg.task.prompt_template = TEMPLATE  # set here: its commas and braces need no override quoting
     return cfg
-
-
-def batch_prompts(tok, n_prompts: int) -> list[list[int]]:
-    from rlvr.tasks import build_splits, encode_prompt
-
-    cfg = task_config()
-    with contextlib.redirect_stdout(io.StringIO()):
-        splits = build_splits(cfg.task)
-    return [encode_prompt(tok, p.question, [], cfg.task.system_prompt) for p in splits.train[:n_prompts]]
 
 
 # ---------------------------------------------------------------- bandwidth and ceilings
@@ -170,7 +162,7 @@ def decode_llama(args, model, tok, prompts) -> list[dict]:
 
 
 def measure_decode(args, model, tok) -> list[dict]:
-    prompts = batch_prompts(tok, args.prompts)
+    prompts = task_prompts(tok, task_config(), args.prompts)
     records = []
     for name in args.engines:
         if name == "llama" and (why := llama_unavailable()):
@@ -341,7 +333,7 @@ def main() -> None:
         model, tok = load_model(MODEL)
         model.eval()
     if "bandwidth" in args.sections:
-        prompt_len = statistics.fmean(map(len, batch_prompts(tok, args.prompts)))
+        prompt_len = statistics.fmean(map(len, task_prompts(tok, task_config(), args.prompts)))
         records.append({**measure_bandwidth(args, model), "prompt_len": prompt_len})
     if "decode" in args.sections:
         records += measure_decode(args, model, tok)

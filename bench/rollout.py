@@ -21,27 +21,22 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
+from common import ROOT, task_prompts  # bench/common.py
 from rlvr.config import build_config
 from rlvr.models import load_model, stop_token_ids
 from rlvr.rollout import builtin, hf_engine
-from rlvr.tasks import build_splits, encode_prompt
 from rlvr.train.logprobs import completion_logprobs
 
-ROOT = Path(__file__).resolve().parent.parent
 TARGET = 4.0
 
 
 def demo_batch(tok, n_prompts: int) -> tuple[list[list[int]], int, float]:
     """The demo's first `n_prompts` training prompts, its group size and temperature."""
     cfg = build_config(ROOT / "configs" / "arithmetic.yaml")
-    splits = build_splits(cfg.task)
-    prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
-               for p in splits.train[:n_prompts]]
-    return prompts, cfg.rollout.group_size, cfg.rollout.temperature
+    return task_prompts(tok, cfg, n_prompts), cfg.rollout.group_size, cfg.rollout.temperature
 
 
 def timed(fn, model, prompts, gen: torch.Generator, **kw) -> tuple[float, int]:

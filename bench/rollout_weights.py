@@ -39,27 +39,18 @@ import contextlib
 import os
 import statistics
 import time
-from pathlib import Path
 from unittest import mock
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.config import build_config
+from common import config_prompts  # bench/common.py
 from rlvr.models import load_model, stop_token_ids
 from rlvr.rollout import builtin, decoding, lean
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, quantize_rows, refresh, rollout_copy
-from rlvr.tasks import build_splits, encode_prompt
 
-ROOT = Path(__file__).resolve().parent.parent
 BATCH = 16
-
-
-def demo_prompts(tok, n: int) -> list[list[int]]:
-    cfg = build_config(ROOT / "configs" / "demo.yaml")
-    splits = build_splits(cfg.task)
-    return [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt) for p in splits.train[:n]]
 
 
 # ---------------------------------------------------------------- micro: one decode step's matmuls
@@ -109,8 +100,8 @@ def micro(model, reps: int) -> None:
 
 
 def sample_before(logits, temperature, top_p=1.0, top_k=0, u=None):
-    """A full-vocabulary sampler, the built-in engine's original one, for the baseline row (temperature > 0, no top-k or
-    top-p, as here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
+    """A sampler over the whole vocabulary, for the baseline row (temperature > 0, no top-k or top-p, as
+    here): log_softmax, exp, then one prefix sum over the whole vocabulary."""
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, V]
     cdf = logp_all.exp().cumsum(dim=-1)
     tokens = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
@@ -243,9 +234,10 @@ def main() -> None:
         if args.part in ("micro", "all"):
             micro(model, args.reps)
         if args.part in ("decode", "all"):
-            decode(model, demo_prompts(tok, 2), args.decode_reps, args.new_tokens)
+            decode(model, config_prompts(tok, "demo.yaml", 2), args.decode_reps, args.new_tokens)
         if args.part in ("quality", "all"):
-            quality(model, demo_prompts(tok, 8), demo_prompts(tok, 48), stop_token_ids(model, tok), 64)
+            quality(model, config_prompts(tok, "demo.yaml", 8), config_prompts(tok, "demo.yaml", 48),
+                    stop_token_ids(model, tok), 64)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def rlvr_overrides(task_file: Path, model: str, prompts: int, group_size: int, m
     """`rlvr train` overrides (on configs/demo.yaml) for the shared work; no evaluation, no printed samples."""
     return [f"--model.name={model}", *task_overrides(task_file), f"--rollout.prompts_per_step={prompts}",
             f"--rollout.group_size={group_size}", f"--rollout.max_new_tokens={max_new_tokens}",
-            "--rollout.temperature=1.0", f"--algo.lr={lr}", "--algo.beta=0.0", "--algo.warmup_steps=0",
+            "--rollout.temperature=1.0", f"--optimizer.lr={lr}", "--algo.beta=0.0", "--optimizer.warmup_steps=0",
             "--rewards.weights={last_number:last_number: 1.0}", "--eval.before=false", "--eval.after=false",
             "--train.eval_every=0", "--train.samples_every=0", f"--train.steps={steps}", f"--train.seed={seed}",
             f"--train.out={out}"]

@@ -96,7 +96,7 @@ def cmd_audit(argv: list[str]) -> int:
 
     report = audit(build_splits(cfg.task), rewards_of(cfg), args.n)  # the rewards training optimises
     print(terminal_safe(format_report(report)))  # it quotes the dataset's prompts and tests
-    return 1 if report.weak or report.unjudged else 0
+    return 1 if report.weak or report.unjudged or report.errors else 0
 
 
 def compare_parser() -> argparse.ArgumentParser:
@@ -173,16 +173,22 @@ def eval_parser() -> argparse.ArgumentParser:
 
 
 def cmd_eval(argv: list[str]) -> int:
-    args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.digits=2 a config key
+    args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.params.digits=2 a config key
     cfg = build_config(args.config, overrides)
     from rlvr.eval.sampled import SampleSettings
+    from rlvr.eval.grader import choose_grader
     from rlvr.eval.suite import (baseline_lines, compare_to_baseline, eval_json, evaluate_tasks, format_table,
-                                 task_configs, write_outputs)
+                                 task_configs, task_graders, write_outputs)
+    from rlvr.rewards import rewards_of
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model, stop_token_ids
     from rlvr.rollout.engines import graph_decode
 
     tasks = task_configs(cfg.task, args.task or [cfg.task.name])
+    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded
+    graders = task_graders(cfg.task, tasks, grader)
+    if grader.user:  # the built-in checker is what rlvr eval always used
+        print(f"{cfg.task.name}: {grader.line()}", file=sys.stderr)
     given = lambda value, default: default if value is None else value
     s = SampleSettings(k=args.k, samples=given(args.samples, args.k), temperature=args.temperature,
                        max_new_tokens=given(args.max_new_tokens, cfg.eval.max_new_tokens),
@@ -199,7 +205,8 @@ def cmd_eval(argv: list[str]) -> int:
 
     policy, tok = loaded(model)
     with sampling:
-        results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env)
+        results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env,
+                                 graders)
     summaries = {label: summary for label, (summary, _) in results.items()}
     print(format_table(summaries, s.k))
     if args.baseline:
@@ -207,7 +214,7 @@ def cmd_eval(argv: list[str]) -> int:
         base_policy, base_tok = loaded(args.baseline)
         with sampling:
             compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
-                                           args.baseline, tasks, args.split, args.n, s, results, cfg.env)
+                                           args.baseline, tasks, args.split, args.n, s, results, cfg.env, graders)
         for label, base in compared.items():
             summaries[label]["baseline"] = base
             print("\n".join(baseline_lines(label, summaries[label], base)))
@@ -218,21 +225,20 @@ def cmd_eval(argv: list[str]) -> int:
 
 
 SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
-SFT_KEYS = ("model.", "task.", "eval.", "algo.lr", "algo.weight_decay", "algo.warmup_steps", "algo.max_grad_norm",
-            "algo.micro_batch_prompts", "sft.", "train.steps", "train.seed", "train.out",
-            "train.threads", "train.device", "train.mixed_precision")
 
 
 def sft_parser() -> argparse.ArgumentParser:
+    from rlvr.train.sft import reads
+
     parser = argparse.ArgumentParser(
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
         "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
         "rlvr train --model.name=RUN_DIR/final. The keys below are used, with sft.batch_size as the "
-        "examples per step and algo.micro_batch_prompts as the examples per forward pass; other keys are "
+        "examples per step and optimizer.micro_batch_prompts as the examples per forward pass; other keys are "
         "accepted and ignored.",
         epilog=_keys_epilog("config keys used (default)",
-                            lambda k: k.startswith(SFT_KEYS) and not k.startswith("model.lora.")))
+                            reads))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")
     return parser
 

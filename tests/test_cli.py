@@ -63,7 +63,7 @@ def test_unknown_flag_names_the_config_key(capsys):
     assert "--algo.preset=VALUE" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command, first", [("train", "--algo.beta=0.04"), ("sft", "--algo.lr=2e-05")])
+@pytest.mark.parametrize("command, first", [("train", "--algo.beta=0.04"), ("sft", "--optimizer.lr=2e-05")])
 def test_help_prints_defaults_after_the_preset(capsys, command, first):
     with pytest.raises(SystemExit) as e:
         main([command, "--help"])
@@ -100,7 +100,7 @@ def test_eval_flags_both_spellings(tmp_path, spelling):
              "--samples": 3, "--temperature": 0.5, "--max-new-tokens": 4, "--batch-size": 2, "--seed": 1,
              "--out": tmp_path, "--baseline": "tiny-random"}
     argv = [a for flag, value in flags.items() for a in both(flag, value)[spelling]]
-    assert main(["eval", *argv, "--task.ood_operands=3"]) == 0
+    assert main(["eval", *argv, "--task.ood_params.operands=3"]) == 0
     doc = json.loads((tmp_path / "eval.json").read_text())
     assert {k: doc[k] for k in ("model", "split", "k", "samples", "temperature", "max_new_tokens", "seed", "n")} \
         == {"model": "tiny-random", "split": "ood", "k": 2, "samples": 3, "temperature": 0.5, "max_new_tokens": 4,

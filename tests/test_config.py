@@ -14,26 +14,28 @@ def write(tmp_path, text):
 
 
 def test_defaults_and_overrides():
-    cfg = build_config(None, ["--rollout.group_size=16", "--algo.lr=1e-4", "--train.out=x"])
+    cfg = build_config(None, ["--rollout.group_size=16", "--optimizer.lr=1e-4", "--train.out=x"])
     assert cfg.rollout.group_size == 16
-    assert cfg.algo.lr == pytest.approx(1e-4)
+    assert cfg.optimizer.lr == pytest.approx(1e-4)
     assert cfg.train.out == "x"
-    assert cfg.task.digits == Config().task.digits
+    assert cfg.task.params == Config().task.params == {}
 
 
 def test_yaml_then_override(tmp_path):
-    p = write(tmp_path, "rollout:\n  group_size: 4\nalgo:\n  lr: 3\n")
+    p = write(tmp_path, "rollout:\n  group_size: 4\noptimizer:\n  lr: 3\n")
     cfg = build_config(p, ["--rollout.group_size=6"])
     assert cfg.rollout.group_size == 6
-    assert cfg.algo.lr == 3.0 and isinstance(cfg.algo.lr, float)  # int accepted for a float
+    assert cfg.optimizer.lr == 3.0 and isinstance(cfg.optimizer.lr, float)  # int accepted for a float
 
 
 def test_unknown_key_names_nearest(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown config key 'rollout.group_sise'.*'rollout.group_size'"):
         build_config(None, ["--rollout.group_sise=4"])
-    p = write(tmp_path, "algo:\n  lrr: 1\n")
-    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'algo.lrr'.*'algo.lr'"):
+    p = write(tmp_path, "optimizer:\n  lrr: 1\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'optimizer.lrr'.*'optimizer.lr'"):
         build_config(p)
+    with pytest.raises(ConfigError, match=r"unknown config key 'algo.lrr'.*did you mean 'optimizer.lr'"):
+        build_config(None, ["--algo.lrr=1"])   # near a moved key: the key it moved to
 
 
 def test_wrong_type_names_key_and_type():
@@ -89,7 +91,7 @@ DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 def test_command_line_preset_replaces_the_files_pins(capsys):
     cfg = build_config(DEMO, ["--algo.preset=rloo"])  # demo.yaml pins beta 0.0 for grpo
     assert (cfg.algo.beta, cfg.algo.kl_in, cfg.algo.kl_estimator) == (0.05, "reward", "k1")
-    assert cfg.algo.lr == 2e-5  # a file key the preset does not set still holds
+    assert cfg.optimizer.lr == 2e-5  # a file key the preset does not set still holds
     assert "algo.beta=0.0" in capsys.readouterr().err
     assert build_config(DEMO, ["--algo.preset=ppo"]).algo.beta == 0.05
     assert build_config(DEMO, ["--algo.preset=rloo", "--algo.beta=0.0"]).algo.beta == 0.0  # the command line wins
@@ -102,7 +104,7 @@ def test_files_pins_hold_with_its_own_preset(tmp_path, capsys):
     assert build_config(p, ["--algo.preset=grpo"]).algo.beta == 0.1
     assert build_config(p, ["--algo.preset=reinforce_pp"]).algo.beta == 0.01
     assert build_config(None).algo.beta == 0.04
-    p = write(tmp_path, "algo:\n  preset: rloo\n  lr: 1.0e-4\n")  # nothing pinned: no note
+    p = write(tmp_path, "algo:\n  preset: rloo\n  iterations: 2\n")  # nothing pinned: no note
     capsys.readouterr()
     assert build_config(p, ["--algo.preset=grpo"]).algo.beta == 0.04
     assert capsys.readouterr().err == ""
@@ -113,6 +115,34 @@ def test_describe_shows_defaults_after_the_preset():
     assert (rows["algo.beta"], rows["algo.preset"]) == ("0.04", "'grpo'")
     rows = {k: d for k, d, _ in describe(build_config(None, ["--algo.preset=dapo"]))}
     assert (rows["algo.clip_high"], rows["algo.dynamic_sampling"]) == ("0.28", "True")
+
+
+# ---------------------------------------------------------------- keys moved to the section that reads them
+
+def test_moved_keys_still_work_with_a_note_naming_the_new_key(tmp_path, capsys):
+    p = write(tmp_path, "algo:\n  lr: 3.0e-4\n  micro_batch_prompts: 2\n  soft_overlong: true\n"
+                        "task:\n  digits: 2\n  ood_operands: 3\n")
+    cfg = build_config(p, ["--algo.max_grad_norm=0.5", "--task.operators=+"])
+    o = cfg.optimizer
+    assert (o.lr, o.micro_batch_prompts, o.max_grad_norm) == (3e-4, 2, 0.5)
+    assert cfg.rewards.soft_overlong is True
+    assert (cfg.task.params, cfg.task.ood_params) == ({"digits": 2, "operators": "+"}, {"operands": 3})
+    err = capsys.readouterr().err
+    for old, new in (("algo.lr", "optimizer.lr"), ("algo.soft_overlong", "rewards.soft_overlong"),
+                     ("task.digits", "task.params.digits"), ("task.ood_operands", "task.ood_params.operands"),
+                     ("algo.max_grad_norm", "optimizer.max_grad_norm")):
+        assert f"'{old}' is now '{new}'" in err
+    assert f"{p}: 'algo.lr'" in err and "command line: 'task.operators'" in err
+
+
+def test_dapo_sets_the_reward_switch_and_a_file_written_for_grpo_loses_it(tmp_path, capsys):
+    assert build_config(None, ["--algo.preset=dapo"]).rewards.soft_overlong is True
+    assert build_config(None).rewards.soft_overlong is False
+    p = write(tmp_path, "algo:\n  soft_overlong: false\n")   # the old key, in a file written for grpo
+    assert build_config(p, ["--algo.preset=dapo"]).rewards.soft_overlong is True
+    assert "replaces algo.soft_overlong=False" in capsys.readouterr().err
+    p = write(tmp_path, "algo:\n  preset: dapo\nrewards:\n  soft_overlong: false\n")   # its own preset: kept
+    assert build_config(p).rewards.soft_overlong is False
 
 
 # ---------------------------------------------------------------- docstrings and validation
@@ -131,10 +161,10 @@ def test_docstrings_say_what_the_code_does():
     ("--algo.clip_low=-0.1", "algo.clip_low"),
     ("--algo.clip_high=-0.2", "algo.clip_high"),
     ("--algo.dual_clip=0.5", "algo.dual_clip"),
-    ("--algo.lr=-1e-5", "algo.lr"),
+    ("--optimizer.lr=-1e-5", "optimizer.lr"),
     ("--algo.gamma=1.5", "algo.gamma"),
     ("--algo.lam=-0.1", "algo.lam"),
-    ("--algo.micro_batch_tokens=-1", "algo.micro_batch_tokens"),
+    ("--optimizer.micro_batch_tokens=-1", "optimizer.micro_batch_tokens"),
     ("--train.save_every=-1", "train.save_every"),
     ("--task.heldout_size=-1", "task.heldout_size"),
     ("--curriculum.smoothing=0", "curriculum.smoothing"),

@@ -1,6 +1,7 @@
 """Named sets of algorithm knobs. A preset is applied first; explicit config keys override it.
 
-Each entry cites where its choices come from; every knob is an `algo.*` config key.
+Each entry cites where its choices come from; a bare knob is an `algo.*` config key, a dotted one names its
+section (DAPO's soft overlong punishment is a reward: `rewards.soft_overlong`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ PRESETS: dict[str, dict[str, object]] = {
                 "clip_low": 0.2, "clip_high": 0.2, "beta": 0.0, "ratio_level": "token"},
     # DAPO (Yu et al. 2025): clip-higher, token-level mean, dynamic sampling, soft overlong punishment.
     "dapo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "token-mean", "clip_low": 0.2,
-             "clip_high": 0.28, "beta": 0.0, "dynamic_sampling": True, "soft_overlong": True,
+             "clip_high": 0.28, "beta": 0.0, "dynamic_sampling": True, "rewards.soft_overlong": True,
              "ratio_level": "token"},
     # GSPO (Zheng et al. 2025): sequence-level ratio, very small clip range.
     "gspo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "seq-mean-token-mean",

@@ -6,7 +6,7 @@ Presets. The preset is the command line's `algo.preset`, else the file's, else g
 config file's algo keys are written for the file's preset (its `algo.preset`, or grpo when it names
 none): so when the command line picks a different preset, the file's values for the keys that preset
 sets are dropped, with a note on stderr naming them, and the preset's values hold. The file's other
-keys (lr, warmup_steps, ...) still apply, and a key given on the command line always wins. So
+keys (iterations, entropy_coef, optimizer.lr, ...) still apply, and a key given on the command line always wins. So
 `rlvr train configs/demo.yaml` keeps the demo's pinned beta 0, while `--algo.preset=rloo` on it gets
 rloo's beta 0.05 and KL in the reward, as `build_config(None, ["--algo.preset=rloo"])` does.
 """
@@ -48,10 +48,20 @@ def valid_keys(cls=Config, prefix: str = "") -> list[str]:
 # holds the old key at its default, which means "unset" and is passed over so that --resume works
 RENAMED = {"rollout.vllm.tis_cap": ("rollout.tis_cap", 0.0)}
 
+# Keys that moved to the section whose code reads them, with the same meaning: the old key still works
+# (config files, run directories' config.yaml, command lines) and a note on stderr names the new one.
+MOVED = {
+    **{f"algo.{k}": f"optimizer.{k}" for k in ("lr", "weight_decay", "warmup_steps", "max_grad_norm",
+                                              "micro_batch_prompts", "micro_batch_tokens")},
+    "algo.soft_overlong": "rewards.soft_overlong",
+    **{f"task.{k}": f"task.params.{k}" for k in ("digits", "operands", "operators", "min_digits")},
+    "task.ood_digits": "task.ood_params.digits", "task.ood_operands": "task.ood_params.operands",
+}
+
 
 def _unknown(key: str, where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
+    close = difflib.get_close_matches(key, valid_keys() + list(MOVED), n=1, cutoff=0.5)
+    hint = f"; did you mean '{MOVED.get(close[0], close[0])}'?" if close else ""
     return ConfigError(f"{where}: unknown config key '{key}'{hint}")
 
 
@@ -99,6 +109,9 @@ def _coerce(value, t, key: str, where: str):
 
 
 def _set(cfg, dotted: str, value, where: str) -> None:
+    if dotted in MOVED:
+        print(f"note: {where}: '{dotted}' is now '{MOVED[dotted]}'; the old key still works", file=sys.stderr)
+        dotted = MOVED[dotted]
     if dotted in RENAMED:
         new, old_default = RENAMED[dotted]
         if value == old_default:
@@ -163,33 +176,37 @@ def parse_override(arg: str) -> tuple[str, object]:
     return key, value
 
 
-def _file_algo(data: dict) -> dict:
-    """The file's algo keys, from its `algo:` section and any top-level `algo.<key>:` entries."""
-    algo = dict(data["algo"]) if isinstance(data.get("algo"), dict) else {}
-    algo.update({str(k)[5:]: v for k, v in data.items() if str(k).startswith("algo.")})
-    return algo
-
-
-def _without_algo_keys(data: dict, keys: set[str]) -> dict:
-    out = {k: v for k, v in data.items() if not (str(k).startswith("algo.") and str(k)[5:] in keys)}
-    if isinstance(out.get("algo"), dict):
-        out["algo"] = {k: v for k, v in out["algo"].items() if k not in keys}
+def _flat(data: dict) -> dict:
+    """A file's keys as `section.key` (a section's keys one level down), in the file's order; values, and
+    anything that is not a section, are left for `_set` to check."""
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and "." not in str(k):
+            for sub, value in v.items():
+                out[f"{k}.{sub}"] = value
+        else:
+            out[str(k)] = v
     return out
 
 
+def _preset_key(key: str) -> str:
+    """A preset's knob as a config key: a bare name is an algo key."""
+    return key if "." in key else f"algo.{key}"
+
+
 def _preset_replaces(data: dict, preset: str, where: str) -> dict:
-    """The file's data, less the algo keys that `preset` sets when the file was written for another
+    """The file's flattened data, less the keys that `preset` sets when the file was written for another
     preset (see the module docstring); says on stderr which values it dropped."""
     from rlvr.algo.presets import PRESETS
 
-    algo = _file_algo(data)
-    written_for = algo.get("preset", Config().algo.preset)
-    dropped = sorted(set(algo) & set(PRESETS[preset])) if preset != written_for else []
+    written_for = data.get("algo.preset", Config().algo.preset)
+    sets = {_preset_key(k) for k in PRESETS[preset]}
+    dropped = sorted(k for k in data if MOVED.get(k, k) in sets) if preset != written_for else []
     if dropped:
-        values = ", ".join(f"algo.{k}={algo[k]!r}" for k in dropped)
+        values = ", ".join(f"{k}={data[k]!r}" for k in dropped)
         print(f"note: algo.preset={preset} from the command line replaces {values} set by {where} "
               f"(written for preset {written_for}); give them on the command line to keep them", file=sys.stderr)
-    return _without_algo_keys(data, set(dropped))
+    return {k: v for k, v in data.items() if k not in dropped}
 
 
 def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
@@ -198,16 +215,16 @@ def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> C
     from rlvr.algo.presets import PRESETS
 
     cfg = Config()
-    data = load_yaml(path) if path is not None else {}
+    data = _flat(load_yaml(path)) if path is not None else {}
     parsed = [parse_override(arg) for arg in overrides]
     preset = next((v for k, v in reversed(parsed) if k == "algo.preset"), None)
     if preset is None:
-        preset = _file_algo(data).get("preset", cfg.algo.preset)
+        preset = data.get("algo.preset", cfg.algo.preset)
     if preset not in PRESETS:
         raise ConfigError(f"unknown algo.preset '{preset}': one of {', '.join(PRESETS)}")
     data = _preset_replaces(data, preset, str(path))
     for key, value in PRESETS[preset].items():
-        _set(cfg, f"algo.{key}", value, f"preset {preset}")
+        _set(cfg, _preset_key(key), value, f"preset {preset}")
     for key, value in data.items():
         _set(cfg, str(key), value, str(path))
     for key, value in parsed:

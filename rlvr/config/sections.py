@@ -38,13 +38,16 @@ class TaskConfig:
     """Task source: arithmetic, reasoning_gym:<dataset>, or a file (.jsonl, .csv, .parquet, or a
     directory written by datasets' save_to_disk)."""
     params: dict[str, object] = field(default_factory=dict)
-    """reasoning_gym: the dataset's own settings (e.g. {min_digits: 1, max_digits: 2}); pyfunc: the levels
-    of train and held-out (e.g. {levels: [1, 2]}, of 1-4)."""
+    """The task's own settings for train and held-out. arithmetic: digits (most per operand, 1), operands
+    (2), operators (any of + - *, '+-*'), min_digits (fewest per operand; 0: digits, one level; below
+    digits each digit count is a curriculum level d<k>-n<operands>); reasoning_gym: the dataset's own
+    settings (e.g. {min_digits: 1, max_digits: 2}); pyfunc: the levels (e.g. {levels: [1, 2]}, of 1-4)."""
     ood_name: str = ""
-    """OOD source: empty takes the same task at its harder setting (ood_digits, ood_params, ood_file);
+    """OOD source: empty takes the same task at its harder setting (ood_params, ood_file);
     otherwise another task name, e.g. reasoning_gym:chain_sum."""
     ood_params: dict[str, object] = field(default_factory=dict)
-    """reasoning_gym: settings of the OOD split (its harder difficulty); pyfunc: its levels (default [4])."""
+    """The OOD split's settings (its harder difficulty). arithmetic: digits (2) and operands (2), the
+    operators of task.params; reasoning_gym: the dataset's own; pyfunc: its levels (default [4])."""
     heldout_file: str = ""
     """File tasks: held-out rows; empty carves task.heldout_size rows out of the train file."""
     ood_file: str = ""
@@ -55,16 +58,6 @@ class TaskConfig:
     answer, else verl's reward_model.ground_truth); a dotted name reaches a nested field."""
     prompt_template: str = "{prompt}"
     """User turn built from the problem; {prompt} is the problem text."""
-    digits: int = 1
-    """Arithmetic: most digits in each operand of the train and held-out splits."""
-    operands: int = 2
-    """Arithmetic: number of operands in the train and held-out splits."""
-    operators: str = "+-*"
-    """Arithmetic: operators to draw from, any of + - *."""
-    ood_digits: int = 2
-    """Arithmetic: digits per operand of the out-of-distribution split."""
-    ood_operands: int = 2
-    """Arithmetic: operands of the out-of-distribution split."""
     heldout_size: int = 100
     """Problems in the held-out split (same difficulty as train, never trained on)."""
     ood_size: int = 100
@@ -74,9 +67,6 @@ class TaskConfig:
     few_shot: int = 1
     """Worked examples shown as earlier chat turns (kept out of every split; file tasks take them
     from train rows that have a solution)."""
-    min_digits: int = 0
-    """Arithmetic: fewest digits per operand in train and held-out; 0 means task.digits (one level).
-    Below task.digits, each digit count is a curriculum level d<k>-n<operands>."""
     system_prompt: str = ""
     """System message; empty keeps the chat template's default."""
     seed: int = 0
@@ -185,6 +175,8 @@ class RewardsConfig:
     'module:function' written for TRL's GRPOTrainer (called by keyword: prompts, completions,
     completion_ids, every dataset column, trainer_state; async, numpy and None returns accepted), or
     'verl:module:compute_score' (verl's one-sample scorer; a module may be a .py file's path)."""
+    soft_overlong: bool = False
+    """Add the length reward (DAPO's soft overlong punishment) with weight 1 when rewards.weights lacks it."""
     overlong_buffer: int = 8
     """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
     overlong_penalty: float = 1.0
@@ -199,14 +191,6 @@ class AlgoConfig:
     file's algo keys belong to the file's preset: a different preset given on the command line replaces
     the file's values for the keys it sets (a note names them); keys also given on the command line
     still win."""
-    lr: float = 2e-5
-    """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    warmup_steps: int = 3
-    """Linear learning-rate warm-up steps."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip; 0 disables."""
     adv_estimator: str = "group"
     """Advantages: group (GRPO), rloo (leave-one-out), reinforce_pp (batch-whitened returns), gae (PPO critic),
     group_passk (only each group's best completion learns, by its margin over the runner-up: verl's
@@ -302,8 +286,6 @@ class AlgoConfig:
     """Drop groups whose rewards are all equal and sample more prompts to fill the batch (DAPO)."""
     max_refill: int = 3
     """dynamic_sampling: at most this many extra rollout rounds per step."""
-    soft_overlong: bool = False
-    """Add the length reward (soft overlong punishment) with weight 1 if rewards.weights lacks it."""
     mask_truncated: bool = False
     """Leave completions cut at max_new_tokens out of the loss."""
     ref_sync_every: int = 0
@@ -320,10 +302,26 @@ class AlgoConfig:
     """ppo: discount."""
     lam: float = 0.95
     """ppo: GAE lambda."""
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW, its warm-up and gradient accumulation: the same for rlvr train and rlvr sft."""
+
+    lr: float = 2e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 3
+    """Linear learning-rate warm-up steps."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip; 0 disables."""
     micro_batch_prompts: int = 4
-    """Prompts (whole groups) per forward/backward pass; gradients accumulate over the step."""
+    """Prompts (whole groups; rlvr sft: examples) per forward/backward pass; gradients accumulate over the
+    step."""
     micro_batch_tokens: int = 0
-    """If > 0, micro-batches are filled by this token budget (whole groups) instead of by prompt count."""
+    """rlvr train: if > 0, micro-batches are filled by this token budget (whole groups) instead of by
+    prompt count."""
 
 
 @dataclass
@@ -369,6 +367,14 @@ class EvalConfig:
     """Evaluate before training."""
     after: bool = True
     """Evaluate after training."""
+    grader: str = ""
+    """What evaluation counts as correct (held-out/OOD accuracy, flips, the skill rules, rlvr eval): a
+    rewards.weights key (your TRL function or verl compute_score), or builtin (the answer checker). Empty:
+    the built-in checker when rewards.weights has correctness or code_tests, else your reward marked as
+    a correctness check (a verl scorer, or a function with checks_correctness = True), else your reward
+    of the highest weight; the choice and its reason are printed at the start."""
+    grader_threshold: float = 1.0
+    """A user grader's score at or above this counts as correct."""
 
 
 @dataclass
@@ -382,7 +388,7 @@ class LogConfig:
 @dataclass
 class SftConfig:
     batch_size: int = 8
-    """rlvr sft: examples per optimizer step (algo.micro_batch_prompts of them per forward pass)."""
+    """rlvr sft: examples per optimizer step (optimizer.micro_batch_prompts of them per forward pass)."""
 
 
 @dataclass
@@ -394,6 +400,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -39,10 +39,7 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
 def _algo(cfg: Config) -> list[tuple[bool, str]]:
     a = cfg.algo
     return [
-        (a.lr >= 0, "algo.lr must be >= 0"),
         (a.iterations >= 1, "algo.iterations must be at least 1"),
-        (a.micro_batch_prompts >= 1, "algo.micro_batch_prompts must be at least 1"),
-        (a.micro_batch_tokens >= 0, "algo.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
         _one_of(a.aggregation, "algo.aggregation", AGGREGATIONS),
         _one_of(a.adv_estimator, "algo.adv_estimator", ESTIMATORS),
         _one_of(a.adv_scale, "algo.adv_scale", ("group", "batch", "none")),
@@ -91,6 +88,15 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
     ]
 
 
+def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
+    o = cfg.optimizer
+    return [
+        (o.lr >= 0, "optimizer.lr must be >= 0"),
+        (o.micro_batch_prompts >= 1, "optimizer.micro_batch_prompts must be at least 1"),
+        (o.micro_batch_tokens >= 0, "optimizer.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
+    ]
+
+
 def _rest(cfg: Config) -> list[tuple[bool, str]]:
     t, c, task = cfg.train, cfg.curriculum, cfg.task
     return [
@@ -135,6 +141,6 @@ def _env(cfg: Config) -> list[tuple[bool, str]]:
 
 def validate(cfg: Config) -> None:
     """Raise ConfigError naming the first key whose value cannot work."""
-    for ok, message in _rollout(cfg) + _algo(cfg) + _env(cfg) + _rest(cfg):
+    for ok, message in _rollout(cfg) + _algo(cfg) + _optimizer(cfg) + _env(cfg) + _rest(cfg):
         if not ok:
             raise ConfigError(message)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlvr.envs.episodes import EnvSpec, run_episodes
+from rlvr.envs.episodes import EnvSpec, reward_inputs, run_episodes
+from rlvr.eval.grader import Grader
 from rlvr.eval.grading import grade
 from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
@@ -20,10 +21,11 @@ class EvalResult:
 
 
 def evaluate(policy, tok, problems: list[Problem], spec: EnvSpec, *, max_new_tokens: int,
-             batch_size: int, stop_ids: list[int]) -> EvalResult:
+             batch_size: int, stop_ids: list[int], grader: Grader | None = None) -> EvalResult:
     """One greedy episode per problem (spec: the run's environments; a single-turn task's episode is
     its one completion), its final answer graded by rlvr.eval.grading: accuracy is the strict verdict
-    (the answer, or the hidden tests for code), format the stated form, lenient the format-free grade.
+    (the answer, or the hidden tests for code; the user's grader when given), format the stated form,
+    lenient the format-free grade.
     A multi-turn episode's record holds its turns under "episode"."""
     was_training = policy.training
     policy.eval()
@@ -33,7 +35,7 @@ def evaluate(policy, tok, problems: list[Problem], spec: EnvSpec, *, max_new_tok
         chunk_problems = problems[start:start + batch_size]
         ep = run_episodes(engine, spec, chunk_problems, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
                           stop_ids=stop_ids, pad_id=tok.pad_token_id)
-        graded = grade(chunk_problems, ep.texts)
+        graded = grade(chunk_problems, ep.texts, grader, reward_inputs(chunk_problems, ep, 1))
         for p, text, g, trunc, rec in zip(chunk_problems, ep.texts, graded, ep.rollout.truncated.tolist(), ep.records):
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
                             "completion": text, **g, "truncated": trunc, **({"episode": rec} if spec.multi_turn else {})})

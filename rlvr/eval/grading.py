@@ -4,11 +4,16 @@ code problems (a `tests` spec) by running the program against the tests in the s
 Each grade has `correct` (the strict verdict: what the rewards pay), `reason`, `format` (the stated form:
 the answer line or tag for maths, a closed ```python block for code) and `lenient` with
 `lenient_answer` (format-free, a diagnostic: the last number or answer for maths; for code the same
-tests run on the program however it was written down: an unclosed block, or bare code)."""
+tests run on the program however it was written down: an unclosed block, or bare code).
+
+With a user grader (rlvr.eval.grader), `correct` and `reason` are the user's verdict (`score` its raw
+score) and `lenient` is right by the user's grader or by the built-in format-free grade, so a strict
+pass stays a format-free pass and the flips count what the user's grader accepts."""
 from __future__ import annotations
 
 import re
 
+from rlvr.eval.grader import Grader, user_grades
 from rlvr.eval.lenient import lenient_verdict
 from rlvr.rewards import format_reward, math_accuracy
 from rlvr.tasks import Problem
@@ -39,9 +44,22 @@ def _maths(p: Problem, text: str) -> dict:
             "lenient_answer": free.extracted}
 
 
-def grade(problems: list[Problem], texts: list[str]) -> list[dict]:
+def grade(problems: list[Problem], texts: list[str], grader: Grader | None = None,
+          inputs: tuple[list, dict[str, list]] | None = None) -> list[dict]:
     """One grade per (problem, completion); the code problems' programs run in one batch across the
-    sandbox pool, strict and format-free together. A strict pass is always a format-free pass."""
+    sandbox pool, strict and format-free together. A strict pass is always a format-free pass. A user
+    grader's verdict replaces the strict one (module docstring); `inputs`, the episodes' (completions,
+    columns) as training's rewards get them (rlvr.envs.episodes.reward_inputs), reach it as they are."""
+    grades = builtin_grades(problems, texts)
+    if grader is None or not grader.user:
+        return grades
+    for g, (correct, score, reason) in zip(grades, user_grades(grader, problems, texts, inputs)):
+        g.update(correct=correct, score=score, reason=reason, lenient=max(g["lenient"], correct))
+    return grades
+
+
+def builtin_grades(problems: list[Problem], texts: list[str]) -> list[dict]:
+    """grade() by the built-in checker."""
     grades: list[dict | None] = [None if p.tests else _maths(p, t) for p, t in zip(problems, texts)]
     code = [i for i, p in enumerate(problems) if p.tests]
     if code:

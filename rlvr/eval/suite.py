@@ -8,7 +8,9 @@ scripts that evaluate one task, the first task's metrics again at the top level:
      "per_difficulty": {"d1-n2": {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50}},
      "tasks": {T1: {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50, "per_difficulty": {..}}, T2: ..}}
 
-pass@1 is greedy; `format-free@1` is the same greedy completion graded format-free (rlvr.eval.lenient);
+Every task is graded by the run's grader (rlvr.eval.grader: eval.grader, or the user's own correctness
+reward when the config's rewards have one) when it is the config's own task, by the built-in checker
+otherwise; each task's entry names it under "grader". pass@1 is greedy; `format-free@1` is the same greedy completion graded format-free (rlvr.eval.lenient);
 pass@k and maj@k come from the sampled completions (rlvr.eval.estimators). With `--baseline B`, each
 task's entry also holds "baseline": {"model": B, "pass@1", "format-free@1", "flips", "decomposition"},
 the per-problem comparison of B's greedy completions with the model's (rlvr.eval.flips).
@@ -25,6 +27,7 @@ from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.flips import decompose, describe, flips
+from rlvr.eval.grader import Grader
 from rlvr.eval.estimators import summarize_by_difficulty
 from rlvr.eval.sampled import SampleSettings, evaluate_sampled
 from rlvr.tasks import build_splits
@@ -49,28 +52,39 @@ def task_problems(task: TaskConfig, split: str, n: int | None):
 
 
 def evaluate_tasks(policy, tok, stop_ids: list[int], tasks: dict[str, TaskConfig], split: str,
-                   n: int | None, s: SampleSettings, env: EnvConfig = EnvConfig()) -> dict[str, tuple[dict, list[dict]]]:
-    """label -> (summary with per_difficulty, per-problem records), in the order given; each problem's
-    greedy and sampled answers are the final answers of episodes in the environment `env`."""
+                   n: int | None, s: SampleSettings, env: EnvConfig = EnvConfig(),
+                   graders: dict[str, Grader] | None = None) -> dict[str, tuple[dict, list[dict]]]:
+    """label -> (summary with per_difficulty and its grader's name, per-problem records), in the order
+    given; each problem's greedy and sampled answers are the final answers of episodes in the environment
+    `env`, graded by graders[label] (the built-in checker when absent)."""
     results = {}
     for label, task in tasks.items():
         problems, few_shot = task_problems(task, split, n)
+        grader = (graders or {}).get(label, Grader())
         records = evaluate_sampled(policy, tok, problems, make_spec(env, tok, few_shot, task.system_prompt), s,
-                                   stop_ids)
-        results[label] = (summarize_by_difficulty(records, s.k), records)
+                                   stop_ids, grader)
+        results[label] = ({**summarize_by_difficulty(records, s.k), "grader": grader.name}, records)
     return results
+
+
+def task_graders(base: TaskConfig, tasks: dict[str, TaskConfig], grader: Grader) -> dict[str, Grader]:
+    """The run's grader for the config's own task; the built-in checker for any other task (a user's
+    reward reads its own data's columns)."""
+    return {label: grader if task.name == base.name else Grader(why="another task than the config's")
+            for label, task in tasks.items()}
 
 
 def task_configs(base: TaskConfig, names: list[str]) -> dict[str, TaskConfig]:
     """One task config per name, each the base config with task.name replaced; a task other than the
-    base's own leaves out the base's OOD source (ood_name, ood_params, ood_file), which belongs to the
-    base task (configs/code.yaml's OOD is humaneval: `--task humaneval` must not take it twice)."""
+    base's own leaves out the base's settings (params) and OOD source (ood_name, ood_params, ood_file),
+    which belong to the base task (configs/code.yaml's OOD is humaneval: `--task humaneval` must not take
+    it twice; chain_sum's params are not arithmetic's)."""
     seen = set()
     for name in names:
         if name in seen:
             raise RlvrError(f"task '{name}' is given twice")
         seen.add(name)
-    other = dict(ood_name="", ood_params={}, ood_file="")
+    other = dict(params={}, ood_name="", ood_params={}, ood_file="")
     return {name: dataclasses.replace(base, name=name, **({} if name == base.name else other)) for name in names}
 
 
@@ -101,15 +115,17 @@ def greedy_records(records: list[dict]) -> list[dict]:
 
 
 def compare_to_baseline(policy, tok, stop_ids: list[int], model: str, tasks: dict[str, TaskConfig], split: str,
-                        n: int | None, s: SampleSettings, results: dict, env: EnvConfig = EnvConfig()) -> dict[str, dict]:
+                        n: int | None, s: SampleSettings, results: dict, env: EnvConfig = EnvConfig(),
+                        graders: dict[str, Grader] | None = None) -> dict[str, dict]:
     """label -> the baseline model's greedy pass@1 and format-free@1 on the same problems, and the
-    per-problem flips and decomposition from it to the evaluated model (results of evaluate_tasks)."""
+    per-problem flips and decomposition from it to the evaluated model (results of evaluate_tasks),
+    graded as evaluate_tasks graded them."""
     out = {}
     for label, task in tasks.items():
         problems, few_shot = task_problems(task, split, n)
         spec = make_spec(env, tok, few_shot, task.system_prompt)
         base = evaluate(policy, tok, problems, spec, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
-                        stop_ids=stop_ids)
+                        stop_ids=stop_ids, grader=(graders or {}).get(label))
         after = greedy_records(results[label][1])
         d = decompose(base.records, after)
         out[label] = {"model": model, "pass@1": base.accuracy, "format-free@1": base.lenient,

@@ -36,11 +36,18 @@ def say(text: str) -> None:
         tqdm.write(terminal_safe(text), file=sys.stderr)
 
 
+def verdict_text(name: str, verdict: dict, sep: str) -> str:
+    """'correctness=1 (right answer)': a reward's score, and its reason when it gave one (a TRL function
+    returns bare numbers: no empty brackets)."""
+    reason = verdict.get("reason")
+    return f"{name}{sep}{verdict['score']:g}" + (f" ({reason})" if reason else "")
+
+
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:
     """The first completion of the first k groups, with each reward's score and reason."""
     lines = [f"--- samples at step {step} ---"]
     for s in samples[::group_size][:k]:
-        rewards = ", ".join(f"{n}={v['score']:g} ({v['reason']})" for n, v in s["rewards"].items())
+        rewards = ", ".join(verdict_text(n, v, "=") for n, v in s["rewards"].items())
         if "episode" in s:  # multi-turn: every turn, then the final answer's scores
             from rlvr.envs.episode_metrics import episode_text
 
@@ -63,6 +70,8 @@ def before_after_table(summary: dict) -> str:
         return "   -  " if v is None else f"{100 * v:5.1f}%"
 
     out = [f"{'':22} {'before':>7} {'after':>7} {'change':>8}"]
+    if summary.get("grader", "builtin") != "builtin":
+        out.insert(0, f"accuracy = graded by your reward '{summary['grader']}'")
     if summary.get("sft"):
         out.insert(0, f"before = the SFT baseline ({summary['sft']['run']})")
     for label, key in ROWS:

@@ -45,7 +45,7 @@ def truncation(history, evals, window: int = 2, threshold: float = 0.5) -> Findi
         return Finding(history[-1]["step"], "truncation",
                        f"{100 * statistics.fmean(vals):.0f}% of completions hit rollout.max_new_tokens: cut-off "
                        "answers score nothing. Raise rollout.max_new_tokens, or add the length reward "
-                       "(rewards.weights.length, algo.soft_overlong) so the model learns to finish.",
+                       "(rewards.weights.length, rewards.soft_overlong) so the model learns to finish.",
                        {"completion/truncated_frac": vals})
     return None
 
@@ -131,7 +131,7 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
                        "losing skill. Read the broken examples (summary.json `flips`, report.html). Compare "
                        "the training problems (`rlvr eval --split train --baseline BASE`): if they improved "
                        "while held-out ones broke, a small problem space is being memorised; train on more "
-                       "varied problems, lower algo.lr, or stop earlier. Lowering the format weight helps "
+                       "varied problems, lower optimizer.lr, or stop earlier. Lowering the format weight helps "
                        "when well-formed wrong answers outscore right ones in another form.",
                        {"split": split, "lenient": list(free), "accuracy": list(strict), "broken": broken,
                         "fixed": fixed, "n": n})
@@ -143,15 +143,15 @@ def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, en
     h = history[-1]
     if h.get("kl") is not None and h["kl"] > kl_max:
         return Finding(h["step"], "kl_blowup", f"KL to the reference is {h['kl']:.2f} per token: the policy is "
-                       "running away. Lower algo.lr, raise algo.beta, or clip harder.", {"kl": h["kl"]})
+                       "running away. Lower optimizer.lr, raise algo.beta, or clip harder.", {"kl": h["kl"]})
     if h.get("ratio/max") is not None and h["ratio/max"] > ratio_max:
         return Finding(h["step"], "ratio_blowup", f"an importance ratio reached {h['ratio/max']:.1f}: updates "
-                       "are far off-policy. Lower algo.lr or algo.iterations.", {"ratio/max": h["ratio/max"]})
+                       "are far off-policy. Lower optimizer.lr or algo.iterations.", {"ratio/max": h["ratio/max"]})
     ents = _recent(history, "entropy", 3)
     if ents and max(ents) < entropy_min:
         return Finding(h["step"], "entropy_collapse", f"policy entropy is {ents[-1]:.3f} nats per token: sampling "
                        "has become nearly greedy and groups stop differing. Raise the temperature, add "
-                       "algo.entropy_coef, or lower algo.lr.", {"entropy": ents})
+                       "algo.entropy_coef, or lower optimizer.lr.", {"entropy": ents})
     return None
 
 
@@ -160,7 +160,7 @@ def non_finite(history, evals) -> Finding | None:
     loss = h.get("loss")
     if h.get("skipped_updates", 0) > 0 or (loss is not None and not math.isfinite(loss)):
         return Finding(h["step"], "non_finite", "the loss or gradient was not finite; the update was skipped, "
-                       "not applied. If it repeats, lower algo.lr or use float32.", {"loss": loss})
+                       "not applied. If it repeats, lower optimizer.lr or use float32.", {"loss": loss})
     return None
 
 
@@ -215,7 +215,7 @@ def tool_use_collapse(history, evals, window: int = 3, floor: float = 0.2, zero:
                    "the model stopped calling the tools and the reward did not rise, so it learned to skip "
                    "them (a known failure of multi-turn RL). Check the calls worked (env/tool_errors_frac, the "
                    "tool results in samples.jsonl); show a worked tool-use turn in the prompt; make correct "
-                   "answers reachable only with the tool; lower algo.lr or add a KL term (algo.beta).",
+                   "answers reachable only with the tool; lower optimizer.lr or add a KL term (algo.beta).",
                    {"first_window_tool_use": first, "last_window_tool_use": last, "reward_change": change})
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from rlvr.envs.episode_metrics import END_REASONS
 from rlvr.errors import RlvrError
 from rlvr.report.compare import _jsonl
-from rlvr.report.console import ROWS
+from rlvr.report.console import ROWS, verdict_text
 from rlvr.report.plot import line_chart
 from rlvr.report.sinks import atomic_write_text
 
@@ -109,8 +109,7 @@ def _multi_turn(s: dict) -> bool:
 
 
 def _sample_html(s: dict) -> str:
-    verdicts = "; ".join(f"{html.escape(n)} = {v['score']:g} ({html.escape(v['reason'])})"
-                         for n, v in s.get("rewards", {}).items())
+    verdicts = "; ".join(html.escape(verdict_text(n, v, " = ")) for n, v in s.get("rewards", {}).items())
     body = _episode_html(s["episode"]) if _multi_turn(s) else f"<pre>{html.escape(s['completion'])}</pre>"
     return (f"<div class='sample'><b>step {s['step']}, reward {s['reward']:.3g}</b> &mdash; {verdicts}"
             f"<pre>{html.escape(s['prompt'])}</pre>{body}</div>")

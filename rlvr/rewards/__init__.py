@@ -2,12 +2,14 @@
 completions, prompts, completion_ids, every dataset column and trainer_state; -> list[float | None].
 verl's one-sample compute_score runs through rlvr/rewards/verl.py.
 
-Each built-in also has a one-item form, `fn.verdict(completion, ...) -> Verdict`, whose reason is
-kept with the sample.
+Each built-in is a `Reward` (rlvr/rewards/call.py): what rlvr knows about it is in its fields
+(`checks_correctness`, `columns`, `code_outcome`, `config`), and its one-item form,
+`fn.verdict(completion, ...) -> Verdict`, gives the reason kept with the sample. A user's plain function
+needs none of it.
 """
 import importlib
 
-from rlvr.rewards.base import (RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
+from rlvr.rewards.base import (Reward, RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
                                strict_rewards)
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
@@ -50,15 +52,15 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
 
 def rewards_of(cfg) -> list[RewardFunction]:
     """The reward functions a run optimises, from a rlvr Config: rewards.weights, plus the soft overlong
-    length reward when algo.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
+    length reward when rewards.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
     and `rlvr audit` both build them here, so the audit attacks what training optimises."""
     weights = dict(cfg.rewards.weights)
-    if cfg.algo.soft_overlong and "length" not in weights:
+    if cfg.rewards.soft_overlong and "length" not in weights:
         weights["length"] = 1.0
     return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
                          cfg.rewards.overlong_penalty)
 
 
-__all__ = ["BUILTINS", "LAZY", "code_tests", "env_reward", "make_code_tests", "RewardFunction", "Scores", "Verdict", "build_rewards", "completion_text",
-           "format_reward", "make_format_reward", "make_overlong_reward", "math_accuracy", "overlong_score",
-           "rewards_of", "score_batch", "strict_rewards"]
+__all__ = ["BUILTINS", "LAZY", "Reward", "RewardFunction", "Scores", "Verdict", "build_rewards", "code_tests",
+           "completion_text", "env_reward", "format_reward", "make_code_tests", "make_format_reward",
+           "make_overlong_reward", "math_accuracy", "overlong_score", "rewards_of", "score_batch", "strict_rewards"]

@@ -12,6 +12,7 @@ from typing import Callable
 
 from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
 from rlvr.rewards.call import as_chat, dataset_columns
+from rlvr.rewards.preflight import preflight, reference
 from rlvr.sandbox.run import sandbox_problem
 from rlvr.tasks import Problem, Splits, normalise
 
@@ -25,6 +26,9 @@ class AuditReport:
     # judge, with why: a reward that gives right answers 0 gives attacks 0 too, which then says nothing
     control: dict[str, float] = field(default_factory=dict)
     unjudged: dict[str, str] = field(default_factory=dict)
+    # reward -> its exception on the reference solutions and the likely fix (rlvr.rewards.preflight): a
+    # reward that cannot run is broken, not weak or unjudgeable
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 def _wrong(gold: str) -> str:
@@ -151,12 +155,30 @@ CODE_ATTACKS = [
 ]
 
 
+LEAK_CHARS = 4  # a gold this long found anywhere in its prompt gives the answer away; a shorter one only
+# when stated as the answer (a '2' in "3 friends each eat 2 slices" is a quantity, not the answer)
+_STATED = re.compile(r"(?:answer|result|solution)\s*(?:is|was|=|:)?\s*\$?\s*$|\\boxed\{\s*$|####\s*$|<answer>\s*$",
+                     re.IGNORECASE)
+
+
+def leaks_gold(question: str, gold: str) -> bool:
+    """Whether the prompt gives its gold answer away: the gold (not inside a longer number) either
+    LEAK_CHARS or more characters long, or stated as an answer ('the answer is 2', '\\boxed{2}',
+    '#### 2', '<answer>2</answer>')."""
+    gold = gold.strip()
+    if not gold:  # code tasks have no gold answer to leak
+        return False
+    for m in re.finditer(rf"(?<!\d)(?<!\d\.){re.escape(gold)}(?!\.?\d)", question):
+        if len(gold) >= LEAK_CHARS or _STATED.search(question[:m.start()]):
+            return True
+    return False
+
+
 def leak_findings(splits: Splits, limit: int = 3) -> list[str]:
-    """Gold answers that appear verbatim in their prompts, and prompts shared between splits."""
+    """Gold answers their prompts give away (leaks_gold), and prompts shared between splits."""
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
-        leaked = [p for p in problems if p.answer   # code tasks have no gold answer to leak
-                  and re.search(rf"(?<![\d.]){re.escape(p.answer)}(?![\d.])", p.question)]
+        leaked = [p for p in problems if leaks_gold(p.question, p.answer)]
         if leaked:
             examples = "; ".join(f"{p.question!r} -> {p.answer}" for p in leaked[:limit])
             findings.append(f"{name}: gold answer appears in {len(leaked)}/{len(problems)} prompts "
@@ -228,14 +250,9 @@ def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
     return table
 
 
-def _reference(p: Problem) -> str | None:
-    """What a right answer to p looks like: its worked solution, else its gold on an answer line."""
-    return p.solution or (f"Answer: {p.answer}" if p.answer else None)
-
-
 def control(rewards: list[RewardFunction], problems: list[Problem]) -> dict[str, float]:
     """reward name -> the mean score of the problems' reference solutions ({} when none has one)."""
-    known = [(p, r) for p in problems if (r := _reference(p)) is not None]
+    known = [(p, r) for p in problems if (r := reference(p)) is not None]
     if not known:
         return {}
     scores = _scores(rewards, [p for p, _ in known], [r for _, r in known])
@@ -248,6 +265,7 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
     attacks = CODE_ATTACKS if problems and problems[0].tests else MATH_ATTACKS
     leaks = leak_findings(splits) + (code_findings(splits) if attacks is CODE_ATTACKS else [])
     report = AuditReport(leaks=leaks, table=run_attacks(rewards, problems, attacks), control=control(rewards, problems))
+    report.errors = reward_errors(rewards, problems)
     strict = {rf.name for rf in strict_rewards(rewards, unknown_is_strict=True)}
     for attack in attacks:
         for reward, score in report.table[attack.name].items():
@@ -260,6 +278,13 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
         elif report.control.get(reward, 1.0) <= 0:
             report.unjudged[reward] = "it gave the reference solutions 0 (check its gold column and set-up)"
     return report
+
+
+def reward_errors(rewards: list[RewardFunction], problems: list[Problem]) -> dict[str, str]:
+    """reward name -> what it raised on the reference solutions and the likely fix (the preflight's
+    diagnosis), for each reward that raised on any of them."""
+    return {name: f"raised on {bad} of the reference solutions tried: {message}"
+            for name, (bad, message) in preflight(rewards, problems).failed.items()}
 
 
 def format_report(report: AuditReport) -> str:
@@ -279,7 +304,9 @@ def format_report(report: AuditReport) -> str:
         lines.append("control (mean score of the reference solutions): "
                      + ", ".join(f"{n} {v:.3g}" for n, v in report.control.items()))
     for n in names:
-        if n in report.unjudged:
+        if n in report.errors:
+            lines.append(f"ERROR: reward '{n}' {report.errors[n]}")
+        elif n in report.unjudged:
             lines.append(f"CANNOT JUDGE: reward '{n}': {report.unjudged[n]}; its attack scores say nothing")
         elif n in report.weak:
             lines.append(f"WEAK: reward '{n}' rewarded {len(report.weak[n])} attacks: {', '.join(report.weak[n])}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.call import RewardLog, Verdict, as_scores, completion_text, invoke, run_all
+from rlvr.rewards.call import Reward, RewardLog, Verdict, as_scores, completion_text, invoke, run_all
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
 from rlvr.tasks.base import as_text
 
@@ -29,12 +29,11 @@ def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
 
 
 def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
-               verdicts_fn: Callable[..., list[Verdict]] | None = None):
-    """Turn a one-item verdict function into a TRL reward f(completions, **columns) -> list[float].
-
-    The reward also carries `.verdict(completion, *column_values) -> Verdict` and
-    `.verdicts(completions, **columns) -> list[Verdict]`; pass `verdicts_fn` for a batch form that
-    does better than one call per item (a worker pool, say).
+               verdicts_fn: Callable[..., list[Verdict]] | None = None, **abilities) -> Reward:
+    """A one-item verdict function as a Reward: a TRL reward f(completions, **columns) -> list[float]
+    with `.verdict(completion, *column_values) -> Verdict` and `.verdicts(completions, **columns)`;
+    pass `verdicts_fn` for a batch form that does better than one call per item (a worker pool, say),
+    and the Reward's other fields (checks_correctness, code_outcome, config) as keywords.
     """
 
     def verdicts(completions, **kwargs) -> list[Verdict]:
@@ -44,15 +43,8 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
             return verdicts_fn(texts, *cols)
         return [verdict_fn(t, *vals) for t, *vals in zip(texts, *cols)]
 
-    def reward(completions, **kwargs) -> list[float]:
-        return [v.score for v in verdicts(completions, **kwargs)]
-
-    reward.verdict = verdict_fn
-    reward.verdicts = verdicts
-    reward.columns = columns
-    reward.__name__ = verdict_fn.__name__.removesuffix("_verdict")
-    reward.__doc__ = verdict_fn.__doc__
-    return reward
+    return Reward(verdict_fn.__name__.removesuffix("_verdict"), verdicts, verdict_fn, columns,
+                  doc=verdict_fn.__doc__ or "", **abilities)
 
 
 class RewardFunctionError(RlvrError):
@@ -61,9 +53,25 @@ class RewardFunctionError(RlvrError):
 
 @dataclass
 class RewardFunction:
+    """A reward of a run: its name in rewards.weights, its weight, and the function."""
+
     name: str
     weight: float
-    fn: Callable
+    fn: Callable  # a Reward (rlvr's built-ins, verl scorers) or a user's plain TRL-style function
+
+    @property
+    def reward(self) -> Reward | None:
+        """The Reward with what rlvr knows about the function; None for a plain function."""
+        return self.fn if isinstance(self.fn, Reward) else None
+
+    @property
+    def checks_correctness(self) -> bool | None:
+        """Does it pay for right answers? A Reward's field; a user's plain function may say so itself with a
+        `checks_correctness` attribute (README: the grader and the audit read it); None when it does not say."""
+        if self.reward is not None:
+            return self.reward.checks_correctness
+        said = getattr(self.fn, "checks_correctness", None)   # the user's own marker on their function
+        return None if said is None else bool(said)
 
 
 @dataclass
@@ -98,10 +106,10 @@ class Scores:
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
-    """The rewards that check correctness (`fn.checks_correctness`), in order: the first one is what
-    pass rates and the curriculum read. A function that does not say is strict only when
+    """The rewards that check correctness (Reward.checks_correctness), in order: the first one is what
+    pass rates and the curriculum read. A plain function says nothing of itself: it is strict only when
     `unknown_is_strict` (rlvr audit holds unknown user functions to every attack)."""
-    return [rf for rf in rewards if getattr(rf.fn, "checks_correctness", unknown_is_strict)]
+    return [rf for rf in rewards if (unknown_is_strict if rf.checks_correctness is None else rf.checks_correctness)]
 
 
 def load_callable(spec: str, what: str) -> Callable:

@@ -28,6 +28,48 @@ class Verdict:
     extracted: str | None = None
 
 
+def then(result, f: Callable):
+    """f(result), or for an awaitable result (an async scorer) an awaitable of it."""
+    if not inspect.isawaitable(result):
+        return f(result)
+
+    async def later():
+        return f(await result)
+    return later()
+
+
+@dataclass(eq=False)
+class Reward:
+    """A reward function with what rlvr knows about it, as fields. Called as TRL calls a reward function,
+    `reward(completions, **columns) -> list[float]`; `verdicts` gives the same scores with their reasons.
+    rlvr's built-ins are Rewards; a user's plain TRL-style function needs none of this and says nothing of
+    itself (rlvr calls it as TRL does)."""
+
+    name: str
+    verdicts: Callable[..., list[Verdict]]
+    """(completions, **columns) -> one Verdict per completion (an awaitable of them for an async scorer)."""
+    verdict: Callable[..., Verdict] | None = None
+    """(completion, *column values) -> Verdict: one completion, for evaluation and the audit."""
+    columns: tuple[str, ...] = ()
+    """The dataset columns it compares with (a gold `answer`, a `tests` spec)."""
+    checks_correctness: bool = False
+    """It pays for right answers, not form: pass rates, the curriculum and rlvr audit's attacks read it."""
+    code_outcome: Callable[[str], str] | None = None
+    """A verdict's reason -> what happened to the program (the code/<outcome>_frac metrics)."""
+    config: object = None
+    """The settings it was made with (the code reward's CodeTestsConfig)."""
+    user_fn: Callable | None = None
+    """The user's own function it calls (a verl scorer's compute_score), for diagnosing a failing call."""
+    doc: str = ""
+
+    def __post_init__(self):
+        self.__name__ = self.name   # TRL names a reward function's logs by its __name__
+        self.__doc__ = self.doc or self.__doc__
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        return then(self.verdicts(completions, **kwargs), lambda vs: [v.score for v in vs])
+
+
 @dataclass
 class TrainerState:
     """What TRL passes as `trainer_state`: the step being scored (0-based) of max_steps."""
@@ -100,7 +142,7 @@ def accepted(fn: Callable, kwargs: dict) -> dict:
 def invoke(fn: Callable, completions: list, columns: dict[str, list], shared: dict):
     """One call of a reward over a batch: rlvr's built-ins through their verdict form (reasons kept),
     anything else as TRL calls it. Returns what the function returns (an awaitable for async ones)."""
-    target = getattr(fn, "verdicts", None) or fn
+    target = fn.verdicts if isinstance(fn, Reward) else fn
     return target(**accepted(target, {"completions": completions, **columns, **shared}))
 
 

@@ -60,9 +60,7 @@ def make_format_reward(style: str = "answer_line"):
         return format_check(completion, style)
 
     format_reward_verdict.__doc__ = f"Format reward, style {style!r}: " + (format_check.__doc__ or "")
-    reward = batch_form(format_reward_verdict, ())
-    reward.checks_correctness = False  # a well-formed wrong answer may earn it; rlvr audit knows
-    return reward
+    return batch_form(format_reward_verdict, (), checks_correctness=False)  # a well-formed wrong answer earns it
 
 
 format_reward = make_format_reward("answer_line")

@@ -2,7 +2,7 @@
 to -penalty at max_len, so that the policy learns to finish before it is cut off."""
 from __future__ import annotations
 
-from rlvr.rewards.base import Verdict
+from rlvr.rewards.base import Reward, Verdict
 
 
 def overlong_score(length: int, max_len: int, buffer: int, penalty: float = 1.0) -> float:
@@ -12,11 +12,8 @@ def overlong_score(length: int, max_len: int, buffer: int, penalty: float = 1.0)
     return -penalty * min(length - free, buffer) / buffer
 
 
-def make_overlong_reward(max_len: int, buffer: int, penalty: float = 1.0):
+def make_overlong_reward(max_len: int, buffer: int, penalty: float = 1.0) -> Reward:
     """TRL-style reward f(completions, completion_ids, **kw); lengths are token counts."""
-
-    def overlong(completions, completion_ids=None, **kwargs) -> list[float]:
-        return [v.score for v in verdicts(completions, completion_ids=completion_ids)]
 
     def verdicts(completions, completion_ids=None, **kwargs) -> list[Verdict]:
         if completion_ids is None:
@@ -27,6 +24,4 @@ def make_overlong_reward(max_len: int, buffer: int, penalty: float = 1.0):
             out.append(Verdict(s, f"{len(ids)} tokens" + ("" if s == 0 else f", {max_len - len(ids)} from the cap")))
         return out
 
-    overlong.verdicts = verdicts
-    overlong.checks_correctness = False
-    return overlong
+    return Reward("overlong", verdicts, checks_correctness=False, doc=make_overlong_reward.__doc__)

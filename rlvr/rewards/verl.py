@@ -16,7 +16,7 @@ import asyncio
 import inspect
 from typing import Callable
 
-from rlvr.rewards.call import Verdict, accepted, completion_text
+from rlvr.rewards.call import Reward, Verdict, accepted, completion_text, then
 
 VERL_PREFIX = "verl:"
 
@@ -63,16 +63,6 @@ def batch_arguments(completions: list, columns: dict[str, list]) -> dict[str, li
             "ground_truths": ground_truths(columns, n), "extra_infos": columns.get("extra_info", [None] * n)}
 
 
-def _then(result, f: Callable):
-    """f(result), or for an awaitable result (an async scorer) an awaitable of it."""
-    if not inspect.isawaitable(result):
-        return f(result)
-
-    async def later():
-        return f(await result)
-    return later()
-
-
 async def _each(fn: Callable, calls: list[tuple[tuple, dict]]) -> list:
     return list(await asyncio.gather(*(fn(*a, **k) for a, k in calls)))
 
@@ -90,7 +80,7 @@ def call_form(fn: Callable, named: dict) -> tuple[tuple, dict]:
     return (named["solution_str"], named["ground_truth"]), {}
 
 
-def from_compute_score(fn: Callable) -> Callable:
+def from_compute_score(fn: Callable) -> Reward:
     """A batch reward (rlvr's verdict form) over verl's `fn`: once per completion, or once with lists for
     a batch scorer; an async scorer's calls run concurrently."""
     batched = "solution_strs" in inspect.signature(fn).parameters  # verl's BatchRewardManager form
@@ -109,12 +99,8 @@ def from_compute_score(fn: Callable) -> Callable:
             out = _each(fn, arguments(completions, columns))
         else:
             out = [fn(*a, **k) for a, k in arguments(completions, columns)]
-        return _then(out, lambda rs: [verdict_of(r) for r in (rs.tolist() if hasattr(rs, "tolist") else rs)])
+        return then(out, lambda rs: [verdict_of(r) for r in (rs.tolist() if hasattr(rs, "tolist") else rs)])
 
-    def reward(completions, **columns):
-        return _then(verdicts(completions, **columns), lambda vs: [v.score for v in vs])
-
-    reward.verdicts = verdicts
-    reward.checks_correctness = True  # a verl scorer checks the answer: pass rates and the curriculum read it
-    reward.__name__ = getattr(fn, "__name__", "compute_score")
-    return reward
+    # a verl scorer checks the answer: pass rates and the curriculum read it
+    return Reward(getattr(fn, "__name__", "compute_score"), verdicts, checks_correctness=True, user_fn=fn,
+                  doc=getattr(fn, "__doc__", None) or "")

@@ -11,6 +11,7 @@ import string
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
+from rlvr.tasks.arithmetic import settings as arithmetic_settings
 from rlvr.tasks.base import Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
 from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
@@ -35,9 +36,9 @@ def source_splits(task) -> Splits:
     """The splits of one source as it gives them: no template, no cross-split clean-up."""
     name = task.name
     if name == "arithmetic":
-        return arithmetic_splits(task.digits, task.operands, task.operators, task.ood_digits,
-                                 task.ood_operands, task.heldout_size, task.ood_size, task.train_size,
-                                 task.few_shot, task.seed, task.min_digits)
+        return arithmetic_splits(heldout_size=task.heldout_size, ood_size=task.ood_size, train_size=task.train_size,
+                                 few_shot=task.few_shot, seed=task.seed,
+                                 **arithmetic_settings(task.params, task.ood_params))
     if name.startswith(PREFIX):
         # the answer-line instruction is added unless the user's template already asks for one
         suffix = "" if "answer:" in task.prompt_template.lower() else SUFFIX

@@ -161,7 +161,7 @@ def draw(digits: int, operands: int, operators: str, n: int, rng: random.Random,
     if digits < 1 or operands < 2:
         raise RlvrError(f"arithmetic needs digits >= 1 and operands >= 2, got digits={digits}, operands={operands}")
     if not operators or set(operators) - set("+-*"):
-        raise RlvrError(f"task.operators must be made of + - *, got '{operators}'")
+        raise RlvrError(f"task.params.operators must be made of + - *, got '{operators}'")
     if n <= 0:
         return []
     difficulty = f"d{digits}-n{operands}"
@@ -195,6 +195,23 @@ def _even(total: int, parts: int) -> list[int]:
     return [base + (1 if i >= parts - extra else 0) for i in range(parts)]
 
 
+PARAMS = {"digits": 1, "operands": 2, "operators": "+-*", "min_digits": 0}   # task.params and defaults
+OOD_PARAMS = {"digits": 2, "operands": 2}   # task.ood_params: the OOD split draws with task.params' operators
+
+
+def settings(params: dict, ood_params: dict) -> dict:
+    """arithmetic_splits' difficulty arguments from task.params and task.ood_params, defaults filled in;
+    an unknown setting is an error naming the valid ones."""
+    for where, given, known in (("task.params", params, PARAMS), ("task.ood_params", ood_params, OOD_PARAMS)):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise RlvrError(f"{where}: the arithmetic task has no setting {', '.join(unknown)}; its settings are "
+                            f"{', '.join(f'{k} (default {v!r})' for k, v in known.items())}")
+    p, o = {**PARAMS, **params}, {**OOD_PARAMS, **ood_params}
+    return {"digits": p["digits"], "operands": p["operands"], "operators": str(p["operators"]),
+            "min_digits": p["min_digits"], "ood_digits": o["digits"], "ood_operands": o["operands"]}
+
+
 def arithmetic_splits(digits: int, operands: int, operators: str, ood_digits: int, ood_operands: int,
                       heldout_size: int, ood_size: int, train_size: int, few_shot: int, seed: int,
                       min_digits: int = 0) -> Splits:
@@ -204,7 +221,8 @@ def arithmetic_splits(digits: int, operands: int, operators: str, ood_digits: in
         raise RlvrError(f"task.few_shot is {few_shot}; the arithmetic task has {len(EXAMPLES)} worked examples")
     low = min_digits or digits
     if not 1 <= low <= digits:
-        raise RlvrError(f"task.min_digits must be between 1 and task.digits ({digits}), or 0; got {min_digits}")
+        raise RlvrError(f"task.params.min_digits must be between 1 and task.params.digits ({digits}), or 0; "
+                        f"got {min_digits}")
     rng = random.Random(seed)
     exclude = {normalise(INSTRUCTION.format(expr=q)) for q, _ in EXAMPLES}
     levels = list(range(low, digits + 1))

@@ -22,12 +22,15 @@ class Problem:
     origin: str = ""  # where the problem came from, e.g. "data.jsonl line 3" (file tasks), for errors
 
     def columns(self) -> dict[str, object]:
-        """The reward-function keyword columns: the row's own columns, then rlvr's gold `answer`,
-        `difficulty` and `tests` (the names rlvr's built-in rewards read)."""
+        """The reward-function keyword columns: the row's own columns, then rlvr's gold `answer`, and
+        `difficulty` and `tests` when the problem has them (a column the data lacks is not passed:
+        a reward's `difficulty=None` default then holds)."""
         own = self.row.get("answer")
         # the dataset's own answer as it is (TRL passes 12, not "12") when it is the gold; else the gold
         gold = own if own is not None and as_text(own) == self.answer else self.answer
-        cols = {**self.row, "answer": gold, "difficulty": self.difficulty}
+        cols = {**self.row, "answer": gold}
+        if self.difficulty:
+            cols["difficulty"] = self.difficulty
         if self.tests:
             cols["tests"] = self.tests
         return cols

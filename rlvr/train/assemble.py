@@ -13,7 +13,9 @@ from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.report.console import say
 from rlvr.rewards import rewards_of
-from rlvr.rewards.base import RewardFunction
+from rlvr.eval.grader import Grader, choose_grader
+from rlvr.rewards.base import RewardFunction, strict_rewards
+from rlvr.rewards.preflight import check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
@@ -36,7 +38,7 @@ def seed_everything(seed: int) -> None:
 def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
     for rf in rewards:
-        if "answer" in getattr(rf.fn, "columns", ()):
+        if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
     if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
@@ -53,8 +55,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
                    (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
     if cfg.train.parallel == "fsdp":
-        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (a.micro_batch_tokens > 0,
-                        "algo.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
+        unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
+                        "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
                         (a.beta > 0 and a.ref_sync_every > 0, "algo.ref_sync_every")]
     bad = [name for flag, name in unsupported if flag]
     if bad:
@@ -66,21 +68,38 @@ def check_distributed(cfg: Config, d: Dist) -> None:
 def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimizer, object, torch.nn.Module | None]:
     """AdamW over the trainable policy weights (and PPO's value head, at its own learning rate), its
     linear warm-up schedule, and the value head (None unless algo.adv_estimator is gae)."""
-    a = cfg.algo
+    a, o = cfg.algo, cfg.optimizer
     critic = None
-    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": a.lr}]
+    groups = [{"params": [q for q in policy.parameters() if q.requires_grad], "lr": o.lr}]
     if a.adv_estimator == "gae":  # PPO: a value head on the policy trunk
         critic = torch.nn.Linear(policy.config.hidden_size, 1, device=next(policy.parameters()).device)
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = adamw(groups, a.weight_decay)
-    return optimizer, warmup_scheduler(optimizer, a.warmup_steps), critic
+    optimizer = adamw(groups, o.weight_decay)
+    return optimizer, warmup_scheduler(optimizer, o.warmup_steps), critic
+
+
+def data_and_rewards(cfg: Config) -> tuple[object, list[RewardFunction], Grader]:
+    """The task's splits, the rewards (the same set rlvr audit attacks), each reward tried on the first
+    rows (rlvr.rewards.preflight), and the evaluation's grader, said on the console."""
+    splits = build_splits(cfg.task)
+    for note in splits.notes:
+        say(f"task: {note}")
+    rewards = rewards_of(cfg)
+    check_gold_answers(rewards, splits, cfg.task)
+    grader = choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold)
+    strict = tuple(rf.name for rf in strict_rewards(rewards)) + ((grader.name,) if grader.user else ())
+    for warning in check_rewards(rewards, splits.train or splits.heldout, strict, cfg.env.name != "single"):
+        say(f"warning: {warning}")
+    say(grader.line())
+    return splits, rewards, grader
 
 
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     """Load models, tasks and optimizer. A fresh run clears the run directory's logs (rank 0 writes)."""
     check_distributed(cfg, d)
+    splits, rewards, grader = data_and_rewards(cfg)  # a reward that cannot run stops here, in seconds
     out = Path(cfg.train.out)
     if d.is_main:
         prepare_run_dir(out, to_yaml(cfg), fresh)
@@ -92,11 +111,6 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    splits = build_splits(cfg.task)
-    for note in splits.notes:
-        say(f"task: {note}")
-    rewards = rewards_of(cfg)  # the same set rlvr audit attacks
-    check_gold_answers(rewards, splits, cfg.task)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
     # a copy on the policy's device, in bf16 where autocast makes that exact
@@ -106,4 +120,4 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
-               stop_token_ids(policy, tok), tok.pad_token_id, d, precision)
+               stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)

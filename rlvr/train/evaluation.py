@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rlvr.device import sampling_autocast
 from rlvr.eval import evaluate
+from rlvr.eval.grader import Grader
 from rlvr.eval.flips import decompose, describe, flips
 from rlvr.report.console import say
 from rlvr.report.sinks import JsonlWriter
@@ -33,11 +34,13 @@ class EvalTarget:
     baseline: dict = field(default_factory=dict)  # split -> records before training (flips)
     dist: Dist = field(default_factory=Dist)  # its device is where the policy is
     precision: str = "no"  # train.mixed_precision resolved for that device
+    grader: Grader = field(default_factory=Grader)  # what counts as correct (rlvr.eval.grader)
 
 
 def evaluate_splits(policy, tok, problems: dict, spec, eval_cfg, stop_ids: list[int], tag: str,
-                    baseline: dict[str, list[dict]] | None = None) -> tuple[dict, dict[str, list[dict]]]:
-    """Greedy evaluation of each split that has problems. Returns the flat result
+                    baseline: dict[str, list[dict]] | None = None, grader: Grader | None = None
+                    ) -> tuple[dict, dict[str, list[dict]]]:
+    """Greedy evaluation of each split that has problems, graded by `grader`. Returns the flat result
     ({split}_{accuracy,format,lenient}_{tag}, and {split}_{fixed,broken,kept,never}_{tag} for a split
     the baseline holds) and the per-problem records of each split."""
     result, records = {}, {}
@@ -45,7 +48,7 @@ def evaluate_splits(policy, tok, problems: dict, spec, eval_cfg, stop_ids: list[
         if not probs:  # e.g. a file task with no OOD file
             continue
         r = evaluate(policy, tok, probs, spec, max_new_tokens=eval_cfg.max_new_tokens,
-                     batch_size=eval_cfg.batch_size, stop_ids=stop_ids)
+                     batch_size=eval_cfg.batch_size, stop_ids=stop_ids, grader=grader)
         records[split] = r.records
         for name, attr in METRICS:
             result[f"{split}_{name}_{tag}"] = getattr(r, attr)
@@ -105,7 +108,7 @@ def eval_line(result: dict, tag: str) -> str:
 def run_eval(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     problems = {s: getattr(run.splits, s) for s in splits}
     result, records = evaluate_splits(run.policy, run.tok, problems, run.env, run.cfg.eval, run.stop_ids,
-                                      tag, None if tag == "before" else run.baseline)
+                                      tag, None if tag == "before" else run.baseline, run.grader)
     if tag in ("before", "after"):
         write_records(run.out, tag, records)
     return result, records

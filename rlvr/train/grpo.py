@@ -205,6 +205,7 @@ def start(cfg: Config, resume: bool, d: Dist) -> tuple[Run, Progress, bool]:
         run.engine.sync_weights(run.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
         say(f"resuming {run.out} from step {p.step} ({last.name})")
+    p.summary["grader"] = run.grader.name  # what the accuracies in the summary count as correct
     return run, p, last is not None
 
 

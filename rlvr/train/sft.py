@@ -3,14 +3,14 @@ start for one (`rlvr train configs/arithmetic.yaml --model.name=runs/sft/final`)
 
 Each train problem with a non-empty `solution` becomes one example: the chat prompt GRPO would see
 (same few-shot turns and system prompt), then the solution and the end-of-turn token as the target.
-Cross-entropy is taken on the target tokens only. The keys it reads:
+Cross-entropy is taken on the target tokens only. The keys it reads (READS):
 
     sft.batch_size              examples per optimizer step (the batch)
-    algo.lr, algo.weight_decay, algo.warmup_steps, algo.max_grad_norm   AdamW and its linear warm-up
-    algo.micro_batch_prompts    examples per forward/backward pass (gradients accumulate)
+    optimizer.lr, weight_decay, warmup_steps, max_grad_norm   AdamW and its linear warm-up, as in rlvr train
+    optimizer.micro_batch_prompts    examples per forward/backward pass (gradients accumulate)
     train.steps, train.seed, train.out, train.threads                    as in rlvr train
     train.device, train.mixed_precision                                  as in rlvr train
-    model.*, task.*, eval.*                                              as in rlvr train
+    model.*, task.*, eval.*                                              as in rlvr train (not model.lora)
 
 Writes RUN_DIR/config.yaml, metrics.jsonl, eval_before.jsonl, eval_after.jsonl, summary.json
 ("kind": "sft") and final/ (model and tokenizer).
@@ -32,12 +32,22 @@ from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json
 from rlvr.envs.episodes import make_spec
+from rlvr.eval.grader import choose_grader
+from rlvr.rewards import rewards_of
 from rlvr.tasks import Epochs, Problem, build_splits
 from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
 from rlvr.train.optim import adamw, warmup_scheduler
+
+READS = ("model.", "task.", "eval.", "optimizer.", "sft.", "train.steps", "train.seed", "train.out", "train.threads",
+         "train.device", "train.mixed_precision")   # a trailing dot: the whole section
+
+
+def reads(key: str) -> bool:
+    """Does sft read this config key? `rlvr sft --help` lists the keys that it does (LoRA: not supported)."""
+    return key.startswith(READS) and not key.startswith("model.lora.")
 
 
 @dataclass
@@ -136,14 +146,18 @@ def sft(cfg: Config) -> dict:
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
                 for p in with_solutions(splits.train, cfg.task.name)]
+    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as a GRPO run of cfg grades
+    if grader.user:
+        say(grader.line())
     target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
-                        stop_ids, out, dist=Dist(device=device), precision=precision)
-    summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0}
+                        stop_ids, out, dist=Dist(device=device), precision=precision, grader=grader)
+    summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0,
+                     "grader": grader.name}
     if cfg.eval.before:
         before, target.baseline = eval_on_main(target, "before")
         say(f"eval before: {eval_line(before, 'before')}")
         summary.update(before)
-    a = cfg.algo
+    a = cfg.optimizer
     optimizer = adamw([{"params": [p for p in policy.parameters() if p.requires_grad], "lr": a.lr}],
                       a.weight_decay)
     scheduler = warmup_scheduler(optimizer, a.warmup_steps)

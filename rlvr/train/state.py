@@ -10,6 +10,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.envs.episodes import EnvSpec
+from rlvr.eval.grader import Grader
 from rlvr.rewards.base import RewardFunction, Scores
 from rlvr.rollout.decoding import Rollout, concat_rollouts
 from rlvr.rollout.engines import RolloutEngine
@@ -42,6 +43,7 @@ class Run:
     precision: str = "no"  # train.mixed_precision resolved for dist.device: "bf16" or "no"
     baseline: dict = field(default_factory=dict)  # split -> greedy records before training (flips)
     warned: set = field(default_factory=set)  # reward functions whose first error was reported
+    grader: Grader = field(default_factory=Grader)  # what evaluation counts as correct (rlvr.eval.grader)
 
 
 @dataclass

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus_coef, high_entropy_mask, kl_estimate,
                        loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta, value_loss)
-from rlvr.config import AlgoConfig, Config
+from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train.batch import Batch
@@ -59,6 +59,7 @@ class UpdateSettings:
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
     entropy: EntropyControl | None = None  # None: algo.entropy_coef as it stands
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
 
     @staticmethod
     def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
@@ -279,7 +280,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     if isinstance(ref, torch.nn.Module):
         ref = Reference(ref)
     a = s.algo
-    mbs = _micro_batches(batch, a.micro_batch_prompts, a.micro_batch_tokens)
+    o = s.optimizer
+    mbs = _micro_batches(batch, o.micro_batch_prompts, o.micro_batch_tokens)
     units = _batch_units(batch.completion_mask, a.aggregation, dist)
     want_ref = s.loss_beta > 0 and ref is not None
     ref_logp = [None] * len(mbs)
@@ -296,7 +298,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
         dd.allreduce_gradients(params, dist)
-        limit = a.max_grad_norm if a.max_grad_norm > 0 else math.inf
+        limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
                      else float(torch.nn.utils.clip_grad_norm_(params, limit)))
         # global sums before the finite check, so every rank makes the same decision

@@ -100,7 +100,7 @@ def test_a_reset_naming_a_missing_column_is_one_clear_error():
             return None
 
     with pytest.raises(RlvrError, match=r"Env\.reset: .*missing 1 required positional argument: 'target'; it gets "
-                                        r"the row's columns \(question, answer, difficulty, prompt\) by name"):
+                                        r"the row's columns \(question, answer, prompt\) by name"):
         ToolEnv([], Env()).reset(Problem("Play.", "1"))
 
 

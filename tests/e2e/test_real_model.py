@@ -31,7 +31,7 @@ def test_one_training_step_on_the_real_model(tmp_path):
 
     cfg = build_config(None, [f"--train.out={tmp_path}", "--train.steps=1", "--rollout.prompts_per_step=2",
                               "--rollout.group_size=4", "--rollout.max_new_tokens=12", "--eval.before=false",
-                              "--eval.after=false", "--algo.warmup_steps=0"])
+                              "--eval.after=false", "--optimizer.warmup_steps=0"])
     before, _ = load_model(SMOLLM2)
     summary = train(cfg)
     (m,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -17,7 +17,7 @@ ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.y
 RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.ood_size=4", "--rollout.prompts_per_step=2",
        "--rollout.group_size=3", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=6",
        "--train.save_every=2", "--train.eval_every=3", "--train.samples_every=0", "--algo.beta=0.04",
-       "--algo.ref_sync_every=2", "--train.threads=1", "--task.min_digits=1", "--task.digits=2",
+       "--algo.ref_sync_every=2", "--train.threads=1", "--task.params.min_digits=1", "--task.params.digits=2",
        "--curriculum.mode=adaptive"]
 
 

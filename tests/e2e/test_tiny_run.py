@@ -72,6 +72,13 @@ def raising_reward(completions, **kw):
     raise ValueError("bad reward")
 
 
+def raising_in_training(completions, trainer_state, **kw):
+    """Runs in the preflight (its trainer_state has max_steps 0), raises on every training step."""
+    if trainer_state.max_steps > 0:
+        raise ValueError("bad reward")
+    return [1.0] * len(completions)
+
+
 CALLS = []
 
 
@@ -88,17 +95,28 @@ def test_a_reward_failing_now_and_then_is_counted_and_training_goes_on(tmp_path,
     calls.clear()
     out = run(tmp_path, "r", "--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:flaky_reward': 1.0}")
     metrics = read_jsonl(out / "metrics.jsonl")
-    # step 1: call 1 (6 completions) raises; retries 2-7 one at a time, 3, 5 and 7 raise; step 2: call 8 passes
-    assert calls == [6, 1, 1, 1, 1, 1, 1, 6]
+    # the preflight: call 1 (3 rows) raises, retries 2-4 one at a time, 3 raises (a warning, not a stop);
+    # step 1: call 5 (6 completions) raises; retries 6-11, 7, 9 and 11 raise; step 2: call 12 passes
+    assert calls == [3, 1, 1, 1, 6, 1, 1, 1, 1, 1, 1, 6]
     assert [m["reward/tests.e2e.test_tiny_run:flaky_reward/errors"] for m in metrics] == [3, 0]
-    assert "reward function 'tests.e2e.test_tiny_run:flaky_reward' raised ValueError: flaky" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: reward 'tests.e2e.test_tiny_run:flaky_reward' raised on 1 of 3 rows tried" in err
+    assert "reward function 'tests.e2e.test_tiny_run:flaky_reward' raised ValueError: flaky" in err
 
 
-def test_a_reward_failing_on_every_completion_stops_the_run(tmp_path, capsys):
+def test_a_reward_failing_on_every_row_stops_the_run_before_it_starts(tmp_path, capsys):
     args = ["--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:raising_reward': 1.0}"]
     assert main(["train", *SMOKE, f"--train.out={tmp_path}/r", *args]) == 2
     err = capsys.readouterr().err
-    assert "reward function 'tests.e2e.test_tiny_run:raising_reward' raised on every completion" in err
+    assert "reward 'tests.e2e.test_tiny_run:raising_reward' raised on 3 of 3 rows tried" in err
+    assert 'raise ValueError("bad reward")' in err and not (tmp_path / "r").exists()
+
+
+def test_a_reward_failing_on_every_completion_stops_the_run(tmp_path, capsys):
+    args = ["--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:raising_in_training': 1.0}"]
+    assert main(["train", *SMOKE, f"--train.out={tmp_path}/r", *args]) == 2
+    err = capsys.readouterr().err
+    assert "reward function 'tests.e2e.test_tiny_run:raising_in_training' raised on every completion" in err
     assert 'raise ValueError("bad reward")' in err and "During handling" not in err
 
 
@@ -123,7 +141,7 @@ def test_malformed_yaml(tmp_path, capsys):
 
 
 def test_schedule_curriculum_moves_up_a_level_and_logs_it(tmp_path):
-    out = run(tmp_path, "c", "--task.min_digits=1", "--task.digits=2", "--curriculum.mode=schedule",
+    out = run(tmp_path, "c", "--task.params.min_digits=1", "--task.params.digits=2", "--curriculum.mode=schedule",
               "--curriculum.schedule=[3]", "--train.steps=4")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["curriculum/level"] for m in metrics] == [0, 0, 1, 1]
@@ -143,7 +161,7 @@ def varied_reward(completions, **kw):
 def test_lora_run_trains_adapters_keeps_the_base_as_reference_and_saves_both(tmp_path):
     pytest.importorskip("peft")
     out = run(tmp_path, "lora", "--model.lora.r=4", "--model.lora.target_modules=[q_proj, v_proj]",
-              "--algo.beta=0.04", "--train.steps=3", "--algo.lr=1e-2",
+              "--algo.beta=0.04", "--train.steps=3", "--optimizer.lr=1e-2",
               "--rewards.weights={'tests.e2e.test_tiny_run:varied_reward': 1.0}")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert metrics[0]["kl"] == 0.0 and metrics[-1]["kl"] > 0  # the base is the reference
@@ -155,7 +173,7 @@ def test_lora_run_trains_adapters_keeps_the_base_as_reference_and_saves_both(tmp
 
 def test_memory_options_run_together(tmp_path):
     out = run(tmp_path, "mem", "--train.gradient_checkpointing=true", "--train.mixed_precision=bf16",
-              "--algo.micro_batch_tokens=40")
+              "--optimizer.micro_batch_tokens=40")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert all(m["skipped_updates"] == 0 for m in metrics)
     assert "rollout/logp_mismatch_mean_abs" in metrics[0]

@@ -11,8 +11,8 @@ def test_eval_cli_writes_eval_json_and_table(tmp_path, capsys):
                "--max-new-tokens", "6", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "eval.json").read_text())
-    metrics = {"pass@1", "format-free@1", "pass@2", "maj@2", "n", "per_difficulty"}
-    assert metrics <= set(doc)
+    metrics = {"pass@1", "format-free@1", "pass@2", "maj@2", "n", "per_difficulty", "grader"}
+    assert metrics <= set(doc) and doc["grader"] == "builtin"
     assert (doc["task"], doc["n"], doc["k"], doc["samples"], doc["split"]) == ("arithmetic", 4, 2, 2, "heldout")
     assert doc["tasks"]["arithmetic"] == {m: doc[m] for m in metrics}
     for m in ("pass@1", "format-free@1", "pass@2", "maj@2"):
@@ -61,7 +61,7 @@ def test_eval_cli_equals_forms_config_file_and_task_overrides(tmp_path):
     (["--k", "3", "--samples", "2"], "must be at least k"),
     (["--task", "arithmetic", "--task", "arithmetic"], "given twice"),
     (["--task", "no_such_task"], "unknown task"),
-    (["--task.digts=2"], "did you mean 'task.digits'"),
+    (["--task.digts=2"], "did you mean 'task.params.digits'"),
     (["--n", "0"], "--n must be at least 1"),
 ])
 def test_eval_cli_errors_are_one_line(tmp_path, capsys, args, message):

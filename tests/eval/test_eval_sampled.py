@@ -64,7 +64,7 @@ def test_evaluate_sampled_on_tiny_model_is_seeded_and_consistent(tiny):
 
 def test_transfer_over_two_task_settings(tiny):
     model, tok = tiny
-    tasks = {"one digit": TaskConfig(digits=1), "two digits": TaskConfig(digits=2)}
+    tasks = {"one digit": TaskConfig(params={"digits": 1}), "two digits": TaskConfig(params={"digits": 2})}
     s = SampleSettings(k=2, samples=2, max_new_tokens=4)
     results = evaluate_tasks(model, tok, stop_token_ids(model, tok), tasks, "heldout", 2, s)
     assert list(results) == ["one digit", "two digits"]
@@ -75,8 +75,9 @@ def test_transfer_over_two_task_settings(tiny):
 
 
 def test_task_configs_and_problem_errors():
-    base = TaskConfig(digits=2)
-    assert task_configs(base, ["a", "b"])["b"] == TaskConfig(name="b", digits=2)
+    base = TaskConfig(params={"digits": 2})
+    # the base task keeps its settings; another task does not get them (they are the base task's)
+    assert task_configs(base, ["arithmetic", "b"]) == {"arithmetic": base, "b": TaskConfig(name="b")}
     with pytest.raises(RlvrError, match="given twice"):
         task_configs(base, ["arithmetic", "arithmetic"])
     with pytest.raises(RlvrError, match="at least 1"):

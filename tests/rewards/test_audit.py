@@ -4,13 +4,14 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.rewards import build_rewards
-from rlvr.rewards.audit import MATH_ATTACKS, audit, code_findings, format_report, leak_findings
+from rlvr.rewards.audit import MATH_ATTACKS, audit, code_findings, format_report, leak_findings, leaks_gold
 from rlvr.rewards.base import RewardFunction
 from rlvr.tasks import Problem, Splits
 
 
 def splits():
-    train = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 0?", "0"), Problem("What is 4 - 1?", "3")]
+    train = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 0? The answer is 0.", "0"),
+             Problem("What is 4 - 1?", "3")]
     return Splits(train=train, heldout=[Problem("What is 2 + 3?", "5")], ood=[Problem("What is 40 + 2?", "42")])
 
 
@@ -105,7 +106,7 @@ def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_ne
 
 
 def test_audit_attacks_the_rewards_training_optimises(capsys):
-    """DAPO's soft overlong length reward is part of what training optimises (algo.soft_overlong), so the
+    """DAPO's soft overlong length reward is part of what training optimises (rewards.soft_overlong), so the
     audit must score it too."""
     from rlvr.config import build_config
     from rlvr.rewards import rewards_of
@@ -115,6 +116,23 @@ def test_audit_attacks_the_rewards_training_optimises(capsys):
     assert main(["audit", "--n=2", *argv]) == 0
     out = capsys.readouterr().out
     assert "ok: reward 'length' gave every attack 0 or less" in out
+
+
+@pytest.mark.parametrize("question, gold, leaked", [
+    ("3 friends each eat 2 slices. How many slices?", "2", False),   # a quantity of the problem, not the answer
+    ("What is 7 * 0?", "0", False),
+    ("Cost 3.5 or 13.52 dollars?", "3.5", False),                     # short, and not stated as the answer
+    ("He has 12500 apples. How many?", "1250", False),                # inside a longer number
+    ("3 friends each eat 2 slices. The answer is 2.", "2", True),
+    ("Sum the list. Answer: 6", "6", True),
+    ("Find x. \\boxed{6}", "6", True),
+    ("Tom has 3 apples #### 7", "7", True),
+    ("He has 1250 apples and eats none. How many?", "1250", True),    # a long gold found anywhere
+    ("Simplify x^2 + 2x + 1; it is (x+1)^2", "(x+1)^2", True),
+    ("Write a function.", "", False),                                 # code: no gold
+])
+def test_leaks_gold_is_a_stated_or_long_gold_not_a_small_quantity(question, gold, leaked):
+    assert leaks_gold(question, gold) is leaked
 
 
 def test_audit_flags_cases_that_never_call_the_candidate():

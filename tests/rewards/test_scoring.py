@@ -97,6 +97,23 @@ def test_code_tests_count_as_the_strict_reward():
     assert [rf.name for rf in strict_rewards(rewards)] == ["code_tests"]
 
 
+def test_built_ins_are_rewards_whose_abilities_are_fields_and_plain_functions_stay_plain():
+    from rlvr.rewards import Reward, format_reward, math_accuracy, code_tests, make_overlong_reward
+
+    assert isinstance(math_accuracy, Reward) and math_accuracy.__name__ == "math_accuracy"   # TRL logs by it
+    assert (math_accuracy.columns, math_accuracy.checks_correctness) == (("answer",), True)
+    assert (format_reward.columns, format_reward.checks_correctness) == ((), False)
+    assert code_tests.checks_correctness and code_tests.code_outcome("no code block") == "no_code"
+    assert code_tests.config.partial is False and make_code_tests(partial=True).config.partial is True
+    # called as TRL calls a reward function, by keyword, extra columns ignored
+    assert math_accuracy(["Answer: 4", "Answer: 5"], answer=["4", "4"], prompts=["p", "p"]) == [1.0, 0.0]
+    overlong = make_overlong_reward(10, 4)   # free up to 6 tokens, -1 at 10: 8 tokens -> -0.5
+    assert overlong(["x", "y"], completion_ids=[[0] * 6, [0] * 8]) == [0.0, -0.5]
+    rewards = build_rewards({"correctness": 1.0, "tests.rewards.test_scoring:length_reward": 1.0})
+    assert rewards[0].reward is math_accuracy and rewards[1].reward is None
+    assert rewards[1].fn.__name__ == "length_reward" and not isinstance(rewards[1].fn, Reward)   # as given
+
+
 # ---- reasons are printable and bounded: they may quote a hostile program's text ------------------
 
 def test_reasons_are_sanitised():

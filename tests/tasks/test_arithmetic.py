@@ -14,7 +14,7 @@ def test_precedence():
 
 
 def test_splits_disjoint_sized_and_seeded():
-    cfg = TaskConfig(digits=1, operands=2, operators="+-*", heldout_size=50, ood_size=40)
+    cfg = TaskConfig(params={"digits": 1, "operands": 2, "operators": "+-*"}, heldout_size=50, ood_size=40)
     s = build_splits(cfg)
     assert len(s.heldout) == 50 and len(s.ood) == 40
     assert len(s.train) == 300 - 50 - 3  # every remaining problem; the 3 worked examples excluded
@@ -35,13 +35,13 @@ def test_answers_are_right():
 
 
 def test_large_space_is_sampled():
-    s = build_splits(TaskConfig(digits=3, operands=3, heldout_size=20, ood_size=5, train_size=30,
-                                ood_digits=4, ood_operands=3))
+    s = build_splits(TaskConfig(params={"digits": 3, "operands": 3}, ood_params={"digits": 4, "operands": 3},
+                                heldout_size=20, ood_size=5, train_size=30))
     assert len(s.train) == 30 and len(s.heldout) == 20
 
 
 def test_bad_settings():
     with pytest.raises(RlvrError, match="operators"):
-        build_splits(TaskConfig(operators="+/"))
+        build_splits(TaskConfig(params={"operators": "+/"}))
     with pytest.raises(RlvrError, match="heldout_size"):
-        build_splits(TaskConfig(digits=1, operands=2, operators="+", heldout_size=100))
+        build_splits(TaskConfig(params={"digits": 1, "operands": 2, "operators": "+"}, heldout_size=100))

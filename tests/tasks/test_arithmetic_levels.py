@@ -1,4 +1,4 @@
-"""Arithmetic digit levels (task.min_digits) and the worked solutions every problem carries."""
+"""Arithmetic digit levels (task.params.min_digits) and the worked solutions every problem carries."""
 import random
 import re
 from collections import Counter
@@ -92,8 +92,8 @@ def test_every_solution_is_correct_and_scores_one():
 
 
 def test_levels_balanced_and_labelled():
-    s = build_splits(TaskConfig(min_digits=1, digits=3, operands=2, heldout_size=30, ood_size=10, train_size=300,
-                                ood_digits=4))
+    s = build_splits(TaskConfig(params={"min_digits": 1, "digits": 3, "operands": 2}, ood_params={"digits": 4},
+                                heldout_size=30, ood_size=10, train_size=300))
     assert Counter(p.difficulty for p in s.train) == {"d1-n2": 100, "d2-n2": 100, "d3-n2": 100}
     assert Counter(p.difficulty for p in s.heldout) == {"d1-n2": 10, "d2-n2": 10, "d3-n2": 10}
     assert {p.difficulty for p in s.ood} == {"d4-n2"}
@@ -101,14 +101,20 @@ def test_levels_balanced_and_labelled():
         top = 10 ** int(p.difficulty[1])
         numbers = [int(n) for n in re.findall(r"\d+", p.question.split("?")[0])]
         assert all(n < top for n in numbers)
-    one_level = build_splits(TaskConfig(min_digits=2, digits=2, heldout_size=10, ood_size=5, train_size=20,
-                                        ood_digits=3))
+    one_level = build_splits(TaskConfig(params={"min_digits": 2, "digits": 2}, ood_params={"digits": 3},
+                                        heldout_size=10, ood_size=5, train_size=20))
     assert {p.difficulty for p in one_level.train + one_level.heldout} == {"d2-n2"}
 
 
 def test_min_digits_out_of_range():
-    with pytest.raises(RlvrError, match="task.min_digits must be between 1 and task.digits"):
-        build_splits(TaskConfig(min_digits=3, digits=2))
+    with pytest.raises(RlvrError, match="task.params.min_digits must be between 1 and task.params.digits"):
+        build_splits(TaskConfig(params={"min_digits": 3, "digits": 2}))
+
+
+def test_unknown_arithmetic_setting_names_the_valid_ones():
+    with pytest.raises(RlvrError, match=r"task.ood_params: the arithmetic task has no setting operators; its "
+                                        r"settings are digits \(default 2\), operands \(default 2\)"):
+        build_splits(TaskConfig(ood_params={"operators": "+"}))
 
 
 def test_step_checker_catches_a_wrong_step():

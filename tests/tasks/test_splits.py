@@ -44,8 +44,8 @@ def test_ood_from_another_task(tmp_path):
     train = jsonl(tmp_path / "train.jsonl", rows(0, 30))
     s = build_splits(TaskConfig(name=train, heldout_size=5, ood_name="arithmetic", ood_size=12, few_shot=0))
     assert len(s.ood) == 12 and all(p.question.startswith("What is ") and p.solution for p in s.ood)
-    assert {p.difficulty for p in s.ood} == {"d1-n2"}  # arithmetic at task.digits / task.operands
-    gym = build_splits(TaskConfig(digits=2, heldout_size=10, ood_size=8, train_size=40,
+    assert {p.difficulty for p in s.ood} == {"d1-n2"}  # arithmetic at task.params digits / operands
+    gym = build_splits(TaskConfig(params={"digits": 2}, heldout_size=10, ood_size=8, train_size=40,
                                   ood_name="reasoning_gym:leg_counting", ood_params={"max_animals": 4}))
     assert len(gym.ood) == 8 and all("legs" in p.question for p in gym.ood)
     assert all(int(p.difficulty.removeprefix("num_animals=")) <= 4 for p in gym.ood)
@@ -80,3 +80,10 @@ def test_no_train_left_is_an_error(tmp_path):
     train = jsonl(tmp_path / "train.jsonl", rows(0, 3))
     with pytest.raises(RlvrError, match="no training problems are left"):
         build_splits(TaskConfig(name=train, heldout_file=train, few_shot=0))
+
+
+def test_problem_columns_leave_out_a_difficulty_the_data_does_not_have():
+    from rlvr.tasks import Problem
+
+    assert Problem("q", "1", row={"question": "q"}).columns() == {"question": "q", "answer": "1"}
+    assert Problem("q", "1", "d2").columns() == {"answer": "1", "difficulty": "d2"}

@@ -26,7 +26,7 @@ def digit_share_per_step(tmp_path, weight: float, preset: str = "grpo") -> list[
     out = tmp_path / f"w{weight}"
     assert main(["train", "--model.name=tiny-random", f"--algo.preset={preset}", f"--rewards.weights={{'{__name__}:digit_share': {weight}}}",
                  "--rollout.prompts_per_step=4", "--rollout.group_size=8", "--rollout.max_new_tokens=8",
-                 "--algo.lr=1e-2", f"--train.steps={STEPS}", "--train.threads=1", "--train.seed=0",
+                 "--optimizer.lr=1e-2", f"--train.steps={STEPS}", "--train.threads=1", "--train.seed=0",
                  "--eval.before=false", "--eval.after=false", "--train.eval_every=0", "--train.save_every=0",
                  "--task.heldout_size=2", "--task.ood_size=2", f"--train.out={out}"]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

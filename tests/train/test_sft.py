@@ -93,8 +93,8 @@ def test_warmup_is_linear_then_constant_per_group():
     assert warmup_scheduler(adamw([{"params": [w], "lr": 0.3}], 0.0), 0).get_last_lr() == [0.3]
 
 
-SMALL = ["--model.name=tiny-random", "--train.steps=3", "--sft.batch_size=4", "--algo.micro_batch_prompts=2",
-         "--algo.lr=1e-3", "--eval.max_new_tokens=4", "--eval.batch_size=4"]
+SMALL = ["--model.name=tiny-random", "--train.steps=3", "--sft.batch_size=4", "--optimizer.micro_batch_prompts=2",
+         "--optimizer.lr=1e-3", "--eval.max_new_tokens=4", "--eval.batch_size=4"]
 
 
 def hand_made(problems):

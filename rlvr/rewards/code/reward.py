@@ -149,11 +149,8 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
 
     verdict.__name__ = "code_tests_partial_verdict" if partial else "code_tests_verdict"
     verdict.__doc__ = code_tests_verdict.__doc__
-    reward = batch_form(verdict, ("tests",), verdicts_fn=verdicts)
-    reward.config = cfg
-    reward.checks_correctness = True  # pass rates and the curriculum read it (rlvr.rewards.strict_rewards)
-    reward.code_outcome = code_outcome  # code/<outcome>_frac metrics read it (rlvr/train/metrics.py)
-    return reward
+    return batch_form(verdict, ("tests",), verdicts_fn=verdicts, config=cfg, checks_correctness=True,
+                      code_outcome=code_outcome)
 
 
 _DEFAULT = CodeTestsConfig()
@@ -168,8 +165,7 @@ def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
     return _verdicts(_DEFAULT, texts, tests_column)
 
 
-code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts)
-code_tests.checks_correctness = True
-code_tests.code_outcome = code_outcome
+code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts, config=_DEFAULT,
+                        checks_correctness=True, code_outcome=code_outcome)
 __all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_outcome", "code_tests", "code_tests_verdict",
            "last_code_block", "make_code_tests", "parse_spec", "same", "program_outcomes"]

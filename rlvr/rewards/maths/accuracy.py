@@ -228,5 +228,4 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
     return Verdict(1.0 if equal else 0.0, reason, cands[0][:MAX_ANSWER_CHARS])
 
 
-math_accuracy = batch_form(math_accuracy_verdict, ("answer",))
-math_accuracy.checks_correctness = True  # rlvr audit holds it to every attack, well-formed or not
+math_accuracy = batch_form(math_accuracy_verdict, ("answer",), checks_correctness=True)

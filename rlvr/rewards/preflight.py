@@ -1,0 +1,151 @@
+"""Every reward called on a few real rows before anything else runs, so that a reward that cannot run
+on this data stops the run within seconds, naming the parameter, the row's columns and the likely fix,
+instead of after the first evaluation with "raised on every completion".
+
+Each row's completion is its reference answer (the worked solution, else 'Answer: <gold>'), in the
+dataset's form, with the columns training passes. `diagnose` reads a reward's exception: a parameter
+no column feeds, a verl compute_score named without 'verl:', 'verl:' on a TRL function, a return that
+is not one number per completion. `rlvr audit` uses it too.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import traceback
+from dataclasses import dataclass, field
+
+from rlvr.errors import RlvrError
+from rlvr.rewards.base import RewardFunction, Scores, clean_reason, score_batch
+from rlvr.rewards.call import RESERVED, TrainerState, as_chat, dataset_columns
+from rlvr.rewards.verl import VERL_PREFIX
+from rlvr.tasks import Problem
+
+ROWS = 3  # rows each reward is called on
+VERL_NAMES = ("data_source", "solution_str", "ground_truth", "extra_info", "solution_strs", "ground_truths")
+NEEDS_EPISODES = ("env",)  # built-ins fed by the environment's columns, which only an episode makes
+_MISSING = re.compile(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)")
+
+
+def reference(p: Problem) -> str | None:
+    """What a right answer to p looks like: its worked solution, else its gold on an answer line."""
+    return p.solution or (f"Answer: {p.answer}" if p.answer else None)
+
+
+def _names(fn) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def missing_names(error: BaseException) -> list[str]:
+    """The parameters a call could not fill: a TypeError's 'missing ... argument(s)', or the key of a
+    KeyError (a **kwargs lookup such as kwargs['solution'])."""
+    if isinstance(error, KeyError) and error.args and isinstance(error.args[0], str):
+        return [error.args[0]]
+    m = _MISSING.search(str(error)) if isinstance(error, TypeError) else None
+    return re.findall(r"'(\w+)'", m.group(1)) if m else []
+
+
+def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> str:
+    """The likely fix for `error`, raised by reward `rf` on rows that have `columns`."""
+    original = rf.reward.user_fn if rf.reward is not None else None  # a verl scorer's own function
+    params = _names(original or rf.fn)
+    have = ", ".join(columns)
+    if original is not None and "completions" in params:
+        return (f"'{rf.name}' is a TRL-style function (it takes completions), not a verl compute_score: remove "
+                f"the prefix, rewards.weights key '{rf.name.removeprefix(VERL_PREFIX)}'")
+    if original is None and "completions" not in params and any(n in params for n in VERL_NAMES):
+        return (f"'{rf.name}' looks like a verl compute_score (it takes {', '.join(n for n in params if n in VERL_NAMES)}): "
+                f"name it with the prefix, rewards.weights key '{VERL_PREFIX}{rf.name}'")
+    missing = [n for n in missing_names(error) if n not in columns]
+    if missing:
+        return (f"parameter {', '.join(repr(n) for n in missing)} of '{rf.name}' has no column: the row has "
+                f"columns {have}. Rename the parameter to the column that holds it, or add the column to the data; "
+                "rlvr passes the gold answer as 'answer' (its column is set with task.columns.answer=COLUMN)")
+    if isinstance(error, ValueError) and "expected a list of" in str(error):
+        return "a TRL reward returns one number (or None) per completion, in a list as long as `completions`"
+    return f"the row has columns {have}; {GENERIC}"
+
+
+@dataclass
+class Preflight:
+    """What the preflight found: per reward, the rows it failed on and the first error with its diagnosis,
+    and the rewards that gave every reference answer nothing."""
+
+    rows: int = 0
+    failed: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (rows failed, message)
+    zero: list[str] = field(default_factory=list)
+
+
+GENERIC = "fix the reward so it runs on them"
+
+
+def _first_line(error: BaseException) -> str:
+    return clean_reason(f"{type(error).__name__}: {error}", 400)
+
+
+def _trace(error: BaseException) -> str:
+    """The traceback, each line printable (an exception message may quote model text)."""
+    return "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
+
+
+def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tuple[str, ...] = ()) -> Preflight:
+    """Call each reward (those an episode feeds excepted) on up to ROWS problems with a reference
+    answer, one reward at a time. `strict`: rewards that check correctness, which must pay for some
+    reference answer (else listed in `zero`)."""
+    rows = [(p, r) for p in problems if (r := reference(p)) is not None][:ROWS]
+    out = Preflight(rows=len(rows))
+    if not rows:
+        return out
+    columns = dataset_columns([p for p, _ in rows], 1)
+    visible = [k for k in columns if k not in RESERVED]
+    for rf in rewards:
+        if rf.name in NEEDS_EPISODES:
+            continue
+        errors: list[BaseException] = []
+        scores = _call(rf, rows, columns, errors.append)
+        bad = sum(scores.failed[rf.name])
+        if bad:
+            fix = diagnose(rf, errors[0], visible)
+            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) else ""  # a bug inside it: where
+            out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")
+        elif rf.name in strict and max(scores.per_function[rf.name]) <= 0 and not _pays_another_form(rf, rows, columns):
+            out.zero.append(rf.name)
+    return out
+
+
+def _call(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list], on_error) -> Scores:
+    completions = [as_chat(p, r) for p, r in rows]
+    cols = {**columns, "completion_ids": [list(range(max(1, len(r) // 4))) for _, r in rows]}  # no tokenizer yet
+    return score_batch([rf], completions, cols, lambda name, e: on_error(e), shared={"trainer_state": TrainerState()})
+
+
+def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list]) -> bool:
+    """Whether the gold in another common final-answer form scores above 0 (a verl gsm8k scorer reads
+    only '#### N'): a correctness check that reads its own form is not a wrong set-up."""
+    for form in ("#### {}", "\\boxed{{{}}}", "<answer>{}</answer>", "{}"):
+        shaped = [(p, form.format(p.answer)) for p, _ in rows]
+        if max(_call(rf, shaped, columns, lambda e: None).per_function[rf.name]) > 0:
+            return True
+    return False
+
+
+def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict: tuple[str, ...] = (),
+                  env_columns: bool = False) -> list[str]:
+    """Run the preflight; raise RlvrError when a reward fails on every row tried (naming each such
+    reward, its error and the likely fix); return warnings for the rest. `env_columns`: an environment
+    adds columns of its own, so a parameter no dataset column feeds is a warning, not an error."""
+    found = preflight(rewards, problems, strict)
+    stops, warnings = [], []
+    for name, (bad, message) in found.failed.items():
+        line = f"reward '{name}' raised on {bad} of {found.rows} rows tried (each given its reference answer): {message}"
+        every = bad == found.rows and not (env_columns and "has no column" in message)
+        (stops if every else warnings).append(line)
+    for name in found.zero:
+        warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: it may read "
+                        "the gold or the answer in another form than your data gives it (check its gold column)")
+    if stops:
+        raise RlvrError("the rewards were tried on the first rows of the data before training, and failed:\n  "
+                        + "\n  ".join(stops))
+    return warnings

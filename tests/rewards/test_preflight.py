@@ -1,0 +1,135 @@
+import json
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.errors import RlvrError
+from rlvr.rewards import build_rewards
+from rlvr.rewards.base import RewardFunction, resolve
+from rlvr.rewards.preflight import check_rewards, diagnose, missing_names, preflight
+from rlvr.tasks import Problem
+
+ROWS = [Problem("Tom has 3 apples and buys 5 more. How many?", "8", row={"question": "Tom ...", "answer": "8"}),
+        Problem("A box holds 4 rows of 6 eggs. How many?", "24", row={"question": "A box ...", "answer": "24"})]
+
+REWARDS = '''
+import re
+
+def wants_solution(completions, solution, **kwargs):
+    return [1.0 for _ in completions]
+
+def reads_kwargs(completions, **kwargs):
+    return [1.0 if kwargs["solution"] else 0.0 for _ in completions]
+
+def my_reward(completions, answer, **kwargs):
+    return [1.0 if str(a) in c else 0.0 for c, a in zip(completions, answer)]
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return 1.0 if ground_truth in solution_str else 0.0
+
+def one_number(completions, **kwargs):
+    return 1.0
+
+def never_right(completions, **kwargs):
+    return [0.0 for _ in completions]
+
+def hashes_only(data_source, solution_str, ground_truth, extra_info=None):
+    return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
+'''
+
+
+@pytest.fixture
+def module(tmp_path):
+    path = tmp_path / "user_rewards.py"
+    path.write_text(REWARDS)
+    return path
+
+
+def reward(module, name: str, verl: bool = False) -> RewardFunction:
+    return resolve(f"{'verl:' if verl else ''}{module}:{name}", 1.0, {})
+
+
+def test_missing_names_reads_type_and_key_errors():
+    assert missing_names(TypeError("f() missing 2 required positional arguments: 'solution_str' and 'ground_truth'")) \
+        == ["solution_str", "ground_truth"]
+    assert missing_names(TypeError("f() missing 1 required keyword-only argument: 'solution'")) == ["solution"]
+    assert missing_names(KeyError("solution")) == ["solution"]
+    assert missing_names(ValueError("bad")) == []
+
+
+def test_a_parameter_no_column_feeds_stops_with_the_name_the_columns_and_the_fix(module):
+    for name in ("wants_solution", "reads_kwargs"):
+        with pytest.raises(RlvrError) as e:
+            check_rewards([reward(module, name)], ROWS)
+        text = str(e.value)
+        assert f"reward '{module}:{name}' raised on 2 of 2 rows tried" in text
+        assert "parameter 'solution'" in text and "the row has columns question, answer. Rename" in text
+        assert "task.columns.answer" in text
+
+
+def test_a_compute_score_without_the_verl_prefix_is_told_to_take_it(module):
+    with pytest.raises(RlvrError, match=rf"name it with the prefix, rewards.weights key 'verl:{module}:compute_score'"):
+        check_rewards([reward(module, "compute_score")], ROWS)
+
+
+def test_the_verl_prefix_on_a_trl_function_is_told_to_go(module):
+    with pytest.raises(RlvrError, match=rf"TRL-style function \(it takes completions\).*key '{module}:my_reward'"):
+        check_rewards([reward(module, "my_reward", verl=True)], ROWS)
+
+
+def test_a_return_that_is_not_one_number_per_completion_is_named(module):
+    with pytest.raises(RlvrError, match="returns one number \\(or None\\) per completion"):
+        check_rewards([reward(module, "one_number")], ROWS)
+
+
+def test_rewards_that_run_pass_and_a_correctness_check_paying_nothing_is_a_warning(module):
+    good = [reward(module, "my_reward"), reward(module, "compute_score", verl=True), *build_rewards({"correctness": 1.0})]
+    assert check_rewards(good, ROWS, ("correctness", good[1].name)) == []
+    zero = reward(module, "never_right")
+    warnings = check_rewards([zero], ROWS, (zero.name,))
+    assert len(warnings) == 1 and "gave the reference answers of all 2 rows tried 0" in warnings[0]
+    assert check_rewards([zero], ROWS) == []  # not a correctness check: 0 for everything may be its design
+    hashes = reward(module, "hashes_only", verl=True)  # pays '#### 8' only, not the reference 'Answer: 8'
+    assert check_rewards([hashes], ROWS, (hashes.name,)) == []
+
+
+def test_an_environment_column_is_not_an_error(module):
+    warnings = check_rewards([reward(module, "wants_solution")], ROWS, env_columns=True)
+    assert len(warnings) == 1 and "parameter 'solution'" in warnings[0]
+
+
+def test_preflight_skips_rows_without_a_reference_and_the_env_reward():
+    found = preflight(build_rewards({"env": 1.0, "correctness": 1.0}), [Problem("q", "")] + ROWS)
+    assert (found.rows, found.failed, found.zero) == (2, {}, [])
+
+
+def test_diagnose_names_the_columns_for_any_other_error(module):
+    rf = reward(module, "my_reward")
+    assert diagnose(rf, ZeroDivisionError("x"), ["answer"]) == "the row has columns answer; fix the reward so it runs on them"
+
+
+def write_rows(path, n=12):
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"prompt": f"Ann has {i} pens and gets 2 more. How many?", "answer": str(i + 2)}) + "\n")
+
+
+def test_rlvr_train_stops_on_a_broken_reward_before_the_model_loads_or_the_run_dir_is_made(tmp_path, module, capsys):
+    data, out = tmp_path / "data.jsonl", tmp_path / "run"
+    write_rows(data)
+    rc = main(["train", f"--task.name={data}", "--task.heldout_size=4", "--model.name=no-such-model",
+               f"--rewards.weights={{{module}:wants_solution: 1.0}}", f"--train.out={out}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "parameter 'solution'" in err and "model directory" not in err
+    assert not out.exists()
+
+
+def test_rlvr_audit_shows_a_reward_exception(tmp_path, module, capsys):
+    data = tmp_path / "data.jsonl"
+    write_rows(data)
+    rc = main(["audit", f"--task.name={data}", "--task.heldout_size=4", "--n=3",
+               f"--rewards.weights={{verl:{module}:my_reward: 1.0}}"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert f"ERROR: reward 'verl:{module}:my_reward' raised on 3 of the reference solutions tried" in out
+    assert "remove the prefix" in out and "CANNOT JUDGE" not in out

@@ -1,0 +1,19 @@
+"""docs/DESIGN.md's layout has a line for every file under rlvr/ (an empty __init__.py needs none), and
+names no file that is gone."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def layout_paths() -> set[str]:
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    block = re.search(r"## Layout \(a line per file\)\n.*?```\n(.*?)```", text, re.S).group(1)
+    return {line.split()[0] for line in block.splitlines() if line.startswith("rlvr/")}
+
+
+def test_every_rlvr_file_has_a_line_and_every_line_a_file():
+    files = {str(p.relative_to(ROOT)) for p in (ROOT / "rlvr").rglob("*.py") if p.stat().st_size}
+    listed = layout_paths()
+    assert sorted(files - listed) == [], "add a line for each to docs/DESIGN.md's layout"
+    assert sorted(listed - files) == [], "docs/DESIGN.md's layout names files that do not exist"
