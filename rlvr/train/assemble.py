@@ -23,7 +23,7 @@ from rlvr.tasks.files import check_gold
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
-from rlvr.train.logprobs import Reference
+from rlvr.train.logprobs import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.state import Run
 
@@ -130,11 +130,12 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist()) -> Run:
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
-    ref = Reference.of(policy) if cfg.algo.beta > 0 else None  # a copy on the policy's device
+    precision = resolve_precision(cfg.train.mixed_precision, d.device)
+    # a copy on the policy's device, in bf16 where autocast makes that exact
+    ref = Reference.of(policy, reference_in_bf16(cfg.algo, precision)) if cfg.algo.beta > 0 else None
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
-    precision = resolve_precision(cfg.train.mixed_precision, d.device)
     return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler,
                build_sampler(cfg.curriculum, splits.train, cfg.train.seed), make_engine(cfg, policy, out, precision),
                stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)
