@@ -1,7 +1,7 @@
 """rlvr against TRL's GRPOTrainer on one GPU, and rlvr's decode against HF `generate`, in one run.
 
     python bench/gpu.py --tokenizer .gpubench/tokenizer --wheels .gpubench/wheels [--save FILE]
-                        [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts rlvr,trl,decode]
+                        [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts tests,rlvr,trl,decode]
                         [--decode-batches 64,256] [--decode-tokens 128] [--warmup 1] [--steps 2]
                         [--budget 290] [--timeout 150] [--rlvr NAME=OVERRIDES ...] [--device cuda]
                         [--log FILE] [--keep]
@@ -22,21 +22,28 @@ Runs on a bare GPU machine (no package registry, no model hub) from the reposito
   goes on PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (20 MiB in all).
 Models: random weights (seed 0) built on the device from the SmolLM2-135M and SmolLM2-1.7B configurations
 (bench/gpu_children.py SHAPES), saved in bf16 with the tokenizer into the work directory; both frameworks
-load them in fp32 and train under bf16 autocast (TRL: bf16=True; rlvr: its defaults on CUDA).
+load them in fp32 straight onto the GPU and train under bf16 autocast (TRL: bf16=True; rlvr: its defaults
+on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto).
 Work: bench/same_work.py: the 256 "What is a + b? Reply with only the number." prompts, reward
 bench/last_number.py, temperature 1, lr 2e-5 constant, beta 0. A shape PxGxT is P prompts x G completions x
 T new tokens; random weights almost never draw the stop token, so nearly every completion is T tokens.
 
-Each measurement is its own process (bench/gpu_children.py) with the GPU to itself, its peak memory
-(torch.cuda.max_memory_allocated) its own, killed at its timeout (--timeout, and never past the budget);
-the run stops starting new ones when --budget seconds are spent and lists what it skipped. Order: the models,
-then for each model and shape rlvr then TRL (TRL bf16 without gradient checkpointing; where that runs out
-of memory, TRL as shipped: bf16 + gradient checkpointing), with the decode figures after the first pair.
-Per step (medians over the timed steps, after --warmup untimed ones): step, rollout and update seconds,
-generated tokens and tokens/s, peak GPU memory; rlvr also its sampler/trainer log-prob mismatch
-(rollout/logp_mismatch_mean_abs). Decode: HF `generate` (bf16 weights) and rlvr's engine (each --rlvr
-variant, as its GRPO step samples) at each batch size, distinct prompts, temperature 1, no stop token:
-tokens/s after one untimed run.
+Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU,
+a few seconds); where it cannot run the script stops with one line. Each measurement is then its own process
+(bench/gpu_children.py) with the GPU to itself, its peak memory its own, killed at its timeout (--timeout,
+and never past the budget); the run stops starting new ones when --budget seconds are spent and lists what
+it skipped. Order (plan): the CUDA tests (tests/rollout/test_graphed.py, tests/test_device.py: about a
+minute), the models, then the headline comparison, the first model and shape: rlvr, then TRL matched to
+rlvr's update (trl-matched: bf16, per-device batch 4 x G, gradient accumulation P / 4, one generation batch
+of P x G rows, as rlvr samples all rows at once and updates in micro-batches of 4 prompts); the decode
+table; then TRL with every row in one forward (trl-bf16; where that runs out of memory, TRL as shipped:
+bf16 + gradient checkpointing); then the other models and shapes.
+Per step (medians over the timed steps, after --warmup untimed ones): step seconds, generation and scoring
+seconds (both sides time their reward function), update seconds, generated tokens and tokens/s, peak
+memory of the rollout and of the update (CUDA allocator, reset between phases) and of the whole process;
+rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). Decode: HF `generate`
+(bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step samples) at each batch size,
+distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
 """
 from __future__ import annotations
 
@@ -77,14 +84,22 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
+CUDA_TESTS = ["tests/rollout/test_graphed.py", "tests/test_device.py"]  # the captured graph, CPU against CUDA
+MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL row updates in these micro-batches
+
+
 def plan(args, work: Path) -> list[Job]:
-    """Jobs in the order they run: what matters most first, so a spent budget skips the least."""
+    """Jobs in the order they run: what matters most first, so a spent budget skips the least. The CUDA
+    tests, the models, the headline pair (the first model and shape: rlvr, then TRL micro-batched as rlvr
+    is), the decode table, then TRL with every row in one batch (as shipped where that runs out of memory),
+    then the other models and shapes."""
     base = {"device": args.child_device, "work": str(work), "task_file": str(work / "sums.jsonl"),
             "lr": 2e-5, "seed": 0, "warmup": args.warmup, "steps": args.steps}
     built = dict.fromkeys([*args.models, *([args.decode_model] if "decode" in args.parts else [])])
     model_dir = {m: str(work / "models" / m) for m in built}
-    jobs = [Job("build", {**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
-                          "models": model_dir})]
+    jobs = [Job("CUDA tests", {**base, "kind": "tests", "files": CUDA_TESTS})] if "tests" in args.parts else []
+    jobs.append(Job("build", {**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
+                              "models": model_dir}))
     dspec = {**base, "model_dir": model_dir[args.decode_model], "batches": args.decode_batches,
              "new_tokens": args.decode_tokens}
     decode = [Job(f"engine {name}", {**dspec, "kind": "engine", "overrides": extra}, "build")
@@ -96,12 +111,14 @@ def plan(args, work: Path) -> list[Job]:
         if "rlvr" in args.parts:
             jobs += [Job(f"{name} {tag}", {**spec, "kind": "rlvr", "name": f"{name}-{i}", "overrides": extra},
                          "build") for name, extra in args.rlvr]
-        if "trl" in args.parts:
-            jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
-                     Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"},
-                         f"trl-bf16 {tag}", "oom")]
-        if i == 0:
-            jobs += decode
+        trl = "trl" in args.parts
+        micro = min(MICRO_PROMPTS, shape[0])
+        jobs += [Job(f"trl-matched {tag}", {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro},
+                     "build")] if trl and shape[0] % micro == 0 else []
+        jobs += decode if i == 0 else []
+        jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
+                 Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"}, f"trl-bf16 {tag}",
+                     "oom")] if trl else []
     return jobs
 
 
@@ -148,6 +165,10 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
             if args.log:  # every process's output in one file, which survives the work directory
                 with open(args.log, "a") as f:
                     f.write(f"\n===== {job.name}: {job.result['status']} =====\n{log.read_text(errors='replace')}")
+            if job.spec["kind"] == "tests" and job.result["status"] == "ok":
+                print("        " + ", ".join(f"{k} {job.result[k]}" for k in ("passed", "failed", "skipped")
+                                             if k in job.result)
+                      + "".join(f"\n        FAILED {t}" for t in job.result["failed_tests"]))
             if job.spec["kind"] == "build" and job.result["status"] == "ok":
                 print("        " + ", ".join(f"{k} {job.result[k]}" for k in ("gpu", "python", "torch", "cuda",
                                                                           "transformers")))
@@ -181,21 +202,37 @@ def brief(r: dict) -> str:
 def steps_table(jobs: list[Job]) -> None:
     med = lambda xs: statistics.median(x for x in xs if x is not None) if any(x is not None for x in xs) else None
     fmt = lambda v, spec: "-" if v is None else format(v, spec)
-    print(f"\n{'GRPO step':<34}{'step s':>8}{'rollout s':>10}{'update s':>9}{'tokens':>8}{'tok/s':>9}"
-          f"{'peak GiB':>9}{'logp mism':>10}  status")
+    print(f"\n{'GRPO step (medians)':<34}{'step s':>8}{'generate':>9}{'score':>7}{'update':>8}{'tokens':>8}"
+          f"{'tok/s':>8}{'peak GiB: rollout':>18}{'update':>8}{'all':>6}{'logp mism':>10}  status")
     for job in (j for j in jobs if j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") not in ("skipped", "unneeded")):
         r = job.result
         if r["status"] != "ok":
-            print(f"{job.name:<34}{'':>63}  {r['status']}" + (f" (peak {r['peak_gib']:.1f} GiB)" if "peak_gib" in r
+            print(f"{job.name:<34}{'':>90}  {r['status']}" + (f" (peak {r['peak_gib']:.1f} GiB)" if "peak_gib" in r
                                                                else ""))
             continue
         step, roll, tokens = med(r["step_s"]), med(r["rollout_s"]), med(r["tokens"])
+        score = med(r.get("reward_s", [None]))
+        # rlvr's rollout_s holds its scoring (time/reward_s); TRL's rollout_s is model.generate alone
+        generate = roll - score if job.spec["kind"] == "rlvr" and score is not None else roll
         update = med(r["update_s"]) if "update_s" in r else med([s - g for s, g in zip(r["step_s"], r["rollout_s"])])
-        print(f"{job.name:<34}{fmt(step, '.2f'):>8}{fmt(roll, '.2f'):>10}{fmt(update, '.2f'):>9}"
-              f"{fmt(tokens, '.0f'):>8}{fmt(tokens / step if step else None, '.0f'):>9}{r['peak_gib']:>9.1f}"
+        print(f"{job.name:<34}{fmt(step, '.2f'):>8}{fmt(generate, '.2f'):>9}{fmt(score, '.3f'):>7}"
+              f"{fmt(update, '.2f'):>8}{fmt(tokens, '.0f'):>8}{fmt(tokens / step if step else None, '.0f'):>8}"
+              f"{fmt(med(r.get('rollout_peak_gib', [None])), '.1f'):>18}"
+              f"{fmt(med(r.get('update_peak_gib', [None])), '.1f'):>8}{r['peak_gib']:>6.1f}"
               f"{fmt(med(r.get('logp_mismatch', [None])), '.4f'):>10}  ok ({len(r['step_s'])} steps: "
               + ", ".join(f"{s:.2f}" for s in r["step_s"]) + ")")
-    print("update s: rlvr's time/train_s; TRL's step minus its generate time (rewards and log-probs included).")
+    print("generate: rlvr's time/rollout_s less time/reward_s; TRL's time in model.generate. score: the reward "
+          "function. update: rlvr's time/train_s; TRL's step less its generate time (scoring and log-probs "
+          "included). peak: the CUDA allocator's (the process's resident set on the CPU) per phase and for the "
+          "whole process. trl-matched updates in micro-batches of 4 prompts as rlvr does (per-device batch 4 x G, "
+          "accumulation P / 4, one generation batch of P x G); trl-bf16 runs every row at once.")
+    headline = [j for j in jobs if j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") == "ok"]
+    for job in (j for j in headline if j.spec["kind"] == "rlvr"):
+        for other in (j for j in headline if j.spec["kind"] == "trl" and j.spec["shape"] == job.spec["shape"]
+                      and j.spec["model"] == job.spec["model"]):
+            print(f"{job.name} / {other.name.split()[0]}: step "
+                  f"{med(job.result['step_s']) / med(other.result['step_s']):.2f}x, peak memory "
+                  f"{job.result['peak_gib'] / other.result['peak_gib']:.2f}x")
 
 
 def decode_table(jobs: list[Job]) -> None:
@@ -216,6 +253,25 @@ def decode_table(jobs: list[Job]) -> None:
             if "tokens_per_s" in eng.get(b, {}) and "tokens_per_s" in hf.get(b, {})))
 
 
+def check_runtime(env: dict, note: str) -> None:
+    """Stop the run, with one line, when rlvr cannot run on the Python it would start its jobs with
+    (bench/gpu_children.py's probe: a tiny model sampled and scored on the CPU, a few seconds), rather
+    than let every job fail in turn; an unmet pin that the probe runs through is only a note."""
+    cmd = [sys.executable, str(BENCH / "gpu_children.py"), json.dumps({"kind": "probe"})]
+    done = subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": ""}, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode == 0 and lines:
+        r = json.loads(lines[-1].removeprefix("RESULT "))
+        print(f"rlvr runs here: torch {r['torch']}, transformers {r['transformers']} (probe passed)", flush=True)
+        return
+    error = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+    unmet = next((ln.strip() for ln in note.splitlines() if "warning: rlvr needs" in ln), "")
+    raise SystemExit(f"stopped before the first job: rlvr cannot run on this Python's packages ({error})"
+                     + (f"; {unmet.removeprefix('warning: ')}" if unmet else "")
+                     + "; carry the versions pyproject.toml pins with --wheels DIR (see --help)")
+
+
 def environments(args, work: Path) -> dict:
     """Child environments: rlvr and bench/ importable; TRL's processes also see the carried wheels."""
     path = [str(BENCH), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -226,6 +282,7 @@ def environments(args, work: Path) -> dict:
     rlvr_site, trl_site, note = install_wheels(args.wheels, work, "trl" in args.parts)
     print(note, flush=True)
     plain["PYTHONPATH"] = os.pathsep.join([*rlvr_site, *path])
+    check_runtime(plain, note)
     envs = {"plain": plain, "trl": None, "trl_why": ""}
     if "trl" not in args.parts:
         return envs
@@ -250,7 +307,8 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--wheels", type=Path, help="folder of wheels for TRL (see above)")
     p.add_argument("--models", help="comma-separated of 1.7b, 135m (default both; --smoke: tiny)")
     p.add_argument("--shapes", help="comma-separated PxGxT (default 8x8x128,32x8x256; --smoke: 2x2x8)")
-    p.add_argument("--parts", default="rlvr,trl,decode", help="comma-separated of rlvr, trl, decode")
+    p.add_argument("--parts", help="comma-separated of tests (the CUDA tests, first), rlvr, trl, decode "
+                                   "(default all four on CUDA; rlvr,trl,decode on the CPU)")
     p.add_argument("--decode-batches", help="comma-separated batch sizes (default 64,256; --smoke: 2,4)")
     p.add_argument("--decode-tokens", type=int, help="new tokens per decode row (default 128; --smoke: 8)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
@@ -267,14 +325,15 @@ def arguments() -> argparse.Namespace:
     smoke = args.smoke
     args.models = (args.models or ("tiny" if smoke else "1.7b,135m")).split(",")
     args.shapes = [parse_shape(s) for s in (args.shapes or ("2x2x8" if smoke else "8x8x128,32x8x256")).split(",")]
-    args.parts = args.parts.split(",")
+    args.parts = (args.parts or ("tests,rlvr,trl,decode" if args.device.startswith("cuda") else "rlvr,trl,decode")
+                  ).split(",")
     args.decode_batches = [int(b) for b in (args.decode_batches or ("2,4" if smoke else "64,256")).split(",")]
     args.decode_tokens = args.decode_tokens or (8 if smoke else 128)
     args.decode_model = "tiny" if smoke else "1.7b"
     args.rlvr = [spec.partition("=")[::2] for spec in args.rlvr or ["rlvr="]]
     args.child_device = "cuda" if args.device.startswith("cuda") else args.device
     bad = [m for m in args.models if m not in ("1.7b", "135m", "tiny")] + [
-        x for x in args.parts if x not in ("rlvr", "trl", "decode")]
+        x for x in args.parts if x not in ("tests", "rlvr", "trl", "decode")]
     if bad or (not args.tokenizer and not smoke):
         raise SystemExit(f"bad --models/--parts {bad}" if bad else "--tokenizer DIR is needed (see --help)")
     return args

@@ -111,23 +111,27 @@ def rlvr_steps(job: dict) -> dict:
         raise
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][job["warmup"]:]
     col = lambda key: [r.get(key) for r in rows]
-    return {"step_s": col("time/step_s"), "rollout_s": col("time/rollout_s"), "update_s": col("time/train_s"),
-            "tokens": col("tokens/generated"), "logp_mismatch": col("rollout/logp_mismatch_mean_abs"),
-            "peak_gib": peak_gib(job["device"]), "overrides": job["overrides"]}
+    return {"step_s": col("time/step_s"), "rollout_s": col("time/rollout_s"), "reward_s": col("time/reward_s"),
+            "update_s": col("time/train_s"), "tokens": col("tokens/generated"),
+            "logp_mismatch": col("rollout/logp_mismatch_mean_abs"), "rollout_peak_gib": col("memory/rollout_peak_gib"),
+            "update_peak_gib": col("memory/update_peak_gib"), "peak_gib": peak_gib(job["device"]),
+            "overrides": job["overrides"]}
 
 
 def trl_steps(job: dict) -> dict:
-    """GRPOTrainer steps on the shared work, the model loaded in fp32 as rlvr loads it (bf16 is autocast)."""
+    """GRPOTrainer steps on the shared work, the model loaded in fp32 as rlvr loads it (bf16 is autocast),
+    straight onto the device; job["micro_prompts"]: rlvr's micro-batching (run_trl), or null for all rows
+    at once."""
     import trl
 
     from rlvr.models import load_model
 
-    model, tok = load_model(job["model_dir"])
+    model, tok = load_model(job["model_dir"], "float32", job["device"])
     p, g, t = job["shape"]
     try:
         r = run_trl(model, tok, Path(job["task_file"]), prompts=p, group_size=g, max_new_tokens=t, lr=job["lr"],
                     steps=job["warmup"] + job["steps"], seed=job["seed"], use_cpu=job["device"] == "cpu",
-                    precision=job["precision"])
+                    precision=job["precision"], micro_prompts=job.get("micro_prompts"))
     except Exception as e:
         if is_oom(e):
             return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}
@@ -227,7 +231,58 @@ def engine_sample(job: dict):
     return tok, run
 
 
-KINDS = {"build": build, "rlvr": rlvr_steps, "trl": trl_steps, "generate": decode, "engine": decode}
+def probe(job: dict) -> dict:
+    """Whether the running torch and transformers can run rlvr at all, in seconds on the CPU, before any
+    job spends the budget: a tiny random Llama samples through rlvr's engine (prefill, the cache handed
+    between forwards, decode), the trainer scores the same tokens with gradient checkpointing on, and
+    the two log-probs must agree (fp32, so to float rounding)."""
+    import transformers
+
+    from rlvr.models import enable_gradient_checkpointing, tiny_random
+    from rlvr.rollout.builtin import generate
+    from rlvr.train.logprobs import completion_logprobs
+
+    model, tok = tiny_random()
+    prompts = [tok.encode("What is 2 + 2?"), tok.encode("What is 3 + 5? Answer:")]
+    r = generate(model.eval(), prompts, group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[NO_TOKEN],
+                 pad_id=tok.pad_token_id, seeds=[0, 1])
+    mismatch = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+        model.train()
+        logp = completion_logprobs(model, r.prompt_ids, r.completion_ids, r.completion_mask, 2, tok.pad_token_id)
+        logp.sum().backward()
+        mismatch.append(float((logp.detach() - r.sampler_logp).abs().max()))
+    if max(mismatch) > 1e-4:
+        raise SystemExit(f"sampler and trainer log-probs differ by {max(mismatch):.2g} on the probe model")
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "mismatch": mismatch}
+
+
+def cuda_tests(job: dict) -> dict:
+    """The tests that need a GPU (the captured decode graph against the eager loop, CPU against CUDA), run
+    first so that a failure there is seen before the budget goes to the benchmarks."""
+    import pytest
+
+    class Count:
+        def __init__(self):
+            self.outcomes: dict[str, int] = {}
+            self.failed: list[str] = []
+
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or report.outcome != "passed":
+                self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
+                if report.outcome == "failed":
+                    self.failed.append(report.nodeid)
+
+    count = Count()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", *job["files"]],
+                       plugins=[count])
+    return {"exit": int(code), **count.outcomes, "failed_tests": count.failed}
+
+
+KINDS = {"probe": probe, "tests": cuda_tests, "build": build, "rlvr": rlvr_steps, "trl": trl_steps,
+         "generate": decode, "engine": decode}
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])

@@ -78,10 +78,29 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def _peak_gib() -> float | None:
+    """The CUDA allocator's peak since the last reset, in GiB, then reset; None on the CPU."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
 def run_trl(model, tok, task_file: Path, *, prompts: int, group_size: int, max_new_tokens: int, lr: float,
-            steps: int, seed: int, use_cpu: bool, precision: str) -> dict:
+            steps: int, seed: int, use_cpu: bool, precision: str, micro_prompts: int | None = None) -> dict:
     """`steps` GRPOTrainer steps on the shared work; returns per-step lists: step_s (on_step_begin to
-    on_step_end), rollout_s (time inside model.generate) and tokens (from completions/mean_length)."""
+    on_step_end: one optimizer step), rollout_s (time inside model.generate), reward_s (inside the reward
+    function), tokens (from completions/mean_length) and, on CUDA, the allocator's peak up to the end of
+    generation (rollout_peak_gib) and from there to the step's end (update_peak_gib).
+
+    micro_prompts None: every row of the step in one forward and backward (per-device batch P x G). A
+    number m: as rlvr updates, in micro-batches of m prompts (per-device batch m x G, gradient accumulation
+    P / m) after one generation batch of all P x G rows."""
+    import functools
+
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -89,42 +108,57 @@ def run_trl(model, tok, task_file: Path, *, prompts: int, group_size: int, max_n
 
     class StepTimer(TrainerCallback):
         def __init__(self):
-            self.started, self.step_s, self.tokens = 0.0, [], []
+            self.started, self.step_s, self.tokens, self.update_peak = 0.0, [], [], []
 
         def on_step_begin(self, a, state, control, **kw):
             _sync()
+            _peak_gib()
             self.started = time.perf_counter()
 
         def on_step_end(self, a, state, control, **kw):
             _sync()
             self.step_s.append(time.perf_counter() - self.started)
+            self.update_peak.append(_peak_gib())
 
         def on_log(self, a, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
                 self.tokens.append(round(logs["completions/mean_length"] * prompts * group_size))
 
-    generate_s = []
+    generate_s, reward_s, rollout_peak = [], [], []
     plain_generate = model.generate
 
-    def timed_generate(*a, **kw):  # TRL calls the unwrapped model's generate once per step here
+    def timed_generate(*a, **kw):  # TRL calls the unwrapped model's generate once per generation batch here
         _sync()
         t = time.perf_counter()
         out = plain_generate(*a, **kw)
         _sync()
         generate_s.append(time.perf_counter() - t)
+        rollout_peak.append(_peak_gib())
         return out
 
+    @functools.wraps(last_number)  # TRL logs a reward under its function's name
+    def timed_reward(*a, **kw):
+        t = time.perf_counter()
+        out = last_number(*a, **kw)
+        reward_s.append(time.perf_counter() - t)
+        return out
+
+    micro = micro_prompts or prompts
+    if prompts % micro:
+        raise SystemExit(f"{prompts} prompts do not split into micro-batches of {micro}")
     model.generate = timed_generate
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=prompts * group_size, num_generations=group_size,
-            gradient_accumulation_steps=1, max_completion_length=max_new_tokens, temperature=1.0, top_p=1.0,
+            output_dir=out, per_device_train_batch_size=micro * group_size, num_generations=group_size,
+            gradient_accumulation_steps=prompts // micro, generation_batch_size=prompts * group_size,
+            max_completion_length=max_new_tokens, temperature=1.0, top_p=1.0,
             top_k=0, learning_rate=lr, lr_scheduler_type="constant", beta=0.0, loss_type="grpo",
             scale_rewards="group", num_iterations=1, max_grad_norm=1.0, max_steps=steps, logging_steps=1,
             save_strategy="no", report_to="none", use_cpu=use_cpu, seed=seed, disable_tqdm=True,
             dataloader_num_workers=0, **TRL_PRECISION[precision])
         timer = StepTimer()
-        trainer = GRPOTrainer(model=model, reward_funcs=[last_number], args=config,
+        trainer = GRPOTrainer(model=model, reward_funcs=[timed_reward], args=config,
                               train_dataset=trl_dataset(task_file), processing_class=tok, callbacks=[timer])
         trainer.train()
-    return {"step_s": timer.step_s, "rollout_s": generate_s, "tokens": timer.tokens}
+    return {"step_s": timer.step_s, "rollout_s": generate_s, "reward_s": reward_s, "tokens": timer.tokens,
+            "rollout_peak_gib": rollout_peak, "update_peak_gib": timer.update_peak}

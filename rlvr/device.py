@@ -87,3 +87,30 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (timings of GPU phases); nothing to do on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a phase's peak-memory count: the CUDA allocator's peak on a GPU; on the CPU the process's peak
+    resident set (VmHWM), reset through /proc/self/clear_refs where Linux allows it."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux, or not allowed: the peak then runs from the process's start
+        pass
+
+
+def peak_memory_gib(device: torch.device) -> float | None:
+    """The peak since reset_peak_memory, in GiB: tensors the CUDA allocator handed out
+    (torch.cuda.max_memory_allocated) on a GPU; on the CPU the process's peak resident set (VmHWM: the
+    whole process, Python and libraries included), None where /proc is not there to read."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    try:
+        with open("/proc/self/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return None
+    return kib / 2**20

@@ -56,7 +56,10 @@ def _load_dir(path: Path, torch_dtype, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+    if torch.device(device).type == "cpu":
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
@@ -188,10 +191,15 @@ def enable_gradient_checkpointing(policy) -> None:
     Transformers drops the KV cache inside checkpointed layers (a recompute would append the prompt's
     keys twice), so completion_logprobs runs prompt + completion in full while it is on.
     """
-    unwrap(policy).activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    inner = unwrap(policy)
+    if hasattr(inner, "activation_checkpointing_enable"):  # the name in the release rlvr pins (5.24)
+        inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # earlier 5.x (5.17, the GPU machines' image)
+        inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def checkpointing_active(model) -> bool:
     """True when the next forward of `model` will be checkpointed (and so runs without a cache)."""
     inner = unwrap(model)
-    return bool(getattr(inner, "is_activation_checkpointing", False)) and inner.training and torch.is_grad_enabled()
+    on = getattr(inner, "is_activation_checkpointing", getattr(inner, "is_gradient_checkpointing", False))
+    return bool(on) and inner.training and torch.is_grad_enabled()

@@ -152,3 +152,18 @@ def test_first_step_on_cuda_matches_the_cpu(tmp_path):
     assert cpu["reward/mean"] == gpu["reward/mean"]
     assert gpu["loss"] == pytest.approx(cpu["loss"], abs=1e-4)
     assert gpu["grad_norm"] == pytest.approx(cpu["grad_norm"], rel=1e-3)
+
+
+def test_peak_memory_on_the_cpu_is_the_resident_peak_since_the_reset():
+    from rlvr.device import peak_memory_gib, reset_peak_memory
+
+    cpu = torch.device("cpu")
+    reset_peak_memory(cpu)
+    before = peak_memory_gib(cpu)
+    block = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, touched
+    held = peak_memory_gib(cpu)
+    del block
+    reset_peak_memory(cpu)
+    after = peak_memory_gib(cpu)
+    assert held - before >= 0.24  # the block's 0.25 GiB, resident
+    assert after < held - 0.2  # the reset forgot it once it was freed

@@ -128,17 +128,20 @@ class RolloutConfig:
     """Keep only the k most likely tokens; 0 keeps all."""
     engine: str = "builtin"
     """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (GPU, rlvr[vllm])."""
-    weights: str = "fp32"
+    weights: str = "auto"
     """Weights the builtin and hf engines sample with: fp32 (the policy itself, in model.dtype), or a copy
     re-quantised after every update: bf16 (bf16 linear layers), int8 (int8 weights per output row and
-    activations per token, an integer matmul: fastest on a CPU, least exact; bench/rollout_weights.py)."""
+    activations per token, an integer matmul: fastest on a CPU, least exact; bench/rollout_weights.py).
+    auto: bf16 on CUDA under bf16 mixed precision (the copy holds the very values autocast would cast the
+    fp32 weights to, refreshed once per optimizer step, so decoding reads bf16 weights instead of casting
+    every weight at every step), fp32 elsewhere (the CPU keeps sampling with the policy itself)."""
     compile: bool = False
     """Compile the builtin engine's decode step for a bf16/int8 rollout copy with torch.compile (needs a
     C++ compiler; 10-30 s at the first rollout, cached on disk for later runs): about 1.2x faster decoding
     on a CPU (rlvr/rollout/lean.py, bench/rollout_weights.py)."""
     cuda_graph: bool = True
     """On CUDA, decode through static buffers replayed as a CUDA graph (Llama, Mistral and Qwen2 models;
-    rlvr/rollout/graphed.py): single-turn rollouts, evaluation and the last turn of episodes; false keeps
+    rlvr/rollout/graphed.py): single-turn rollouts, evaluation and every turn of episodes; false keeps
     the eager loop. Ignored on the CPU."""
     tis_cap: Optional[float] = None
     """Truncated importance sampling when the sampler's weights differ from the trainer's (vLLM,

@@ -25,10 +25,10 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
         (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]"),
         (r.top_k >= 0, "rollout.top_k must be >= 0 (0 keeps all tokens)"),
         _one_of(r.engine, "rollout.engine", ("builtin", "hf", "vllm")),
-        _one_of(r.weights, "rollout.weights", ("fp32", "bf16", "int8")),
-        (r.weights == "fp32" or r.engine != "vllm",
+        _one_of(r.weights, "rollout.weights", ("auto", "fp32", "bf16", "int8")),
+        (r.weights in ("auto", "fp32") or r.engine != "vllm",
          f"rollout.weights={r.weights} is for the builtin and hf engines; vLLM samples in model.dtype"),
-        (not r.compile or (r.engine == "builtin" and r.weights != "fp32"),
+        (not r.compile or (r.engine == "builtin" and r.weights in ("bf16", "int8")),
          "rollout.compile compiles the builtin engine's bf16/int8 rollout copy: set rollout.engine=builtin and "
          "rollout.weights=bf16 or int8, or rollout.compile=false"),
         (r.tis_cap is None or r.tis_cap >= 0, "rollout.tis_cap must be >= 0 (0 disables) or null"),

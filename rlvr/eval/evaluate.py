@@ -39,6 +39,7 @@ def evaluate(policy, tok, problems: list[Problem], spec: EnvSpec, *, max_new_tok
         for p, text, g, trunc, rec in zip(chunk_problems, ep.texts, graded, ep.rollout.truncated.tolist(), ep.records):
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,
                             "completion": text, **g, "truncated": trunc, **({"episode": rec} if spec.multi_turn else {})})
+    engine.sleep()  # the static decode loop's captures and cache, if any, are not kept past evaluation
     policy.train(was_training)
     n = len(records)
     mean = lambda key: sum(r[key] for r in records) / max(n, 1)

@@ -22,8 +22,9 @@ from typing import Callable
 import torch
 
 from rlvr.device import of_model
+from rlvr.rollout import graphed
 from rlvr.rollout.decoding import Rollout, decode, left_pad, prefill
-from rlvr.rollout.kvcache import cache_of
+from rlvr.rollout.kvcache import cache_arg, cache_of, cache_out
 from rlvr.rollout.sampling import row_turn_seed, uniforms
 
 
@@ -91,7 +92,7 @@ class BuiltinSession:
         self.model, self.stop_ids, self.pad_id, self.device = model, list(stop_ids), pad_id, of_model(model)
         self.sampling = (temperature, top_p, top_k)
         out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp]; shared prefix run once
-        block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], mask, out.logits[:, -1])
+        block = _Block([(layer.keys, layer.values) for layer in cache_out(out).layers], mask, out.logits[:, -1])
         lengths = mask.sum(-1).tolist()
         self.rows = [_CachedRow(block, b // group_size, lengths[b // group_size], [])
                      for b in range(len(prompts) * group_size)]
@@ -138,16 +139,49 @@ class BuiltinSession:
         states = [self.rows[b] for b in rows]
         if any(s.pending or s.block.logits is None for s in states):
             raise RuntimeError("sample() again before extend(): a row's last turn is not in its context yet")
-        cache, mask, next_pos, logits = self._gather(rows, max(caps))
         u = self.draws(rows, [s.turn for s in states], max(caps))  # [A, T] on the host: the same on any device
-        park = self._parker(rows) if keep else None
+        u = None if u is None else u.to(self.device)
         temperature, top_p, top_k = self.sampling
-        tokens, logp = decode(self.model, cache, logits, mask, next_pos, None if u is None else u.to(self.device),
-                              torch.tensor(caps), temperature, top_p, top_k, self.stop_ids, self.pad_id, park)
+        sampling = (torch.tensor(caps), temperature, top_p, top_k, self.stop_ids, self.pad_id)
+        static = {} if keep else None  # the static loop's buffers after the turn, to park the rows from
+        if graphed.enabled(self.model) and len({id(s.block) for s in states}) == 1:
+            # the static loop copies each row's context into its own buffers: read it from the block as it
+            # is (rows of one prompt share a cache row) rather than gather a batch with room for the turn
+            block, index = states[0].block, torch.tensor([s.index for s in states], device=self.device)
+            next_pos = torch.tensor([[s.next_pos] for s in states], dtype=torch.long, device=self.device)
+            cache = cache_of(block.kv, block.mask.shape[1], self.model.config)
+            tokens, logp = graphed.decode_graphed(self.model, cache, block.logits[index], block.mask[index],
+                                                  next_pos, u, *sampling, cache_rows=index, state=static)
+        elif graphed.enabled(self.model):
+            cache, mask, next_pos, logits = self._gather(rows, 0)
+            tokens, logp = graphed.decode_graphed(self.model, cache, logits, mask, next_pos, u, *sampling,
+                                                  state=static)
+        else:
+            cache, mask, next_pos, logits = self._gather(rows, max(caps))
+            tokens, logp = decode(self.model, cache, logits, mask, next_pos, u, *sampling,
+                                  self._parker(rows) if keep else None)
         turns = [_cut(t, lp, self.stop_ids, cap) for t, lp, cap in zip(tokens.tolist(), logp.tolist(), caps)]
+        if static:
+            self._park_static(rows, static, next_pos, [len(t.tokens) - 1 for t in turns])
         for s, turn in zip(states, turns):
             s.pending, s.turn = turn.tokens[-1:], s.turn + 1
         return turns
+
+    def _park_static(self, rows: list[int], static: dict, next_pos: torch.Tensor, fed: list[int]) -> None:
+        """Park the rows' contexts from the static loop's buffers (rlvr.rollout.graphed, `state`): each row
+        keeps its context and the fed[i] tokens of this turn before its last (which stays pending); the
+        positions after them, where a finished row went on decoding, are masked out. Copied, since the
+        next rollout reuses the buffers."""
+        ctx = static["context"]
+        width = ctx + max(fed)
+        kv = [(k[:, :, :width].clone(), v[:, :, :width].clone()) for k, v in static["kv"]]
+        mask = static["mask"][:, :width].clone()  # [A, width]
+        ends = ctx + torch.tensor(fed, device=mask.device)  # [A] first position after each row's fed tokens
+        mask[:, ctx:] *= torch.arange(ctx, width, device=mask.device)[None, :] < ends[:, None]
+        block = _Block(kv, mask, None)
+        for i, (b, pos, n) in enumerate(zip(rows, next_pos[:, 0].tolist(), fed)):
+            s = self.rows[b]
+            s.block, s.index, s.next_pos = block, i, pos + n
 
     def _parker(self, rows: list[int]) -> Callable:
         def park(active: torch.Tensor, kv, mask: torch.Tensor, next_pos: torch.Tensor) -> None:
@@ -168,9 +202,9 @@ class BuiltinSession:
         cache, mask, next_pos, _ = self._gather(rows, ids.shape[1])
         full = torch.cat([mask, feed_mask], dim=-1)  # [A, L + W]
         positions = next_pos + (feed_mask.cumsum(-1) - 1).clamp(min=0)  # [A, W]
-        out = self.model(input_ids=ids, attention_mask=full, position_ids=positions, cache=cache, use_cache=True,
-                         logits_to_keep=1)
-        block = _Block([(layer.keys, layer.values) for layer in out.cache.layers], full, out.logits[:, -1])
+        out = self.model(input_ids=ids, attention_mask=full, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **cache_arg(cache))
+        block = _Block([(layer.keys, layer.values) for layer in cache_out(out).layers], full, out.logits[:, -1])
         for i, (s, feed) in enumerate(zip(states, feeds)):
             s.block, s.index, s.next_pos, s.pending = block, i, s.next_pos + len(feed), []
 

@@ -16,6 +16,7 @@ import torch
 from rlvr.algo.masks import present_tokens
 from rlvr.device import of_model
 from rlvr.rollout import graphed, lean
+from rlvr.rollout.kvcache import cache_arg, cache_out
 from rlvr.rollout.sampling import sample_next
 
 
@@ -114,12 +115,12 @@ def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8, *
         return model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=True,
                      **kwargs), mask
     head = model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, **kwargs)
-    cache = head.cache
+    cache = cache_out(head)
     cache.batch_repeat_interleave(len(prompts))
     ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_id, device)  # [P, Tr]
     mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long, device=device), rest_mask], dim=-1)  # [P, Tp]
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)[:, shared:],
-                cache=cache, use_cache=True, **kwargs)
+                use_cache=True, **cache_arg(cache), **kwargs)
     return out, mask
 
 
@@ -168,9 +169,9 @@ def decode(model, cache, logits: torch.Tensor, mask: torch.Tensor, next_pos: tor
         if fast:
             logits = lean.step(model, tok, next_pos[:, 0], cache, mask)
         else:
-            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache,
-                        use_cache=True)
-            cache, logits = out.cache, out.logits[:, -1]
+            out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, use_cache=True,
+                        **cache_arg(cache))
+            cache, logits = cache_out(out), out.logits[:, -1]
         next_pos = next_pos + 1
     return tokens_out, logp_out
 

@@ -58,7 +58,8 @@ class RolloutEngine(Protocol):
 
 
 class PolicyEngine:
-    """An engine that samples with the training policy itself (builtin, hf): nothing to free or sync."""
+    """An engine that samples with the training policy itself (builtin, hf): nothing to sync; sleep frees
+    the static decode loop's captures and buffers (rlvr/rollout/graphed.py) while the trainer updates."""
 
     def __init__(self, policy: torch.nn.Module, generate: Callable[..., Rollout], keeps_cache: bool = False):
         self.policy, self._generate, self.keeps_cache = policy, generate, keeps_cache
@@ -73,7 +74,9 @@ class PolicyEngine:
         return RecomputeSession(self.generate, prompts, **sampling)
 
     def sleep(self) -> None:
-        pass
+        from rlvr.rollout import graphed
+
+        graphed.release(self.policy)
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         pass
@@ -107,7 +110,7 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir, precision)
-    engine = _local_engine(r, policy)
+    engine = _local_engine(r, policy, rollout_weights(r.weights, of_model(policy), precision))
     if r.engine == "builtin":
         graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
@@ -123,17 +126,26 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
                     "Mistral or Qwen2 with full attention); decoding eagerly")
 
 
-def _local_engine(r, policy: torch.nn.Module) -> PolicyEngine:
-    """The builtin or hf engine of rollout section r, on the policy or a rollout copy of it."""
+def rollout_weights(weights: str, device: torch.device, precision: str) -> str:
+    """rollout.weights resolved for a policy on `device` trained at `precision` ("bf16" or "no"): auto is
+    bf16 on CUDA under bf16 autocast (a persistent copy, refreshed once per optimizer step, in place of
+    autocast re-casting every fp32 weight at every decode step), else fp32."""
+    if weights != "auto":
+        return weights
+    return "bf16" if device.type == "cuda" and precision == "bf16" else "fp32"
+
+
+def _local_engine(r, policy: torch.nn.Module, weights: str) -> PolicyEngine:
+    """The builtin or hf engine of rollout section r, on the policy or a rollout copy of it in `weights`."""
     if r.engine == "hf":
         from rlvr.rollout.hf_engine import hf_generate
 
-        if r.weights != "fp32":
-            return QuantizedEngine(policy, r.weights, hf_generate)
+        if weights != "fp32":
+            return QuantizedEngine(policy, weights, hf_generate)
         return PolicyEngine(policy, hf_generate)
-    if r.weights == "fp32":
+    if weights == "fp32":
         return builtin_engine(policy)
-    return QuantizedEngine(policy, r.weights, generate, keeps_cache=True, compile=r.compile)
+    return QuantizedEngine(policy, weights, generate, keeps_cache=True, compile=r.compile)
 
 
 def check_device(r, device: torch.device) -> None:
@@ -156,10 +168,11 @@ def tis_cap_of(r) -> float:
     when set, else the default of the engine make_engine builds from it: 2.0 when that engine does not sample
     with the trainer's own forward, so is off-policy on every token (a bf16/int8 rollout copy: int8 on
     SmolLM2-135M differs by ~0.06 nats a token, bench/rollout_weights.py; vLLM's kernels by ~0.06-0.1), else
-    0 (off)."""
+    0 (off). rollout.weights=auto samples from the trainer's forward: fp32 weights where it resolves to fp32,
+    and under bf16 autocast a bf16 copy whose products are the ones autocast computes (Bf16Linear)."""
     if r.tis_cap is not None:
         return r.tis_cap
-    return OFF_POLICY_TIS_CAP if r.engine == "vllm" or r.weights != "fp32" else 0.0
+    return OFF_POLICY_TIS_CAP if r.engine == "vllm" or r.weights not in ("auto", "fp32") else 0.0
 
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:

@@ -4,6 +4,34 @@ from __future__ import annotations
 
 import torch
 from transformers.cache_utils import DynamicLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+
+def _cache_keyword() -> str:
+    """The name under which transformers' forward takes and returns the KV cache: `cache` in the release
+    rlvr pins (5.24), `past_key_values` in earlier 5.x releases (5.17, the GPU machines' image). Read
+    once from the output class every decoder returns, so each call site passes `cache_arg(cache)`."""
+    fields = BaseModelOutputWithPast.__dataclass_fields__
+    if "cache" in fields:
+        return "cache"
+    if "past_key_values" in fields:
+        return "past_key_values"
+    raise ImportError("this transformers release names the KV cache neither `cache` nor `past_key_values` "
+                      f"(BaseModelOutputWithPast fields: {sorted(fields)}); install the transformers rlvr pins "
+                      "(pyproject.toml)")
+
+
+CACHE_KEYWORD = _cache_keyword()
+
+
+def cache_arg(cache) -> dict:
+    """The forward's keyword argument that passes `cache`: model(..., **cache_arg(cache))."""
+    return {CACHE_KEYWORD: cache}
+
+
+def cache_out(out):
+    """The KV cache a forward returned (out.cache or out.past_key_values, by release)."""
+    return getattr(out, CACHE_KEYWORD)
 
 
 class PreallocatedLayer(DynamicLayer):

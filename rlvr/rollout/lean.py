@@ -209,6 +209,7 @@ def step(model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor, cache,
     trunk = lm.model
     x = trunk.embed_tokens(tokens)  # [A, E]
     cos, sin = trunk.rotary_emb(x, positions[:, None])  # [A, 1, D] each
-    bias = torch.zeros(mask.shape, dtype=x.dtype).masked_fill_(mask == 0, float("-inf"))[:, None, None]  # [A,1,1,L]
+    bias = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(mask == 0, float("-inf"))
+    bias = bias[:, None, None]  # [A, 1, 1, L]
     x = _run_layers(lm, cache, x, cos, sin, bias)
     return lm.lm_head(_rms_norm(trunk.norm, x))

@@ -123,7 +123,11 @@ class Bf16Linear(nn.Module):
 
 
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """Bf16Linear's product as a function of its buffers: x [..., K] -> [..., N] in x's dtype."""
+    """Bf16Linear's product as a function of its buffers: x [..., K] -> [..., N] in x's dtype; under bf16
+    autocast, what autocast makes of nn.Linear over the fp32 weight (x cast to bf16, a bf16 result), so a
+    bf16 copy samples exactly what the trainer's autocast forward computes."""
+    if torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type) == weight.dtype:
+        return F.linear(x, weight, bias)
     return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
 

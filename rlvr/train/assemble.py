@@ -24,7 +24,7 @@ from rlvr.tasks.files import check_gold, save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
-from rlvr.train.logprobs import Reference
+from rlvr.train.logprobs import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.state import Run
 
@@ -41,10 +41,28 @@ def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     for rf in rewards:
         if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
+    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
+        check_test_modules(splits.train + splits.heldout + splits.ood)
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
     if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
         say(f"task: {bare} held-out/OOD problems have no gold answer (column "
             f"'{task.columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with task.columns.answer")
+
+
+def check_test_modules(problems: list) -> None:
+    """Test code that imports a module this interpreter lacks can judge no program: refused before
+    training (naming the module and the install line) instead of scoring every program on it 0."""
+    from rlvr.rewards.code.checks import MissingModule
+    from rlvr.rewards.code.spec import parse_spec
+
+    missing = []
+    for p in problems:
+        try:
+            parse_spec(p.tests) if p.tests else None
+        except MissingModule as e:
+            missing.append(str(e))
+    if missing:
+        raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:
@@ -115,11 +133,12 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
-    ref = Reference.of(policy) if cfg.algo.beta > 0 else None  # a copy on the policy's device
+    precision = resolve_precision(cfg.train.mixed_precision, d.device)
+    # a copy on the policy's device, in bf16 where autocast makes that exact
+    ref = Reference.of(policy, reference_in_bf16(cfg.algo, precision)) if cfg.algo.beta > 0 else None
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
-    precision = resolve_precision(cfg.train.mixed_precision, d.device)
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, policy, out, precision)
     if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced

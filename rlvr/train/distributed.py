@@ -181,8 +181,25 @@ def _sharded(t: torch.Tensor) -> bool:
     return hasattr(t, "to_local")  # a DTensor: FSDP already reduced it
 
 
+BUCKET_ELEMENTS = 2**25  # gradient elements per all-reduce (128 MB in fp32): the most copied at once
+
+
+def buckets(sizes: list[int], limit: int = BUCKET_ELEMENTS) -> list[range]:
+    """Consecutive runs of tensors (by element count) of at most `limit` elements in all, a larger tensor
+    alone: [3, 4, 2, 9, 1], limit 8 -> [0, 1], [2], [3], [4]."""
+    out, start, total = [], 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and total + n > limit:
+            out.append(range(start, i))
+            start, total = i, 0
+        total += n
+    return out + ([range(start, len(sizes))] if sizes else [])
+
+
 def allreduce_gradients(params: list[torch.Tensor], d: Dist) -> None:
-    """Sum the gradients of replicated parameters over ranks, in one flat all-reduce. A parameter
+    """Sum the gradients of replicated parameters over ranks, one all-reduce per bucket of at most
+    BUCKET_ELEMENTS (a tensor alone in its bucket is reduced in place; smaller ones are flattened
+    together, so at most one bucket's copy exists, not a copy of every gradient). A parameter
     whose gradient is None on some ranks and set on others gets zeros where missing; one that has no
     gradient anywhere keeps None (the optimizer skips it, as in one process). Sharded (FSDP)
     gradients are left alone."""
@@ -197,13 +214,15 @@ def allreduce_gradients(params: list[torch.Tensor], d: Dist) -> None:
             p.grad = torch.zeros_like(p)
     if not live:
         return
-    flat = torch.cat([p.grad.reshape(-1) for p in live])
-    tdist.all_reduce(flat)
-    offset = 0
-    for p in live:
-        n = p.grad.numel()
-        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
-        offset += n
+    for bucket in buckets([p.grad.numel() for p in live]):
+        grads = [live[i].grad for i in bucket]
+        if len(grads) == 1 and grads[0].is_contiguous():
+            tdist.all_reduce(grads[0])
+            continue
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        tdist.all_reduce(flat)
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float, d: Dist) -> float:
@@ -213,8 +232,11 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float, d: Dist) -> floa
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    sharded = sum((_local(g).double().pow(2).sum() for g in grads if _sharded(g)), torch.zeros((), dtype=torch.float64))
-    replicated = sum((g.double().pow(2).sum() for g in grads if not _sharded(g)), torch.zeros((), dtype=torch.float64))
+    # per-tensor norms in one fused call each (no float64 copy of every gradient), summed in float64
+    squares = lambda gs: (torch.stack(torch._foreach_norm(gs)).double().pow(2).sum() if gs
+                          else torch.zeros((), dtype=torch.float64))
+    sharded = squares([_local(g) for g in grads if _sharded(g)])
+    replicated = squares([g for g in grads if not _sharded(g)])
     if d.enabled and any(_sharded(g) for g in grads):
         sharded = sharded.to(d.device)
         tdist.all_reduce(sharded)
@@ -246,14 +268,14 @@ def _rule(key: str) -> str:
         return "sum"
     if key == "ratio/min":
         return "min"
-    if key == "ratio/max" or key.startswith("time/"):
-        return "max"  # a step takes as long as its slowest rank
+    if key == "ratio/max" or key.startswith(("time/", "memory/")):
+        return "max"  # a step takes as long as its slowest rank, and needs its fullest rank's memory
     return "mean"
 
 
 def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
     """Merge each rank's metrics: counts (completions, tokens/generated, */errors,
-    dynamic/dropped_groups) are summed; ratio/min is the min, ratio/max and time/* the max; any other
+    dynamic/dropped_groups) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
     number is the mean weighted by each rank's weight (its number of completions). A non-count value
     equal on every rank is kept as it is (step, lr, globally reduced update metrics); None stays None; a key
     some ranks lack (a pass_rate/<difficulty> not in their shard) is combined over those that have it.

@@ -17,7 +17,7 @@ import torch
 
 from rlvr.config import Config, to_dict
 from rlvr.config.paths import anchored
-from rlvr.device import sampling_autocast
+from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
@@ -87,6 +87,16 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
     return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s, **logged_metrics(scores)}, episodes)
 
 
+def memory_metrics(rollout: float | None, update: float | None) -> dict[str, float]:
+    """Peak memory of the step's phases in GiB (rlvr.device.peak_memory_gib: CUDA tensors on a GPU, the
+    process's resident set on the CPU): rollout (sampling and scoring), update (advantages, the policy
+    update, the rollout weights' refresh) and the whole step; absent where it cannot be read."""
+    if rollout is None or update is None:
+        return {}
+    return {"memory/rollout_peak_gib": rollout, "memory/update_peak_gib": update,
+            "memory/step_peak_gib": max(rollout, update)}
+
+
 def logged_metrics(scores: Scores) -> dict[str, float]:
     """What reward functions reported through TRL's log_metric, averaged over the step's calls."""
     return {f"reward/logged/{name}": value for name, value in scores.logged.items()}
@@ -125,9 +135,13 @@ def collect(run: Run, step: int) -> Collected:
 
 def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row and the global batch."""
+    device = run.dist.device
+    reset_peak_memory(device)
     t0 = time.perf_counter()
     collected = collect(run, step)                                        # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
+    rollout_peak = peak_memory_gib(device)
+    reset_peak_memory(device)
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     a = run.cfg.algo
     kl_ref = run.ref if settings.loss_beta > 0 else None
@@ -137,7 +151,8 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
         run.ref.sync(run.policy, a.ref_mixup)
     run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
-    whole, extra = collected, {**adv_metrics, **collected.metrics}        # 6. report, on the global batch
+    whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
+                               **memory_metrics(rollout_peak, peak_memory_gib(device))}
     if run.dist.enabled:
         whole = merge_collected(gather_objects(collected, run.dist), run.pad_id)
         extra = reduce_metrics(extra, run.dist, len(collected.texts))

@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from rlvr.algo.masks import present_tokens, row_widths
 from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
+from rlvr.rollout.kvcache import cache_arg, cache_out
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -159,7 +160,7 @@ def _prompt_pass(base, prompts: list[list[int]], pad_id: int):
     """Run the prompts once, with gradient (rlvr.rollout.decoding.prefill on the trunk): (per-layer keys /
     values [P, heads, Tp, d], the last prompt state [P, 1, H], the attention mask [P, Tp])."""
     out, mask = prefill(base, prompts, pad_id)
-    return [(layer.keys, layer.values) for layer in out.cache.layers], out.last_hidden_state[:, -1:], mask
+    return [(layer.keys, layer.values) for layer in cache_out(out).layers], out.last_hidden_state[:, -1:], mask
 
 
 def _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask, group_size,
@@ -182,7 +183,7 @@ def _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask
         comp_out = base(input_ids=completion_ids[rows, :width],
                         attention_mask=torch.cat([mask[src], completion_mask[rows, :width].long()], dim=-1),
                         position_ids=prompt_len[src, None] + torch.arange(width, device=rows.device)[None, :],
-                        cache=cache, use_cache=True)
+                        use_cache=True, **cache_arg(cache))
         pieces.append(torch.cat([last_h[src], comp_out.last_hidden_state], dim=1))  # [r, 1 + width, H]
     return pieces
 
@@ -215,26 +216,49 @@ def _unsort(pieces: list[torch.Tensor], plan, tc: int) -> torch.Tensor:
 @dataclass
 class Reference:
     """The KL reference policy: a frozen copy of the policy, or (adapters_off, LoRA) the policy itself
-    run with its adapters disabled, i.e. the frozen base weights, so no second copy is held."""
+    run with its adapters disabled, i.e. the frozen base weights, so no second copy is held. bf16: the
+    copy's linear layers are bf16 (rlvr.rollout.quant's bf16 rollout copy), half an fp32 copy's memory;
+    under bf16 autocast its log-probs are an fp32 copy's exactly, since autocast multiplies by those very
+    bf16 values (on the CPU at tiny shapes the KL per token was equal to the last bit, where a whole model
+    cast to bf16 moved it by up to 8.5e-4 against a mean KL of 8.6e-4)."""
 
     model: torch.nn.Module
     adapters_off: bool = False
+    bf16: bool = False
 
     @classmethod
-    def of(cls, policy: torch.nn.Module) -> "Reference":
-        """The reference for `policy` at its current weights."""
+    def of(cls, policy: torch.nn.Module, bf16: bool = False) -> "Reference":
+        """The reference for `policy` at its current weights, a bf16 copy with `bf16` (see the class)."""
         if is_peft(policy):
             return cls(policy, adapters_off=True)
+        if bf16:
+            from rlvr.rollout.quant import rollout_copy
+
+            return cls(rollout_copy(policy, "bf16"), bf16=True)
         return cls(copy.deepcopy(policy).eval().requires_grad_(False))
 
     def sync(self, policy: torch.nn.Module, mixup: float) -> None:
         """ref <- mixup * policy + (1 - mixup) * ref (algo.ref_sync_every); the frozen base of a LoRA
-        policy (adapters_off) never moves."""
+        policy (adapters_off) never moves; a bf16 copy is only ever replaced (mixup 1: reference_in_bf16)."""
         if self.adapters_off:
+            return
+        if self.bf16:
+            from rlvr.rollout.quant import refresh
+
+            if mixup != 1.0:
+                raise ValueError(f"a bf16 reference is replaced, not mixed (ref_mixup {mixup}): reference_in_bf16")
+            refresh(self.model, policy)
             return
         with torch.no_grad():
             for p_ref, p in zip(self.model.parameters(), policy.parameters()):
                 p_ref.mul_(1 - mixup).add_(p.detach(), alpha=mixup)
+
+
+def reference_in_bf16(algo, precision: str) -> bool:
+    """Hold the reference as a bf16 copy (Reference): where its forward runs under bf16 autocast (precision
+    bf16 and the KL in the loss, which the update computes under autocast; the KL in the reward compares
+    fp32 forwards) and it is only ever replaced whole (no algo.ref_mixup below 1)."""
+    return precision == "bf16" and algo.kl_in == "loss" and (algo.ref_sync_every == 0 or algo.ref_mixup == 1.0)
 
 
 def reference_logprobs(ref: Reference, prompts: list[list[int]], completion_ids: torch.Tensor,

@@ -100,10 +100,11 @@ def collate(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 def target_nll(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Summed negative log-likelihood of the masked tokens; position t is predicted from logits t - 1.
-    logits [B, T, V], ids [B, T], loss_mask [B, T] -> scalar."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
-    token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
-    return -(token_logp * loss_mask[:, 1:]).sum()
+    logits [B, T, V], ids [B, T], loss_mask [B, T] of 0 / 1 -> scalar. Only the n target positions are
+    cast to float32 and normalised ([n, V]), not every position of the batch (the prompts and padding)."""
+    real = loss_mask[:, 1:].bool()  # [B, T-1]
+    logp = torch.log_softmax(logits[:, :-1][real].float(), dim=-1)  # [n, V]
+    return -logp.gather(-1, ids[:, 1:][real][:, None]).sum()
 
 
 def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, max_grad_norm: float,

@@ -3,6 +3,7 @@ its wheel selection and shape parsing are checked on hand-made cases."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from gpu import parse_shape  # noqa: E402
+from gpu import check_runtime, parse_shape  # noqa: E402
 from gpu_wheels import needed_wheels  # noqa: E402
 
 
@@ -33,6 +34,7 @@ def test_smoke_run_on_cpu(tmp_path):
     assert steps["peak_gib"] > 0
     for name in ("engine rlvr", "HF generate"):  # no stop token: every row is 8 tokens long
         assert {b: r["tokens"] for b, r in rows[name]["batches"].items()} == {"2": 2 * 8, "4": 4 * 8}
+    assert "probe passed" in done.stdout
     assert "skipped: nothing" in done.stdout
     assert "decode tokens/s" in done.stdout and "rlvr tiny 2x2x8" in done.stdout
 
@@ -65,3 +67,22 @@ def test_shapes_parse_or_say_what_is_expected():
     for bad in ("8x8", "8x0x128", "axbxc"):
         with pytest.raises(SystemExit, match="PROMPTSxGROUPxTOKENS"):
             parse_shape(bad)
+
+
+def test_check_runtime_stops_with_one_line_where_rlvr_cannot_import(tmp_path, capsys):
+    broken = tmp_path / "transformers"  # a transformers that cannot load, first on the jobs' path
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('transformers 4.0.0 has no DynamicLayer')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(BENCH), str(BENCH.parent)])}
+    with pytest.raises(SystemExit) as stop:
+        check_runtime(env, "rlvr's processes: installed nothing\n  warning: rlvr needs transformers (4.0.0 is not "
+                           "==5.24.0): pass --wheels DIR holding it (see --help)")
+    line = str(stop.value)
+    assert "\n" not in line and line.startswith("stopped before the first job: rlvr cannot run")
+    assert "transformers 4.0.0 has no DynamicLayer" in line and "rlvr needs transformers (4.0.0" in line
+
+
+def test_check_runtime_passes_on_this_python(capsys):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])}
+    check_runtime(env, "")
+    assert "probe passed" in capsys.readouterr().out

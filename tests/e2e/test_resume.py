@@ -26,7 +26,8 @@ def read_jsonl(path):
 
 
 def untimed(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "train_seconds"} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/")) and k != "train_seconds"}
+            for r in rows]
 
 
 @pytest.fixture(scope="module")

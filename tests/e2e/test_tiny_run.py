@@ -16,7 +16,8 @@ SMOKE = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--tas
 
 METRIC_KEYS = {"step", "reward/mean", "reward/correctness/mean", "reward/format/mean", "completion/length_mean",
                "completion/truncated_frac", "loss", "kl", "grad_norm", "tokens/generated", "time/step_s",
-               "time/rollout_s", "time/train_s"}
+               "time/rollout_s", "time/train_s", "memory/rollout_peak_gib", "memory/update_peak_gib",
+               "memory/step_peak_gib"}
 
 
 def run(tmp_path, name, *extra):
@@ -34,6 +35,9 @@ def test_two_steps_write_the_run_directory(tmp_path):
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     assert METRIC_KEYS <= set(metrics[0])
+    for m in metrics:  # on the CPU: the process's peak resident set in each phase, a few hundred MB here
+        assert 0.05 < m["memory/rollout_peak_gib"] <= m["memory/step_peak_gib"] < 64
+        assert m["memory/step_peak_gib"] == max(m["memory/rollout_peak_gib"], m["memory/update_peak_gib"])
     samples = read_jsonl(out / "samples.jsonl")
     assert len(samples) == 2 * 2 * 3
     assert {"prompt", "completion", "rewards", "step"} <= set(samples[0])
@@ -60,7 +64,7 @@ def test_two_steps_write_the_run_directory(tmp_path):
 def test_same_seed_same_metrics(tmp_path):
     a = read_jsonl(run(tmp_path, "a") / "metrics.jsonl")
     b = read_jsonl(run(tmp_path, "b") / "metrics.jsonl")
-    strip = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]
+    strip = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "memory/"))} for m in ms]
     assert strip(a) == strip(b)
 
 
@@ -189,3 +193,11 @@ def test_vllm_engine_without_vllm_is_a_clear_error(tmp_path, capsys):
         pass
     assert main(["train", *SMOKE, f"--train.out={tmp_path / 'v'}", "--rollout.engine=vllm"]) == 2
     assert "pip install 'rlvr[vllm]'" in capsys.readouterr().err
+
+
+def test_bf16_training_holds_a_bf16_reference_whose_kl_starts_at_zero(tmp_path):
+    """Under bf16 autocast the reference is a bf16 copy (rlvr.train.logprobs.Reference); at the first
+    step the policy is still the reference, and the KL is exactly 0, as with an fp32 copy."""
+    out = run(tmp_path, "bf16", "--train.mixed_precision=bf16", "--algo.beta=0.04")
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["kl"] for m in metrics] == [0.0, 0.0]

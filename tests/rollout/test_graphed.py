@@ -51,9 +51,24 @@ def test_rows_are_padded_to_a_power_of_two_and_a_capture_is_reused(tiny):
     for seeds in ([1, 2, 3], [4, 5, 6]):  # 9 rows -> 16; the second rollout reloads the same buffers
         assert_same(*both(plain, static, seeds=seeds, **kw))
     entries = graphed.Graphs  # the model's captures: one key, 16 rows, 8 + 12 positions -> 64
-    (key, (state, graph)), = static.rlvr_graphs.entries.items()
-    assert isinstance(static.rlvr_graphs, entries) and key[:3] == (16, 64, 12) and graph is None
-    assert state.tokens.shape == (16, 12)
+    (key, (state, graphs)), = static.rlvr_graphs.entries.items()
+    assert isinstance(static.rlvr_graphs, entries) and key[:2] == (16, 12) and graphs == {}
+    assert state.tokens.shape == (16, 12) and state.mask.shape == (16, 64)
+
+
+def test_a_new_prompt_length_reuses_the_buffers_while_they_are_long_enough(tiny):
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=2, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    assert_same(*both(plain, static, **kw))  # 8 + 12 positions: 64
+    (first, _), = static.rlvr_graphs.entries.values()
+    longer = [p + [9] * 30 for p in PROMPTS]  # 38 + 12 positions: still 64, the same buffers
+    assert_same(generate(plain, longer, **kw), generate(static, longer, **kw))
+    (again, _), = static.rlvr_graphs.entries.values()
+    assert again is first
+    longest = [p + [9] * 60 for p in PROMPTS]  # 68 + 12: 128 positions, new buffers in place of the old
+    assert_same(generate(plain, longest, **kw), generate(static, longest, **kw))
+    (grown, _), = static.rlvr_graphs.entries.values()
+    assert grown is not first and grown.mask.shape == (8, 128)
 
 
 def test_per_row_caps_of_a_last_turn(tiny):
@@ -90,14 +105,15 @@ def test_models_lean_cannot_step_are_left_alone():
 def test_a_captured_graph_replays_the_eager_static_loop(tiny, autocast, sampling):
     model = tiny[0].to("cuda")
     eager, captured = pair(model)[1], pair(model, capture=True)[1]
-    kw = dict(group_size=4, max_new_tokens=40, stop_ids=STOPS, pad_id=0, **sampling)
+    kw = dict(group_size=4, max_new_tokens=140, stop_ids=[3], pad_id=0, **sampling)  # 8 + 140: windows 64, 128, 192
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-        for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's capture
+        for seeds in ([1, 2, 3], [4, 5, 6]):  # the second rollout replays the first one's captures
             a = generate(eager, PROMPTS, seeds=seeds, **kw)
             b = generate(captured, PROMPTS, seeds=seeds, **kw)
             assert_same(a, b, atol=1e-3 if autocast else 1e-5)
-    (_, graph), = captured.rlvr_graphs.entries.values()
-    assert isinstance(graph, torch.cuda.CUDAGraph)
+    (_, graphs), = captured.rlvr_graphs.entries.values()
+    assert all(isinstance(g, torch.cuda.CUDAGraph) for g in graphs.values())
+    assert sorted(graphs) == [64, 128, 192][:len(graphs)] and len(graphs) >= 2
 
 
 @pytest.mark.gpu
@@ -160,7 +176,7 @@ def test_the_warm_up_before_a_capture_stays_within_the_tokens(tiny):
     assert st.tokens.shape[1] == 2
     st.t.fill_(0)  # as _load leaves it: token 0 sampled
     before = {k: v.clone() for k, v in graphed._snapshot(st).items()}
-    graphed._warm_up(static, st, key[4], 0)
+    graphed._warm_up(static, st, key[3], 0)
     for k, v in graphed._snapshot(st).items():
         assert torch.equal(v, before[k]), k
 
@@ -237,3 +253,89 @@ def test_graph_decode_enables_models_on_a_gpu_only_and_warns_for_one_it_cannot_s
         assert graphed.enabled(model) and not caplog.records
         engines.graph_decode(RolloutConfig(), model, mistral)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["rollout.cuda_graph"]
+
+
+def test_engine_sleep_releases_the_static_cache_and_the_next_rollout_is_the_same(tiny):
+    """The loop calls engine.sleep() between the rollout and the update: the static buffers (the KV cache
+    above all) are let go, so the update can use that memory, and the next rollout builds them again."""
+    import gc
+    import weakref
+
+    from rlvr.rollout.engines import builtin_engine
+
+    _, static = pair(tiny[0])
+    engine = builtin_engine(static)
+    kw = dict(seeds=[1, 2, 3], group_size=2, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0,
+              stop_ids=STOPS, pad_id=0)
+    first = engine.generate(PROMPTS, **kw)
+    (st, _), = static.rlvr_graphs.entries.values()
+    kv = weakref.ref(st.kv[0].keys)
+    del st
+    engine.sleep()
+    gc.collect()
+    assert static.rlvr_graphs.entries == {} and kv() is None
+    assert graphed.release(static) == 0  # nothing left to drop
+    assert_same(first, engine.generate(PROMPTS, **kw), atol=0)
+    assert len(static.rlvr_graphs.entries) == 1
+
+
+def test_a_single_turn_reads_the_prefill_block_without_gathering_a_batch(tiny, monkeypatch):
+    """The static loop copies each row's context into its own buffers straight from the prefill's P rows
+    (G rollout rows per prompt row): no batch of P x G rows with room for every new token is built first."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=3, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[1, 2, 3])
+    expected = generate(plain, PROMPTS, **kw)
+
+    def no_gather(self, rows, extra):
+        raise AssertionError("gathered a batch")
+    monkeypatch.setattr(BuiltinSession, "_gather", no_gather)
+    assert_same(expected, generate(static, PROMPTS, **kw))
+
+
+def test_attention_windows_grow_with_the_cache_and_sample_what_the_compacting_loop_samples(tiny, monkeypatch):
+    """Each step attends over the smallest multiple of 64 positions that holds its slot: 8-token prompts and
+    150 new tokens run windows 64, 128 and 192 (the buffers hold 192), with the compacting loop's tokens."""
+    plain, static = pair(tiny[0])
+    windows, step = [], graphed._step
+
+    def recorded(lm, st, sampling, pad_id, window=None):
+        windows.append((int(st.slot), window))
+        step(lm, st, sampling, pad_id, window)
+    monkeypatch.setattr(graphed, "_step", recorded)
+    kw = dict(group_size=2, max_new_tokens=150, temperature=1.0, stop_ids=[3], pad_id=0, seeds=[1, 2, 3])
+    a, b = both(plain, static, **kw)
+    assert_same(a, b)
+    assert all(slot < window <= slot + 64 for slot, window in windows)
+    assert {w for _, w in windows} == {64, 128, 192} and windows[0] == (8, 64)
+
+
+def test_multi_turn_sessions_take_the_static_loop_and_sample_what_the_compacting_loop_samples(tiny):
+    """Every turn of an episode decodes through the static loop: rows that end a turn are parked from
+    the static buffers (their fed tokens kept, the positions where they decoded on masked out), the
+    environment's tokens are prefilled onto them, and a later turn samples what the compacting loop's
+    parked caches sample; some rows extended and others not make a turn of several blocks."""
+    plain, static = pair(tiny[0])
+    kw = dict(group_size=2, temperature=1.0, stop_ids=STOPS, pad_id=0, seeds=[7, 8, 9])
+    sessions = [BuiltinSession(m, PROMPTS, **kw) for m in (plain, static)]
+    rows = list(range(6))
+
+    def turn(rows, caps, keep=True):
+        a, b = (s.sample(rows, caps, keep=keep) for s in sessions)
+        for x, y in zip(a, b):
+            assert x.tokens == y.tokens and x.stopped == y.stopped
+            assert x.logp == pytest.approx(y.logp, abs=1e-5)
+        return a
+
+    first = turn(rows, [9, 3, 12, 7, 1, 12])
+    assert len({len(t.tokens) for t in first}) > 2  # rows ended at different steps
+    for s in sessions:
+        s.extend(rows, [[30 + i, 31] for i in rows])
+    turn(rows, [10] * 6)
+    for s in sessions:
+        s.extend(rows[:3], [[40, 41, 42]] * 3)
+        s.extend(rows[3:], [[50]] * 3)
+    turn(rows[:3], [8, 8, 8])  # one block
+    for s in sessions:
+        s.extend(rows[:3], [[60]] * 3)
+    turn(rows, [12] * 6, keep=False)  # rows from two blocks
+    assert len(static.rlvr_graphs.entries) >= 1

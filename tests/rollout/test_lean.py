@@ -14,7 +14,7 @@ from rlvr.config.sections import ConfigError
 from rlvr.rollout import lean
 from rlvr.rollout.decoding import prefill
 from rlvr.rollout.builtin import generate
-from rlvr.rollout.kvcache import PreallocatedLayer
+from rlvr.rollout.kvcache import PreallocatedLayer, cache_arg, cache_out
 from rlvr.rollout.quant import rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 9, 12, 13, 14, 15, 16]]  # different lengths: left padding
@@ -25,7 +25,7 @@ def decode_both(model, steps: int = 3):
     same prefilled cache (each path its own copy), feeding the same tokens. Returns [(hf, lean)] [A, V]."""
     with torch.no_grad():
         out, mask = prefill(model, PROMPTS, pad_id=0, min_shared=100, logits_to_keep=1)  # [P, Tp]
-        cache_hf = out.cache
+        cache_hf = cache_out(out)
         cache_hf.layers = [PreallocatedLayer(l.keys, l.values, mask.shape[1] + steps) for l in cache_hf.layers]
         cache_lean = copy.deepcopy(cache_hf)
         pos = mask.sum(-1)  # [P] next position
@@ -33,8 +33,8 @@ def decode_both(model, steps: int = 3):
         pairs = []
         for _ in range(steps):
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
-            hf = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None], cache=cache_hf,
-                       use_cache=True).logits[:, -1]
+            hf = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None],
+                       use_cache=True, **cache_arg(cache_hf)).logits[:, -1]
             pairs.append((hf, lean.step(model, tok, pos, cache_lean, mask)))
             tok, pos = hf.argmax(-1), pos + 1
         assert cache_lean.layers[0].length == cache_hf.layers[0].length == mask.shape[1]

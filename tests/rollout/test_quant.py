@@ -229,3 +229,55 @@ def test_int8_rollouts_train_through_the_cli(tmp_path):
     for m in metrics:  # the int8 sampler is not the fp32 trainer: the loop sees the mismatch (0.0013 here;
         assert 1e-4 < m["rollout/logp_mismatch_mean_abs"] < 0.01  # 5e-8 with rollout.weights=fp32)
     assert "weights: int8" in (out / "config.yaml").read_text()
+
+
+# ---------------------------------------------------------------- rollout.weights=auto: the CUDA default
+
+
+def test_rollout_weights_auto_is_bf16_only_on_cuda_under_bf16():
+    from rlvr.rollout.engines import rollout_weights
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert rollout_weights("auto", cuda, "bf16") == "bf16"
+    assert rollout_weights("auto", cuda, "no") == "fp32"  # fp32 training samples from fp32 weights
+    assert rollout_weights("auto", cpu, "bf16") == "fp32"  # the CPU default is unchanged
+    assert rollout_weights("auto", cpu, "no") == "fp32"
+    assert rollout_weights("int8", cpu, "no") == "int8" and rollout_weights("fp32", cuda, "bf16") == "fp32"
+
+
+def test_bf16_copy_under_autocast_is_the_autocast_forward(tiny):
+    """Under bf16 autocast the copy's linear layers hold exactly the bf16 values autocast casts the fp32
+    weights to, and return what autocast's nn.Linear returns: the logits are the policy's, bit for bit."""
+    model, _ = tiny
+    copy = rollout_copy(model, "bf16")
+    seq = PROMPTS[1] + [40, 41, 42]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mine, theirs = logits(copy, seq), logits(model, seq)
+    assert theirs.dtype == mine.dtype == torch.bfloat16
+    assert torch.equal(mine, theirs)
+    assert not torch.equal(logits(copy, seq), logits(model, seq))  # outside autocast it is a bf16 model
+
+
+def test_bf16_copy_is_refreshed_once_per_optimizer_step(tmp_path, monkeypatch):
+    """Training with a bf16 copy: the loop refreshes it once per step, after the optimizer step, and the
+    copy then holds the policy's weights cast to bf16 (norms and embedding as they are)."""
+    from tests.e2e.test_tiny_run import SMOKE
+
+    from rlvr.cli import main
+    from rlvr.rollout import engines
+
+    real, seen = engines.refresh, []
+
+    def refresh(copy, policy):
+        real(copy, policy)
+        fused = copy.model.layers[1].self_attn.fused_q_proj_k_proj_v_proj.weight  # [q; k; v] rows, bf16
+        attn = policy.model.layers[1].self_attn
+        want = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).to(torch.bfloat16)
+        head = copy.lm_head.weight  # tied: the embedding's weight, cast
+        seen.append(torch.equal(fused, want) and torch.equal(head, policy.model.embed_tokens.weight.bfloat16())
+                    and torch.equal(copy.model.norm.weight, policy.model.norm.weight))
+    monkeypatch.setattr(engines, "refresh", refresh)
+    out = tmp_path / "bf16"
+    assert main(["train", *SMOKE, f"--train.out={out}", "--rollout.weights=bf16"]) == 0
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2] and seen == [True, True]

@@ -156,3 +156,19 @@ def test_single_process_defaults():
     with pytest.raises(RlvrError, match="RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT is not"):
         dd.init_distributed("cpu", {"WORLD_SIZE": "2"})
     assert dd.allreduce_scalars({"a": 2.0}, d) == {"a": 2.0}
+
+
+def test_buckets_by_hand():
+    assert dd.buckets([3, 4, 2, 9, 1], limit=8) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5)]
+    assert dd.buckets([1, 1, 1], limit=8) == [range(0, 3)] and dd.buckets([], limit=8) == []
+    assert dd.buckets([8, 8], limit=8) == [range(0, 1), range(1, 2)]
+
+
+def test_clip_grad_norm_by_hand():
+    a, b = torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)
+    a.grad, b.grad = torch.tensor([3.0, 4.0]), torch.tensor([12.0])  # norm 13
+    assert dd.clip_grad_norm([a, b], 6.5, dd.Dist()) == 13.0
+    assert torch.allclose(a.grad, torch.tensor([1.5, 2.0]), rtol=1e-6)
+    assert torch.allclose(b.grad, torch.tensor([6.0]), rtol=1e-6)
+    assert dd.clip_grad_norm([a, b], 100.0, dd.Dist()) == pytest.approx(6.5, rel=1e-6)  # below: unchanged
+    assert torch.allclose(a.grad, torch.tensor([1.5, 2.0]), rtol=1e-6)

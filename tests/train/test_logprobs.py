@@ -189,3 +189,34 @@ def test_buckets_compute_fewer_positions(tiny):
                 assert sum(seen) == expected
     finally:
         hook.remove()
+
+
+def test_a_bf16_reference_under_autocast_is_the_fp32_reference_exactly(tiny):
+    """The bf16 reference holds the values autocast casts an fp32 copy's weights to, so under bf16 autocast
+    its log-probs are the fp32 copy's bit for bit, at half the memory of its linear layers; a sync with
+    mixup 1 replaces it by the policy's current weights, and nothing else is accepted."""
+    import pytest
+
+    from rlvr.config import build_config
+    from rlvr.train.logprobs import Reference, reference_in_bf16, reference_logprobs
+
+    model, tok = tiny
+    prompts, r = rollout(model, tok)
+    args = (prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
+    fp32, bf16 = Reference.of(model), Reference.of(model, bf16=True)
+    assert bf16.model.lm_head.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 1e-2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(reference_logprobs(fp32, *args), reference_logprobs(bf16, *args))
+        bf16.sync(model, 1.0)
+        moved = reference_logprobs(bf16, *args)
+        assert torch.equal(moved, reference_logprobs(Reference.of(model), *args))
+    with pytest.raises(ValueError, match="replaced, not mixed"):
+        bf16.sync(model, 0.5)
+    algo = lambda *o: build_config(None, list(o)).algo
+    assert reference_in_bf16(algo(), "bf16") and not reference_in_bf16(algo(), "no")
+    assert not reference_in_bf16(algo("--algo.kl_in=reward"), "bf16")  # compared with an fp32 forward there
+    assert not reference_in_bf16(algo("--algo.ref_sync_every=4", "--algo.ref_mixup=0.5"), "bf16")
+    assert reference_in_bf16(algo("--algo.ref_sync_every=4"), "bf16")
