@@ -225,3 +225,17 @@ def test_a_written_config_round_trips_its_tis_cap(tmp_path):
     cfg = build_config(None, ["--rollout.tis_cap=2.5"])
     assert "tis_cap" not in to_yaml(cfg).split("vllm:")[1]  # one name, under rollout only
     assert build_config(write(tmp_path, to_yaml(cfg))).rollout.tis_cap == 2.5
+
+
+def test_yaml_words_that_version_1_1_reads_as_booleans_stay_strings(tmp_path):
+    # train.mixed_precision is a string setting whose values include "no": PyYAML's YAML 1.1 rules would
+    # turn `no` into False and refuse it; only true/false are booleans, in files and on the command line
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  name: tiny-random\ntrain:\n  mixed_precision: no\n  gradient_checkpointing: true\n")
+    cfg = build_config(path, [])
+    assert cfg.train.mixed_precision == "no" and cfg.train.gradient_checkpointing is True
+    cfg = build_config(None, ["--model.name=tiny-random", "--train.mixed_precision=no",
+                              "--train.gradient_checkpointing=false"])
+    assert cfg.train.mixed_precision == "no" and cfg.train.gradient_checkpointing is False
+    with pytest.raises(ConfigError, match="train.gradient_checkpointing"):
+        build_config(None, ["--model.name=tiny-random", "--train.gradient_checkpointing=off"])
