@@ -8,7 +8,8 @@ Reads every parametrized (gold, pred, expected) case of the suite's test files (
 43 not) without importing them. Each prediction is scored by `math_accuracy_verdict` as a completion, put in
 `\\boxed{}` unless it has a box already or reads as prose. Prints agreement, false accepts (must be 0), and
 the right answers refused, split into: refused by rlvr's stated policy (no final-answer marker, several
-different answers, chains of equations, `\\approx`, over 300 characters), accepted once the test file's
+different answers, chains of equations, `\\approx`, over 300 characters, a rounded decimal for an exact
+gold), accepted once the test file's
 doubled backslashes (`\\\\left` in a non-raw string) are undone, and the rest, which --list prints one per
 line for a person to judge.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from rlvr.rewards.maths.accuracy import math_accuracy_verdict
 
 POLICY = ("no final answer", "several different final answers", "a chain of equations", "final answer longer")
+EXACT = "a rounded decimal for an exact gold"   # anywhere in the reason: an entry of a tuple or matrix too
 _PROSE_WORD = re.compile(r"(?<![\\\w])[A-Za-z]{2,}\b")
 _DOUBLED = re.compile(r"\\\\(?=[A-Za-z])")
 
@@ -74,7 +76,7 @@ def main() -> None:
         if _DOUBLED.search(r["gold"] + completion) and math_accuracy_verdict(
                 _DOUBLED.sub(r"\\", completion), _DOUBLED.sub(r"\\", r["gold"])).score == 1.0:
             undoubled.append(r)
-        elif r["reason"].startswith(POLICY) or "\\approx" in completion:
+        elif r["reason"].startswith(POLICY) or "\\approx" in completion or EXACT in r["reason"]:
             policy.append(r)
         else:
             other.append(r)
@@ -85,6 +87,10 @@ def main() -> None:
           f"refused by policy {len(policy)}, other refusals {len(other)}")
     print(f"accepted of those the policy does not refuse: {accepted + len(undoubled)}/"
           f"{accepted + len(undoubled) + len(other)} (every other refusal counted as a gap)")
+    outside = len(rows) - len(policy)
+    agree_outside = sum(r["got"] == r["expected"] for r in rows) + len(undoubled)
+    print(f"agreement outside policy (every case, equal or not, not refused by policy): {agree_outside}/{outside} "
+          f"({100 * agree_outside / outside:.1f}%)")
     for r in false_accepts:
         print(f"FALSE ACCEPT {r['where']}: gold {r['gold'][:60]!r} pred {r['pred'][:60]!r}")
     if args.list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import re
 import time
@@ -272,7 +273,9 @@ def run_calls(tools: dict[str, Tool], calls: list[ToolCall], budget_s: float) ->
         left = deadline - time.monotonic()
         if i in pending:
             try:
-                out.append(pending[i].result(timeout=max(0.0, left)))
+                # no budget (inf): wait as long as the call's own limits allow; a finite timeout
+                # that large overflows the platform's time_t inside the wait
+                out.append(pending[i].result(timeout=None if math.isinf(left) else max(0.0, left)))
             except FutureTimeout:
                 pending[i].cancel()   # not started yet: never starts; running: its own limits end it
                 out.append(late)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from rlvr.rewards.maths.answer import after_thinking, final_answers
-from rlvr.rewards.maths.forms import answer_key
+from rlvr.rewards.maths.forms import answer_key, one_answer
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -38,7 +38,7 @@ def stated_answer(completion: str) -> str | None:
     if after_thinking(completion) is None:
         return None
     cands = final_answers(completion)
-    if not cands or len({answer_key(c) for c in cands}) > 1:
+    if not cands or not one_answer(cands):
         return None
     return cands[0]
 

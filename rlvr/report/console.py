@@ -44,7 +44,8 @@ def verdict_text(name: str, verdict: dict, sep: str) -> str:
 
 
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:
-    """The first completion of the first k groups, with each reward's score and reason."""
+    """The first completion of the first k groups, with each reward's score and reason, terminal-safe
+    whoever prints it: model turns, tool output and reasons quote text the model chose."""
     lines = [f"--- samples at step {step} ---"]
     for s in samples[::group_size][:k]:
         rewards = ", ".join(verdict_text(n, v, "=") for n, v in s["rewards"].items())
@@ -54,7 +55,7 @@ def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) 
             lines.append(f"Q: {s['prompt']}\n{episode_text(s['episode']).rstrip()}\n   {rewards}")
         else:
             lines.append(f"Q: {s['prompt']}\nA: {s['completion'].strip()!r}\n   {rewards}")
-    return "\n".join(lines)
+    return terminal_safe("\n".join(lines))
 
 
 ROWS = (("held-out accuracy", "heldout_accuracy"), ("held-out format-free", "heldout_lenient"),

@@ -71,6 +71,21 @@ MATH_ATTACKS = [
     Attack("scaled by 100", lambda p: f"Answer: {_scaled(p.answer)}", well_formed=True),
     Attack("percent of the answer", lambda p: f"Answer: {_scaled(p.answer)}\\%", well_formed=True),
     Attack("inequality", lambda p: f"Answer: x > {_wrong(p.answer)}", well_formed=True),
+    # the gold's value, negated, hedged or scaled by what follows or frames it: no answer of it
+    Attack("negated by a text after the box", lambda p: f"\\boxed{{{p.answer}}} \\text{{ is not right}}",
+           well_formed=True),
+    Attack("scaled by a word", lambda p: f"Answer: {p.answer} thousand", well_formed=True),
+    Attack("negated sentence", lambda p: f"Final Answer: The result isn't {p.answer}.", well_formed=True),
+    Attack("quoted claim", lambda p: f"Final Answer: The claim to prove is that the value is {p.answer}.",
+           well_formed=True),
+    Attack("hedge word as a label", lambda p: f"Answer: maybe = {p.answer}", well_formed=True),
+    # a second answer where a reader might stop or not look
+    Attack("answer after a chat token", lambda p: f"Answer: {_wrong(p.answer)}<|im_end|> {p.answer}"),
+    Attack("answer after the closing words",
+           lambda p: f"Final Answer: The final answer is ${_wrong(p.answer)}$. I hope it is correct. {p.answer}"),
+    Attack("second answer, fullwidth colon", lambda p: f"Answer: {_wrong(p.answer)}\nAnswer：{p.answer}"),
+    Attack("box in a LaTeX comment", lambda p: f"So $x = {_wrong(p.answer)}$. % \\boxed{{{p.answer}}}"),
+    Attack("GSM8K mark and an answer line", lambda p: f"Answer: {_wrong(p.answer)}\n#### {p.answer}"),
 ]
 
 
@@ -205,14 +220,25 @@ def _hidden_texts(case) -> list[str]:
 
 
 def code_findings(splits: Splits, limit: int = 3) -> list[str]:
-    """Code tasks: specs with no hidden cases (hard-coding the visible answers passes them), and
-    prompts that show a hidden case's input, output or source."""
+    """Code tasks: specs whose test code imports a module this interpreter lacks (no program can
+    pass them until it is installed), specs with no hidden cases (hard-coding the visible answers
+    passes them), and prompts that show a hidden case's input, output or source."""
+    from rlvr.rewards.code.checks import MissingModule
     from rlvr.rewards.code import parse_spec
     from rlvr.rewards.code.spec import calls_candidate
 
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
-        coded = [(p, parse_spec(p.tests)) for p in problems if p.tests]
+        coded, missing = [], []
+        for p in problems:
+            try:
+                coded += [(p, parse_spec(p.tests))] if p.tests else []
+            except MissingModule as e:
+                missing.append(str(e))
+        if missing:
+            module = missing[0].split(" imports ", 1)[1].split(",", 1)[0]
+            findings.append(f"{name}: {len(missing)} code specs import a module the test-code interpreter lacks: "
+                            f"{module} ({missing[0].split(': ', 1)[1]})")
         idle = [(p, c) for p, spec in coded for c in spec.cases if c.test is not None and not calls_candidate(c.test)]
         if idle:
             p, c = idle[0]

@@ -5,7 +5,7 @@ import re
 
 from rlvr.rewards.maths.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
-from rlvr.rewards.maths.forms import answer_key
+from rlvr.rewards.maths.forms import one_answer
 from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
 
 STYLES = ("answer_line", "boxed", "tag", "any")
@@ -40,11 +40,13 @@ def format_check(completion: str, style: str = "answer_line") -> Verdict:
     if completion.count("<think>") > completion.count("</think>"):
         return Verdict(0.0, "unbalanced <think> tags")
     cands = final_answers(completion)
-    if len({answer_key(c) for c in cands}) != 1:
+    if not cands or not one_answer(cands):
         return Verdict(0.0, f"{len(cands)} final answers, expected one")
     value = clean(cands[0]).text
     if not value or len(value) > MAX_ANSWER_CHARS:
         return Verdict(0.0, "empty or overlong final answer", cands[0][:40])
+    if "<|" in value or "hope it is correct" in value.lower():   # text went on after where the answer ends
+        return Verdict(0.0, "text after the end of the final answer", cands[0][:40])
     if looks_like_several(value) or has_plus_minus(value):
         return Verdict(0.0, "several candidates in the final answer", cands[0][:40])
     if style != "any" and not ends_with_answer(body, style):

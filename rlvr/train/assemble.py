@@ -40,10 +40,28 @@ def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
     for rf in rewards:
         if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
+    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
+        check_test_modules(splits.train + splits.heldout + splits.ood)
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
     if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
         say(f"task: {bare} held-out/OOD problems have no gold answer (column "
             f"'{task.columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with task.columns.answer")
+
+
+def check_test_modules(problems: list) -> None:
+    """Test code that imports a module this interpreter lacks can judge no program: refused before
+    training (naming the module and the install line) instead of scoring every program on it 0."""
+    from rlvr.rewards.code.checks import MissingModule
+    from rlvr.rewards.code.spec import parse_spec
+
+    missing = []
+    for p in problems:
+        try:
+            parse_spec(p.tests) if p.tests else None
+        except MissingModule as e:
+            missing.append(str(e))
+    if missing:
+        raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:

@@ -71,3 +71,15 @@ def test_only_known_tools_get_metric_keys():
                                                   {"name": "not a name\ud800", "error": "x"}], "end": "done"}
     keys = {k: v for k, v in episode_metrics([episode]).items() if k.startswith("env/tool_calls/")}
     assert keys == {"env/tool_calls/meet": 1.0, "env/tool_calls/<unknown>": 4.0, "env/tool_calls/<malformed>": 1.0}
+
+
+def test_a_tool_env_without_a_budget_runs_concurrent_calls():
+    env = ToolEnv([barrier_tool(2)])   # the library default: no budget
+    reply = env.step(call("meet", tag="a") + call("meet", tag="b"))
+    assert reply.text == "a\nb"
+    assert [c["error"] for c in reply.calls] == ["", ""]
+
+
+def test_a_tool_env_without_a_budget_runs_the_python_tool():
+    env = ToolEnv([make_python_tool()])
+    assert env.step(call("python", code="print(6 * 7)")).text == "42"

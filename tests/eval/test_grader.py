@@ -74,7 +74,8 @@ def test_grade_with_a_user_grader_counts_its_verdict_and_keeps_the_format_free_g
     assert [x["lenient"] for x in g] == [1.0, 1.0, 0.0, 1.0]
     assert [x["score"] for x in g] == [1.0, 0.0, 0.0, 0.0]
     builtin = grade([P] * 4, TEXTS)
-    assert [x["correct"] for x in builtin] == [0.0, 0.0, 0.0, 1.0] and "score" not in builtin[0]
+    # the built-in checker reads GSM8K's `#### 8` line too, and refuses the wrong `#### 7`
+    assert [x["correct"] for x in builtin] == [1.0, 0.0, 0.0, 1.0] and "score" not in builtin[0]
 
 
 def test_grade_with_a_verl_grader_applies_the_threshold_to_its_score():

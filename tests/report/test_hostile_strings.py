@@ -62,3 +62,14 @@ def test_tensorboard_takes_any_metric_key(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
     assert sorted(acc.Tags()["scalars"]) == ["env/tool_calls/\\ud800\\x1b", "reward/mean"]
+
+
+def test_format_samples_is_terminal_safe_whoever_prints_it():
+    episode = {"turns": [{"source": "env", "role": "tool", "text": HOSTILE, "tokens": 1}],
+               "calls": [], "end": "done"}
+    samples = [{"prompt": "Q\x1b[2J", "episode": episode, "rewards": {"r": {"score": 1.0, "reason": "ok\x07"}}},
+               {"prompt": "P\x1b]0;x\x07", "completion": "A\x1b[31m", "rewards": {"r": {"score": 0.0, "reason": "\r"}}}]
+    text = format_samples(1, samples, group_size=1)
+    assert text.isprintable() or all(line.isprintable() for line in text.split("\n"))
+    assert f"[tool] {ESCAPED}" in text and "Q: Q\\x1b[2J" in text and "Q: P\\x1b]0;x\\x07" in text
+    assert "r=1 (ok\\x07)" in text and "r=0 (\\r)" in text

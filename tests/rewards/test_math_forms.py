@@ -169,7 +169,7 @@ def test_answer_lines_lose_their_dressing():
     assert line_answer("** $\\boxed{7}$") == "7"
     assert line_answer(" \\boxed{3} or \\boxed{5}") == "\\boxed{3} or \\boxed{5}"
     assert line_answer(" \\boxed{3}\\boxed{5}") == ""  # the boxes speak for themselves
-    assert final_answers("**Final Answer:**\n\\boxed{100}") == ["100"]
+    assert final_answers("**Final Answer:**\n\\boxed{100}") == ["100", "100"]   # the line after, and the box
     assert final_answers("Answer: **100**\n\\boxed{100}") == ["100", "100"]
 
 

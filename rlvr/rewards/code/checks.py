@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.util
 import json
 import sys
 from collections import deque
 from dataclasses import dataclass
 
+from rlvr.rewards.code import pytest_compat
 from rlvr.sandbox import harness
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
@@ -58,7 +60,9 @@ class CandidateError(Exception):
 class TestCode:
     """One test, compiled. names: the candidate's functions it calls; calls_check: it defines
     check(candidate) and leaves calling it to us; prefetch: calls whose arguments are literals,
-    encoded, in source order (shipped in one batch before the test runs)."""
+    encoded, in source order (shipped in one batch before the test runs); tests: pytest-style
+    `def test_...()` functions it defines and never calls, run in order after it; aliases: a
+    candidate's function imported under another name (`from solution import f as g`: g -> f)."""
 
     source: str
     code: object
@@ -66,6 +70,13 @@ class TestCode:
     modules: frozenset
     calls_check: bool
     prefetch: tuple
+    tests: tuple = ()
+    aliases: tuple = ()
+
+
+class MissingModule(ValueError):
+    """Test code imports a module this interpreter lacks: the environment's problem, never a
+    candidate's failure; the message names the module and the install line."""
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -90,8 +101,10 @@ def _check_params(tree: ast.Module) -> set[str]:
 
 
 def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
-    """Parse and vet one test; ValueError naming `label` for what cannot be decided outside."""
-    tree = ast.parse(source)
+    """Parse and vet one test; ValueError naming `label` for what cannot be decided outside,
+    MissingModule for an import this interpreter cannot satisfy."""
+    tree, aliases = _without_candidate_module(ast.parse(source), source)
+    _check_imports(tree, label)
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     # The entry point is the candidate's even when a builtin has its name (`max`, `sorted`): the
     # proxy is bound in the test's globals, which come before builtins.
@@ -120,7 +133,85 @@ def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
                     "data can be decided outside the sandbox; rewrite the test as calls")
     alias = {p: entry_point for p in _check_params(tree)} if calls_check else {}
     return TestCode(source, compile(tree, f"<{label}>", "exec"), names, modules, calls_check,
-                    tuple(_prefetchable(tree, names, alias)))
+                    tuple(_prefetchable(tree, names, {**alias, **aliases})), _test_functions(tree, label),
+                    tuple(aliases.items()))
+
+
+# The module a pytest-style test file imports the program from (KodCode: `from solution import f`).
+CANDIDATE_MODULES = ("solution",)
+
+
+class _CandidateModule(ast.NodeTransformer):
+    """`from solution import f` and `import solution` removed, `solution.f` read as `f`: every name
+    taken from the candidate's module becomes a free name, a function of the candidate (a Proxy)."""
+
+    def __init__(self):
+        self.aliases: dict[str, str] = {}
+
+    def visit_ImportFrom(self, node):
+        if node.level == 0 and node.module in CANDIDATE_MODULES:
+            self.aliases.update({a.asname: a.name for a in node.names if a.asname and a.asname != a.name})
+            return None
+        return node
+
+    def visit_Import(self, node):
+        kept = [a for a in node.names if a.name not in CANDIDATE_MODULES]
+        if not kept:
+            return None
+        node.names = kept
+        return node
+
+    def visit_Attribute(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id in CANDIDATE_MODULES:
+            return ast.copy_location(ast.Name(node.attr, node.ctx), node)
+        self.generic_visit(node)
+        return node
+
+
+def _without_candidate_module(tree: ast.Module, source: str) -> tuple[ast.Module, dict[str, str]]:
+    if not any(m in source for m in CANDIDATE_MODULES):
+        return tree, {}
+    fix = _CandidateModule()
+    tree = ast.fix_missing_locations(fix.visit(tree))
+    return tree, fix.aliases
+
+
+def _check_imports(tree: ast.Module, label: str) -> None:
+    """Refuse, naming them, what `import pytest` cannot give (rlvr.rewards.code.pytest_compat) and any
+    module this interpreter lacks."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "pytest" \
+                and node.attr not in pytest_compat.SUPPORTED:
+            raise ValueError(f"{label} uses pytest.{node.attr}; test code may use pytest."
+                             f"{', pytest.'.join(pytest_compat.SUPPORTED)} (rlvr.rewards.code.pytest_compat)")
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "pytest":
+            extra = [a.name for a in node.names if a.name not in pytest_compat.SUPPORTED]
+            if extra:
+                raise ValueError(f"{label} imports {extra[0]} from pytest; test code may use "
+                                 f"{', '.join(pytest_compat.SUPPORTED)} (rlvr.rewards.code.pytest_compat)")
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        for name in names:
+            top = name.split(".")[0]
+            if top != "pytest" and top not in sys.modules and importlib.util.find_spec(top) is None:
+                raise MissingModule(
+                    f"{label} imports {top}, which the interpreter that runs test code ({sys.executable}) "
+                    f"lacks: install it beside rlvr (`{sys.executable} -m pip install {top}`); until then "
+                    "this test cannot judge any program, so none is scored on it")
+
+
+def _test_functions(tree: ast.Module, label: str) -> tuple[str, ...]:
+    """Top-level `def test_...()` functions the test code never calls itself: pytest's tests."""
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and node.name not in called:
+            if len(node.args.args) + len(node.args.posonlyargs) > len(node.args.defaults) \
+                    or node.args.kwonlyargs or node.decorator_list:
+                raise ValueError(f"{label} defines {node.name} with parameters or decorators (pytest fixtures "
+                                 "or parametrize), which are not supported: write each case as a call")
+            found.append(node.name)
+    return tuple(found)
 
 
 def _prefetchable(tree: ast.AST, names: frozenset, alias: dict) -> list[str]:
@@ -232,16 +323,29 @@ class Proxy:
         return f"<candidate function {self._name}>"
 
 
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    """Test code's `import`: `pytest` is rlvr.rewards.code.pytest_compat, installed or not."""
+    if level == 0 and name == "pytest":
+        return pytest_compat
+    return __import__(name, globals, locals, fromlist, level)
+
+
+_TEST_BUILTINS = {**vars(builtins), "__import__": _import}
+
+
 def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[bool, str]:
     """(passed, why not). Raises Undecidable (the dataset's problem, not the candidate's)."""
-    ns = {"__builtins__": builtins, "__name__": "__rlvr_test__"}
+    ns = {"__builtins__": _TEST_BUILTINS, "__name__": "__rlvr_test__"}
     ns.update({m: __import__(m) for m in test.modules})
-    ns.update({n: Proxy(n, runner) for n in test.names})
+    aliases = dict(test.aliases)
+    ns.update({n: Proxy(aliases.get(n, n), runner) for n in test.names})
     runner.failure = None
     try:
         exec(test.code, ns)  # noqa: S102 - dataset test code, trusted; the candidate is behind proxies
         if test.calls_check:
             ns["check"](Proxy(entry_point, runner))
+        for name in test.tests:   # pytest-style: each test function, in order; the first failure decides
+            ns[name]()
         outcome = True, ""
     except (CandidateFailure, Undecidable):
         outcome = False, ""

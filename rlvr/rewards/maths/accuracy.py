@@ -27,10 +27,11 @@ from typing import NamedTuple
 from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.maths.worker import shared_worker
-from rlvr.rewards.maths.forms import Form, answer_key, as_interval, labelled_list, parse_form, unlabel
-from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, clean, decimal_places, exact_value, has_plus_minus,
-                                   is_rounded_decimal, is_words, looks_like_several, squash,
-                                   within_rounding)
+from rlvr.rewards.maths.forms import Form, as_abs_union, as_interval, labelled_list, one_answer, parse_form, unlabel
+from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, MAX_EXPONENT, MAX_FACTORIAL, clean, decimal_places,
+                                          exact_value, has_plus_minus, huge_power, is_rounded_decimal, is_words,
+                                          looks_like_several, squash, within_rounding)
+from rlvr.rewards.maths.units import same_quantity
 
 _PLUS_MINUS = re.compile(r"\\pm\s*(.+)", re.DOTALL)
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
@@ -60,11 +61,13 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     if av is not None and gv is not None:
         if av == gv:
             return True, "correct"
-        # a rounded gold (3.14) takes an exact fraction, or a decimal at least as precise, within
-        # half its last place; never a coarser decimal (3.1)
+        # a rounded gold (3.14: mathnorm.is_rounded_decimal) takes an exact fraction, or a decimal at
+        # least as precise, that rounds to it; never a coarser decimal (3.1)
         places = decimal_places(a)
         if is_rounded_decimal(g) and (places is None or places >= decimal_places(g)) and within_rounding(av, g):
             return True, "correct to the gold's rounding"
+        if places and not is_rounded_decimal(g) and within_rounding(gv, a):
+            return False, f"a rounded decimal for an exact gold: {a} for {g}"
         return False, f"wrong: {a} != {g}"
     if a == g or squash(a) == squash(g):
         return True, "correct"
@@ -81,6 +84,7 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
 
 def _unordered(a_items: list, g_items: list, same, budget: _Budget) -> tuple[bool, str]:
     """Every element matched to one gold element, exact matches first, then symbolic ones."""
+    a_items, g_items = _distinct(a_items), _distinct(g_items)   # a solution written twice is one solution
     if len(a_items) != len(g_items):
         return False, f"{len(a_items)} elements for a gold of {len(g_items)}"
     unmatched_a, unmatched_g = list(a_items), list(g_items)
@@ -93,6 +97,18 @@ def _unordered(a_items: list, g_items: list, same, budget: _Budget) -> tuple[boo
     if unmatched_a:
         return False, f"element {unmatched_a[0]} is not in the gold"
     return True, "correct (same elements)"
+
+
+def _distinct(items: list) -> list:
+    """Items without a tuple written the same way twice (`(3, 2), (3,2)`: one solution); a repeated
+    number stays (`1, 1` may state a double root)."""
+    seen, out = set(), []
+    for item in items:
+        key = squash(item) if isinstance(item, str) and item.startswith("(") else None
+        if key is None or key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def _ordered(a_items, g_items, budget: _Budget) -> tuple[bool, str]:
@@ -135,10 +151,12 @@ def _form_mismatch(a: Form, g: Form) -> str:
 
 
 def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
-    if a.kind == "inequality" and g.kind == "tuple":
+    if a.kind == "inequality" and g.kind == "tuple" and _interval(g):
         a = as_interval(a) or a
     if g.kind == "inequality" and a.kind == "tuple":
-        g = as_interval(g) or g
+        g = as_abs_union(g) or as_interval(g) or g
+    if g.kind == "inequality" and a.kind == "union":
+        g = as_abs_union(g) or g
     if max(len(a.parts), len(g.parts)) > MAX_ITEMS:
         return False, f"more than {MAX_ITEMS} elements"
     if {a.kind, g.kind} <= {"set", "list"}:
@@ -164,11 +182,18 @@ def _forms_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     return _ordered(a.parts, g.parts, budget)
 
 
+def _interval(g: Form) -> bool:
+    """Is a gold pair an interval for certain? `(3, 5)` may be a point; `[3, 5)` and `(3, \\infty)` are not."""
+    return len(g.parts) == 2 and (g.brackets != "()" or any("infty" in p for p in g.parts))
+
+
 def _inequality_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     """Same relations between equal sides; or, for one relation, `right - left` a positive constant
-    times the gold's (`-x > -1` is `x < 1`; `x > 1` is not)."""
+    times the gold's (`-x > -1` is `x < 1`; `x > 1` is not). `!=` is symmetric (`12 \\neq x`)."""
     if a.ops != g.ops:
         return False, "not the same inequality"
+    if a.ops == ("!=",):
+        return _unordered(list(a.parts), list(g.parts), _equal, budget)
     equal, reason = _ordered(a.parts, g.parts, budget)
     if equal or len(a.ops) != 1 or not budget.symbolic:
         return equal, reason
@@ -200,10 +225,17 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
     ans, gold = clean(answer_text), _clean_gold(str(gold_text))
     if not ans.text:
         return False, "empty final answer"
+    if ans.prose and ans.prose.casefold() != gold.prose.casefold():   # the gold's own words are its unit
+        return False, f"prose after the value, not a unit: {ans.prose[:40]!r}"
     if ans.percent and not gold.percent:
         return False, "percent answer for a gold without a percent sign"
     if ans.unit and gold.unit and ans.unit != gold.unit:
+        a, g = exact_value(ans.text), exact_value(gold.text)
+        if a is not None and g is not None and same_quantity(a, ans.measure, g, gold.measure):
+            return True, f"correct (in {ans.unit} for a gold in {gold.unit})"
         return False, f"unit {ans.unit} for a gold in {gold.unit}"
+    if any(c in ans.text for c in "^eE*!") and huge_power(ans.text):
+        return False, f"an exponent over {MAX_EXPONENT} or a factorial over {MAX_FACTORIAL}: too large to compare"
     if has_plus_minus(ans.text) and not has_plus_minus(gold.text):
         return False, "\\pm answer for a single gold value"
     budget = _Budget(time.monotonic() + shared_worker().timeout_s)
@@ -219,12 +251,15 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
     """1.0 when the completion states exactly one final answer and it equals the gold."""
     if after_thinking(completion) is None:
         return Verdict(0.0, "unclosed <think>")
-    cands = final_answers(completion)
-    if not cands:
-        return Verdict(0.0, "no final answer")
-    if len(cands) > 1 and len({answer_key(c) for c in cands}) > 1:
-        return Verdict(0.0, f"several different final answers: {cands[:4]}")
-    equal, reason = check_answer(cands[0], answer)
+    try:
+        cands = final_answers(completion)
+        if not cands:
+            return Verdict(0.0, "no final answer")
+        if len(cands) > 1 and not one_answer(cands):
+            return Verdict(0.0, f"several different final answers: {cands[:4]}")
+        equal, reason = check_answer(cands[0], answer)
+    except RecursionError:   # a bound on nesting, whatever form reached it: never an exception out of here
+        return Verdict(0.0, "answer nested too deeply to read")
     return Verdict(1.0 if equal else 0.0, reason, cands[0][:MAX_ANSWER_CHARS])
 
 

@@ -10,28 +10,53 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS
+from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean
+from rlvr.rewards.maths.units import SCALE_WORDS, read_unit
 
 # "Answer:" anywhere in a line, not only at its start: `\boxed{7} Answer: 8` states two final
 # answers, and both must be seen for the disagreement to score 0.
 # `[^\n]*` to the end of the line, stripped afterwards: the former `(.*?)[ \t]*$` retried the
 # trailing-blank match at every character, quadratic in a long run of blanks.
-_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*:([^\n]*)", re.IGNORECASE)
+# A colon may be fullwidth (`Answer：8`); a second "Answer:" on the same line states a second answer
+# (_line_contents), not a part of the first.
+_ANSWER_LINE = re.compile(r"(?<![a-z])answer[ \t*_]*[:：]([^\n]*)", re.IGNORECASE)
+_LABEL = re.compile(r"(?<![a-z])answer[ \t*_]*[:：]", re.IGNORECASE)
+_NEXT_LINE = re.compile(r"[ \t*_]*\n[ \t]*\n?[ \t]*([^\n]*)")
+_TRAILING_FINAL = re.compile(r"(?:\bthe)?\s*\bfinal$", re.IGNORECASE)
+# GSM8K's (and verl's) final answer: a line `#### 72`; a markdown heading (`#### Step 1`) opens with a word.
+_HASHES = re.compile(r"^[ \t]*####[ \t]*([^A-Za-z \t\n][^\n]*)$", re.MULTILINE)
+_WORD_AFTER_BOX = re.compile(r"[ \t]+([A-Za-z’']+)\b")
+_HEADING_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+_FENCE = re.compile(r"^[ \t]*```[^\n]*\n[\s\S]*?^[ \t]*```[ \t]*$", re.MULTILINE)
+# What may follow a chat template's special token on the line it ends: more tokens and a role name.
+_AFTER_TOKEN = re.compile(r"(?:<\|[^|\n]{1,40}\|>|\s|user|assistant|system)*")
 # `Answer $9$`, `Answer \(9\)`, `Answer \[ 9 \]`: no colon, but a line that opens with the word and
 # then math that ends the line. Only at a line's start (prose says "the answer $x$ must ..."); each
 # segment read to at most 300 characters (longer answers are refused anyway): a bounded scan.
-_ANSWER_MATH = re.compile(r"^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_]*(?:\$\$([^$]{1,300})\$\$|\$([^$\n]{1,300})\$"
-                          r"|\\\(((?:(?!\\\))[^\n]){1,300})\\\)|\\\[((?:(?!\\\])[\s\S]){1,300})\\\])[ \t.]*$",
-                          re.IGNORECASE | re.MULTILINE)
+# The word capitalised (`Answer`, `ANSWER`), on a line after one that does not end mid-sentence (in a
+# letter, digit or comma): wrapped prose ("the candidate\nanswer $13$\ninto ...") is no answer.
+_ANSWER_MATH = re.compile(r"(?:\A|(?<![A-Za-z0-9,; \t])[ \t]*\n)[ \t#*_]*(?:(?:Final|FINAL)[ \t]+)?(?:Answer|ANSWER)"
+                          r"[ \t*_]*(?:\$\$([^$]{1,300})\$\$|\$([^$\n]{1,300})\$"
+                          r"|\\\(((?:(?!\\\))[^\n]){1,300})\\\)|\\\[((?:(?!\\\])[\s\S]){1,300})\\\])"
+                          r"[ \t.]*(?:<\|[^|\n]{1,40}\|>[ \t]*)*$",
+                          re.MULTILINE)
 _FRAMING = re.compile(r"(?:the\s+)?(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
 _HOPE = "i hope it is correct"
 # Minerva-style lines written as a sentence (`Final Answer: The volume of $ABCD$ is 120.`): the value
 # after the sentence's last "is", when nothing before it hedges or negates and nothing after it is a word.
 _IS = re.compile(r"\s(?:is|are|equals)\s", re.IGNORECASE)
-_HEDGE = re.compile(r"\b(?:not|no|never|n't|or|either|neither|nor|unless|except|if|maybe|perhaps|possibly|probably)\b",
-                    re.IGNORECASE)
+# A statement is plain when none of these stand anywhere in it: negations (contractions included),
+# hedges, alternatives, conditions, and the words that quote a claim or a question instead of stating
+# a result ("the claim to prove is that ...", "we check whether ...").
+_HEDGE = re.compile(r"n['’]t\b|\b(?:not|no|none|never|nothing|cannot|wrong|incorrect|false|or|either|neither|"
+                    r"nor|unless|except|if|whether|maybe|perhaps|possibly|probably|likely|unlikely|might|"
+                    r"guess|think|believe|seems?|appears?|estimated?|suspect|doubt|unsure|uncertain|assume|assuming|suppose|claim|claims|"
+                    r"prove|show|shown|question|asks|asked|ask|given|want|wants|need|needs|suggests?|"
+                    r"approximately|about|around|roughly|nearly|almost)\b", re.IGNORECASE)
+_LETTER_MATH = re.compile(r"\$[^$]*[A-Za-z][^$]*\$")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _GOLD_OR = re.compile(r"\bor\b")   # in a gold (trusted), "or" lists the solutions; in an answer it hedges
+_GOLD_LABELLED = re.compile(r"([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*([^=]+)")
 # One math segment framed by a few fixed phrases (`\boxed{Therefore $x \geq 5$ is the solution.}`,
 # `We find that $x < 3$.`): the segment is the answer. Other prose around math stays as written.
 _MATH_SEGMENT = re.compile(r"\$([^$]+)\$|\\\((.+?)\\\)")
@@ -41,20 +66,33 @@ _TAIL = re.compile(r"\s*(?:is\s+(?:the|our)\s+(?:solution|answer))?\s*[.!]?\s*",
 # What may stand between the boxes of a gold written as several (`\boxed{1} and \boxed{-2}`):
 # separators and math delimiters only; any other word (`\boxed{1} no no \boxed{2}`) keeps the gold as is.
 _BRACE = re.compile(r"[{}]")
+_BOX_SPACE = re.compile(r"[ \t]*")
+_AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*"
+                        r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
+                        r"\s*\{[^{}\n]{0,80}\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?|\^\s*\{?\s*\\circ\s*\}?|°)")
+# A `%` not after a digit or a backslash opens a LaTeX comment: a box after it on its line does not render.
+_COMMENT = re.compile(r"(?<![\d\\])%(?=[^\n]*\\boxed)[^\n]*")
 _PLAIN_LINE = re.compile(r"[\d.,+\-/ ]*")
 _CLOSE = str.maketrans("([", ")]")
 _GOLD_GLUE = re.compile(r"(?:[\s,;.$]|\\[()\[\]]|\\quad|\\text\{\s*and\s*\}|\band\b)*")
 
 
-def _box_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of every closed \\boxed{...}, nested braces balanced; an unclosed box is skipped."""
+def _box_spans(text: str) -> list[tuple[int, int, int]]:
+    """(start, end, content start) of every closed \\boxed{...} (`\\boxed {` too), nested braces
+    balanced; an unclosed box is skipped."""
     found, start = [], 0
-    while (i := text.find("\\boxed{", start)) != -1:
+    while (i := text.find("\\boxed", start)) != -1:
+        k = i + len("\\boxed")
+        if text[k:k + 1] != "{":   # `\boxed {`: a box too; `\boxedx` is none
+            k = _BOX_SPACE.match(text, k).end()
+            if text[k:k + 1] != "{":
+                start = k
+                continue
         depth, start = 1, len(text)  # unclosed: nothing after it can close either
-        for m in _BRACE.finditer(text, i + len("\\boxed{")):  # brace to brace, not character by character
+        for m in _BRACE.finditer(text, k + 1):  # brace to brace, not character by character
             depth += 1 if m.group() == "{" else -1
             if depth == 0:
-                found.append((i, m.end()))
+                found.append((i, m.end(), k + 1))
                 start = m.end()
                 break
     return found
@@ -62,7 +100,7 @@ def _box_spans(text: str) -> list[tuple[int, int]]:
 
 def boxed_contents(text: str) -> list[str]:
     """Contents of every \\boxed{...}, with nested braces balanced; an unclosed box is skipped."""
-    return [text[i + len("\\boxed{"):j - 1] for i, j in _box_spans(text)]
+    return [text[k:j - 1] for _, j, k in _box_spans(text)]
 
 
 def answer_tags(text: str) -> list[str]:
@@ -89,13 +127,18 @@ def after_thinking(text: str) -> str | None:
 
 def line_answer(content: str) -> str:
     """What an answer line states, without markdown emphasis, Minerva's framing, `$...$` or a box
-    that holds all of it."""
+    that holds all of it. A cut point (a chat template's token, Minerva's "I hope it is correct")
+    ends the line only when nothing but more tokens or punctuation follows it: text after one is
+    part of the answer, which then reads as no single value."""
     s = content.strip()
     if _PLAIN_LINE.fullmatch(s):  # `Answer: 42`, most lines: nothing to undress (checks per second)
         return s.removesuffix(".").strip()
     s = s.strip("*_").strip()
-    s = s.split("<|", 1)[0]   # a chat template's special token ends the model's turn (`<|im_start|>user`)
-    if (hope := s.lower().find(_HOPE)) != -1:   # nor is anything after Minerva's closing words
+    if s[-5:].lower() == "final":   # `Answer: 12. Final Answer: 13`: the second label's first word
+        s = (s[:-40] + _TRAILING_FINAL.sub("", s[-40:])).strip().strip("*_").strip()   # a bounded tail: linear
+    if (token := s.find("<|")) != -1 and _AFTER_TOKEN.fullmatch(s, token):
+        s = s[:token]   # `Answer: 12<|im_end|><|im_start|>user`: the model's turn ended there
+    if (hope := s.lower().find(_HOPE)) != -1 and not s[hope + len(_HOPE):].strip(" \t.!*_"):
         s = s[:hope].rstrip()
     if m := _FRAMING.match(s):
         s = s[m.end():]
@@ -104,24 +147,43 @@ def line_answer(content: str) -> str:
     s = s.strip().removesuffix(".").strip().strip("$").strip().strip("*_").strip()
     if s[:2] in ("\\(", "\\[") and s[-2:] == s[:2].translate(_CLOSE):  # `\((-6, 10)\)`: delimiters, not brackets
         s = s[2:-2].strip()
-    spans = _box_spans(s)
-    if spans and all(not s[a:b].strip() for a, b in zip([0] + [j for _, j in spans], [i for i, _ in spans] + [len(s)])):
-        # only boxes on the line: they are counted as boxes
-        return s[spans[0][0] + len("\\boxed{"):spans[0][1] - 1].strip() if len(spans) == 1 else ""
+    return _unboxed(s)
+
+
+def _unboxed(s: str) -> str:
+    """Boxes in a stated answer: only boxes (`\\boxed{12}`) are counted as boxes ("" for several,
+    their content for one); one box inside an answer (`x = \\boxed{12}`) is read as its content."""
+    spans = _box_spans(s) if "boxed" in s else []
+    if not spans:
+        return s
+    gaps = zip([0] + [j for _, j, _ in spans], [i for i, _, _ in spans] + [len(s)])
+    if all(not s[a:b].strip() for a, b in gaps):
+        return s[spans[0][2]:spans[0][1] - 1].strip() if len(spans) == 1 else ""
+    if len(spans) == 1:
+        i, j, k = spans[0]
+        return (s[:i] + s[k:j - 1] + s[j:]).strip()
     return s
 
 
 def gold_answer(gold: str) -> str:
     """The gold's own answer when the gold is written out with boxes (a worked solution, `x \\in
-    \\boxed{[0, 7)}`): one box is its content, several boxes joined only by separators are one list;
+    \\boxed{[0, 7)}`): one box is its content, several boxes joined only by separators are one list,
+    several boxes of one content (a worked solution that boxes its answer twice) that content;
     values joined by "or" are the list of solutions; any other gold is used as written. The gold is
     trusted data, never a candidate."""
-    spans = _box_spans(gold) if "\\boxed{" in gold else []
-    between = [gold[j:i] for (_, j), (i, _) in zip(spans, spans[1:])]
-    if spans and all(_GOLD_GLUE.fullmatch(b) for b in between):
-        gold = ", ".join(gold[i + len("\\boxed{"):j - 1].strip() for i, j in spans)
+    if "####" in gold:   # GSM8K: a worked solution (with `<<3*4=12>>` marks), then `#### 12`
+        gold = gold.rsplit("####", 1)[1].strip()
+    spans = _box_spans(gold) if "boxed" in gold else []
+    between = [gold[j:i] for (_, j, _), (i, _, _) in zip(spans, spans[1:])]
+    contents = [gold[k:j - 1].strip() for _, j, k in spans]
+    if spans and (all(_GOLD_GLUE.fullmatch(b) for b in between) or len(set(contents)) == 1):
+        gold = ", ".join(dict.fromkeys(contents)) if len(set(contents)) == 1 else ", ".join(contents)
     if "or" in gold and len(parts := _GOLD_OR.split(gold)) > 1 and not any(_WORD.search(p) for p in parts):
-        gold = ", ".join(p.strip().strip("$").strip() for p in parts)   # `(11,7) or (7,11)`: every solution
+        parts = [p.strip().strip("$").strip() for p in parts]   # `(11,7) or (7,11)`: every solution
+        labels = {m.group(1).strip() if (m := _GOLD_LABELLED.fullmatch(p)) else None for p in parts}
+        if len(labels) == 1 and None not in labels:   # `x = 5 or x = -5`: the values of the one unknown
+            parts = [_GOLD_LABELLED.fullmatch(p).group(2).strip() for p in parts]
+        gold = ", ".join(parts)
     return _semicolons_as_commas(gold) if ";" in gold else gold
 
 
@@ -147,30 +209,81 @@ def _semicolons_as_commas(gold: str) -> str:
 
 
 def final_answers(text: str) -> list[str]:
-    """Every final-answer candidate after the reasoning, in the three accepted forms; an answer
-    line with nothing on it (`**Final Answer:**` above a box) states none."""
+    """Every final-answer candidate after the reasoning, in every accepted form: answer lines (the
+    line after a bare `Final Answer:` when it has nothing on it), `Answer $9$`, tags, boxes, GSM8K's
+    `#### 9`. Code blocks and LaTeX comments render no answer and are skipped."""
     body = after_thinking(text)
     if body is None:
         return []
-    cands = [line_answer(m.group(1)) for m in _ANSWER_LINE.finditer(body)]
+    if "```" in body:   # `print(f"Answer: {x}")` in shown code states nothing
+        body = _FENCE.sub("", body)
+    if "%" in body:
+        body = _COMMENT.sub("", body)
+    cands = [line_answer(c) for c in _line_contents(body)]
     math = "$" in body or "\\(" in body or "\\[" in body   # math delimiters: most completions have none
     if math:
         cands += [next(g for g in m.groups() if g is not None) for m in _ANSWER_MATH.finditer(body)]
-    cands += answer_tags(body)
-    cands += boxed_contents(body)
+    if "<answer>" in body:
+        cands += [_unboxed(t.strip()) for t in answer_tags(body)]
+    if "boxed" in body:
+        cands += _boxes_with_units(body)
+    if "####" in body:
+        cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body) if _hashes_value(m.group(1))]
     if math:
         cands = [_math_of_prose(c) for c in cands]
     return [c.strip() for c in cands if c.strip()]
+
+
+def _hashes_value(content: str) -> bool:
+    """Is a `####` line a final answer, not a numbered markdown heading (`#### 2. Add the costs`)?
+    Words on it must be its unit."""
+    return not _HEADING_WORD.search(content) or bool(clean(content.strip()).unit)
+
+
+def _boxes_with_units(body: str) -> list[str]:
+    """Each box's content with the `\\text{...}` (or degree sign) right after it: `\\boxed{24} \\text{ cm}`
+    is 24 cm, and `\\boxed{24} \\text{ is not right}` is no plain 24."""
+    out = []
+    for _, j, k in _box_spans(body):
+        after = _AFTER_BOX.match(body, j) if body[j:j + 1] in (" ", "\t", "$", "\\", "^", "°") else None
+        word = _WORD_AFTER_BOX.match(body, j) if after is None and body[j:j + 1] in (" ", "\t") else None
+        if word and not (read_unit(word.group(1), prose=True) or word.group(1).lower() in SCALE_WORDS
+                         or _HEDGE.search(word.group(1))):
+            word = None   # `\boxed{12} is the total`: prose about the box, not part of it
+        out.append(body[k:j - 1] + (" " + after.group(1) if after else " " + word.group(1) if word else ""))
+    return out
+
+
+def _line_contents(body: str) -> list[str]:
+    """What every answer label states: the rest of its line up to the next label on that line, or
+    the next line when nothing stands after it."""
+    out = []
+    for m in _ANSWER_LINE.finditer(body):
+        parts = _LABEL.split(m.group(1)) if "nswer" in m.group(1) or "NSWER" in m.group(1) else [m.group(1)]
+        out += parts[:-1]
+        out.append(parts[-1] if parts[-1].strip(" \t*_") else _next_line(body, m.end()))
+    return out
+
+
+def _next_line(body: str, end: int) -> str:
+    m = _NEXT_LINE.match(body, end)
+    return m.group(1) if m else ""
 
 
 def _stated(line: str) -> str:
     """`The largest $n$ is 34.` -> `34`; any other line as it is."""
     s = line.strip().removesuffix(".").strip()
     verbs = list(_IS.finditer(s)) if len(s) <= MAX_ANSWER_CHARS else []
-    if not verbs or _HEDGE.search(s) or not _WORD.search(s[:verbs[-1].start()]):
+    if not verbs or _HEDGE.search(s):
+        return line
+    subject = s[:verbs[-1].start()]
+    if not _WORD.search(subject) and not _LETTER_MATH.search(subject):   # `$x$ is 12`, never `$13$ is 12`
         return line
     value = s[verbs[-1].end():].strip()
-    return value if value and not _WORD.search(value) else line
+    if value and _WORD.search(value):   # words after the value: only a unit (`is 120 cubic units`)
+        norm = clean(value)
+        return value if norm.unit and not norm.prose and not _WORD.search(norm.text) else line
+    return value or line
 
 
 def _math_of_prose(answer: str) -> str:

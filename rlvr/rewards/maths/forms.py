@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from rlvr.rewards.maths.normalise import _THOUSANDS, MAX_ANSWER_CHARS, clean, exact_value, squash
+from rlvr.rewards.maths.normalise import _THOUSANDS, MAX_ANSWER_CHARS, clean, decimal_comma, exact_value, squash
 
 _INEQUALITIES = {"\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=", "\\lt": "<", "\\gt": ">",
                  "≤": "<=", "≥": ">=", "<=": "<=", ">=": ">=", "<": "<", ">": ">",
@@ -16,7 +16,9 @@ _INEQ_TOKENS = sorted(_INEQUALITIES, key=len, reverse=True)
 _SUB = r"(?:_\{?\w+\}?)?"
 # What may stand left of `=` in a labelled answer: a name (`x`, `a_1`, `\theta`, `f(x)`, `P(2)`)
 # or a tuple of names (`(p, q)`); never a number or an expression (`5 = 3` is a chain, not a label).
-_LABEL = re.compile(r"(?:[a-zA-Z]+" + _SUB + r"|\\(?!pi\b|infty\b)[a-zA-Z]+" + _SUB + r")(?:\([^()=]*\))?"
+_NOT_LABELS = r"(?!(?:not|no|none|never|maybe|perhaps|possibly|probably|approx\w*|about|around|roughly|nearly|" \
+              r"almost|wrong|false|incorrect|answer|final|is)\b)"   # `Answer: not = 12` has no label
+_LABEL = re.compile(_NOT_LABELS + r"(?:[a-zA-Z]+" + _SUB + r"|\\(?!pi\b|infty\b)[a-zA-Z]+" + _SUB + r")(?:\([^()=]*\))?"
                     r"|\(\s*[a-zA-Z]" + _SUB + r"(?:\s*,\s*[a-zA-Z]" + _SUB + r")*\s*\)")
 # A gold's label may be any name for the quantity asked (`|AB|`, `V_1:V_2`, `\frac{NO}{BO}`): no
 # digit outside a subscript, no operator. Only the trusted gold gets this latitude (`2x + z = 1` keeps its 1).
@@ -113,9 +115,11 @@ def _bracketed(s: str) -> Form:
         items = split_top(s[1:-1], [","])[0]
         if len(items) > 1:
             return Form("tuple", tuple(items), s[0] + s[-1])
+        if s[0] == "(" and _MATRIX.fullmatch(items[0]):   # `(\begin{pmatrix}...\end{pmatrix})`: the matrix
+            return parse_form(items[0])
         return Form("value", (s,))
-    if "," in s and not _THOUSANDS.match(s):
-        return Form("list", tuple(split_top(s, [","])[0]))
+    if "," in s and not _THOUSANDS.match(s) and not decimal_comma(s) and len(items := split_top(s, [","])[0]) > 1:
+        return Form("list", tuple(items))
     return Form("value", (s,))
 
 
@@ -164,17 +168,65 @@ def as_interval(form: Form) -> Form | None:
     return Form("tuple", (low, high), ("[" if left == "<=" else "(") + ("]" if right == "<=" else ")"))
 
 
-def answer_key(answer: str) -> str:
-    """What two stated answers must share to count as one: the value of an exact number, else the
-    cleaned text without whitespace; a label is dropped (`x = 5` is 5), a percent sign is kept.
-    An overlong answer (refused later in any case) is its own text, never parsed."""
+_ABSOLUTE = re.compile(r"\|\s*([a-zA-Z](?:_\{?\w+\}?)?)\s*\|")
+
+
+def as_abs_union(form: Form) -> Form | None:
+    """`1 \\le |z| \\le 2` -> [-2, -1] \\cup [1, 2]; `|x| > 3` -> (-\\infty, -3) \\cup (3, \\infty): the
+    intervals an inequality on one variable's absolute value describes, for a bound of 0 or more."""
+    sides = list(form.parts)
+    where = [i for i, side in enumerate(sides) if _ABSOLUTE.fullmatch(side)]
+    if len(where) != 1:
+        return None
+    sides[where[0]] = _ABSOLUTE.fullmatch(sides[where[0]]).group(1)
+    band = as_interval(Form("inequality", tuple(sides), ops=form.ops))
+    if band is None:
+        return None
+    (low, high), (left, right) = band.parts, band.brackets
+    if low == "-\\infty" and high != "\\infty":                  # |x| < b: (-b, b)
+        return Form("tuple", (f"-{high}", high), ("[" if right == "]" else "(") + right)
+    if (v := exact_value(low)) is None or v < 0:
+        return None
+    flip = {"(": ")", "[": "]"}
+    negative = Form("tuple", ("-\\infty" if high == "\\infty" else f"-{high}", f"-{low}"),
+                    ("(" if high == "\\infty" else "[" if right == "]" else "(") + flip[left])
+    return Form("union", (negative, Form("tuple", (low, high), left + right)))
+
+
+def answer_parts(answer: str) -> tuple[str, str]:
+    """(value key, unit) of a stated answer: the value of an exact number, else the cleaned text
+    without whitespace, a set's elements sorted; a label is dropped (`x = 5` is 5), a percent sign
+    kept. The unit is its canonical name, or the prose that followed the value (`~thousand`). An
+    overlong answer (refused later in any case) is its own text, never parsed."""
     if len(answer) > MAX_ANSWER_CHARS:
-        return answer
+        return answer, ""
     norm = clean(answer)
     text = norm.text
-    form = parse_form(text) if "=" in text or "\\in" in text else None
+    form = parse_form(text) if "=" in text or "\\in" in text or "{" in text else None
     if form is not None and form.kind == "equation" and is_label(form.parts[0]):
-        text = form.parts[1]
+        form = parse_form(text := form.parts[1])
     value = exact_value(text)
-    key = str(value) if value is not None else squash(text)
-    return key + "%" if norm.percent else key
+    if value is not None:
+        key = str(value)
+    elif form is not None and form.kind == "set":   # `{1, 2}` and `{2, 1}` are one answer
+        key = "{" + ",".join(sorted(str(v) if (v := exact_value(p)) is not None else squash(p)
+                                    for p in form.parts)) + "}"
+    else:
+        key = squash(text)
+    return key + "%" if norm.percent else key, ("~" + norm.prose) if norm.prose else norm.unit
+
+
+def answer_key(answer: str) -> str:
+    """What two stated answers must share to count as one (answer_parts): value and unit."""
+    key, unit = answer_parts(answer)
+    return f"{key} {unit}" if unit else key
+
+
+def one_answer(cands: list[str]) -> bool:
+    """Do these stated answers state one answer? One value, and at most one unit among them (`12`
+    and `12 cm` are one answer; `12 m` and `12 km`, or `12` and `12 thousand`, are two)."""
+    if all(c == cands[0] for c in cands):   # the same text twice (a box and its line): one answer
+        return True
+    parts = {answer_parts(c) for c in cands}
+    return len({k for k, _ in parts}) <= 1 and len({u for _, u in parts if u}) <= 1 \
+        and (len(parts) == 1 or not any(u.startswith("~") for _, u in parts))

@@ -23,6 +23,7 @@ WORKER_MEMORY_BYTES = 2 * 1024 ** 3
 _COMMANDS = {r"\pi": " pi ", r"\cdot": "*", r"\times": "*", r"\div": "/", r"\infty": " oo ",
              r"\ln": " log", r"\log": " log", r"\sin": " sin", r"\cos": " cos", r"\tan": " tan",
              r"\sec": " sec", r"\csc": " csc", r"\cot": " cot", r"\exp": " exp"}
+_JUXTAPOSED = re.compile(r"\)\s*[\d.]")
 _ALLOWED = re.compile(r"^[0-9a-zA-Z\s+\-*/^().,\[\]!]*$")
 _NAMES = {"pi", "oo", "log", "sin", "cos", "tan", "sec", "csc", "cot", "exp", "sqrt", "e", "i", "binomial",
           "factorial"}
@@ -100,6 +101,23 @@ def _structure(s: str) -> str:
     return "".join(out)
 
 
+def _braces(s: str) -> str:
+    """Brace groups as LaTeX renders them: an exponent's or subscript's group, or one raised to a
+    power, is a parenthesised group; any other group only groups (`5{6}` renders as 56, not 5*6)."""
+    if "{" not in s:
+        return s.replace("}", ")")
+    out, stack = list(s), []
+    for i, ch in enumerate(s):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            j = stack.pop()
+            before, after = s[:j].rstrip()[-1:], s[i + 1:].lstrip()[:1]
+            keep = before in ("^", "_") or after == "^"
+            out[j], out[i] = ("(", ")") if keep else ("", "")
+    return "".join(out).replace("{", "(").replace("}", ")")
+
+
 def latex_to_text(s: str) -> str:
     """A whitelisted rewrite of LaTeX into sympy syntax; anything unknown is refused."""
     for short in ("\\dfrac", "\\tfrac"):
@@ -109,7 +127,9 @@ def latex_to_text(s: str) -> str:
     s = _structure(s)
     for cmd in sorted(_COMMANDS, key=len, reverse=True):
         s = s.replace(cmd, _COMMANDS[cmd])
-    s = s.replace("{", "(").replace("}", ")").replace("^", "**")
+    s = _braces(s).replace("^", "**")
+    if _JUXTAPOSED.search(s):   # `\frac{1}{2}3`, `\frac12 3`: two numbers side by side, no product
+        raise ValueError("numbers side by side")
     if "\\" in s or not _ALLOWED.match(s):
         raise ValueError("unsupported notation")
     words = set(re.findall(r"[a-zA-Z_]+", s)) - _NAMES
@@ -160,7 +180,8 @@ def compare(answer: str, gold: str, tol: str | None, mode: str = "equal") -> tup
     if sympy.simplify(a - g) == 0:
         return True, "equivalent"
     if tol is not None and not a.free_symbols and not g.free_symbols:
-        if abs(sympy.N(a - g, 30)) <= sympy.Rational(tol):
+        diff = a - g if (a - g).is_Rational else sympy.N(a - g, 30)   # a rational difference exactly
+        if abs(diff) < sympy.Rational(tol):   # strictly: a tie rounds either way
             return True, "equal to the gold's rounding"
     return False, "not equivalent"
 
