@@ -210,7 +210,7 @@ def engine_sample(job: dict):
     from rlvr.config import build_config
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model
-    from rlvr.rollout.engines import make_engine
+    from rlvr.rollout.engines import make_engine, rollout_weights
 
     cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", f"--train.device={job['device']}",
                                      *shlex.split(job["overrides"])])
@@ -218,8 +218,9 @@ def engine_sample(job: dict):
     precision = resolve_precision(cfg.train.mixed_precision, device)
     model, tok = load_model(cfg.model.name, cfg.model.dtype, device)
     engine = make_engine(cfg, model.eval(), Path(job["work"]), precision)
-    print(f"engine: model.dtype {cfg.model.dtype}, precision {precision}, rollout.weights {cfg.rollout.weights}",
-          flush=True)
+    weights = rollout_weights(cfg.rollout.weights, device, precision)
+    print(f"engine: model.dtype {cfg.model.dtype}, precision {precision}, rollout.weights {cfg.rollout.weights} "
+          f"({weights})", flush=True)
 
     def run(prompts: list[list[int]], n: int) -> int:
         rows = list(range(len(prompts)))

@@ -262,3 +262,17 @@ def test_anchored_makes_the_paths_that_exist_absolute(tmp_path, monkeypatch):
         "Qwen/Qwen2.5-0.5B-Instruct"
     assert [short_name(k) for k in got.rewards.weights] == ["my_rewards.py:f", "verl:my_rewards.py:g", "mypkg.r:h",
                                                             "format", "missing.py:k"]
+
+
+def test_yaml_words_that_version_1_1_reads_as_booleans_stay_strings(tmp_path):
+    # train.mixed_precision is a string setting whose values include "no": PyYAML's YAML 1.1 rules would
+    # turn `no` into False and refuse it; only true/false are booleans, in files and on the command line
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  name: tiny-random\ntrain:\n  mixed_precision: no\n  gradient_checkpointing: true\n")
+    cfg = build_config(path, [])
+    assert cfg.train.mixed_precision == "no" and cfg.train.gradient_checkpointing is True
+    cfg = build_config(None, ["--model.name=tiny-random", "--train.mixed_precision=no",
+                              "--train.gradient_checkpointing=false"])
+    assert cfg.train.mixed_precision == "no" and cfg.train.gradient_checkpointing is False
+    with pytest.raises(ConfigError, match="train.gradient_checkpointing"):
+        build_config(None, ["--model.name=tiny-random", "--train.gradient_checkpointing=off"])

@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import re
 import sys
 import textwrap
 import types
@@ -26,6 +27,23 @@ import yaml
 
 from rlvr.config.sections import Config, ConfigError
 from rlvr.config.validate import validate
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML with only true/false as booleans (YAML 1.2): PyYAML's 1.1 rules read `no`, `off`, `yes` and
+    `on` as booleans, so `train.mixed_precision: no` or `--train.mixed_precision=no` would reach a string
+    setting as False."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+
+
+def _yaml(text: str):
+    return yaml.load(text, Loader=_Loader)
 
 
 def _hints(cls) -> dict[str, object]:
@@ -150,7 +168,7 @@ def load_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _yaml(path.read_text())
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         line = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -170,7 +188,7 @@ def parse_override(arg: str) -> tuple[str, object]:
         raise ConfigError(f"override '{arg}' must look like --section.key=value")
     key, raw = arg[2:].split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = _yaml(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
     return key, value
