@@ -17,8 +17,6 @@ from typing import Callable, Iterable
 
 from rlvr.errors import RlvrError
 
-PYTHON_PREFIX = "python:"  # a callable handed to rlvr.fit, named by its __name__ (rlvr.rewards.base reads it)
-
 
 def is_verl_scorer(fn: Callable) -> bool:
     """verl's compute_score(data_source, solution_str, ground_truth, extra_info), one sample or batched;
@@ -33,6 +31,7 @@ def is_verl_scorer(fn: Callable) -> bool:
 def name_rewards(rewards) -> tuple[dict[str, float], dict[str, Callable]]:
     """rewards.weights and the callables by their names, from a dict {reward: weight}, a list (weight 1
     each, as TRL's reward_funcs) or one reward; a reward is a callable or a name rlvr train takes."""
+    from rlvr.rewards.base import PYTHON_PREFIX
     from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
 
     if callable(rewards) or isinstance(rewards, str):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.base import RewardFunction, score_batch
+from rlvr.rewards.base import RewardFunction, score_batch, short_name
 from rlvr.rewards.call import TrainerState, as_chat, dataset_columns
 from rlvr.tasks import Problem
 
@@ -57,14 +57,15 @@ def choose_grader(rewards: list[RewardFunction], name: str = "", threshold: floa
     if name == BUILTIN or name in BUILTIN_CHECKS:
         return Grader(why=f"eval.grader={name}")
     if name:
-        chosen = next((rf for rf in rewards if rf.name == name), None)
+        # a reward's name leaves out a .py file's folders: the key as written in rewards.weights names it too
+        chosen = next((rf for rf in rewards if rf.name in (name, short_name(name))), None)
         if chosen is None:
             raise RlvrError(f"eval.grader={name!r} is not a key of rewards.weights (keys: {', '.join(names)}); "
                             f"name one of them or '{BUILTIN}'")
         if name in NOT_GRADERS:
             raise RlvrError(f"eval.grader={name!r}: the built-in '{name}' reward does not check answers; name a "
                             f"correctness reward of rewards.weights or '{BUILTIN}'")
-        return Grader(name, chosen, threshold, "eval.grader")
+        return Grader(chosen.name, chosen, threshold, "eval.grader")
     builtin = [n for n in names if n in BUILTIN_CHECKS]
     if builtin:
         return Grader(why=f"rewards.weights has the built-in '{builtin[0]}'")

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rlvr.api import PYTHON_PREFIX
 from rlvr.errors import RlvrError
 from rlvr.rewards.call import Reward, RewardLog, Verdict, as_scores, completion_text, invoke, run_all
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
@@ -17,6 +16,7 @@ from rlvr.tasks.base import as_text
 
 
 MAX_REASON_CHARS = 300
+PYTHON_PREFIX = "python:"  # names a callable handed to rlvr.fit (by its __name__): config.yaml cannot hold it
 
 
 def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:

@@ -57,17 +57,19 @@ def read_jsonl(path):
 def test_training_and_rlvr_eval_grade_with_the_users_own_reward(tmp_path, user, capsys):
     data, module, fns = user
     trl, verl = f"{module}:my_reward", f"verl:{module}:compute_score"
+    # the run names a reward by its spec less the file's folders (config.yaml holds the absolute path)
+    trl_name, verl_name = "user_rewards.py:my_reward", "verl:user_rewards.py:compute_score"
     out = tmp_path / "run"
     assert main(["train", f"--task.name={data}", "--task.columns.prompt=question", "--task.heldout_size=6",
                  "--task.few_shot=0", "--model.name=tiny-random", f"--rewards.weights={{{trl}: 1.0, {verl}: 1.0}}",
                  "--rollout.prompts_per_step=2", "--rollout.group_size=2", "--rollout.max_new_tokens=8",
                  "--eval.max_new_tokens=8", "--train.steps=2", "--train.eval_every=1", f"--train.out={out}"]) == 0
     err = capsys.readouterr().err
-    assert f"evaluation graded by your reward '{verl}' (a verl compute_score" in err
-    assert f"accuracy = graded by your reward '{verl}'" in err  # the before/after table says so
+    assert f"evaluation graded by your reward '{verl_name}' (a verl compute_score" in err
+    assert f"accuracy = graded by your reward '{verl_name}'" in err  # the before/after table says so
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["grader"] == verl
+    assert summary["grader"] == verl_name
     for tag in ("before", "after"):  # every held-out record is the user's verdict on its completion
         recs = read_jsonl(out / f"eval_{tag}.jsonl")
         assert len(recs) == 6
@@ -83,10 +85,10 @@ def test_training_and_rlvr_eval_grade_with_the_users_own_reward(tmp_path, user, 
     ev = tmp_path / "ev"
     assert main(["eval", str(out / "config.yaml"), "--model", str(out / "final"), "--k", "2", "--n", "4",
                  f"--eval.grader={trl}", "--out", str(ev)]) == 0
-    assert f"evaluation graded by your reward '{trl}' (eval.grader)" in capsys.readouterr().err
+    assert f"evaluation graded by your reward '{trl_name}' (eval.grader)" in capsys.readouterr().err
     doc = json.loads((ev / "eval.json").read_text())
     rows = read_jsonl(ev / "samples.jsonl")
-    assert doc["grader"] == trl and len(rows) == 4
+    assert doc["grader"] == trl_name and len(rows) == 4
     assert [r["greedy_correct"] for r in rows] == [fns.my_reward([r["greedy"]], [r["answer"]])[0] for r in rows]
     for r in rows:
         assert r["sampled_correct"] == fns.my_reward(r["sampled"], [r["answer"]] * len(r["sampled"]))
@@ -97,4 +99,4 @@ def test_training_and_rlvr_eval_grade_with_the_users_own_reward(tmp_path, user, 
     assert main(["eval", str(out / "config.yaml"), "--model", str(out / "final"), "--k", "2", "--n", "4",
                  f"--eval.grader={verl}", "--eval.grader_threshold=0", "--out", str(ev0)]) == 0
     doc0 = json.loads((ev0 / "eval.json").read_text())
-    assert (doc0["grader"], doc0["pass@1"], doc0["pass@2"], doc0["format-free@1"]) == (verl, 1.0, 1.0, 1.0)
+    assert (doc0["grader"], doc0["pass@1"], doc0["pass@2"], doc0["format-free@1"]) == (verl_name, 1.0, 1.0, 1.0)
