@@ -83,6 +83,13 @@ def peak_gib(device: str) -> float:
     return kib / 2**20
 
 
+def process_peak(device: str, *phase_lists) -> float:
+    """The whole process's peak: the allocator's peak since its last reset, or a phase's, if higher. Both
+    frameworks' steps reset the allocator's peak between phases (rlvr's loop and same_work.run_trl), so its
+    reading at the end covers only the last phase."""
+    return max([peak_gib(device)] + [v for phases in phase_lists for v in phases if v is not None])
+
+
 def is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and any(t in str(e) for t in OOM_TEXTS))
 
@@ -109,12 +116,14 @@ def rlvr_steps(job: dict) -> dict:
         if is_oom(e):
             return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"])}
         raise
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][job["warmup"]:]
+    every = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = every[job["warmup"]:]
     col = lambda key: [r.get(key) for r in rows]
+    peak = process_peak(job["device"], [r.get("memory/step_peak_gib") for r in every])
     return {"step_s": col("time/step_s"), "rollout_s": col("time/rollout_s"), "reward_s": col("time/reward_s"),
             "update_s": col("time/train_s"), "tokens": col("tokens/generated"),
             "logp_mismatch": col("rollout/logp_mismatch_mean_abs"), "rollout_peak_gib": col("memory/rollout_peak_gib"),
-            "update_peak_gib": col("memory/update_peak_gib"), "peak_gib": peak_gib(job["device"]),
+            "update_peak_gib": col("memory/update_peak_gib"), "peak_gib": peak,
             "overrides": job["overrides"]}
 
 
@@ -137,7 +146,8 @@ def trl_steps(job: dict) -> dict:
             return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}
         raise
     w = job["warmup"]
-    return {**{k: v[w:] for k, v in r.items()}, "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}
+    peak = process_peak(job["device"], r.get("rollout_peak_gib", []), r.get("update_peak_gib", []))
+    return {**{k: v[w:] for k, v in r.items()}, "peak_gib": peak, "trl": trl.__version__}
 
 
 def decode_prompts(job: dict, tok, n: int) -> list[list[int]]:
