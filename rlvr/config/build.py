@@ -281,7 +281,9 @@ def field_docs(cls) -> dict[str, str]:
 def describe(cfg=None, prefix: str = "") -> list[tuple[str, str, str]]:
     """(key, value, doc) for every leaf key of `cfg`: what `rlvr train --help` prints. The default is
     build_config(None): the dataclass defaults with the default preset (grpo) applied."""
-    cfg = build_config(None) if cfg is None else cfg
+    if cfg is None:
+        cfg = build_config(None)
+        cfg.train.out = ""   # filled from each config file's name (default_out): the help gives the rule
     docs = field_docs(type(cfg))
     rows = []
     for f in dataclasses.fields(cfg):

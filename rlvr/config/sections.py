@@ -27,7 +27,8 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     name: str = "smollm2-135m-instruct"
-    """Built-in name (smollm2-135m-instruct, tiny-random) or a local Hugging Face model directory."""
+    """Built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face model directory, or a Hub id
+    (org/name: read from the Hugging Face cache, downloaded when online)."""
     dtype: str = "float32"
     """Parameter dtype for training: float32 or bfloat16."""
     lora: LoraConfig = field(default_factory=LoraConfig)

@@ -235,9 +235,10 @@ def _value(row: dict, key: str, col: str, columns: dict[str, str], where: str):
 def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
     """One row through the column mapping; mapped columns other than difficulty and solution are
     required in every row, and every row needs a prompt (text, or chat messages: TRL's conversational
-    form). The gold answer may be absent: a reward that needs it says so (check_gold). Every column
-    but the prompt stays on the problem for the reward functions and an environment's reset."""
-    prompt_col = columns.get("prompt", "prompt")
+    form). The gold answer may be absent: a reward that needs it says so (check_gold). Every column stays
+    on the problem for the reward functions and an environment's reset, but one named `prompt`: rewards get
+    the prompt as `prompts`, as TRL passes it; a prompt read from another column (task.columns.prompt=
+    question) is also passed under that column's own name, since a reward written for the data asks for it."""
     values, messages = {}, ()
     for key in KEYS:
         col = gold_column(row, columns) if key == "answer" else columns.get(key, key)
@@ -245,7 +246,7 @@ def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
         if key == "prompt" and isinstance(value, list):
             messages, value = chat_prompt(value, where)
         values[key] = "" if value is None else _text(value, key, where)
-    rest = {k: v for k, v in row.items() if k != prompt_col}
+    rest = {k: v for k, v in row.items() if k != "prompt"}
     return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"],
                    messages, rest, where)
 

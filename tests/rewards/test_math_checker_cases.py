@@ -213,3 +213,34 @@ def test_numbers_side_by_side_are_no_product():
 ])
 def test_an_inequality_on_an_absolute_value_is_its_intervals(completion, gold, score):
     assert math_accuracy.verdict(completion, gold).score == score
+
+
+# A unit or scale after a box past LaTeX spacing or a closing delimiter; other box commands; a second value
+# behind a label the extractor does not read as final (a lookalike, fullwidth or invisible character, `=`,
+# "is actually"); tags in capitals; hedges the sentence form missed; two values in one sentence; `\not=`.
+@pytest.mark.parametrize("completion,gold", [
+    ("$\\boxed{7}$ km", "7 m"), ("$\\boxed{7}$ thousand", "7"), ("$\\boxed{7}$ cm^3", "7 cm^2"),
+    ("\\boxed{7}~\\text{km}", "7 m"), ("\\boxed{7}\\quad\\text{km}", "7 m"), ("\\boxed{7}\\,\\operatorname{km}", "7 m"),
+    ("\\boxed{7}\n\\text{km}", "7 m"), ("\\(\\boxed{7}\\) thousand", "7"), ("\\boxed{7}\\;\\textsf{km}", "7 m"),
+    ("\\fbox{8} \\boxed{7}", "7"), ("\\boxed{7} \\framebox{8}", "7"), ("\\boxed{7} \\bbox[red]{8}", "7"),
+    ("\\boxed{7}. Hmm, the answer is actually 8.", "7"), ("\\boxed{7}\nAnswer = 8", "7"),
+    ("\\boxed{7}\n**Final answer** 8", "7"), ("\\boxed{7} FinalAnswer: 8", "7"),
+    ("\\boxed{7} \u0410nswer: 8", "7"), ("Answer: 7\n\uff21\uff4e\uff53\uff57\uff45\uff52: 8", "7"),
+    ("\\boxed{7} Answer\u200b: 8", "7"), ("\\boxed{7} Answer\ufe55 8", "7"), ("Answer: 7\n(\u7b54\u6848\uff1a8)", "7"),
+    ("\\boxed{7} <ANSWER>8</ANSWER>", "7"), ("<THINK>x</THINK><THINK>Answer: 7", "7"),
+    ("Final Answer: The incorrectly found x is 7.", "7"), ("Final Answer: My tentative x is 7.", "7"),
+    ("Final Answer: The smallest is 7 and the largest is 9.", "9"), ("Answer: $\\not= 7$", "7"),
+])
+def test_second_answers_and_trailing_units_that_render_score_zero(completion, gold):
+    assert math_accuracy.verdict(completion, gold).score == 0.0
+
+
+@pytest.mark.parametrize("completion,gold", [
+    ("\\boxed{7}\\;\\text{km}", "7 km"), ("$\\boxed{7}$ km", "7 km"), ("\\fbox{7}", "7"),
+    ("The answer is 7.\n\nAnswer: 7", "7"), ("\\boxed{7}\nSo the answer is 7.", "7"),
+    ("Answer: $2^{10}$", "1024"), ("Answer: 12 000", "12000"),
+    ("Final Answer: The value of $x$ that is largest is 34.", "34"), ("Answer: $x \\not= 3$", "x \\neq 3"),
+    ("<ANSWER>7</ANSWER>", "7"),
+])
+def test_the_same_answer_in_those_forms_scores_one(completion, gold):
+    assert math_accuracy.verdict(completion, gold).score == 1.0

@@ -198,3 +198,14 @@ def test_a_solution_column_is_no_worked_example_unless_asked(tmp_path):
     assert s.train[0].columns()["solution"] == s.train[0].solution
     asked = build_splits(TaskConfig(name=path, heldout_size=2, few_shot=1))
     assert len(asked.few_shot) == 1 and len(asked.train) + len(asked.heldout) == 9
+
+
+def test_a_prompt_read_from_another_column_reaches_rewards_under_that_name_too():
+    from rlvr.rewards.call import dataset_columns
+    from rlvr.tasks.files import to_problem
+
+    p = to_problem({"question": "What is 2 + 2?", "answer": "#### 4"}, {"prompt": "question"}, "f.jsonl:1")
+    cols = dataset_columns([p], 2)
+    assert cols["question"] == ["What is 2 + 2?"] * 2 and cols["prompts"] == ["What is 2 + 2?"] * 2
+    chat = to_problem({"prompt": [{"role": "user", "content": "Hi?"}], "answer": "1"}, {}, "f.jsonl:2")
+    assert "prompt" not in dataset_columns([chat], 1)   # TRL passes a `prompt` column as `prompts` only

@@ -24,7 +24,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
 
-from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer
+from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer, loose_answers
 from rlvr.rewards.base import Verdict, batch_form
 from rlvr.rewards.maths.worker import shared_worker
 from rlvr.rewards.maths.forms import Form, as_abs_union, as_interval, labelled_list, one_answer, parse_form, unlabel
@@ -247,6 +247,11 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
     return equal, reason
 
 
+def _same_answer(stated: str, final: str) -> bool:
+    """Does a number stated beside the final answer (loose_answers) give the same answer?"""
+    return one_answer([final, stated]) or check_answer(stated, final)[0]
+
+
 def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
     """1.0 when the completion states exactly one final answer and it equals the gold."""
     if after_thinking(completion) is None:
@@ -257,6 +262,9 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
             return Verdict(0.0, "no final answer")
         if len(cands) > 1 and not one_answer(cands):
             return Verdict(0.0, f"several different final answers: {cands[:4]}")
+        stray = next((s for s in loose_answers(completion) if not _same_answer(s, cands[0])), None)
+        if stray is not None:
+            return Verdict(0.0, f"several different final answers: {[cands[0], stray]}")
         equal, reason = check_answer(cands[0], answer)
     except RecursionError:   # a bound on nesting, whatever form reached it: never an exception out of here
         return Verdict(0.0, "answer nested too deeply to read")

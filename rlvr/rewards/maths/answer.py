@@ -9,6 +9,7 @@ adversarial, and a quadratic scan of an 80 kB one takes tens of seconds.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean
 from rlvr.rewards.maths.units import SCALE_WORDS, read_unit
@@ -25,7 +26,6 @@ _NEXT_LINE = re.compile(r"[ \t*_]*\n[ \t]*\n?[ \t]*([^\n]*)")
 _TRAILING_FINAL = re.compile(r"(?:\bthe)?\s*\bfinal$", re.IGNORECASE)
 # GSM8K's (and verl's) final answer: a line `#### 72`; a markdown heading (`#### Step 1`) opens with a word.
 _HASHES = re.compile(r"^[ \t]*####[ \t]*([^A-Za-z \t\n][^\n]*)$", re.MULTILINE)
-_WORD_AFTER_BOX = re.compile(r"[ \t]+([A-Za-z’']+)\b")
 _HEADING_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n[\s\S]*?^[ \t]*```[ \t]*$", re.MULTILINE)
 # What may follow a chat template's special token on the line it ends: more tokens and a role name.
@@ -48,11 +48,12 @@ _IS = re.compile(r"\s(?:is|are|equals)\s", re.IGNORECASE)
 # A statement is plain when none of these stand anywhere in it: negations (contractions included),
 # hedges, alternatives, conditions, and the words that quote a claim or a question instead of stating
 # a result ("the claim to prove is that ...", "we check whether ...").
-_HEDGE = re.compile(r"n['’]t\b|\b(?:not|no|none|never|nothing|cannot|wrong|incorrect|false|or|either|neither|"
+_HEDGE = re.compile(r"n['’]t\b|\b(?:not|no|none|never|nothing|cannot|wrong\w*|incorrect\w*|false|tentative\w*|"
+                    r"reject\w*|rough\w*|bounds?|or|either|neither|"
                     r"nor|unless|except|if|whether|maybe|perhaps|possibly|probably|likely|unlikely|might|"
                     r"guess|think|believe|seems?|appears?|estimated?|suspect|doubt|unsure|uncertain|assume|assuming|suppose|claim|claims|"
                     r"prove|show|shown|question|asks|asked|ask|given|want|wants|need|needs|suggests?|"
-                    r"approximately|about|around|roughly|nearly|almost)\b", re.IGNORECASE)
+                    r"approximat\w*|about|around|nearly|almost)\b", re.IGNORECASE)
 _LETTER_MATH = re.compile(r"\$[^$]*[A-Za-z][^$]*\$")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _GOLD_OR = re.compile(r"\bor\b")   # in a gold (trusted), "or" lists the solutions; in an answer it hedges
@@ -67,33 +68,52 @@ _TAIL = re.compile(r"\s*(?:is\s+(?:the|our)\s+(?:solution|answer))?\s*[.!]?\s*",
 # separators and math delimiters only; any other word (`\boxed{1} no no \boxed{2}`) keeps the gold as is.
 _BRACE = re.compile(r"[{}]")
 _BOX_SPACE = re.compile(r"[ \t]*")
+# What may stand between a box and a unit or scale word that renders as part of its value: spaces, LaTeX's
+# spacing commands, closing math delimiters, a line break (`$\boxed{12}$ km`, `\boxed{12}~\text{km}`).
+_BOX_GAP = re.compile(r"(?:[ \t~$\n]|\\[ ,;:!]|\\q?quad(?![A-Za-z])|\\[)\]])*")
+_UNIT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|textsf|texttt|mbox|mathrm|mathit|mathsf|"
+                       r"operatorname)\s*\{([^{}\n]{0,80})\}(\s*\^\s*\{?\s*[23]\s*\}?)?")
+_WORD_AFTER = re.compile(r"([A-Za-z’']+)(\s*\^\s*\{?\s*[23]\s*\}?)?")
+# Answer statements in forms the extractor does not read as final (`Answer = 13`, `the answer is actually 13`,
+# `**Final answer** 13`, a lookalike or fullwidth label, `答案：13`): read loosely, only to see a second value,
+# and only a plain number that ends its statement (`Answer: 2^{10}` states no 2).
+_LOOSE_LABEL = re.compile(r"(?:answer|答案)[^\S\n]*(?:[*_]{1,2})?[^\S\n]*"
+                          r"(?:[:=;\-꞉]|is(?:[^\S\n]+(?:actually|really|now|then|still))?)?[^\S\n]*(?:[*_]{1,2})?"
+                          r"[^\S\n]*[$(]?[^\S\n]*([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)"
+                          r"(?=[^\S\n]*[.!?$)]*[^\S\n]*(?:\n|\Z))", re.IGNORECASE)
+# Cyrillic and Greek letters drawn like Latin ones, folded so a lookalike label (`Аnswer`) reads as one
+_CONFUSABLE = str.maketrans("АаВЕеКМНОоРрСсТХхУуЅѕІіΑΕΟοΡρΤΧ", "AaBEeKMHOoPpCcTXxYySsIiAEOoPpTX")
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060\ufeff\u00ad]")
+_NOT_EQUALS = re.compile(r"\\not\s*=")
+# <answer> and <think> tags as a model may write them (`<ANSWER>`, `< /answer >`): one spelling for the scans
+_TAG = re.compile(r"<[ \t]*(/?)[ \t]*(answer|think)[ \t]*>", re.IGNORECASE)
+_BOX_CMD = re.compile(r"\\(?:boxed|Boxed|fbox|framebox|bbox)(?![A-Za-z])(?:\[[^\]\n]{0,40}\])?")
 _AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*"
                         r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
                         r"\s*\{[^{}\n]{0,80}\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?|\^\s*\{?\s*\\circ\s*\}?|°)")
 # A `%` not after a digit or a backslash opens a LaTeX comment: a box after it on its line does not render.
-_COMMENT = re.compile(r"(?<![\d\\])%(?=[^\n]*\\boxed)[^\n]*")
+_COMMENT = re.compile(r"(?<![\d\\])%(?=[^\n]*\\(?:[bB]oxed|fbox|framebox|bbox))[^\n]*")
 _PLAIN_LINE = re.compile(r"[\d.,+\-/ ]*")
 _CLOSE = str.maketrans("([", ")]")
 _GOLD_GLUE = re.compile(r"(?:[\s,;.$]|\\[()\[\]]|\\quad|\\text\{\s*and\s*\}|\band\b)*")
 
 
 def _box_spans(text: str) -> list[tuple[int, int, int]]:
-    """(start, end, content start) of every closed \\boxed{...} (`\\boxed {` too), nested braces
+    """(start, end, content start) of every closed box (`\\boxed{...}`, `\\boxed {`, and the other
+    commands that render a frame: `\\fbox`, `\\framebox`, `\\Boxed`, `\\bbox[...]`), nested braces
     balanced; an unclosed box is skipped."""
     found, start = [], 0
-    while (i := text.find("\\boxed", start)) != -1:
-        k = i + len("\\boxed")
-        if text[k:k + 1] != "{":   # `\boxed {`: a box too; `\boxedx` is none
-            k = _BOX_SPACE.match(text, k).end()
-            if text[k:k + 1] != "{":
-                start = k
-                continue
+    while (m := _BOX_CMD.search(text, start)) is not None:
+        i, k = m.start(), _BOX_SPACE.match(text, m.end()).end()
+        if text[k:k + 1] != "{":   # `\\boxedx` is none
+            start = k if k > m.start() else m.end()
+            continue
         depth, start = 1, len(text)  # unclosed: nothing after it can close either
-        for m in _BRACE.finditer(text, k + 1):  # brace to brace, not character by character
-            depth += 1 if m.group() == "{" else -1
+        for b in _BRACE.finditer(text, k + 1):  # brace to brace, not character by character
+            depth += 1 if b.group() == "{" else -1
             if depth == 0:
-                found.append((i, m.end(), k + 1))
-                start = m.end()
+                found.append((i, b.end(), k + 1))
+                start = b.end()
                 break
     return found
 
@@ -153,7 +173,7 @@ def line_answer(content: str) -> str:
 def _unboxed(s: str) -> str:
     """Boxes in a stated answer: only boxes (`\\boxed{12}`) are counted as boxes ("" for several,
     their content for one); one box inside an answer (`x = \\boxed{12}`) is read as its content."""
-    spans = _box_spans(s) if "boxed" in s else []
+    spans = _box_spans(s) if "box" in s or "Box" in s else []
     if not spans:
         return s
     gaps = zip([0] + [j for _, j, _ in spans], [i for i, _, _ in spans] + [len(s)])
@@ -212,6 +232,8 @@ def final_answers(text: str) -> list[str]:
     """Every final-answer candidate after the reasoning, in every accepted form: answer lines (the
     line after a bare `Final Answer:` when it has nothing on it), `Answer $9$`, tags, boxes, GSM8K's
     `#### 9`. Code blocks and LaTeX comments render no answer and are skipped."""
+    if "<" in text:
+        text = _TAG.sub(lambda m: f"<{m.group(1)}{m.group(2).lower()}>", text)
     body = after_thinking(text)
     if body is None:
         return []
@@ -219,19 +241,36 @@ def final_answers(text: str) -> list[str]:
         body = _FENCE.sub("", body)
     if "%" in body:
         body = _COMMENT.sub("", body)
+    if "\\not" in body:   # `\not=` renders as `≠`: a relation, never an equals sign
+        body = _NOT_EQUALS.sub(r"\\neq ", body)
     cands = [line_answer(c) for c in _line_contents(body)]
     math = "$" in body or "\\(" in body or "\\[" in body   # math delimiters: most completions have none
     if math:
         cands += [next(g for g in m.groups() if g is not None) for m in _ANSWER_MATH.finditer(body)]
     if "<answer>" in body:
         cands += [_unboxed(t.strip()) for t in answer_tags(body)]
-    if "boxed" in body:
+    if "box" in body or "Box" in body:
         cands += _boxes_with_units(body)
     if "####" in body:
         cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body) if _hashes_value(m.group(1))]
     if math:
         cands = [_math_of_prose(c) for c in cands]
     return [c.strip() for c in cands if c.strip()]
+
+
+def loose_answers(text: str) -> list[str]:
+    """Numbers stated after an answer word in any form, the final-answer forms included, with fullwidth
+    and lookalike letters and invisible characters folded: a second value in a form `final_answers` does
+    not read still makes two answers."""
+    if "<" in text:
+        text = _TAG.sub(lambda m: f"<{m.group(1)}{m.group(2).lower()}>", text)
+    body = after_thinking(text)
+    if body is None:
+        return []
+    if "```" in body:
+        body = _FENCE.sub("", body)
+    body = _INVISIBLE.sub("", unicodedata.normalize("NFKC", body)).translate(_CONFUSABLE)
+    return [m.group(1).replace(",", "") for m in _LOOSE_LABEL.finditer(body)]
 
 
 def _hashes_value(content: str) -> bool:
@@ -241,17 +280,27 @@ def _hashes_value(content: str) -> bool:
 
 
 def _boxes_with_units(body: str) -> list[str]:
-    """Each box's content with the `\\text{...}` (or degree sign) right after it: `\\boxed{24} \\text{ cm}`
-    is 24 cm, and `\\boxed{24} \\text{ is not right}` is no plain 24."""
+    """Each box's content with the unit, scale or hedge that renders right after it: `\\boxed{24} \\text{ cm}`
+    is 24 cm, `$\\boxed{12}$ thousand` is 12 thousand, and `\\boxed{24} \\text{ is not right}` is no plain 24."""
     out = []
     for _, j, k in _box_spans(body):
         after = _AFTER_BOX.match(body, j) if body[j:j + 1] in (" ", "\t", "$", "\\", "^", "°") else None
-        word = _WORD_AFTER_BOX.match(body, j) if after is None and body[j:j + 1] in (" ", "\t") else None
-        if word and not (read_unit(word.group(1), prose=True) or word.group(1).lower() in SCALE_WORDS
-                         or _HEDGE.search(word.group(1))):
-            word = None   # `\boxed{12} is the total`: prose about the box, not part of it
-        out.append(body[k:j - 1] + (" " + after.group(1) if after else " " + word.group(1) if word else ""))
+        out.append(body[k:j - 1] + (" " + after.group(1) if after else _trailer(body, j)))
     return out
+
+
+def _trailer(body: str, j: int) -> str:
+    """The unit, scale or hedge after the box that ends at `j`, past spacing and math delimiters; "" when
+    what follows is prose about the box (`\\boxed{12} is the total`)."""
+    g = _BOX_GAP.match(body, j).end()
+    cmd = _UNIT_CMD.match(body, g)
+    if cmd:
+        return " \\text{" + cmd.group(1) + "}" + (cmd.group(2) or "")
+    word = _WORD_AFTER.match(body, g)
+    if word and (read_unit(word.group(1), prose=True) or word.group(1).lower() in SCALE_WORDS
+                 or _HEDGE.search(word.group(1))):
+        return " " + word.group(1) + (word.group(2) or "")
+    return ""
 
 
 def _line_contents(body: str) -> list[str]:
@@ -276,6 +325,8 @@ def _stated(line: str) -> str:
     verbs = list(_IS.finditer(s)) if len(s) <= MAX_ANSWER_CHARS else []
     if not verbs or _HEDGE.search(s):
         return line
+    if len(verbs) > 1 and any(c.isdigit() for c in s[verbs[0].end():verbs[-1].start()]):
+        return line   # two values stated (`the minimum is 12 and the maximum is 13`): no one answer
     subject = s[:verbs[-1].start()]
     if not _WORD.search(subject) and not _LETTER_MATH.search(subject):   # `$x$ is 12`, never `$13$ is 12`
         return line
