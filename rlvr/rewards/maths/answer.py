@@ -70,23 +70,22 @@ _BRACE = re.compile(r"[{}]")
 _BOX_SPACE = re.compile(r"[ \t]*")
 # What may stand between a box and a unit or scale word that renders as part of its value: spaces, LaTeX's
 # spacing commands, closing math delimiters, a line break (`$\boxed{12}$ km`, `\boxed{12}~\text{km}`).
-_BOX_GAP = re.compile(r"(?:[ \t~$\n]|\\[ ,;:!]|\\q?quad(?![A-Za-z])|\\[)\]])*")
+_BOX_GAP = re.compile(r"(?:[ \t~$\n]|\\[ ,;:!]|\\q?quad(?![A-Za-z])|\\[)\]]){0,20}")
 _UNIT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|textsf|texttt|mbox|mathrm|mathit|mathsf|"
                        r"operatorname)\s*\{([^{}\n]{0,80})\}(\s*\^\s*\{?\s*[23]\s*\}?)?")
 _WORD_AFTER = re.compile(r"([A-Za-z’']+)(\s*\^\s*\{?\s*[23]\s*\}?)?")
 # Answer statements in forms the extractor does not read as final (`Answer = 13`, `the answer is actually 13`,
 # `**Final answer** 13`, a lookalike or fullwidth label, `答案：13`): read loosely, only to see a second value,
 # and only a plain number that ends its statement (`Answer: 2^{10}` states no 2).
-_LOOSE_LABEL = re.compile(r"(?:answer|答案)[^\S\n]*(?:[*_]{1,2})?[^\S\n]*"
-                          r"(?:[:=;\-꞉]|is(?:[^\S\n]+(?:actually|really|now|then|still))?)?[^\S\n]*(?:[*_]{1,2})?"
-                          r"[^\S\n]*[$(]?[^\S\n]*([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)"
-                          r"(?=[^\S\n]*[.!?$)]*[^\S\n]*(?:\n|\Z))", re.IGNORECASE)
+_LOOSE_LABEL = re.compile(r"(?:answer|答案)[ \t*_:=;\-꞉]{0,12}(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
+                          r"[ \t*_$(]{0,8}([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?=[ \t.!?$)]{0,12}(?:\n|\Z))",
+                          re.IGNORECASE)   # bounded runs: a long blank run costs one pass, never a retry per blank
 # Cyrillic and Greek letters drawn like Latin ones, folded so a lookalike label (`Аnswer`) reads as one
 _CONFUSABLE = str.maketrans("АаВЕеКМНОоРрСсТХхУуЅѕІіΑΕΟοΡρΤΧ", "AaBEeKMHOoPpCcTXxYySsIiAEOoPpTX")
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060\ufeff\u00ad]")
 _NOT_EQUALS = re.compile(r"\\not\s*=")
 # <answer> and <think> tags as a model may write them (`<ANSWER>`, `< /answer >`): one spelling for the scans
-_TAG = re.compile(r"<[ \t]*(/?)[ \t]*(answer|think)[ \t]*>", re.IGNORECASE)
+_TAG = re.compile(r"<[ \t]{0,3}(/?)[ \t]{0,3}(answer|think)[ \t]{0,3}>", re.IGNORECASE)
 _BOX_CMD = re.compile(r"\\(?:boxed|Boxed|fbox|framebox|bbox)(?![A-Za-z])(?:\[[^\]\n]{0,40}\])?")
 _AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*"
                         r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
