@@ -244,3 +244,9 @@ def test_second_answers_and_trailing_units_that_render_score_zero(completion, go
 ])
 def test_the_same_answer_in_those_forms_scores_one(completion, gold):
     assert math_accuracy.verdict(completion, gold).score == 1.0
+
+
+def test_a_signed_answer_is_one_value_to_the_loose_label_scan():
+    assert math_accuracy.verdict("Answer: -3", "-3").score == 1.0
+    assert math_accuracy.verdict("Answer: +3", "3").score == 1.0
+    assert math_accuracy.verdict("\\boxed{-3}\nAnswer - 3", "-3").score == 0.0   # `Answer - 3` states 3

@@ -77,7 +77,7 @@ _WORD_AFTER = re.compile(r"([A-Za-z’']+)(\s*\^\s*\{?\s*[23]\s*\}?)?")
 # Answer statements in forms the extractor does not read as final (`Answer = 13`, `the answer is actually 13`,
 # `**Final answer** 13`, a lookalike or fullwidth label, `答案：13`): read loosely, only to see a second value,
 # and only a plain number that ends its statement (`Answer: 2^{10}` states no 2).
-_LOOSE_LABEL = re.compile(r"(?:answer|答案)[ \t*_:=;\-꞉]{0,12}(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
+_LOOSE_LABEL = re.compile(r"(?:answer|答案)(?:[ \t*_:=;꞉]|-(?=[ \t])){0,12}(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
                           r"[ \t*_$(]{0,8}([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?=[ \t.!?$)]{0,12}(?:\n|\Z))",
                           re.IGNORECASE)   # bounded runs: a long blank run costs one pass, never a retry per blank
 # Cyrillic and Greek letters drawn like Latin ones, folded so a lookalike label (`Аnswer`) reads as one
