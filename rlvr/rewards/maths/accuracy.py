@@ -262,7 +262,7 @@ def math_accuracy_verdict(completion: str, answer: str) -> Verdict:
             return Verdict(0.0, "no final answer")
         if len(cands) > 1 and not one_answer(cands):
             return Verdict(0.0, f"several different final answers: {cands[:4]}")
-        stray = next((s for s in loose_answers(completion) if not _same_answer(s, cands[0])), None)
+        stray = next((s for s in loose_answers(completion) if s != cands[0] and not _same_answer(s, cands[0])), None)
         if stray is not None:
             return Verdict(0.0, f"several different final answers: {[cands[0], stray]}")
         equal, reason = check_answer(cands[0], answer)

@@ -268,7 +268,8 @@ def loose_answers(text: str) -> list[str]:
         return []
     if "```" in body:
         body = _FENCE.sub("", body)
-    body = _INVISIBLE.sub("", unicodedata.normalize("NFKC", body)).translate(_CONFUSABLE)
+    if not body.isascii():   # most completions are ASCII: nothing to fold
+        body = _INVISIBLE.sub("", unicodedata.normalize("NFKC", body)).translate(_CONFUSABLE)
     return [m.group(1).replace(",", "") for m in _LOOSE_LABEL.finditer(body)]
 
 
