@@ -55,14 +55,32 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
 def _load_dir(path: Path, torch_dtype, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
-    if torch.device(device).type == "cpu":
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        if torch.device(device).type == "cpu":
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
+    except Exception as e:  # noqa: BLE001 - a damaged file's error from transformers or safetensors names no path
+        raise RlvrError(f"model directory {path} cannot be loaded: {_damaged_file(path) or f'{type(e).__name__}: {e}'}"
+                        ) from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def _damaged_file(path: Path) -> str | None:
+    """The first weights file of a model directory whose header or size is wrong (a copy cut short),
+    said in words, or None when each opens and holds the bytes its header promises."""
+    from safetensors import safe_open
+
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(f, "pt"):  # opening checks the header against the file's size
+                pass
+        except Exception as e:  # noqa: BLE001
+            return f"{f} is damaged or cut short ({e})"
+    return None
 
 
 def prepare_smollm2() -> Path:
