@@ -19,6 +19,7 @@ from rlvr.rewards.base import RewardFunction, Scores, clean_reason, score_batch
 from rlvr.rewards.call import RESERVED, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.tasks import Problem
+from rlvr.tasks.files import check_gold
 
 ROWS = 3  # rows each reward is called on
 VERL_NAMES = ("data_source", "solution_str", "ground_truth", "extra_info", "solution_strs", "ground_truths")
@@ -149,3 +150,36 @@ def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict
         raise RlvrError("the rewards were tried on the first rows of the data before training, and failed:\n  "
                         + "\n  ".join(stops))
     return warnings
+
+
+def check_gold_answers(rewards: list[RewardFunction], splits, columns: dict[str, str]) -> list[str]:
+    """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold) and
+    test code that can run here (check_test_modules); raises RlvrError naming the first row that has not.
+    Returns warnings: held-out/OOD rows without a gold, which evaluation grades wrong."""
+    problems = splits.train + splits.heldout + splits.ood
+    for rf in rewards:
+        if rf.reward is not None and "answer" in rf.reward.columns:
+            check_gold(problems, rf.name, columns.get("answer", "answer"))
+    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
+        check_test_modules(problems)
+    bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
+    if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
+        return [f"{bare} held-out/OOD problems have no gold answer (column '{columns.get('answer', 'answer')}'): "
+                "evaluation grades them wrong; name it with task.columns.answer"]
+    return []
+
+
+def check_test_modules(problems: list[Problem]) -> None:
+    """Test code that imports a module this interpreter lacks can judge no program: refused before
+    training (naming the module and the install line) instead of scoring every program on it 0."""
+    from rlvr.rewards.code.checks import MissingModule
+    from rlvr.rewards.code.spec import parse_spec
+
+    missing = []
+    for p in problems:
+        try:
+            parse_spec(p.tests) if p.tests else None
+        except MissingModule as e:
+            missing.append(str(e))
+    if missing:
+        raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")

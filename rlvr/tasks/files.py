@@ -18,6 +18,7 @@ from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
 GOLD_DEFAULTS = ("answer", "reward_model.ground_truth")  # rlvr's name, then verl's parquet layout
+PROMPT_NAMES = ("problem", "question", "instruction", "query", "text")  # where common datasets keep the prompt
 OPTIONAL = ("difficulty", "solution")  # a row may lack these even when mapped (few rows have a solution)
 Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
@@ -228,7 +229,9 @@ def _value(row: dict, key: str, col: str, columns: dict[str, str], where: str):
     if missing and key not in OPTIONAL and (key in columns or key == "prompt"):
         what = f"an empty '{col}'" if present else f"no column '{col}'"
         mapped = f" (task.columns.{key})" if key in columns else ""
-        raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}")
+        likely = [c for c in PROMPT_NAMES if c in row] if key == "prompt" and present is False else []
+        hint = f"; name it with --task.columns.prompt={likely[0]}" if likely else ""
+        raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}{hint}")
     return None if missing else value
 
 
@@ -251,15 +254,26 @@ def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
                    messages, rest, where)
 
 
+def gold_candidates(row: dict) -> list[str]:
+    """The columns of a row that hold a final answer rlvr's checker reads out of a worked solution (a
+    `\\boxed{...}`, as MATH's `solution`, or GSM8K's `#### N`): where the gold is when `answer` is absent."""
+    return [k for k, v in row.items() if isinstance(v, str) and ("\\boxed" in v or "####" in v)]
+
+
 def check_gold(problems: list[Problem], reward: str, column: str) -> None:
     """A built-in reward that compares with the gold answer needs one in every row: the first row
-    without it is an error naming the file, the row and the column."""
+    without it is an error naming the file, the row and the column, and the column that holds a boxed
+    or `####` answer when the row has one."""
     for p in problems:
         if not p.answer and not p.tests:
+            held = gold_candidates(p.row)
+            where = (f"column '{held[0]}' holds a worked solution with a final answer (a \\boxed{{...}} or "
+                     f"'#### N'): --task.columns.answer={held[0]} makes its final answer the gold"
+                     if held else "name the gold column with task.columns.answer (a dotted name reaches nested "
+                     "fields, e.g. reward_model.ground_truth)")
             raise RlvrError(f"{p.origin or repr(p.question[:60])}: no gold answer in column '{column}', which "
-                            f"the '{reward}' reward compares with; name the gold column with task.columns.answer "
-                            f"(a dotted name reaches nested fields, e.g. reward_model.ground_truth) or drop "
-                            f"'{reward}' from rewards.weights")
+                            f"the '{reward}' reward compares with; {where}, or drop '{reward}' from "
+                            f"rewards.weights (the row has columns {', '.join(map(str, p.row))})")
 
 
 def read_files(paths: list[Path]) -> list[Row]:
