@@ -13,7 +13,7 @@ from typing import Callable
 from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
 from rlvr.rewards.call import as_chat, dataset_columns
 from rlvr.rewards.maths.answer import gold_answer
-from rlvr.rewards.preflight import preflight, reference
+from rlvr.rewards.preflight import preflight, reference, zero_cause
 from rlvr.sandbox.run import sandbox_problem
 from rlvr.tasks import Problem, Splits, normalise
 
@@ -311,7 +311,7 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
         if no_sandbox is not None:
             report.unjudged[reward] = f"no code sandbox can start here ({no_sandbox})"
         elif report.control.get(reward, 1.0) <= 0:
-            report.unjudged[reward] = "it gave the reference solutions 0 (check its gold column and set-up)"
+            report.unjudged[reward] = f"it gave the reference solutions 0: {zero_cause(problems)}"
     return report
 
 

@@ -132,6 +132,18 @@ def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], colu
     return False
 
 
+def zero_cause(problems: list[Problem]) -> str:
+    """What a correctness reward that pays no reference answer most likely says: for code rows whose
+    reference solution has no fence, that (the code reward runs a completion's last fenced block, so a bare
+    program scores 0, as would a model taught by those solutions); else that the gold may be read wrongly."""
+    bare = [p for p in problems if p.tests and p.solution and "```" not in p.solution]
+    if bare:
+        return (f"{len(bare)} of their reference solutions (task.columns.solution) have no ```python fence, and "
+                "the code reward runs only a completion's last fenced block; fence them in the data (few-shot turns "
+                "and rlvr sft teach the model the solutions' form)")
+    return "it may read the gold or the answer in another form than your data gives it (check its gold column)"
+
+
 def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict: tuple[str, ...] = (),
                   env_columns: bool = False) -> list[str]:
     """Run the preflight; raise RlvrError when a reward fails on every row tried (naming each such
@@ -144,8 +156,8 @@ def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict
         every = bad == found.rows and not (env_columns and "has no column" in message)
         (stops if every else warnings).append(line)
     for name in found.zero:
-        warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: it may read "
-                        "the gold or the answer in another form than your data gives it (check its gold column)")
+        warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: "
+                        + zero_cause([p for p in problems if reference(p) is not None][:ROWS]))
     if stops:
         raise RlvrError("the rewards were tried on the first rows of the data before training, and failed:\n  "
                         + "\n  ".join(stops))
@@ -171,7 +183,8 @@ def check_gold_answers(rewards: list[RewardFunction], splits, columns: dict[str,
 
 def check_test_modules(problems: list[Problem]) -> None:
     """Test code that imports a module this interpreter lacks can judge no program: refused before
-    training (naming the module and the install line) instead of scoring every program on it 0."""
+    training (naming the module and the install line) instead of scoring every program on it 0. A spec
+    that does not parse is an error naming its row."""
     from rlvr.rewards.code.checks import MissingModule
     from rlvr.rewards.code.spec import parse_spec
 
@@ -181,5 +194,7 @@ def check_test_modules(problems: list[Problem]) -> None:
             parse_spec(p.tests) if p.tests else None
         except MissingModule as e:
             missing.append(str(e))
+        except ValueError as e:   # a malformed spec judges nothing: named with its row, before training
+            raise RlvrError(f"{p.origin or repr(p.question[:60])}: the tests cannot be read: {e}") from None
     if missing:
         raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")

@@ -14,6 +14,7 @@ from typing import Iterator
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
+from rlvr.tasks.code_forms import dataset_tests
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
@@ -235,19 +236,35 @@ def _value(row: dict, key: str, col: str, columns: dict[str, str], where: str):
     return None if missing else value
 
 
-def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
+def _tests(value, row: dict, prompt: str, column: str, where: str, fence: str) -> tuple[str, str]:
+    """A row's tests in any form rlvr reads (rlvr.tasks.code_forms) as a spec's JSON text, and the prompt
+    with what it must show: a visible test, and `fence` (the rule that the answer is a fenced block)
+    unless the prompt already speaks of one."""
+    try:
+        spec, shown = dataset_tests(value, row, prompt)
+    except ValueError as e:
+        raise RlvrError(f"{where}: column '{column}' (tests): {e}") from None
+    prompt = prompt.rstrip() + shown if shown else prompt
+    return spec, prompt.rstrip() + fence if fence and "```" not in prompt else prompt
+
+
+def to_problem(row: dict, columns: dict[str, str], where: str, fence: str = "") -> Problem:
     """One row through the column mapping; mapped columns other than difficulty and solution are
     required in every row, and every row needs a prompt (text, or chat messages: TRL's conversational
     form). The gold answer may be absent: a reward that needs it says so (check_gold). Every column stays
     on the problem for the reward functions and an environment's reset, but one named `prompt`: rewards get
     the prompt as `prompts`, as TRL passes it; a prompt read from another column (task.columns.prompt=
-    question) is also passed under that column's own name, since a reward written for the data asks for it."""
+    question) is also passed under that column's own name, since a reward written for the data asks for it.
+    A row with tests (any form of rlvr.tasks.code_forms) gets `fence` added to its prompt (_tests)."""
     values, messages = {}, ()
     for key in KEYS:
         col = gold_column(row, columns) if key == "answer" else columns.get(key, key)
         value = _value(row, key, col, columns, where)
         if key == "prompt" and isinstance(value, list):
             messages, value = chat_prompt(value, where)
+        if key == "tests" and value is not None:
+            values[key], values["prompt"] = _tests(value, row, values["prompt"], col, where, fence)
+            continue
         values[key] = "" if value is None else _text(value, key, where)
     rest = {k: v for k, v in row.items() if k != "prompt"}
     return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"],
@@ -281,8 +298,9 @@ def read_files(paths: list[Path]) -> list[Row]:
     return [(f"{path.name} {where}", row) for path in paths for where, row in read_rows(str(path))]
 
 
-def load_problems(name: str, columns: dict[str, str], notes: list[str], read=read_rows) -> list[Problem]:
-    """The source's rows (`read(name)`) as Problems; a note when a mapped optional column is in none of them."""
+def load_problems(name: str, columns: dict[str, str], notes: list[str], read=read_rows, fence: str = "") -> list[Problem]:
+    """The source's rows (`read(name)`) as Problems; a note when a mapped optional column is in none of them.
+    `fence`: what a code row's prompt is told of the answer's form (to_problem)."""
     unknown = sorted(set(columns) - set(KEYS))
     if unknown:
         raise RlvrError(f"task.columns has unknown key {', '.join(unknown)}; keys are {', '.join(KEYS)}")
@@ -290,7 +308,7 @@ def load_problems(name: str, columns: dict[str, str], notes: list[str], read=rea
     for key in OPTIONAL:
         if key in columns and not any(columns[key] in row for _, row in rows):
             notes.append(f"{name}: no row has column '{columns[key]}' (task.columns.{key})")
-    return [to_problem(row, columns, f"{source_label(name)} {where}") for where, row in rows]
+    return [to_problem(row, columns, f"{source_label(name)} {where}", fence) for where, row in rows]
 
 
 def _sample(problems: list[Problem], n: int, rng: random.Random) -> list[Problem]:
@@ -311,14 +329,15 @@ def scaled_heldout(rows: int, name: str, notes: list[str]) -> int:
 
 
 def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int | None,
-                ood_size: int, train_size: int, few_shot: int, seed: int, read=read_rows) -> Splits:
+                ood_size: int, train_size: int, few_shot: int, seed: int, read=read_rows, fence: str = "") -> Splits:
     """Held-out from heldout_file, or heldout_size rows carved (seeded) out of the train file; few-shot
     turns are the first train rows with a solution; OOD from ood_file (else empty). `read`: how a source's
-    rows are read, by name (a Hub dataset's splits: rlvr.tasks.hub_splits)."""
+    rows are read, by name (a Hub dataset's splits: rlvr.tasks.hub_splits); `fence`: added to the prompt of
+    each row with tests (rlvr.tasks.code_forms.FENCE, unless the template speaks of the fence)."""
     rng, notes = random.Random(seed), []
-    rows = load_problems(name, columns, notes, read)
+    rows = load_problems(name, columns, notes, read, fence)
     if heldout_file:
-        held = load_problems(heldout_file, columns, notes, read)
+        held = load_problems(heldout_file, columns, notes, read, fence)
         heldout_size = HELDOUT_SIZE if heldout_size is None else heldout_size
         if heldout_size < len(held):
             notes.append(f"{heldout_file}: {len(held)} rows; using task.heldout_size={heldout_size} of them")
@@ -343,7 +362,7 @@ def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file:
         train = train[:train_size]
     ood = []
     if ood_file:
-        ood = load_problems(ood_file, columns, notes, read)
+        ood = load_problems(ood_file, columns, notes, read, fence)
         if ood_size < len(ood):
             notes.append(f"{ood_file}: {len(ood)} rows; using task.ood_size={ood_size} of them")
             ood = _sample(ood, ood_size, rng)
