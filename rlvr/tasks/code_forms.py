@@ -76,16 +76,34 @@ def _input_output(io: dict, prompt: str) -> dict:
     return {"kind": "stdio", "cases": shown, "hidden": [c for c in cases if c not in shown]}
 
 
-def _check(test: str, entry: str, prompt: str) -> dict:
-    from rlvr.tasks.humaneval import helpers
+def helpers(prompt: str, entry_point: str, where: str = "") -> str:
+    """The prompt without the entry point's definition: its imports, constants and helper functions."""
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError as e:
+        raise RlvrError(f"{where}: the prompt does not parse ({e.msg}, line {e.lineno})") from None
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point]
+    if len(defs) != 1:
+        raise RlvrError(f"{where}: the prompt defines entry_point {entry_point!r} {len(defs)} times, not once")
+    lines = prompt.split("\n")
+    first = min([defs[0].lineno] + [d.lineno for d in defs[0].decorator_list])
+    return "\n".join(lines[:first - 1] + lines[defs[0].end_lineno:]).strip() + "\n"
 
+
+def check_spec(test: str, entry: str, helper: str) -> dict:
+    """HumanEval's form: one hidden case, the prompt's helpers then `def check(candidate)`; the helpers
+    again as the sandbox's prelude (defined in the parent too, so a program that redefines one cannot
+    change what the check computes)."""
+    check = (helper + "\n\n" if helper else "") + test.strip() + "\n"
+    return {"kind": "assert", "entry_point": entry, "asserts": [], "hidden": [check], **({"prelude": helper} if helper else {})}
+
+
+def _check(test: str, entry: str, prompt: str) -> dict:
     try:
         helper = helpers(prompt, entry)   # HumanEval's code prompt: its imports and helper functions
     except RlvrError:
         helper = ""                       # a prose prompt has none
-    check = (helper + "\n\n" if helper else "") + test.strip() + "\n"
-    return {"kind": "assert", "entry_point": entry, "asserts": [], "hidden": [check],
-            **({"prelude": helper} if helper else {})}
+    return check_spec(test, entry, helper)
 
 
 def dataset_tests(value, row: dict, prompt: str) -> tuple[str, str]:
