@@ -101,7 +101,7 @@ def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
 def _rest(cfg: Config) -> list[tuple[bool, str]]:
     t, c, task = cfg.train, cfg.curriculum, cfg.task
     return [
-        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16")),
+        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16", "auto")),
         (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
         (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
          "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
