@@ -34,11 +34,18 @@ def cache_dir() -> Path:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_model(name: str, dtype: str = "float32", device: torch.device | str = "cpu"):
+def load_model(name: str, dtype: str = "float32", device: torch.device | str = "cpu", quantize: str = "none"):
     """Return (model, tokenizer) for a built-in name, a local model directory or a Hub name, the model on `device`
     (a resolved train.device: rlvr.device.resolve_device), its weights in `dtype` (model.dtype: float32,
-    bfloat16, or auto: weight_dtype)."""
+    bfloat16, or auto: weight_dtype). quantize nf4 (model.quantize): the linear layers' weights 4-bit
+    (rlvr/nf4.py), the model read on the host and quantised layer by layer onto `device`."""
     device = torch.device(device)
+    if quantize == "nf4":
+        from rlvr.nf4 import quantize_base
+
+        model, tok = load_model(name, dtype, "cpu")
+        quantize_base(model, device)
+        return model.to(device), tok
     if name == TINY:
         model, tok = tiny_random()
         return model.to(device=device, dtype=weight_dtype(dtype, None, device)), tok
@@ -196,6 +203,7 @@ def apply_lora(policy, lora):
     The base weights stay frozen, so the KL reference is the same model with its adapters disabled
     (rlvr.train.logprobs.Reference) and no second copy is held.
     """
+    logging.getLogger("torchao").setLevel(logging.ERROR)  # peft imports it where installed: its GPU kernels' load notes
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError as e:
