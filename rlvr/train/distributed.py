@@ -31,7 +31,7 @@ from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
 from rlvr.nf4 import is_nf4
 
-SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups")  # and every key ending in /errors
+SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups", "micro_batches")  # and every key ending in /errors
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,7 @@ def _rule(key: str) -> str:
 
 def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
     """Merge each rank's metrics: counts (completions, tokens/generated, */errors,
-    dynamic/dropped_groups) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
+    dynamic/dropped_groups, micro_batches) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
     number is the mean weighted by each rank's weight (its number of completions). A non-count value
     equal on every rank is kept as it is (step, lr, globally reduced update metrics); None stays None; a key
     some ranks lack (a pass_rate/<difficulty> not in their shard) is combined over those that have it.
