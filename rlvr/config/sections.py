@@ -30,7 +30,15 @@ class ModelConfig:
     """Built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face model directory, or a Hub id
     (org/name: read from the Hugging Face cache, downloaded when online)."""
     dtype: str = "float32"
-    """Parameter dtype for training: float32 or bfloat16."""
+    """Parameter dtype: float32, bfloat16, or auto (weights as users load them: the checkpoint's own dtype
+    where it is bf16, and bf16 on CUDA; fp32 on the CPU for an fp32 or unstated one). With LoRA the base
+    stays frozen in this dtype, with no fp32 copy anywhere: the reference is the base with adapters off
+    and rollouts decode with the policy's own weights; the adapters and their optimizer state are fp32."""
+    quantize: str = "none"
+    """none, or nf4: the frozen base's linear layers held in 4-bit NormalFloat (QLoRA; torchao's NF4Tensor,
+    rlvr/nf4.py), dequantised to model.dtype in each product; the output projection and embeddings stay in
+    model.dtype. Needs LoRA (model.lora.r > 0) and the builtin or hf engine, which decode with these very
+    weights (as does the reference, the base with adapters off)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

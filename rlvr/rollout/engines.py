@@ -110,7 +110,7 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir, precision)
-    engine = _local_engine(r, policy, rollout_weights(r.weights, of_model(policy), precision))
+    engine = _local_engine(r, policy, rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy)))
     if r.engine == "builtin":
         graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
@@ -126,13 +126,21 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
                     "Mistral or Qwen2 with full attention); decoding eagerly")
 
 
-def rollout_weights(weights: str, device: torch.device, precision: str) -> str:
+def rollout_weights(weights: str, device: torch.device, precision: str, fp32_policy: bool = True) -> str:
     """rollout.weights resolved for a policy on `device` trained at `precision` ("bf16" or "no"): auto is
-    bf16 on CUDA under bf16 autocast (a persistent copy, refreshed once per optimizer step, in place of
-    autocast re-casting every fp32 weight at every decode step), else fp32."""
+    bf16 on CUDA under bf16 autocast over an fp32 policy (a persistent copy, refreshed once per optimizer
+    step, in place of autocast re-casting every fp32 weight at every decode step), else fp32, the policy
+    itself: a policy whose base is already bf16 or 4-bit (`fp32_policy` False) decodes with its own
+    weights, so no second copy of them is made."""
     if weights != "auto":
         return weights
-    return "bf16" if device.type == "cuda" and precision == "bf16" else "fp32"
+    return "bf16" if device.type == "cuda" and precision == "bf16" and fp32_policy else "fp32"
+
+
+def trains_fp32(policy: torch.nn.Module) -> bool:
+    """True when the policy's largest weights (its linear layers' and embedding's, frozen or not) are
+    fp32: what the auto rollout format asks before it makes a bf16 copy of them."""
+    return max(policy.parameters(), key=lambda p: p.numel()).dtype == torch.float32
 
 
 def _local_engine(r, policy: torch.nn.Module, weights: str) -> PolicyEngine:
