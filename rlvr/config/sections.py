@@ -158,6 +158,12 @@ class RolloutConfig:
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
     cap); 0 disables; null: the sampling engine's default (rlvr.rollout.engines.tis_cap_of): 2.0 when it is
     not the trainer's own forward (rollout.engine=vllm, rollout.weights bf16/int8), else off."""
+    overlap: str = "none"
+    """none: each step samples from the policy its update then trains (on-policy). one_step_off: step
+    k+1's rollouts are sampled and scored while step k's update runs, from the weights one update old
+    (the builtin and hf engines sample from a snapshot of the policy refreshed before each rollout; vLLM
+    from its own copy); the sampler correction (rollout.tis_cap, 2.0 by default here) weighs the staleness,
+    and rollout/policy_lag says it (1 on every step but the first). A single process only."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 

@@ -26,6 +26,7 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
         (r.top_k >= 0, "rollout.top_k must be >= 0 (0 keeps all tokens)"),
         _one_of(r.engine, "rollout.engine", ("builtin", "hf", "vllm")),
         _one_of(r.weights, "rollout.weights", ("auto", "fp32", "bf16", "int8")),
+        _one_of(r.overlap, "rollout.overlap", ("none", "one_step_off")),
         (r.weights in ("auto", "fp32") or r.engine != "vllm",
          f"rollout.weights={r.weights} is for the builtin and hf engines; vLLM samples in model.dtype"),
         (not r.compile or (r.engine == "builtin" and r.weights in ("bf16", "int8")),
