@@ -29,14 +29,18 @@ def tree(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def learning(tmp_path_factory) -> list[str]:
+def learning_run(folder: Path) -> list[str]:
     """test_resume's run with a reward that varies within groups, so the weights move from step 1 on
     (tiny-random scores 0 on the arithmetic rewards, and a run whose weights never move would resume
     "exactly" whatever its optimizer state)."""
-    reward = tmp_path_factory.mktemp("reward") / "varied.py"
+    reward = folder / "varied.py"
     reward.write_text("def varied(completions, **kwargs):\n    return [float(len(set(c)) % 3) for c in completions]\n")
     return [*RUN, f"--rewards.weights={{{reward}:varied: 1.0}}"]
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory) -> list[str]:
+    return learning_run(tmp_path_factory.mktemp("reward"))
 
 
 @pytest.fixture(scope="module")
