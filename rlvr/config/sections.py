@@ -12,7 +12,7 @@ class ConfigError(RlvrError):
     pass
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoraConfig:
     r: int = 0
     """LoRA rank (PEFT); 0 trains every weight. With LoRA the reference is the base with adapters off."""
@@ -42,7 +42,7 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TaskConfig:
     name: str = "arithmetic"
     """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .csv, .parquet, or a directory
@@ -92,7 +92,7 @@ class TaskConfig:
     """Seed for drawing and splitting problems (independent of train.seed)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CurriculumConfig:
     mode: str = "none"
     """none (seeded epochs over all of train), schedule (only the level open at each step), or adaptive
@@ -121,7 +121,7 @@ class VllmConfig:
     and vLLM runs in the training process."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RolloutConfig:
     prompts_per_step: int = 8
     """Prompts sampled per training step."""
@@ -167,7 +167,7 @@ class RolloutConfig:
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
@@ -194,7 +194,7 @@ class EnvConfig:
     tool call, the tool's result and the final answer (configs/tools.yaml)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
     """Reward functions and their weights: a built-in name (correctness, format, code_tests, env, length),
@@ -209,7 +209,7 @@ class RewardsConfig:
     """length reward: the penalty at rollout.max_new_tokens (it falls linearly over the buffer)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimizerConfig:
     """AdamW, its warm-up and gradient accumulation: the same for rlvr train and rlvr sft."""
 
@@ -229,7 +229,7 @@ class OptimizerConfig:
     prompt count."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     steps: int = 20
     """Training steps (one rollout batch each)."""
@@ -265,7 +265,7 @@ class TrainConfig:
     rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalConfig:
     max_new_tokens: int = 256
     """Longest greedy completion in evaluation."""
@@ -299,7 +299,7 @@ class SftConfig:
     """rlvr sft: examples per optimizer step (optimizer.micro_batch_prompts of them per forward pass)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)

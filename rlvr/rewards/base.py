@@ -44,7 +44,8 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
             return verdicts_fn(texts, *cols)
         return [verdict_fn(t, *vals) for t, *vals in zip(texts, *cols)]
 
-    return Reward(verdict_fn.__name__.removesuffix("_verdict"), verdicts, verdict_fn, columns,
+    return Reward(name=verdict_fn.__name__.removesuffix("_verdict"), verdicts=verdicts, verdict=verdict_fn,
+                  columns=columns,
                   doc=verdict_fn.__doc__ or "", **abilities)
 
 
@@ -52,7 +53,7 @@ class RewardFunctionError(RlvrError):
     """A reward function failed on every completion of a batch: a bug in it, not a bad completion."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RewardFunction:
     """A reward of a run: its name (in metrics and reports), its weight, the function, and its
     rewards.weights key when that differs from the name (a .py file's path: rlvr.rewards.base.short_name)."""
@@ -82,7 +83,7 @@ class RewardFunction:
         return None if said is None else bool(said)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scores:
     """Per-function scores and reasons for B completions, their weighted total, and which completions
     each function failed on (raised). Errors are kept per completion so that selecting rows (dynamic
@@ -102,15 +103,17 @@ class Scores:
 
     def select(self, rows: list[int]) -> "Scores":
         pick = lambda d: {k: [v[i] for i in rows] for k, v in d.items()}
-        return Scores(pick(self.per_function), pick(self.reasons), [self.total[i] for i in rows], pick(self.failed),
-                      pick(self.extra), self.logged)
+        return Scores(per_function=pick(self.per_function), reasons=pick(self.reasons),
+                      total=[self.total[i] for i in rows], failed=pick(self.failed),
+                      extra=pick(self.extra), logged=self.logged)
 
     @staticmethod
     def concat(parts: list["Scores"]) -> "Scores":
         join = lambda field: {k: [x for p in parts for x in getattr(p, field)[k]] for k in parts[0].per_function}
         extra = {k: [x for p in parts for x in p.extra[k]] for k in parts[0].extra if all(k in p.extra for p in parts)}
-        return Scores(join("per_function"), join("reasons"), [x for p in parts for x in p.total], join("failed"),
-                      extra, parts[0].logged)
+        return Scores(per_function=join("per_function"), reasons=join("reasons"),
+                      total=[x for p in parts for x in p.total], failed=join("failed"),
+                      extra=extra, logged=parts[0].logged)
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
@@ -146,7 +149,7 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
     """A built-in by name; 'module:function' (a TRL-style reward); 'verl:module:function' (verl's
     one-sample compute_score, rlvr/rewards/verl.py). A module may be a .py file's path."""
     if name in builtins:
-        return RewardFunction(name, weight, builtins[name])
+        return RewardFunction(name=name, weight=weight, fn=builtins[name])
     if name.startswith(PYTHON_PREFIX) or name.startswith(VERL_PREFIX + PYTHON_PREFIX):
         fn = name.rsplit(":", 1)[-1]
         raise RlvrError(f"reward '{name}' is a Python function given to rlvr.fit, which config.yaml cannot "
@@ -157,8 +160,8 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
                         "'module:function' (TRL's form) or 'verl:module:compute_score'")
     if name.startswith(VERL_PREFIX):
         fn = load_callable(name[len(VERL_PREFIX):], "verl compute_score")
-        return RewardFunction(short_name(name), weight, from_compute_score(fn), name)
-    return RewardFunction(short_name(name), weight, load_callable(name, "reward function"), name)
+        return RewardFunction(name=short_name(name), weight=weight, fn=from_compute_score(fn), key=name)
+    return RewardFunction(name=short_name(name), weight=weight, fn=load_callable(name, "reward function"), key=name)
 
 
 def short_name(spec: str) -> str:
@@ -233,4 +236,4 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
     reasons = {k: [clean_reason(x) for x in v] for k, v in reasons.items()}
     total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(n)]
     extra = {k: v for k, v in log.extras.items() if len(v) == n}  # a column of another length fits no sample
-    return Scores(per, reasons, total, failed, extra, log.means())
+    return Scores(per_function=per, reasons=reasons, total=total, failed=failed, extra=extra, logged=log.means())

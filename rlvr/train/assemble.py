@@ -1,4 +1,5 @@
-"""Building a `Run` from a config: models, tasks, rewards, optimizer, prompt sampler, rollout engine."""
+"""Building a `Run` from a config: each phase's settings (rlvr/train/settings.py), models, tasks, rewards,
+optimizer, prompt sampler, rollout engine."""
 from __future__ import annotations
 
 import random
@@ -26,7 +27,8 @@ from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.logprobs import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
-from rlvr.train.state import Run
+from rlvr.train.settings import Settings
+from rlvr.train.state import Data, Models, Run
 
 def seed_everything(seed: int) -> None:
     """The global generators (weight init of a critic, anything a reward function draws); rollouts
@@ -117,5 +119,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced
         prepare_run_dir(out, to_yaml(cfg), fresh)
         save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
-    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler, sampler, engine,
-               stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)
+    settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
+    models = Models(policy=policy, tok=tok, ref=ref, critic=critic, optimizer=optimizer, scheduler=scheduler)
+    data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)
+    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d)
