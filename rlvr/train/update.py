@@ -8,6 +8,7 @@ import torch
 
 from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus_coef, high_entropy_mask, kl_estimate,
                        loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta, value_loss)
+from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
@@ -21,9 +22,6 @@ TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean"
 WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_frac", "sampler/weight_mean",
                        "entropy/selected_frac")
 WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
-# the policy objective's own knobs, passed to rlvr.algo.policy_loss by name
-OBJECTIVE_KNOBS = ("sapo_tau_pos", "sapo_tau_neg", "cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_coef",
-                   "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 @dataclass
@@ -81,6 +79,12 @@ class UpdateSettings:
     @property
     def entropy_coef(self) -> float:
         return self.entropy.applied(self.algo) if self.entropy is not None else self.algo.entropy_coef
+
+    @property
+    def objective_knobs(self) -> NoKnobs:
+        """algo.policy_loss's knobs as configured: every one read from the algo section (the registry's
+        Objective.knobs_from), none left at a default."""
+        return objective(self.algo.policy_loss).knobs_from(self.algo)
 
     @property
     def loss_beta(self) -> float:
@@ -171,7 +175,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     policy_units = units["policy"]
     loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
                               a.aggregation, norm, policy_units, objective=a.policy_loss, sampler_w=sampler_w,
-                              keep=keep, params={k: getattr(a, k) for k in OBJECTIVE_KNOBS})
+                              keep=keep, params=s.objective_knobs)
     n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
     sums = {**{k: stats[k] * n_tok for k in TOKEN_MEANS}, **counts}
     trained = mask if keep is None else mask * keep  # the tokens the entropy control watches
