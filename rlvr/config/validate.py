@@ -68,9 +68,7 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
          f"not {a.policy_loss}: set algo.ratio_level=token"),
         (a.adv_estimator != "group_passk" or a.adv_scale in ("group", "none"),
          "algo.adv_scale must be group or none with algo.adv_estimator group_passk"),
-        (a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0, "algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0"),
-        (0 < a.cov_ratio <= 1, "algo.cov_ratio must be in (0, 1]"),
-        (a.clip_cov_lb < a.clip_cov_ub, "algo.clip_cov_lb must be below algo.clip_cov_ub"),
+        *((False, message) for message in a.knob_problems()),  # each objective's knobs (rlvr.algo.objectives)
         _one_of(a.sampler_correction, "algo.sampler_correction", ("auto", *SAMPLER_MODES)),
         (a.sampler_c_min >= 0 and (a.sampler_c_max is None or a.sampler_c_max > a.sampler_c_min),
          "algo.sampler_c_min must be >= 0 and below algo.sampler_c_max"),
