@@ -72,7 +72,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
     a = cfg.algo
     unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
-                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
+                   (cfg.rollout.engine == "vllm" and not cfg.rollout.vllm.server_url,
+                    "rollout.engine=vllm colocated (rollout.vllm.server_url samples from vLLM servers under torchrun)")]
     if cfg.train.parallel == "fsdp":
         unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
                         "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
