@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from rlvr.config.algo import AlgoConfig
 from rlvr.errors import RlvrError
@@ -110,15 +110,41 @@ class CurriculumConfig:
     """adaptive: weight of the newest step in each level's running pass rate."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VllmConfig:
+    """rollout.engine=vllm: vLLM colocated in the training process (a CUDA GPU or vLLM's CPU platform), or
+    vLLM servers the user started (server_url). docs/vllm.md says which to use when."""
     gpu_memory_utilization: float = 0.3
-    """Fraction of GPU memory vLLM may take (colocated with training)."""
+    """Fraction of GPU memory vLLM may take (colocated with training), when kv_cache_gib is unset."""
+    kv_cache_gib: Optional[float] = None
+    """Colocated: the KV cache's size in GiB; null: gpu_memory_utilization's share of the GPU, and 1 GiB on
+    vLLM's CPU platform (where gpu_memory_utilization would be a share of host memory)."""
+    max_model_len: int = 0
+    """Colocated: the longest prompt + completion vLLM is set up for (the KV cache must hold one); 0: the
+    model's own maximum."""
     sleep: bool = True
-    """Put vLLM to sleep (free its KV cache) while the trainer updates."""
-    server_url: str = ""
-    """Reserved for a server mode (vLLM in its own process), which is not implemented: must stay empty,
-    and vLLM runs in the training process."""
+    """Put vLLM to sleep (free its KV cache) while the trainer updates (GPU only: the CPU platform has no
+    sleep mode)."""
+    server_url: Union[str, list[str]] = ""
+    """Sample from vLLM servers started by the user instead of a colocated engine: one URL
+    (http://host:8000), several (a list, or one string separated by commas: prompts are spread over them),
+    each started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs (docs/vllm.md). The
+    weights are pushed to every server after each update."""
+    weight_push: str = "disk"
+    """Server mode: how the weights reach the servers after each update: disk (written under weights_dir,
+    each server reloads them in place: the CPU platform, and GPUs sharing a filesystem), or nccl (vLLM's
+    weight-transfer API, GPU to GPU; not tested by rlvr's suite: docs/vllm.md)."""
+    weights_dir: str = ""
+    """Server mode: where the pushed weights are written for the servers to load (a directory every server
+    can read: shared storage across nodes); empty: <train.out>/vllm-weights."""
+    timeout_s: float = 600.0
+    """Server mode: the longest a request (a group's completions, a weight push) may take before the run
+    stops with an error naming the server."""
+
+    def urls(self) -> list[str]:
+        """server_url as a list of URLs (trailing slashes dropped); empty: colocated."""
+        given = self.server_url if isinstance(self.server_url, list) else self.server_url.split(",")
+        return [u.strip().rstrip("/") for u in given if u.strip()]
 
 
 @dataclass(kw_only=True)

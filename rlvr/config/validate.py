@@ -34,7 +34,14 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
          "rollout.weights=bf16 or int8, or rollout.compile=false"),
         (r.tis_cap is None or r.tis_cap >= 0, "rollout.tis_cap must be >= 0 (0 disables) or null"),
         (0 < v.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization must be in (0, 1)"),
-        (not v.server_url, "rollout.vllm.server_url: server mode is not implemented; leave it empty"),
+        (v.kv_cache_gib is None or v.kv_cache_gib > 0, "rollout.vllm.kv_cache_gib must be > 0 or null"),
+        (v.max_model_len >= 0, "rollout.vllm.max_model_len must be >= 0 (0: the model's own)"),
+        (v.timeout_s > 0, "rollout.vllm.timeout_s must be > 0"),
+        _one_of(v.weight_push, "rollout.vllm.weight_push", ("disk", "nccl")),
+        (not v.server_url or r.engine == "vllm", "rollout.vllm.server_url samples from vLLM servers: set "
+         "rollout.engine=vllm with it, or leave it empty"),
+        *[(url.startswith(("http://", "https://")), f"rollout.vllm.server_url '{url}' must start with http:// "
+           "or https://") for url in v.urls()],
     ]
 
 

@@ -45,7 +45,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
     a = cfg.algo
     unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
-                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm"),
+                   (cfg.rollout.engine == "vllm" and not cfg.rollout.vllm.server_url,
+                    "rollout.engine=vllm colocated (rollout.vllm.server_url samples from vLLM servers under torchrun)"),
                    (cfg.rollout.overlap != "none", f"rollout.overlap={cfg.rollout.overlap}")]
     if cfg.train.parallel == "fsdp":
         unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
