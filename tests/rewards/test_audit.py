@@ -29,7 +29,7 @@ def naive_last_number(completions, answer, **kw):
 
 
 def test_builtin_rewards_hold_and_a_naive_checker_is_weak():
-    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction("naive", 1.0, naive_last_number)]
+    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction(name="naive", weight=1.0, fn=naive_last_number)]
     report = audit(splits(), rewards)
     assert set(report.table) == {a.name for a in MATH_ATTACKS}
     assert "correctness" not in report.weak and "format" not in report.weak
@@ -43,7 +43,7 @@ def zeros(completions, **kw):
 def test_a_reward_that_fails_the_reference_solutions_cannot_be_judged(capsys):
     """Attacks scoring 0 under a reward that also gives right answers 0 (a wrong gold column, a reward that
     cannot run) say nothing: the control catches it."""
-    report = audit(splits(), build_rewards({"correctness": 1.0}) + [RewardFunction("zeros", 1.0, zeros)])
+    report = audit(splits(), build_rewards({"correctness": 1.0}) + [RewardFunction(name="zeros", weight=1.0, fn=zeros)])
     assert report.control == {"correctness": 1.0, "zeros": 0.0}   # `Answer: <gold>` for each problem
     assert "zeros" not in report.weak and set(report.unjudged) == {"zeros"}
     assert "reference solutions 0" in report.unjudged["zeros"]
@@ -54,7 +54,7 @@ def test_without_a_sandbox_a_code_audit_says_it_cannot_judge(monkeypatch):
     import rlvr.rewards.audit as audit_module
 
     monkeypatch.setattr(audit_module, "sandbox_problem", lambda: "bubblewrap not found at /usr/bin/bwrap")
-    report = audit(code_splits(hidden=True), [RewardFunction("tests_reward", 1.0, zeros)])
+    report = audit(code_splits(hidden=True), [RewardFunction(name="tests_reward", weight=1.0, fn=zeros)])
     assert report.control == {}   # no reference solution in these problems
     assert report.unjudged == {"tests_reward": "no code sandbox can start here (bubblewrap not found at /usr/bin/bwrap)"}
 
