@@ -233,6 +233,15 @@ class RewardsConfig:
     """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
     overlong_penalty: float = 1.0
     """length reward: the penalty at rollout.max_new_tokens (it falls linearly over the buffer)."""
+    timeout_s: float = 300.0
+    """The most seconds one call of a user's reward function (a 'module:function' or a Python function
+    given to rlvr.fit) may take, on a batch or, retried, on one row; 0: no limit. In the trainer's process a
+    call past it stops the run naming the reward and the row; with rewards.isolate it is killed and scored
+    as a failure. rlvr's built-ins have limits of their own."""
+    isolate: bool = False
+    """Run user reward functions in a worker process of their own: a hang past rewards.timeout_s, os._exit
+    or a crash costs that call (its completions score 0, counted in reward/<name>/errors), never the run.
+    The function must be importable there: a 'module:function' or .py file, or a module-level function."""
 
 
 @dataclass(kw_only=True)

@@ -24,8 +24,9 @@ from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
 from rlvr.report.trackers import open_trackers
 from rlvr.rewards import score_batch, strict_rewards
-from rlvr.rewards.base import Scores
+from rlvr.rewards.base import Scores, defined_at, failure_reason
 from rlvr.rewards.call import TrainerState
+from rlvr.rewards.workers import owned_by_run
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
@@ -46,11 +47,14 @@ from rlvr.train.update import policy_update
 # ---------------------------------------------------------------- one step: collect, advantages, update
 
 def _on_reward_error(run: Run):
-    def warn(name: str, e: Exception) -> None:
+    def warn(name: str, e: BaseException, row: str) -> None:
         if name not in run.warned:
             run.warned.add(name)
-            say(f"warning: reward function '{name}' raised {type(e).__name__}: {e}; "
-                f"its completions score 0 and are counted in reward/{name}/errors")
+            rf = next(rf for rf in run.rewards if rf.name == name)
+            where = f" ({defined_at(rf)})" if rf.user else ""
+            say(f"warning: reward function '{name}'{where} failed on {row}: "
+                f"{failure_reason(e).removeprefix('reward function ')}; its failed completions score 0 and are "
+                f"counted in reward/{name}/errors")
     return warn
 
 
@@ -278,7 +282,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
     try:
-        with StopOnSignal() as stop:
+        with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)
     finally:
         close_distributed(d)
