@@ -92,10 +92,19 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     return splits, rewards, grader
 
 
+def claim_run_dir(cfg: Config, fresh: bool) -> None:
+    """The run directory made this run's (rank 0): config.yaml written (a fresh run first clears an
+    earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml names."""
+    out = Path(cfg.train.out)
+    prepare_run_dir(out, to_yaml(cfg), fresh)
+    save_rows(out)
+
+
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
-    """Load tasks, rewards, models, environment, optimizer and rollout engine, then set up the run
-    directory (rank 0 writes): a start that fails on the way leaves an earlier run's directory untouched.
-    A fresh run clears its logs. `given`: Python reward functions by name (rlvr.fit)."""
+    """Load tasks, rewards, models, environment, optimizer and rollout engine, then, for a fresh run,
+    set up the run directory (rank 0 writes): a start that fails on the way leaves an earlier run's
+    directory untouched. A resumed run's directory is claimed only once its checkpoint has loaded too
+    (rlvr.train.grpo.start). `given`: Python reward functions by name (rlvr.fit)."""
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
     if cfg.train.threads > 0:
@@ -117,9 +126,8 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, policy, out, precision)
-    if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced
-        prepare_run_dir(out, to_yaml(cfg), fresh)
-        save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
+    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
+        claim_run_dir(cfg, fresh)
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
     models = Models(policy=policy, tok=tok, ref=ref, critic=critic, optimizer=optimizer, scheduler=scheduler)
     data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)

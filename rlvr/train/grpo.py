@@ -8,6 +8,7 @@ make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +32,18 @@ from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_checkpoint,
-                                   restore, save_final, try_checkpoint)
+from rlvr.errors import RlvrError, WriteError
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest, restore,
+                                   resume_records, save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.overlap import Rollouts
-from rlvr.train.assemble import setup
+from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of
 from rlvr.train.state import Collected, Progress, Run, merge_collected
+from rlvr.train.rundir import RunLock, check_data, fingerprint
 from rlvr.train.update import policy_update
 
 
@@ -50,7 +53,7 @@ def _on_reward_error(run: Run):
     def warn(name: str, e: BaseException, row: str) -> None:
         if name not in run.warned:
             run.warned.add(name)
-            rf = next(rf for rf in run.rewards if rf.name == name)
+            rf = next(rf for rf in run.data.rewards if rf.name == name)
             where = f" ({defined_at(rf)})" if rf.user else ""
             say(f"warning: reward function '{name}'{where} failed on {row}: "
                 f"{failure_reason(e).removeprefix('reward function ')}; its failed completions score 0 and are "
@@ -201,25 +204,77 @@ class Outputs:
 
 
 def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool, dict | None]:
-    """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed,
-    the batch collected for the next step when the checkpoint was written: rollout.overlap)."""
-    last = latest_checkpoint(cfg.train.out) if resume else None
-    if resume and last is None:
+    """A fresh run, or the run directory's newest whole checkpoint restored; returns (run, progress,
+    resumed, the batch collected for the next step when the checkpoint was written: rollout.overlap).
+    A resume writes nothing into the run directory (config.yaml included) until the checkpoint, the data
+    it trained on and the models have all loaded: one that fails leaves the run as it was."""
+    newest = load_newest(cfg.train.out) if resume else None  # damaged ones skipped with a note
+    if resume and newest is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
-    run = setup(cfg, fresh=last is None, d=d, given=given)
+    if newest is not None:
+        check_data(newest[1]["progress"]["summary"].get("data", {}).get("files"), cfg.task, newest[0])
+    run = setup(cfg, fresh=newest is None, d=d, given=given)
     p = Progress()
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
     pending = None
-    if last is not None:
-        state = load_checkpoint(last)
-        p, pending = restore(run, state), state.get("pending")
+    if newest is not None:
+        last, state, damaged = newest
+        p, pending = restore_checkpoint(run, state, last, cfg), state.get("pending")
         run.engine.sync_weights(run.models.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
+        if d.is_main:  # everything has loaded: only now is the directory written
+            set_aside(damaged)
+            resume_records(run.out, p)
+            claim_run_dir(cfg, fresh=False)
         say(f"resuming {run.out} from step {p.step} ({last.name})")
     p.summary["grader"] = run.data.grader.name  # what the accuracies in the summary count as correct
-    return run, p, last is not None, pending
+    p.summary["data"] = {"files": fingerprint(cfg.task), "problems": {s: len(getattr(run.data.splits, s)) for s in
+                                                                       ("train", "heldout", "ood")}}
+    return run, p, newest is not None, pending
+
+
+def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
+    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
+    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
+    from the run's config.yaml, instead of the error of whichever state failed to load."""
+    problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
+    why = None
+    if problems is not None and problems != len(run.data.splits.train):
+        why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
+    else:
+        try:
+            return restore(run, state)
+        except RlvrError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
+    changed = changed_keys(run.out / "config.yaml", cfg)
+    raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
+                    + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
+                    + "; nothing in the run directory was changed: resume without those overrides")
+
+
+def changed_keys(saved: Path, cfg: Config) -> list[str]:
+    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
+    train.steps and train.out aside (a resume changes them freely)."""
+    import yaml
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
+                                                                                        "ood_params") else {f"{prefix}{k}": v})
+        return out
+
+    try:
+        old = flat(yaml.safe_load(saved.read_text()) or {})
+    except (OSError, yaml.YAMLError):
+        return []
+    new = flat(to_dict(cfg))
+    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
 
 
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
@@ -277,8 +332,21 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
     reward functions by their rewards.weights name (rlvr.fit). Under torchrun every process runs this."""
     wall_start = time.perf_counter()
     cfg = anchored(cfg)  # config.yaml resumes from any working directory
-    if not resume:
-        check_run_dir(cfg.train.out, cfg.train.overwrite)
+    # one process writes a run directory: the lock is taken before anything loads (torchrun: by rank 0),
+    # so a second start into a directory in use is told the PID that holds it
+    with RunLock(cfg.train.out, enabled=os.environ.get("RANK", "0") == "0"):
+        if not resume:
+            check_run_dir(cfg.train.out, cfg.train.overwrite)
+        try:
+            return _locked(cfg, resume, given, wall_start)
+        except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it
+            last = latest_checkpoint(cfg.train.out)
+            raise WriteError(f"{e}; " + (f"the checkpoints up to {last.name} are whole: free space, then continue "
+                                         f"with `rlvr train --resume {cfg.train.out}`" if last else
+                                         "no checkpoint was written yet")) from None
+
+
+def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
     try:
