@@ -22,7 +22,7 @@ from rlvr.report.console import before_after_table, format_samples, live_postfix
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
-from rlvr.report.trackers import open_trackers
+from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores
 from rlvr.rewards.call import TrainerState
@@ -186,6 +186,11 @@ class Outputs:
         out.monitor.fired = p.fired
         return out
 
+    def track_eval(self, row: dict) -> None:
+        """An evaluation's row of evals.jsonl (accuracies and flips per split) to every tracker, at its step."""
+        for t in self.trackers:
+            t.log(row["step"], eval_metrics(row))
+
     def close(self) -> None:
         for w in (self.metrics, self.samples, self.evals, self.health, *self.trackers):
             w.close()
@@ -230,8 +235,7 @@ def evaluate_mid(run: Run, p: Progress, out: Outputs, step: int, clock: Callable
     result, _ = eval_on_main(run, "mid", ("heldout",))
     p.eval_rows.append(log_eval(run, out.evals, step, result, "mid", clock() - p.eval_seconds))
     out.monitor.report(p.history, p.eval_rows, out.health)  # the skill rules read this evaluation
-    for t in out.trackers:
-        t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
+    out.track_eval(p.eval_rows[-1])
     p.eval_seconds += time.perf_counter() - t0
     run.policy.train()
 
@@ -249,6 +253,7 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
         if run.baseline:
             summary.update(flip_summary(run.baseline, records))
         p.eval_rows.append(log_eval(run, out.evals, summary["steps"], after, "after", train_seconds - p.eval_seconds))
+        out.track_eval(p.eval_rows[-1])
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
     out.close()
@@ -289,6 +294,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
         before, run.baseline = eval_on_main(run, "before")
         p.summary.update(before)
         p.eval_rows.append(log_eval(run, out.evals, 0, before, "before", 0.0))
+        out.track_eval(p.eval_rows[-1])
     started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
     settings = UpdateSettings.of(cfg, run.pad_id, run.precision)
