@@ -37,7 +37,7 @@ from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, 
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.assemble import setup
-from rlvr.train.sft import baseline_of
+from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
 from rlvr.train.update import UpdateSettings, policy_update
 
@@ -206,6 +206,11 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
+        differ = prompt_differences(sft["run"], cfg.task)
+        if differ:  # the baseline's accuracy was measured on other prompts: not like with like
+            say(f"warning: the SFT baseline ({sft['run']}) was evaluated with other prompts than this run: "
+                + "; ".join(f"{k}={there!r} there, {here!r} here" for k, there, here in differ)
+                + f"; give this run the same (--{differ[0][0]}={differ[0][1]!r}) to compare like with like")
     if last is not None:
         p = restore(run, load_checkpoint(last))
         run.engine.sync_weights(run.policy)  # an engine with its own weights (vLLM) got them before the restore
