@@ -223,7 +223,7 @@ def cmd_eval(argv: list[str]) -> int:
     sampling = sampling_autocast(device, resolve_precision(cfg.train.mixed_precision, device))  # as training samples
 
     def loaded(name: str):
-        model, tok = load_model(name, cfg.model.dtype, device)
+        model, tok = load_model(name, cfg.model.dtype, device, cfg.model.quantize)
         graph_decode(cfg.rollout, model)
         return model, tok
 

@@ -7,12 +7,13 @@ every column is kept for the reward functions. A bad row is an error naming the 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 from pathlib import Path
 from typing import Iterator
 
-from rlvr.errors import RlvrError
+from rlvr.errors import RlvrError, decode_utf8
 from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
 from rlvr.tasks.code_forms import dataset_tests
 
@@ -54,13 +55,13 @@ def parse_jsonl(lines, path) -> Iterator[tuple[int, dict]]:
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    with open(path, encoding="utf-8") as f:
-        return [(f"line {n}", row) for n, row in parse_jsonl(f, path)]
+    lines = decode_utf8(path.read_bytes(), path).split("\n")  # only "\n" ends a line: U+2028 may sit in a string
+    return [(f"line {n}", row) for n, row in parse_jsonl(lines, path)]
 
 
 def read_csv(path: Path) -> list[Row]:
     rows = []
-    with open(path, encoding="utf-8", newline="") as f:
+    with io.StringIO(decode_utf8(path.read_bytes(), path), newline="") as f:
         reader = csv.DictReader(f)
         start = 2  # the header is line 1; a quoted field may span lines, so track where each row starts
         try:

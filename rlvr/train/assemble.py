@@ -43,7 +43,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
     a = cfg.algo
     unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
-                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
+                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm"),
+                   (cfg.rollout.overlap != "none", f"rollout.overlap={cfg.rollout.overlap}")]
     if cfg.train.parallel == "fsdp":
         unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
                         "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
@@ -99,7 +100,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
