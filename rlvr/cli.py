@@ -191,8 +191,10 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, help="problems per generation batch (default: eval.batch_size)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--out", default="runs/eval", help="where eval.json goes (default runs/eval)")
-    parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) greedily "
-                        "on the same problems and report which problems the model fixed and broke against it")
+    parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) as the "
+                        "model is evaluated, on the same problems with the same samples and seed: its pass@1, "
+                        "pass@k and maj@k beside the model's with the change, and which problems the model fixed "
+                        "and broke against it")
     return parser
 
 
@@ -239,11 +241,12 @@ def cmd_eval(argv: list[str]) -> int:
         with sampling:
             compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
                                            args.baseline, tasks, args.split, args.n, s, results, cfg.env, graders)
-        for label, base in compared.items():
+        for label, (base, _) in compared.items():
             summaries[label]["baseline"] = base
             print("\n".join(baseline_lines(label, summaries[label], base)))
     path = write_outputs(args.out, eval_json(model, args.split, s, summaries),
-                         {label: records for label, (_, records) in results.items()})
+                         {label: records for label, (_, records) in results.items()},
+                         {label: records for label, (_, records) in compared.items()} if args.baseline else None)
     print(f"wrote {path}")
     return 0
 
