@@ -86,3 +86,26 @@ def test_single_turn_report_is_unchanged(tmp_path):
         pages.append(write_report(run).read_text().replace(str(run), "RUN"))
     assert pages[0] == pages[1]
     assert SINGLE_TURN_SAMPLE in pages[0] and "turn" not in pages[0] and pages[0].count("<svg") == 6
+
+
+def test_report_and_summary_are_readable_by_others_as_any_file_the_user_writes(tmp_path):
+    """`rlvr report RUN_DIR` (and every whole-file write of a run: summary.json, config.yaml, final/) gets the
+    mode a plain open gives under the umask, 0644 under 022, not the temp file's 0600."""
+    import os
+
+    from rlvr.cli import main
+    from rlvr.models import tiny_random
+    from rlvr.report.sinks import atomic_save_model, atomic_write_json
+
+    old = os.umask(0o022)
+    try:
+        write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "reward/mean": 0.5}])
+        atomic_write_json(tmp_path / "summary.json", {"steps": 1})
+        assert main(["report", str(tmp_path)]) == 0
+        model, tok = tiny_random(seed=0)
+        atomic_save_model(model, tok, tmp_path / "final")
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "report.html").stat().st_mode & 0o777) == oct(0o644)
+    assert oct((tmp_path / "summary.json").stat().st_mode & 0o777) == oct(0o644)
+    assert oct((tmp_path / "final").stat().st_mode & 0o777) == oct(0o755)
