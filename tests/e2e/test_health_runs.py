@@ -21,10 +21,17 @@ def test_unsolvable_task_fires_no_learning_signal_within_5_steps(tmp_path):
     assert "zero-variance groups" in page
 
 
-def test_tiny_max_new_tokens_fires_truncation(tmp_path):
+def test_tiny_max_new_tokens_fires_truncation(tmp_path, capsys):
+    """`rlvr train ... 2> log`: the finding is said on a line of its own, never after the progress bar's text
+    (a log is not a terminal: the bar is written as whole lines)."""
     out = tmp_path / "trunc"
     assert main(["train", *SMOKE, f"--train.out={out}", "--train.steps=3", "--rollout.max_new_tokens=2"]) == 0
     assert "truncation" in {f["rule"] for f in findings(out)}
+    log = capsys.readouterr().err
+    assert "\r" not in log.split("eval at step 0")[1].split("eval at step 3")[0]
+    lines = log.splitlines()
+    assert any(line.startswith("health [truncation] at step ") for line in lines)
+    assert [line.split(" [")[0] for line in lines if line.startswith("train ")] == ["train 1/3", "train 3/3"]
     assert "truncation" in (out / "report.html").read_text()
 
 
