@@ -271,7 +271,8 @@ class TrainConfig:
     seed: int = 0
     """Seed for sampling and prompt order."""
     out: str = ""
-    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file)."""
+    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file); rlvr sft:
+    runs/<name>-sft (runs/sft)."""
     overwrite: bool = False
     """Replace what the run directory holds (records, checkpoints, final/) once the new run has loaded its
     config, data and model; false refuses a directory that holds anything."""

@@ -16,14 +16,14 @@ from typing import Callable
 
 import torch
 
-from rlvr.config import Config
+from rlvr.config import Config, to_dict
 from rlvr.config.paths import anchored
 from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
-from rlvr.report.trackers import open_trackers
+from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores, defined_at, failure_reason
 from rlvr.rewards.call import TrainerState
@@ -41,7 +41,7 @@ from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_rec
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.overlap import Rollouts
 from rlvr.train.assemble import claim_run_dir, setup
-from rlvr.train.sft import baseline_of
+from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
 from rlvr.train.rundir import RunLock, check_data, fingerprint
 from rlvr.train.update import policy_update
@@ -198,6 +198,11 @@ class Outputs:
         out.monitor.fired = p.fired
         return out
 
+    def track_eval(self, row: dict) -> None:
+        """An evaluation's row of evals.jsonl (accuracies and flips per split) to every tracker, at its step."""
+        for t in self.trackers:
+            t.log(row["step"], eval_metrics(row))
+
     def close(self) -> None:
         for w in (self.metrics, self.samples, self.evals, self.health, *self.trackers):
             w.close()
@@ -218,6 +223,11 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
+        differ = prompt_differences(sft["run"], cfg.task)
+        if differ:  # the baseline's accuracy was measured on other prompts: not like with like
+            say(f"warning: the SFT baseline ({sft['run']}) was evaluated with other prompts than this run: "
+                + "; ".join(f"{k}={there!r} there, {here!r} here" for k, there, here in differ)
+                + f"; give this run the same (--{differ[0][0]}={differ[0][1]!r}) to compare like with like")
     pending = None
     if newest is not None:
         last, state, damaged = newest
@@ -298,8 +308,7 @@ def evaluate_mid(run: Run, p: Progress, out: Outputs, step: int, clock: Callable
     result, _ = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "mid", run.baseline, ("heldout",))
     p.eval_rows.append(log_eval(out.evals, step, result, "mid", clock() - p.eval_seconds))
     out.monitor.report(p.history, p.eval_rows, out.health)  # the skill rules read this evaluation
-    for t in out.trackers:
-        t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
+    out.track_eval(p.eval_rows[-1])
     p.eval_seconds += time.perf_counter() - t0
     run.models.policy.train()
 
@@ -317,6 +326,7 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
         if run.baseline:
             summary.update(flip_summary(run.baseline, records))
         p.eval_rows.append(log_eval(out.evals, summary["steps"], after, "after", train_seconds - p.eval_seconds))
+        out.track_eval(p.eval_rows[-1])
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
     out.close()
@@ -371,6 +381,7 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
         before, run.baseline = eval_on_main(run.models, run.data, s.eval, d, "before")
         p.summary.update(before)
         p.eval_rows.append(log_eval(out.evals, 0, before, "before", 0.0))
+        out.track_eval(p.eval_rows[-1])
     started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
     bar = progress(s.steps, initial=p.step, disable=not d.is_main)
