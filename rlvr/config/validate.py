@@ -95,6 +95,7 @@ def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
         (o.lr >= 0, "optimizer.lr must be >= 0"),
         (o.micro_batch_prompts >= 1, "optimizer.micro_batch_prompts must be at least 1"),
         (o.micro_batch_tokens >= 0, "optimizer.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
+        _one_of(o.state, "optimizer.state", ("fp32", "8bit", "offload")),
     ]
 
 
