@@ -262,6 +262,11 @@ class OptimizerConfig:
     micro_batch_tokens: int = 0
     """rlvr train: if > 0, micro-batches are filled by this token budget (whole groups) instead of by
     prompt count."""
+    state: str = "fp32"
+    """Where AdamW keeps its moments (8 bytes a trained weight in fp32): fp32 (beside the weights), 8bit
+    (torchao's AdamW8bit: block-quantised moments, about 2 bytes a weight; tensors under 4096 values stay
+    fp32; needs torchao), or offload (fp32 master weights, gradients and moments in host memory, the step
+    run there: 16 bytes a weight off the GPU, a host copy each way per step). rlvr/train/optim.py."""
 
 
 @dataclass(kw_only=True)

@@ -106,6 +106,7 @@ def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
          "so an lr of 1 or more overwrites the weights (typical: 1e-6 to 1e-4)"),
         (o.micro_batch_prompts >= 1, "optimizer.micro_batch_prompts must be at least 1"),
         (o.micro_batch_tokens >= 0, "optimizer.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
+        _one_of(o.state, "optimizer.state", ("fp32", "8bit", "offload")),
     ]
 
 

@@ -70,7 +70,7 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = adamw(groups, o.weight_decay)
+    optimizer = adamw(groups, o.weight_decay, o.state)
     return optimizer, warmup_scheduler(optimizer, o.warmup_steps), critic
 
 

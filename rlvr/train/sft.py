@@ -173,7 +173,7 @@ def sft(cfg: Config, then: str = "") -> dict:
         summary.update(before)
     a = cfg.optimizer
     optimizer = adamw([{"params": [p for p in policy.parameters() if p.requires_grad], "lr": a.lr}],
-                      a.weight_decay)
+                      a.weight_decay, a.state)
     scheduler = warmup_scheduler(optimizer, a.warmup_steps)
     sampler = Epochs(range(len(examples)), cfg.train.seed)
     bar = progress(cfg.train.steps)
