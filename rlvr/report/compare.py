@@ -14,7 +14,7 @@ from rlvr.report.plot import line_chart
 from rlvr.report.sinks import atomic_write_json, atomic_write_text, jsonl_records
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunData:
     name: str
     path: Path
@@ -44,8 +44,9 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         import yaml
 
         preset = (yaml.safe_load((path / "config.yaml").read_text()) or {}).get("algo", {}).get("preset", "")
-    return RunData(name or path.name, path, _jsonl(path / "metrics.jsonl"), _jsonl(path / "evals.jsonl"),
-                   summary, preset)
+    return RunData(name=name or path.name, path=path, metrics=_jsonl(path / "metrics.jsonl"),
+                   evals=_jsonl(path / "evals.jsonl"),
+                   summary=summary, preset=preset)
 
 
 def _train_time(metrics: list[dict]) -> list[float]:

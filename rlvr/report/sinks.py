@@ -6,8 +6,8 @@ import copy
 import json
 import math
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -28,6 +28,18 @@ def _clean(value):
     return value
 
 
+def _fresh(path: Path, make):
+    """make(a new hidden name beside `path`), retried on a name taken. The entry gets the mode a plain open
+    or mkdir gives (0666 / 0777 less the umask), not mkstemp's 0600 or mkdtemp's 0700: a run's report,
+    summary and model are read by others (a colleague, a web server) as any file the user writes is."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+        try:
+            return tmp, make(tmp)
+        except FileExistsError:
+            continue
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """UTF-8; a character it cannot encode (a lone surrogate from a model's text) is written as its
     backslash escape rather than failing the write: a model's text must never end a run."""
@@ -35,7 +47,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        tmp, fd = _fresh(path, lambda t: os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
@@ -68,7 +80,7 @@ def atomic_save_model(model, tokenizer, path: str | Path) -> None:
     """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    tmp, _ = _fresh(path, lambda t: os.mkdir(t, 0o777))
     try:
         try:
             if is_peft(model):

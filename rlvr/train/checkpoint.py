@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import random
 import re
@@ -226,23 +225,24 @@ def truncate_jsonl(path: str | Path, last_step: int | None = None, keep: int | N
 def _optimizer_state(run: Run) -> dict:
     """Keyed by parameter name (torch.distributed.checkpoint's full state), so it loads into a plain,
     DDP or FSDP2 policy alike; a PPO critic (single process only) keeps the optimizer's own form."""
-    if run.critic is not None:
-        return {"format": "torch", "state": run.optimizer.state_dict()}
-    if not run.optimizer.state:  # never stepped (stopped during the first evaluation): get_optimizer_state_dict
+    m = run.models
+    if m.critic is not None:
+        return {"format": "torch", "state": m.optimizer.state_dict()}
+    if not m.optimizer.state:  # never stepped (stopped during the first evaluation): get_optimizer_state_dict
         return {"format": "none"}  # would step it once with zero moments to make a state, and save that
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {"format": "full", "state": get_optimizer_state_dict(run.policy, run.optimizer, options=options)}
+    return {"format": "full", "state": get_optimizer_state_dict(m.policy, m.optimizer, options=options)}
 
 
 def checkpoint_state(run: Run, p: Progress, train_seconds: float, pending: dict | None = None) -> dict:
     """The whole state, collected on every rank (FSDP gathers shards); only rank 0's is complete.
     `pending`: the next step's batch, collected already (rollout.overlap one_step_off)."""
-    d = run.dist
-    return {"step": p.step, "world": d.world, "policy": full_state_dict(run.policy, d),
-            "critic": run.critic.state_dict() if run.critic is not None else None,
-            "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
-            "optimizer": _optimizer_state(run), "scheduler": run.scheduler.state_dict(),
-            "sampler": run.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
+    d, m = run.dist, run.models
+    return {"step": p.step, "world": d.world, "policy": full_state_dict(m.policy, d),
+            "critic": m.critic.state_dict() if m.critic is not None else None,
+            "ref": m.ref.model.state_dict() if m.ref is not None and not m.ref.adapters_off else None,
+            "optimizer": _optimizer_state(run), "scheduler": m.scheduler.state_dict(),
+            "sampler": run.data.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
             "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds},
             "pending": pending}
 
@@ -251,22 +251,22 @@ def restore(run: Run, state: dict) -> Progress:
     """Load a checkpoint written by any number of processes. With the same world size every rank gets
     its own global generators back (Python, NumPy, torch); with another, all take rank 0's. Rollouts
     need no generator state: they draw from per-group seeds (rlvr.rollout.sampling.group_seed)."""
-    d = run.dist
-    load_full_state_dict(run.policy, state["policy"], d)
-    if run.critic is not None:
-        run.critic.load_state_dict(state["critic"])
-    if run.ref is not None and state["ref"] is not None:
-        run.ref.model.load_state_dict(state["ref"])
+    d, m = run.dist, run.models
+    load_full_state_dict(m.policy, state["policy"], d)
+    if m.critic is not None:
+        m.critic.load_state_dict(state["critic"])
+    if m.ref is not None and state["ref"] is not None:
+        m.ref.model.load_state_dict(state["ref"])
     opt = state["optimizer"]
     if opt["format"] == "none":
         pass  # the fresh optimizer of this start is the one the checkpoint had
     elif opt["format"] == "full":
-        set_optimizer_state_dict(run.policy, run.optimizer, optim_state_dict=opt["state"],
+        set_optimizer_state_dict(m.policy, m.optimizer, optim_state_dict=opt["state"],
                                  options=StateDictOptions(full_state_dict=True))
     else:
-        run.optimizer.load_state_dict(opt["state"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    run.sampler.load_state_dict(state["sampler"])
+        m.optimizer.load_state_dict(opt["state"])
+    m.scheduler.load_state_dict(state["scheduler"])
+    run.data.sampler.load_state_dict(state["sampler"])
     rngs = state["rng"]  # one per rank that wrote it; on another number of ranks, rank 0's
     set_rng_state(rngs[d.rank] if len(rngs) == d.world else rngs[0])
     return Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
@@ -289,7 +289,7 @@ def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | 
     if not run.dist.is_main:
         return
     try:
-        save_checkpoint(run.out, p.step, state, run.cfg.train.keep_checkpoints)
+        save_checkpoint(run.out, p.step, state, run.settings.checkpoint.keep)
     except OSError as e:
         last = latest_checkpoint(run.out)
         say(f"warning: checkpoint at step {p.step} could not be written ({e}); "
@@ -298,15 +298,17 @@ def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | 
 
 def save_final(run: Run) -> None:
     """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
-    if not is_fsdp(run.policy):
+    m = run.models
+    if not is_fsdp(m.policy):
         if run.dist.is_main:
-            atomic_save_model(run.policy, run.tok, run.out / "final")
+            atomic_save_model(m.policy, m.tok, run.out / "final")
         return
-    state = full_state_dict(run.policy, run.dist)  # every rank gathers; rank 0 gets the weights
+    state = full_state_dict(m.policy, run.dist)  # every rank gathers; rank 0 gets the weights
     if run.dist.is_main:
-        plain, _ = load_model(run.cfg.model.name, run.cfg.model.dtype)
+        c = run.settings.checkpoint
+        plain, _ = load_model(c.model_name, c.model_dtype)
         plain.load_state_dict(state)
-        atomic_save_model(plain, run.tok, run.out / "final")
+        atomic_save_model(plain, m.tok, run.out / "final")
 
 
 class StopOnSignal:
