@@ -47,7 +47,8 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
             return verdicts_fn(texts, *cols)
         return [verdict_fn(t, *vals) for t, *vals in zip(texts, *cols)]
 
-    return Reward(verdict_fn.__name__.removesuffix("_verdict"), verdicts, verdict_fn, columns,
+    return Reward(name=verdict_fn.__name__.removesuffix("_verdict"), verdicts=verdicts, verdict=verdict_fn,
+                  columns=columns,
                   doc=verdict_fn.__doc__ or "", **abilities)
 
 
@@ -90,7 +91,7 @@ class RewardFunction:
         return None if said is None else bool(said)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scores:
     """Per-function scores and reasons for B completions, their weighted total, and which completions
     each function failed on (raised). Errors are kept per completion so that selecting rows (dynamic
@@ -110,15 +111,17 @@ class Scores:
 
     def select(self, rows: list[int]) -> "Scores":
         pick = lambda d: {k: [v[i] for i in rows] for k, v in d.items()}
-        return Scores(pick(self.per_function), pick(self.reasons), [self.total[i] for i in rows], pick(self.failed),
-                      pick(self.extra), self.logged)
+        return Scores(per_function=pick(self.per_function), reasons=pick(self.reasons),
+                      total=[self.total[i] for i in rows], failed=pick(self.failed),
+                      extra=pick(self.extra), logged=self.logged)
 
     @staticmethod
     def concat(parts: list["Scores"]) -> "Scores":
         join = lambda field: {k: [x for p in parts for x in getattr(p, field)[k]] for k in parts[0].per_function}
         extra = {k: [x for p in parts for x in p.extra[k]] for k in parts[0].extra if all(k in p.extra for p in parts)}
-        return Scores(join("per_function"), join("reasons"), [x for p in parts for x in p.total], join("failed"),
-                      extra, parts[0].logged)
+        return Scores(per_function=join("per_function"), reasons=join("reasons"),
+                      total=[x for p in parts for x in p.total], failed=join("failed"),
+                      extra=extra, logged=parts[0].logged)
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
@@ -367,4 +370,4 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
     reasons = {k: [clean_reason(x) for x in v] for k, v in reasons.items()}
     total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(n)]
     extra = {k: v for k, v in log.extras.items() if len(v) == n}  # a column of another length fits no sample
-    return Scores(per, reasons, total, failed, extra, log.means())
+    return Scores(per_function=per, reasons=reasons, total=total, failed=failed, extra=extra, logged=log.means())

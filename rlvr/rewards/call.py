@@ -39,7 +39,7 @@ def then(result, f: Callable):
     return later()
 
 
-@dataclass(eq=False)
+@dataclass(kw_only=True, eq=False)
 class Reward:
     """A reward function with what rlvr knows about it, as fields. Called as TRL calls a reward function,
     `reward(completions, **columns) -> list[float]`; `verdicts` gives the same scores with their reasons.

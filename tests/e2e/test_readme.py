@@ -32,7 +32,8 @@ def test_custom_environment_example_runs():
     namespace: dict = {}
     exec(code, namespace)
     env = ToolEnv([], namespace["Guess"]())
-    assert env.reset(Problem("Guess it.", "42"))[-1]["content"].startswith("Guess it.\n\nFind the number")
+    assert env.reset(Problem(question="Guess it.",
+                             answer="42"))[-1]["content"].startswith("Guess it.\n\nFind the number")
     call = '<tool_call>{"name": "guess", "arguments": {"n": %d}}</tool_call>'
     assert env.step(call % 50).text == "lower" and env.step(call % 40).text == "higher"
     assert env.reward_columns() == {"env_reward": 0.0}

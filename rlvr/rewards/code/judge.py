@@ -40,7 +40,8 @@ def check(request: dict) -> dict:
     from rlvr.rewards.code.outcomes import CodeTestsConfig, program_outcomes
     from rlvr.sandbox.limits import Sandbox, SandboxLimits
 
-    cfg = CodeTestsConfig(request["partial"], SandboxLimits(**request["limits"]), Sandbox(**request["sandbox"]))
+    cfg = CodeTestsConfig(partial=request["partial"], limits=SandboxLimits(**request["limits"]),
+                          sandbox=Sandbox(**request["sandbox"]))
     try:
         return {"outcomes": program_outcomes(request["program"], _spec(request["tests"]), cfg)}
     except UndecidableSpec as e:

@@ -139,7 +139,8 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
     limits = limits or SandboxLimits()
     if timeout_s is not None:
         limits = replace(limits, wall_s=timeout_s, cpu_s=timeout_s)
-    cfg = CodeTestsConfig(partial, limits, sandbox or Sandbox(), workers, test_code_s)
+    cfg = CodeTestsConfig(partial=partial, limits=limits, sandbox=sandbox or Sandbox(), workers=workers,
+                          test_code_s=test_code_s)
 
     def verdict(completion: str, tests) -> Verdict:
         return _verdict_parsed(cfg, completion, parse_spec(tests))

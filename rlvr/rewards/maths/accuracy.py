@@ -138,7 +138,7 @@ def _equation_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
 def _upward(f: Form) -> Form:
     """`a > b > c` as `c < b < a`: one direction, so that `x > 5` equals `5 < x`."""
     if f.ops and all(o.startswith(">") for o in f.ops):
-        return Form(f.kind, f.parts[::-1], ops=tuple(o.replace(">", "<") for o in f.ops[::-1]))
+        return Form(kind=f.kind, parts=f.parts[::-1], ops=tuple(o.replace(">", "<") for o in f.ops[::-1]))
     return f
 
 
@@ -214,7 +214,7 @@ def _equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     if fa.kind != "equation":
         fg = unlabel(fg, gold=True)
     if fa.kind in ("set", "list") and fg.kind == "value" and (pm := _PLUS_MINUS.fullmatch(fg.parts[0])):
-        fg = Form("set", (f"-({pm.group(1)})", pm.group(1)))  # a gold of \pm 2021 is the pair of them
+        fg = Form(kind="set", parts=(f"-({pm.group(1)})", pm.group(1)))  # a gold of \pm 2021 is the pair of them
     return _forms_equal(fa, fg, budget)
 
 
