@@ -282,6 +282,10 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
         check_run_dir(cfg.train.out, cfg.train.overwrite)
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
+    if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
+        say(f"torchrun: {d.world} processes ({d.backend}, train.parallel={cfg.train.parallel}, {d.device.type}), "
+            f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
+            "on each; rank 0 prints and writes")
     try:
         with StopOnSignal() as stop:
             summary = _train(cfg, resume, stop, d, given)
