@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 from rlvr.errors import RlvrError
 from rlvr.report.console import say
 from rlvr.report.sinks import atomic_write_text
-from rlvr.models import load_model
+from rlvr.models import base_model_path, load_model
 from rlvr.report.sinks import atomic_save_model
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.state import Progress, Run
@@ -217,7 +217,7 @@ def save_final(run: Run) -> None:
     """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
     if not is_fsdp(run.policy):
         if run.dist.is_main:
-            atomic_save_model(run.policy, run.tok, run.out / "final")
+            atomic_save_model(run.policy, run.tok, run.out / "final", base_model_path(run.cfg.model.name))
         return
     state = full_state_dict(run.policy, run.dist)  # every rank gathers; rank 0 gets the weights
     if run.dist.is_main:
