@@ -5,7 +5,10 @@ other argument is the command's own and may be spelled `--flag value` or `--flag
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 from rlvr.config import build_config, describe, valid_keys
@@ -330,7 +333,48 @@ COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "rep
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; its exit status. Called as the program (no `argv`: the `rlvr` script and
+    `python -m rlvr`), it does not wait at exit for threads that code it loaded left running (a reward
+    module's non-daemon thread would otherwise keep a finished `rlvr train` alive)."""
+    if argv is not None:
+        return _command(list(argv))
+    try:
+        code = _command(sys.argv[1:])
+    except SystemExit as e:  # argparse's --help and usage errors
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - a bug's traceback, as the interpreter would print it
+        traceback.print_exc()
+        code = 1
+    exit_leaving_threads(code)
+    return code
+
+
+def exit_leaving_threads(code: int) -> None:
+    """Exit now, as interpreter shutdown would but without joining non-daemon threads, when any is left."""
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not left:
+        return
+    names = ", ".join(sorted({t.name for t in left}))
+    print(f"rlvr: exiting without waiting for {len(left)} thread(s) left running by loaded code ({names})",
+          file=sys.stderr)
+    import atexit
+
+    atexit._run_exitfuncs()  # what shutdown runs (trackers' handlers), then the exit it would make
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _end_progress_bars() -> None:
+    """Close a progress bar an error left open, so that the error starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
+def _command(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         if argv and argv[0] not in ("-h", "--help"):
             print(f"rlvr: unknown command '{argv[0]}'", file=sys.stderr)
@@ -340,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[argv[0]](argv[1:])
     except RlvrError as e:
+        _end_progress_bars()
         print(f"rlvr: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -233,7 +233,6 @@ def apply_lora(policy, lora):
     The base weights stay frozen, so the KL reference is the same model with its adapters disabled
     (rlvr.train.logprobs.Reference) and no second copy is held.
     """
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # peft imports it where installed: its GPU kernels' load notes
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError as e:

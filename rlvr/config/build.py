@@ -273,13 +273,19 @@ def to_yaml(cfg) -> str:
 
 
 def field_docs(cls) -> dict[str, str]:
-    """Attribute docstrings of a dataclass, read from its source: the only help text."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    """Attribute docstrings of a dataclass and of the dataclasses it inherits fields from, read from their
+    source: the only help text."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):  # object, or a class made by type() (rlvr.algo.objectives.AllKnobs)
+            continue
+        body = tree.body[0].body
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant)):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs
 
 

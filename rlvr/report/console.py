@@ -76,7 +76,8 @@ def verdict_text(name: str, verdict: dict, sep: str) -> str:
     """'correctness=1 (right answer)': a reward's score, and its reason when it gave one (a TRL function
     returns bare numbers: no empty brackets)."""
     reason = verdict.get("reason")
-    return f"{name}{sep}{verdict['score']:g}" + (f" ({reason})" if reason else "")
+    score = "none" if verdict.get("score") is None else f"{verdict['score']:g}"
+    return f"{name}{sep}{score}" + (f" ({reason})" if reason else "")
 
 
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 import json
 from pathlib import Path
 
@@ -117,7 +118,8 @@ def _multi_turn(s: dict) -> bool:
 def _sample_html(s: dict) -> str:
     verdicts = "; ".join(html.escape(verdict_text(n, v, " = ")) for n, v in s.get("rewards", {}).items())
     body = _episode_html(s["episode"]) if _multi_turn(s) else f"<pre>{html.escape(s['completion'])}</pre>"
-    return (f"<div class='sample'><b>step {s['step']}, reward {s['reward']:.3g}</b> &mdash; {verdicts}"
+    reward = "none" if s.get("reward") is None else f"{s['reward']:.3g}"
+    return (f"<div class='sample'><b>step {s['step']}, reward {reward}</b> &mdash; {verdicts}"
             f"<pre>{html.escape(s['prompt'])}</pre>{body}</div>")
 
 
@@ -144,7 +146,9 @@ def _samples(samples: list[dict], k: int = 4) -> str:
         return "<p>no samples</p>"
     last_step = samples[-1]["step"]
     recent = [s for s in samples if s["step"] >= last_step - 2] or samples
-    ranked = sorted(recent, key=lambda s: s["reward"])
+    # a reward of null (a non-finite number, which JSON cannot hold, in a run written before rlvr refused them)
+    # ranks lowest
+    ranked = sorted(recent, key=lambda s: -math.inf if s.get("reward") is None else s["reward"])
     return ("<h3>Best (last steps)</h3>" + "".join(_sample_html(s) for s in _distinct(ranked[::-1], k)) +
             "<h3>Worst (last steps)</h3>" + "".join(_sample_html(s) for s in _distinct(ranked, k)))
 

@@ -40,7 +40,9 @@ from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.config.paths import anchored
 from rlvr.train.checkpoint import check_run_dir, prepare_run_dir
 from rlvr.train.distributed import Dist
-from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
+from rlvr.train.evaluation import eval_line, eval_on_main, flip_summary
+from rlvr.train.settings import eval_settings
+from rlvr.train.state import Data, Models
 from rlvr.train.optim import adamw, warmup_scheduler
 
 READS = ("model.", "task.", "eval.", "optimizer.", "sft.", "train.steps", "train.seed", "train.out", "train.threads",
@@ -158,17 +160,20 @@ def sft(cfg: Config, then: str = "") -> dict:
     if grader.user:
         say(grader.line())
     prepare_run_dir(out, to_yaml(cfg), fresh=True)  # only once the config, data, rewards and model have loaded
-    target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
-                        stop_ids, out, dist=Dist(device=device), precision=precision, grader=grader)
+    # the evaluation of a GRPO run of cfg: the same builders, settings and functions
+    models = Models(policy=policy, tok=tok)
+    data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), grader=grader)
+    evals, dist = eval_settings(cfg, stop_ids=stop_ids, pad_id=tok.pad_token_id, precision=precision), Dist(device=device)
+    baseline = {}
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0,
                      "grader": grader.name}
-    if cfg.eval.before:
-        before, target.baseline = eval_on_main(target, "before")
+    if evals.before:
+        before, baseline = eval_on_main(models, data, evals, dist, "before")
         say(f"eval before: {eval_line(before, 'before')}")
         summary.update(before)
     a = cfg.optimizer
     optimizer = adamw([{"params": [p for p in policy.parameters() if p.requires_grad], "lr": a.lr}],
-                      a.weight_decay)
+                      a.weight_decay, a.state)
     scheduler = warmup_scheduler(optimizer, a.warmup_steps)
     sampler = Epochs(range(len(examples)), cfg.train.seed)
     bar = progress(cfg.train.steps)
@@ -187,12 +192,12 @@ def sft(cfg: Config, then: str = "") -> dict:
             bar.update(1)
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
-    if cfg.eval.after:
-        after, records = eval_on_main(target, "after")
+    if evals.after:
+        after, records = eval_on_main(models, data, evals, dist, "after", baseline)
         say(f"eval after: {eval_line(after, 'after')}")
         summary.update(after)
-        if target.baseline:
-            summary.update(flip_summary(target.baseline, records))
+        if baseline:
+            summary.update(flip_summary(baseline, records))
     atomic_save_model(policy, tok, out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(out / "summary.json", summary)

@@ -88,6 +88,23 @@ def test_single_turn_report_is_unchanged(tmp_path):
     assert SINGLE_TURN_SAMPLE in pages[0] and "turn" not in pages[0] and pages[0].count("<svg") == 6
 
 
+def test_a_null_reward_in_the_records_is_shown_not_a_crash(tmp_path):
+    """JSON writes a non-finite number as null: a run directory written before rlvr refused inf scores holds
+    them, and `rlvr report` of it must still write the page (a null reward ranks lowest)."""
+    from rlvr.cli import main
+
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 3, "reward/mean": None, "reward/r.py:f/mean": None}])
+    nulls = [sample("P1", None, "p1 null"), sample("P2", 0.5, "p2 half"), sample("P3", 1.0, "p3 one")]
+    write_jsonl(tmp_path / "samples.jsonl", nulls)
+    assert main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    worst = page.split("<h3>Worst (last steps)</h3>")[1]
+    assert "step 3, reward none</b> &mdash; correctness = none (r)" in worst
+    assert worst.index("p1 null") < worst.index("p2 half") < worst.index("p3 one")
+    write_jsonl(tmp_path / "samples.jsonl", nulls[1:])  # the honest records: as before
+    assert main(["report", str(tmp_path)]) == 0 and "reward none" not in (tmp_path / "report.html").read_text()
+
+
 def test_report_and_summary_are_readable_by_others_as_any_file_the_user_writes(tmp_path):
     """`rlvr report RUN_DIR` (and every whole-file write of a run: summary.json, config.yaml, final/) gets the
     mode a plain open gives under the umask, 0644 under 022, not the temp file's 0600."""

@@ -14,7 +14,8 @@ from rlvr.train import sft as sft_module
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.sft import baseline_of, collate, end_of_turn_id, make_example, sft_step, target_nll
 
-SOLVED = [Problem(f"What is {a} + {b}?", str(a + b), "d1", solution=f"{a} + {b} = {a + b}\nAnswer: {a + b}")
+SOLVED = [Problem(question=f"What is {a} + {b}?", answer=str(a + b), difficulty="d1",
+                  solution=f"{a} + {b} = {a + b}\nAnswer: {a + b}")
           for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 0)]]
 
 
@@ -25,7 +26,8 @@ def test_end_of_turn_is_im_end(tiny):
 
 def test_loss_mask_covers_exactly_the_solution_and_the_stop_token(tiny):
     _, tok = tiny
-    long, short = (make_example(tok, p, [], "", 3) for p in (SOLVED[0], Problem("Hi?", "1", solution="1")))
+    long, short = (make_example(tok, p, [], "", 3) for p in (SOLVED[0],
+                                                             Problem(question="Hi?", answer="1", solution="1")))
     # the tiny tokenizer is one token per character: "<|im_start|>" "user\n" question "<|im_end|>" "\n"
     # "<|im_start|>" "assistant\n" is 1 + 5 + 14 + 1 + 1 + 1 + 10 = 33 prompt tokens
     assert len(long.prompt) == 33 and len(long.target) == len("1 + 2 = 3\nAnswer: 3") + 1 == 20
@@ -162,7 +164,8 @@ def test_baseline_of_other_models_is_none(tmp_path):
 
 
 def test_no_solutions_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sft_module, "build_splits", hand_made([Problem("What is 1 + 1?", "2", "d1")]))
+    monkeypatch.setattr(sft_module, "build_splits",
+                        hand_made([Problem(question="What is 1 + 1?", answer="2", difficulty="d1")]))
     assert main(["sft", *SMALL, f"--train.out={tmp_path / 'x'}"]) == 2
     assert "no train problem of task 'arithmetic' has a worked solution" in capsys.readouterr().err
 
