@@ -359,6 +359,10 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
+    if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
+        say(f"torchrun: {d.world} processes ({d.backend}, train.parallel={cfg.train.parallel}, {d.device.type}), "
+            f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
+            "on each; rank 0 prints and writes")
     try:
         with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)
