@@ -3,8 +3,9 @@
     tasks -> prompts;  rollout -> G completions each;  rewards -> scores;
     algo -> advantages and loss;  train -> optimizer step;  report -> metrics, samples, summary
 
-`train` -> `_train`: start (setup or resume), evaluate before, then per step `train_step` (collect,
-make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when due; then `finish`.
+`train` -> `_train`: start (setup or resume), evaluate before, then per step `train_step` (collect, then
+`learn`: make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when due; then
+`finish`. Every phase reads its own settings (`run.settings`, rlvr/train/settings.py), never the config.
 """
 from __future__ import annotations
 
@@ -135,6 +136,20 @@ def collect(run: Run, step: int) -> Collected:
     return out
 
 
+def learn(run: Run, collected: Collected, step: int) -> tuple[dict, dict]:
+    """Phases 4-5: advantages, the policy update, the schedule, the reference and rollout weights after
+    it. Returns (update metrics, advantage metrics)."""
+    m, s = run.models, run.settings.update
+    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
+    kl_ref = m.ref if s.loss_beta > 0 else None
+    update = policy_update(m.policy, m.optimizer, batch, s, kl_ref, m.critic, run.dist)  # 5.
+    m.scheduler.step()
+    if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
+        m.ref.sync(m.policy, s.algo.ref_mixup)
+    run.engine.sync_weights(m.policy)  # the next rollout samples from the updated policy
+    return update, adv_metrics
+
+
 def train_step(run: Run, step: int) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row and the global batch."""
     device, m_, settings = run.dist.device, run.models, run.settings.update
@@ -144,14 +159,7 @@ def train_step(run: Run, step: int) -> tuple[dict, Collected]:
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
-    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
-    a = settings.algo
-    kl_ref = m_.ref if settings.loss_beta > 0 else None
-    update = policy_update(m_.policy, m_.optimizer, batch, settings, kl_ref, m_.critic, run.dist)  # 5.
-    m_.scheduler.step()
-    if m_.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
-        m_.ref.sync(m_.policy, a.ref_mixup)
-    run.engine.sync_weights(m_.policy)  # the next rollout samples from the updated policy
+    update, adv_metrics = learn(run, collected, step)                     # 4-5. advantages, update
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
                                **memory_metrics(rollout_peak, peak_memory_gib(device))}
