@@ -20,7 +20,7 @@ from rlvr.config import Config
 from rlvr.config.paths import anchored
 from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
-from rlvr.report.health import HealthMonitor
+from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
 from rlvr.report.trackers import open_trackers
@@ -193,8 +193,9 @@ class Outputs:
         sink = (lambda name: JsonlWriter(run.out / name)) if main else (lambda name: NullWriter())
         log = run.settings.log
         trackers = open_trackers(list(log.trackers), run.out, log.project, log.config) if main else []
+        monitor = HealthMonitor(names=RewardNames.of(run.data.rewards, run.data.grader))  # the run's strict reward
         out = Outputs(metrics=sink("metrics.jsonl"), samples=sink("samples.jsonl"), evals=sink("evals.jsonl"),
-                      health=sink("health.jsonl"), trackers=trackers)
+                      health=sink("health.jsonl"), trackers=trackers, monitor=monitor)
         out.monitor.fired = p.fired
         return out
 
