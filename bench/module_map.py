@@ -114,7 +114,8 @@ def step_trace() -> tuple[list[str], int, int]:
 
     from rlvr.config import build_config
     from rlvr.train.assemble import setup
-    from rlvr.train.grpo import train_step
+    from rlvr.train.grpo import collect, train_step
+    from rlvr.train.overlap import Rollouts
 
     out = tempfile.mkdtemp()
     cfg = build_config(ROOT / "configs/smoke.yaml", [f"--train.out={out}", "--train.threads=1"])
@@ -141,7 +142,8 @@ def step_trace() -> tuple[list[str], int, int]:
     run.models.policy.train()
     sys.setprofile(prof)
     try:
-        train_step(run, 1)
+        with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy, one_step_off=False) as rollouts:
+            train_step(run, 1, rollouts)
     finally:
         sys.setprofile(None)
     return sorted(str(Path(f).relative_to(ROOT)) for f in entered), state["switches"], state["calls"]

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
+from rlvr.nf4 import is_nf4
 from rlvr.train import schema
 
 
@@ -325,7 +326,9 @@ def full_state_dict(model: torch.nn.Module, d: Dist) -> dict[str, torch.Tensor]:
     rank 0 (other ranks get {} in fsdp mode). Every rank must call it (fsdp gathers shards). A
     checkpoint saved from it loads into any number of processes, or none."""
     if not is_fsdp(model):
-        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if d.is_main else {}
+        # a frozen 4-bit base weight (model.quantize) never changes in place: held as it is, not re-quantised
+        return {k: v.detach().cpu() if is_nf4(v) else v.detach().cpu().clone()
+                for k, v in model.state_dict().items()} if d.is_main else {}
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     sd = get_model_state_dict(model, options=_full_options())

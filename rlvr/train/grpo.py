@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,41 +17,48 @@ from typing import Callable
 
 import torch
 
-from rlvr.config import Config
+from rlvr.config import Config, to_dict
 from rlvr.config.paths import anchored
 from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
-from rlvr.report.trackers import open_trackers
+from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards import score_batch, strict_rewards
-from rlvr.rewards.base import Scores
+from rlvr.rewards.base import Scores, defined_at, failure_reason
 from rlvr.rewards.call import TrainerState
+from rlvr.rewards.workers import owned_by_run
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_checkpoint,
-                                   restore, save_final, try_checkpoint)
+from rlvr.errors import RlvrError, WriteError
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest, restore,
+                                   resume_records, save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
-from rlvr.train.assemble import setup
-from rlvr.train.sft import baseline_of
+from rlvr.train.overlap import Rollouts
+from rlvr.train.assemble import claim_run_dir, setup
+from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
+from rlvr.train.rundir import RunLock, check_data, fingerprint
 from rlvr.train.update import policy_update
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
 
 def _on_reward_error(run: Run):
-    def warn(name: str, e: Exception) -> None:
+    def warn(name: str, e: BaseException, row: str) -> None:
         if name not in run.warned:
             run.warned.add(name)
-            say(f"warning: reward function '{name}' raised {type(e).__name__}: {e}; "
-                f"its completions score 0 and are counted in reward/{name}/errors")
+            rf = next(rf for rf in run.data.rewards if rf.name == name)
+            where = f" ({defined_at(rf)})" if rf.user else ""
+            say(f"warning: reward function '{name}'{where} failed on {row}: "
+                f"{failure_reason(e).removeprefix('reward function ')}; its failed completions score 0 and are "
+                f"counted in reward/{name}/errors")
     return warn
 
 
@@ -137,8 +145,8 @@ def collect(run: Run, step: int) -> Collected:
 
 
 def learn(run: Run, collected: Collected, step: int) -> tuple[dict, dict]:
-    """Phases 4-5: advantages, the policy update, the schedule, the reference and rollout weights after
-    it. Returns (update metrics, advantage metrics)."""
+    """Phases 4-5: advantages, the policy update, the schedule and the reference after it. Returns
+    (update metrics, advantage metrics)."""
     m, s = run.models, run.settings.update
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     kl_ref = m.ref if s.loss_beta > 0 else None
@@ -146,20 +154,20 @@ def learn(run: Run, collected: Collected, step: int) -> tuple[dict, dict]:
     m.scheduler.step()
     if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
         m.ref.sync(m.policy, s.algo.ref_mixup)
-    run.engine.sync_weights(m.policy)  # the next rollout samples from the updated policy
     return update, adv_metrics
 
 
-def train_step(run: Run, step: int) -> tuple[dict, Collected]:
+def train_step(run: Run, step: int, rollouts: Rollouts) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row and the global batch."""
     device, m_, settings = run.dist.device, run.models, run.settings.update
     reset_peak_memory(device)
     t0 = time.perf_counter()
-    collected = collect(run, step)                                        # 1-3. prompts, rollout, rewards
+    collected = rollouts.take(step, run.settings.steps)                    # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
     update, adv_metrics = learn(run, collected, step)                     # 4-5. advantages, update
+    rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
                                **memory_metrics(rollout_peak, peak_memory_gib(device))}
@@ -199,28 +207,93 @@ class Outputs:
         out.monitor.fired = p.fired
         return out
 
+    def track_eval(self, row: dict) -> None:
+        """An evaluation's row of evals.jsonl (accuracies and flips per split) to every tracker, at its step."""
+        for t in self.trackers:
+            t.log(row["step"], eval_metrics(row))
+
     def close(self) -> None:
         for w in (self.metrics, self.samples, self.evals, self.health, *self.trackers):
             w.close()
 
 
-def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool]:
-    """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed)."""
-    last = latest_checkpoint(cfg.train.out) if resume else None
-    if resume and last is None:
+def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool, dict | None]:
+    """A fresh run, or the run directory's newest whole checkpoint restored; returns (run, progress,
+    resumed, the batch collected for the next step when the checkpoint was written: rollout.overlap).
+    A resume writes nothing into the run directory (config.yaml included) until the checkpoint, the data
+    it trained on and the models have all loaded: one that fails leaves the run as it was."""
+    newest = load_newest(cfg.train.out) if resume else None  # damaged ones skipped with a note
+    if resume and newest is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
-    run = setup(cfg, fresh=last is None, d=d, given=given)
+    if newest is not None:
+        check_data(newest[1]["progress"]["summary"].get("data", {}).get("files"), cfg.task, newest[0])
+    run = setup(cfg, fresh=newest is None, d=d, given=given)
     p = Progress()
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
-    if last is not None:
-        p = restore(run, load_checkpoint(last))
+        differ = prompt_differences(sft["run"], cfg.task)
+        if differ:  # the baseline's accuracy was measured on other prompts: not like with like
+            say(f"warning: the SFT baseline ({sft['run']}) was evaluated with other prompts than this run: "
+                + "; ".join(f"{k}={there!r} there, {here!r} here" for k, there, here in differ)
+                + f"; give this run the same (--{differ[0][0]}={differ[0][1]!r}) to compare like with like")
+    pending = None
+    if newest is not None:
+        last, state, damaged = newest
+        p, pending = restore_checkpoint(run, state, last, cfg), state.get("pending")
         run.engine.sync_weights(run.models.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
+        if d.is_main:  # everything has loaded: only now is the directory written
+            set_aside(damaged)
+            resume_records(run.out, p)
+            claim_run_dir(cfg, fresh=False)
         say(f"resuming {run.out} from step {p.step} ({last.name})")
     p.summary["grader"] = run.data.grader.name  # what the accuracies in the summary count as correct
-    return run, p, last is not None
+    p.summary["data"] = {"files": fingerprint(cfg.task), "problems": {s: len(getattr(run.data.splits, s)) for s in
+                                                                       ("train", "heldout", "ood")}}
+    return run, p, newest is not None, pending
+
+
+def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
+    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
+    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
+    from the run's config.yaml, instead of the error of whichever state failed to load."""
+    problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
+    why = None
+    if problems is not None and problems != len(run.data.splits.train):
+        why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
+    else:
+        try:
+            return restore(run, state)
+        except RlvrError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
+    changed = changed_keys(run.out / "config.yaml", cfg)
+    raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
+                    + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
+                    + "; nothing in the run directory was changed: resume without those overrides")
+
+
+def changed_keys(saved: Path, cfg: Config) -> list[str]:
+    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
+    train.steps and train.out aside (a resume changes them freely)."""
+    import yaml
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
+                                                                                        "ood_params") else {f"{prefix}{k}": v})
+        return out
+
+    try:
+        old = flat(yaml.safe_load(saved.read_text()) or {})
+    except (OSError, yaml.YAMLError):
+        return []
+    new = flat(to_dict(cfg))
+    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
 
 
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
@@ -244,8 +317,7 @@ def evaluate_mid(run: Run, p: Progress, out: Outputs, step: int, clock: Callable
     result, _ = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "mid", run.baseline, ("heldout",))
     p.eval_rows.append(log_eval(out.evals, step, result, "mid", clock() - p.eval_seconds))
     out.monitor.report(p.history, p.eval_rows, out.health)  # the skill rules read this evaluation
-    for t in out.trackers:
-        t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
+    out.track_eval(p.eval_rows[-1])
     p.eval_seconds += time.perf_counter() - t0
     run.models.policy.train()
 
@@ -263,6 +335,7 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
         if run.baseline:
             summary.update(flip_summary(run.baseline, records))
         p.eval_rows.append(log_eval(out.evals, summary["steps"], after, "after", train_seconds - p.eval_seconds))
+        out.track_eval(p.eval_rows[-1])
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
     out.close()
@@ -278,12 +351,25 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
     reward functions by their rewards.weights name (rlvr.fit). Under torchrun every process runs this."""
     wall_start = time.perf_counter()
     cfg = anchored(cfg)  # config.yaml resumes from any working directory
-    if not resume:
-        check_run_dir(cfg.train.out, cfg.train.overwrite)
+    # one process writes a run directory: the lock is taken before anything loads (torchrun: by rank 0),
+    # so a second start into a directory in use is told the PID that holds it
+    with RunLock(cfg.train.out, enabled=os.environ.get("RANK", "0") == "0"):
+        if not resume:
+            check_run_dir(cfg.train.out, cfg.train.overwrite)
+        try:
+            return _locked(cfg, resume, given, wall_start)
+        except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it
+            last = latest_checkpoint(cfg.train.out)
+            raise WriteError(f"{e}; " + (f"the checkpoints up to {last.name} are whole: free space, then continue "
+                                         f"with `rlvr train --resume {cfg.train.out}`" if last else
+                                         "no checkpoint was written yet")) from None
+
+
+def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
     try:
-        with StopOnSignal() as stop:
+        with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)
     finally:
         close_distributed(d)
@@ -296,7 +382,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 
 
 def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:
-    run, p, resumed = start(cfg, resume, d, given)
+    run, p, resumed, pending = start(cfg, resume, d, given)
     s = run.settings  # from here on the loop reads its settings, not the config
     out = Outputs.open(run, p)
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
@@ -304,28 +390,31 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
         before, run.baseline = eval_on_main(run.models, run.data, s.eval, d, "before")
         p.summary.update(before)
         p.eval_rows.append(log_eval(out.evals, 0, before, "before", 0.0))
+        out.track_eval(p.eval_rows[-1])
     started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
     bar = progress(s.steps, initial=p.step, disable=not d.is_main)
     run.models.policy.train()
     stopped = False
-    for step in range(p.step + 1, s.steps + 1):
-        if stopped := stopping():  # arrived before this step began
-            try_checkpoint(run, p, clock())
-            break
-        m, collected = train_step(run, step)
-        log_step(run, p, out, step, m, collected)
-        if s.eval.every and step % s.eval.every == 0 and step != s.steps:
-            evaluate_mid(run, p, out, step, clock)
-        bar.set_postfix(live_postfix(m, p.eval_rows))
-        bar.update(1)
-        p.step = p.summary["steps"] = step
-        stopped = stopping()
-        every = s.checkpoint.every
-        if stopped or step == s.steps or (every and step % every == 0):
-            try_checkpoint(run, p, clock())
-        if stopped:
-            break
+    with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy,
+                  one_step_off=s.rollout.one_step_off, updates=p.step, pending=pending) as rollouts:
+        for step in range(p.step + 1, s.steps + 1):
+            if stopped := stopping():  # arrived before this step began
+                try_checkpoint(run, p, clock(), rollouts.state())
+                break
+            m, collected = train_step(run, step, rollouts)
+            log_step(run, p, out, step, m, collected)
+            if s.eval.every and step % s.eval.every == 0 and step != s.steps:
+                evaluate_mid(run, p, out, step, clock)
+            bar.set_postfix(live_postfix(m, p.eval_rows))
+            bar.update(1)
+            p.step = p.summary["steps"] = step
+            stopped = stopping()
+            every = s.checkpoint.every
+            if stopped or step == s.steps or (every and step % every == 0):
+                try_checkpoint(run, p, clock(), rollouts.state())
+            if stopped:
+                break
     bar.close()
     interrupted = (stop.signal or "a signal to another process") if stopped else None
     return finish(run, p, out, interrupted, clock())

@@ -24,6 +24,7 @@ class RolloutSettings:
     dynamic_sampling: bool  # algo.dynamic_sampling: drop groups with equal rewards and refill
     max_refill: int  # algo.max_refill
     precision: str  # train.mixed_precision resolved: rollouts sample under its autocast
+    one_step_off: bool  # rollout.overlap: step k+1's batch collected during step k's update
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +79,8 @@ class Settings:
             steps=t.steps,
             rollout=RolloutSettings(sampling=sampling, prompts_per_step=r.prompts_per_step, group_size=r.group_size,
                                     seed=t.seed, steps=t.steps, dynamic_sampling=cfg.algo.dynamic_sampling,
-                                    max_refill=cfg.algo.max_refill, precision=precision),
+                                    max_refill=cfg.algo.max_refill, precision=precision,
+                                    one_step_off=r.overlap == "one_step_off"),
             update=UpdateSettings.of(cfg, pad_id, precision),
             eval=eval_settings(cfg, stop_ids=stop_ids, pad_id=pad_id, precision=precision),
             checkpoint=CheckpointSettings(out=out, every=t.save_every, keep=t.keep_checkpoints,

@@ -86,7 +86,7 @@ def test_a_failing_batch_is_retried_row_by_row():
 
     seen = []
     s = score_batch([RewardFunction(name="picky", weight=1.0, fn=picky)], ["ok", "bad", "fine"], {},
-                    on_error=lambda name, e: seen.append(str(e)), stop_if_all_fail=True)
+                    on_error=lambda name, e, row: seen.append(str(e)), stop_if_all_fail=True)
     assert s.per_function["picky"] == [1.0, 0.0, 1.0]
     assert s.failed["picky"] == [False, True, False]
     assert seen == ["cannot read 'bad'"]

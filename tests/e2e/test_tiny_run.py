@@ -227,3 +227,19 @@ def test_bf16_training_holds_a_bf16_reference_whose_kl_starts_at_zero(tmp_path):
     out = run(tmp_path, "bf16", "--train.mixed_precision=bf16", "--algo.beta=0.04")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["kl"] for m in metrics] == [0.0, 0.0]
+
+
+@pytest.mark.slow
+def test_a_run_raises_no_future_warning(tmp_path):
+    """`python -W error::FutureWarning -m rlvr train configs/smoke.yaml`: no deprecated transformers API is
+    read on the way (is_gradient_checkpointing was, on every step)."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-m", "rlvr", "train", "configs/smoke.yaml",
+                           "--train.steps=1", f"--train.out={tmp_path / 'run'}"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "FutureWarning" not in done.stderr

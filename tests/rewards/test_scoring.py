@@ -44,7 +44,7 @@ def test_raising_reward_scores_zero_and_is_counted():
     seen = []
     fns = [RewardFunction(name="broken", weight=1.0, fn=broken_reward),
            RewardFunction(name="len", weight=1.0, fn=length_reward)]
-    s = score_batch(fns, ["ab", "abcd"], {}, on_error=lambda name, e: seen.append((name, str(e))))
+    s = score_batch(fns, ["ab", "abcd"], {}, on_error=lambda name, e, row: seen.append((name, str(e))))
     assert s.per_function["broken"] == [0.0, 0.0]
     assert s.errors == {"broken": 2, "len": 0}
     assert s.failed["broken"] == [True, True]

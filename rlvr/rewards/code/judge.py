@@ -127,17 +127,5 @@ class JudgePool:
         cgroup.remove_left_by(worker.last_pid)
 
 
-_shared: JudgePool | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_pool() -> JudgePool:
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = JudgePool()
-        return _shared
-
-
 if __name__ == "__main__":
     serve()
