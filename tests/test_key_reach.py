@@ -18,7 +18,9 @@ knob is checked with algo.policy_loss=sapo).
 """
 import copy
 import json
+import os
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +29,7 @@ import torch
 
 from rlvr.config import build_config, describe
 from rlvr.device import resolve_precision
+from rlvr.errors import RlvrError
 from rlvr.envs.episodes import make_spec, run_episodes
 from rlvr.eval.grader import choose_grader
 from rlvr.models import load_model, stop_token_ids
@@ -137,6 +140,8 @@ ROLLOUT = {
     "env.tools": (["python"], ("--env.name=tools",)),
     "env.example": ([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], ("--env.name=tools",)),
     "env.max_episode_tokens": (3, ("--env.name=tools",)),
+    "rewards.timeout_s": (0.2, (f"--rewards.weights={{{__name__}:slow_reward: 1.0}}",)),
+    "rewards.isolate": (True, (f"--rewards.weights={{{__name__}:pid_reward: 1.0}}",)),
     "task.system_prompt": ("Answer in one word.", ()),
     "task.few_shot": (1, ()),
 }
@@ -172,6 +177,8 @@ DATA = {
 MODELS = {
     "model.dtype": ("bfloat16", ()),
     "train.gradient_checkpointing": (True, ()),
+    "model.quantize": ("nf4", ("--model.lora.r=4",)),
+    "optimizer.state": ("8bit", ()),
 }
 
 # keys whose effect a CPU run cannot show, and why (each is covered where it can be: see the reason)
@@ -193,6 +200,8 @@ CPU_UNOBSERVABLE = {
     "task.split": "Hub datasets and save_to_disk directories: RUN checks the file task keys",
     "task.heldout_split": "Hub datasets and save_to_disk directories: RUN checks the file task keys",
     "sft.batch_size": "rlvr sft only (tests/train/test_sft.py)",
+    **{f"rollout.vllm.{k}": "vLLM only, not installed here (tests/rollout/test_vllm_engine.py, test_vllm_gpu.py)"
+       for k in ("kv_cache_gib", "max_model_len", "weight_push", "weights_dir", "timeout_s")},
     "log.project": "read by wandb and trackio only, neither installed here (tensorboard writes into the run "
                    "directory: RUN checks log.trackers)",
 }
@@ -201,6 +210,17 @@ KNOWN_UNREACHED = {
     "curriculum.band_low": "adaptive mode leaves a level only once its pass rate is above band_high and never "
                            "samples it again, so no level is ever judged against band_low",
 }
+
+
+def slow_reward(completions, **kw):
+    """Takes half a second a call: past rewards.timeout_s=0.2."""
+    time.sleep(0.5)
+    return [0.0] * len(completions)
+
+
+def pid_reward(completions, **kw):
+    """Scores with the id of the process that calls it: the trainer's, or rewards.isolate's worker's."""
+    return [float(os.getpid())] * len(completions)
 
 
 def test_every_key_is_checked_once():
@@ -299,7 +319,10 @@ def rollout_observable(world, overrides, tmp_path) -> tuple:
                 rewards=rewards_of(cfg), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
     run = Run(settings=settings, models=Models(policy=policy, tok=tok), data=data,
               engine=make_engine(cfg, policy, tmp_path), out=tmp_path)
-    c = collect(run, 1)
+    try:
+        c = collect(run, 1)
+    except RlvrError as e:  # what a run stops with (rewards.timeout_s) is what it shows
+        return str(e)
     logp = c.rollout.sampler_logp
     return (c.texts, sorted(c.scores.per_function.items()), [round(float(x), 6) for x in logp.flatten()],
             c.rollout.prompt_ids, sorted(c.metrics))
@@ -343,10 +366,12 @@ def test_data_key_reaches_the_data(batch_world, key):
 # ---------------------------------------------------------------- the models
 
 def models_observable(overrides) -> tuple:
+    """What each weight is held as (dtype, tensor type), gradient checkpointing, the optimizer's class."""
     cfg = _cfg(*overrides)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, quantize=cfg.model.quantize)
     m = models_of(cfg, policy, tok, Dist(), "no")
-    return str(next(m.policy.parameters()).dtype), bool(getattr(m.policy, "is_gradient_checkpointing", False))
+    held = sorted({(str(p.dtype), type(p.data).__name__) for p in m.policy.parameters()})
+    return held, bool(getattr(m.policy, "is_gradient_checkpointing", False)), type(m.optimizer).__name__
 
 
 @pytest.mark.slow

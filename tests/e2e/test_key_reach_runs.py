@@ -26,6 +26,7 @@ RUN = {
     "eval.before": (False, "no eval_before.jsonl"),
     "eval.max_new_tokens": (2, "eval_after.jsonl's completions are at most 2 tokens"),
     "log.trackers": (["tensorboard"], "tensorboard/ holds event files"),
+    "rollout.overlap": ("one_step_off", "step 2 trains on rollouts of the weights one update old"),
     "train.overwrite": (True, "a second run into the changed directory replaces it instead of refusing"),
     "eval.after": (False, "the second run writes no eval_after.jsonl"),
     "train.device": ("cuda", "a run on a machine without CUDA is refused naming train.device"),
@@ -67,6 +68,8 @@ def test_run_keys_reach_the_run(tmp_path, capsys):
     assert max(len(r["completion"]) for r in read_jsonl(base / "eval_after.jsonl")) > 2
     assert max(len(r["completion"]) for r in read_jsonl(changed / "eval_after.jsonl")) <= 2  # eval.max_new_tokens
     assert not (base / "tensorboard").exists() and any((changed / "tensorboard").iterdir())  # log.trackers
+    lag = lambda out: [m["rollout/policy_lag"] for m in read_jsonl(out / "metrics.jsonl")][:2]
+    assert lag(base) == [0, 0] and lag(changed) == [0, 1]  # rollout.overlap
 
     assert main(["train", *BASE, f"--train.out={changed}"]) == 2  # taken: refused
     assert main(["train", *BASE, f"--train.out={changed}", "--train.overwrite=true", "--eval.after=false"]) == 0
