@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
@@ -297,8 +298,6 @@ def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progre
 def changed_keys(saved: Path, cfg: Config) -> list[str]:
     """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
     train.steps and train.out aside (a resume changes them freely)."""
-    import yaml
-
     def flat(d: dict, prefix: str = "") -> dict:
         out = {}
         for k, v in d.items():
