@@ -316,11 +316,13 @@ def changed_keys(saved: Path, cfg: Config) -> list[str]:
 
 def resume_records(out: Path, p: Progress) -> None:
     """A resumed run's records as they were at its checkpoint: later steps and torn lines dropped; the
-    evaluations the checkpoint knows kept (so a finished run's final evaluation, made after its last
-    checkpoint, goes, with its eval_after.jsonl: an extended run makes its own at its new end)."""
-    for name in ("metrics.jsonl", "samples.jsonl", "health.jsonl"):
+    evaluations and health findings the checkpoint knows kept (so a finished run's final evaluation and
+    end-of-run findings, made after its last checkpoint, go, with its eval_after.jsonl: an extended run
+    makes its own at its new end)."""
+    for name in ("metrics.jsonl", "samples.jsonl"):
         truncate_jsonl(out / name, p.step)
     truncate_jsonl(out / "evals.jsonl", keep=len(p.eval_rows))
+    truncate_jsonl(out / "health.jsonl", keep=len(p.fired))  # each rule fires once: a line per rule fired
     (out / "eval_after.jsonl").unlink(missing_ok=True)
 
 

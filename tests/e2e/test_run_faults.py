@@ -162,6 +162,8 @@ def test_the_honest_resume_reads_no_damage_and_extends_a_finished_run_once(alone
     assert not tmp.exists() and not (out / ".config.yaml.abcd1234").exists()
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == n_eval  # not appended twice
     assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3, 6]
+    findings = lambda run: [(f["step"], f["rule"]) for f in read_jsonl(run / "health.jsonl")]
+    assert findings(out) == findings(alone)  # the end-of-run findings of step 4 gone, step 6's made
     same_run(alone, out)
     assert not (out / LOCK).exists()  # released at the end
 
