@@ -84,7 +84,7 @@ def test_an_evaluation_reaches_tensorboard_with_its_flips(tmp_path):
     from rlvr.report.trackers import TensorBoard
     from rlvr.train.grpo import Outputs
 
-    out = Outputs(None, None, None, None, [TensorBoard(tmp_path, "p", {})])
+    out = Outputs(metrics=None, samples=None, evals=None, health=None, trackers=[TensorBoard(tmp_path, "p", {})])
     out.track_eval({"step": 6, "train_seconds": 12.5, "heldout_accuracy": 0.25, "heldout_format": 0.75,
                     "heldout_lenient": 0.5, "heldout_fixed": 3, "heldout_broken": 1, "ood_accuracy": 0.125})
     out.trackers[0].close()
