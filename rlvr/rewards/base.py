@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import pickle
@@ -246,12 +247,25 @@ class RewardTimeoutError(RlvrError):
     """A user reward ran past rewards.timeout_s in the trainer's process, where it cannot be stopped."""
 
 
+def _plain_copy(value):
+    """A copy of the data a reward is given: lists, dicts, tuples and sets rebuilt all the way down, and
+    dataclass state (trainer_state) copied; any other object (an episode's environment instance, which
+    may hold locks or a process) is passed as it is, since copying it would be wrong, not just slow."""
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, (tuple, set, frozenset)):
+        return type(value)(_plain_copy(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return copy.copy(value)
+    return value
+
+
 def _own_copy(completions: list, columns: dict[str, list], shared: dict) -> tuple[list, dict, dict]:
     """Inputs of one call that no other call sees: a reward that edits its completions or columns in place
     changes neither the next reward's nor the samples. TRL's log_metric and log_extra stay the shared ones."""
-    plain = {k: v for k, v in shared.items() if not callable(v)}
-    completions, columns, plain = copy.deepcopy((completions, columns, plain))
-    return completions, columns, {**shared, **plain}
+    return _plain_copy(completions), _plain_copy(columns), {k: _plain_copy(v) for k, v in shared.items()}
 
 
 def _call(rf: RewardFunction, completions: list, columns: dict, shared: dict, log: RewardLog) -> Callable[[], object]:
