@@ -14,9 +14,9 @@ Runs on a bare GPU machine (no package registry, no model hub) from the reposito
 - --wheels DIR: what rlvr and TRL need beyond that machine's image (its Python is 3.12; its transformers
   5.17 is not the 5.24 rlvr pins; it has no trl, datasets, dill or multiprocess):
       python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-          --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
+          --abi cp312 --abi abi3 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \\
           --platform manylinux2014_x86_64 --platform any -d .gpubench/wheels trl==1.16.0 datasets==5.2.0 \\
-          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4
+          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4 torchao==0.18.0
   bench/gpu_wheels.py installs a carried wheel (pip --no-index --no-deps --target, into the work directory)
   only where the image lacks the package or holds a version rlvr's or TRL's requirements reject; TRL's set
   goes on PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (20 MiB in all).
@@ -27,6 +27,10 @@ on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto).
 Work: bench/same_work.py: the 256 "What is a + b? Reply with only the number." prompts, reward
 bench/last_number.py, temperature 1, lr 2e-5 constant, beta 0. A shape PxGxT is P prompts x G completions x
 T new tokens; random weights almost never draw the stop token, so nearly every completion is T tokens.
+
+Memory (--parts memory, first after the models): the 8B shape with LoRA r=16 on a bf16 and on an NF4 base
+(8x8x512), the 32B shape on an NF4 base (8x4x1024), the largest shape that runs under 24, 48 and 80 GiB
+(set_per_process_memory_fraction), TRL as shipped with LoRA on the 8B shape; `rlvr plan` beside each phase.
 
 Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU,
 a few seconds); where it cannot run the script stops with one line. Each measurement is then its own process
@@ -244,6 +248,8 @@ def brief(r: dict) -> str:
 def steps_table(jobs: list[Job]) -> None:
     med = lambda xs: statistics.median(x for x in xs if x is not None) if any(x is not None for x in xs) else None
     fmt = lambda v, spec: "-" if v is None else format(v, spec)
+    if not any(j.spec["kind"] in ("rlvr", "trl") for j in jobs):
+        return
     print(f"\n{'GRPO step (medians)':<34}{'step s':>8}{'generate':>9}{'score':>7}{'update':>8}{'tokens':>8}"
           f"{'tok/s':>8}{'peak GiB: rollout':>18}{'update':>8}{'all':>6}{'logp mism':>10}  status")
     for job in (j for j in jobs if j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") not in ("skipped", "unneeded")):
@@ -277,9 +283,13 @@ def steps_table(jobs: list[Job]) -> None:
                   f"{job.result['peak_gib'] / other.result['peak_gib']:.2f}x")
 
 
+def is_memory(job: Job) -> bool:
+    return any(k in job.spec for k in ("target_gib", "card_gib", "lora_r"))
+
+
 def memory_table(jobs: list[Job]) -> None:
     """The memory rows and the largest-fits table: rlvr plan's peak of each phase beside the measured one."""
-    rows = [j for j in jobs if "plan" in j.result or j.spec.get("lora_r")]
+    rows = [j for j in jobs if is_memory(j) and j.result.get("status") not in (None, "skipped", "unneeded")]
     if not rows:
         return
     fmt = lambda v: "-" if v is None else f"{v:.2f}"
@@ -416,7 +426,7 @@ def main() -> None:
         run_all(args, jobs, envs, work, start + args.budget)
     finally:
         memory_table(jobs)
-        steps_table([j for j in jobs if "plan" not in j.result and not j.spec.get("lora_r")])
+        steps_table([j for j in jobs if not is_memory(j)])
         decode_table(jobs)
         skipped = [f"{j.name} ({j.result['why']})" for j in jobs
                    if j.result.get("status") == "skipped" and j.needs == "ok"]

@@ -152,16 +152,14 @@ def limit_memory(job: dict) -> None:
 
 def plan_by_phase(cfg, job: dict) -> dict:
     """rlvr plan's peak of each phase in GiB for this run (its prompts' longest, as the engine tokenizes them)."""
-    from rlvr.models import RANDOM, tiny_tokenizer
+    from transformers import AutoTokenizer
+
+    from rlvr.models import RANDOM, TINY, tiny_tokenizer
     from rlvr.plan import GIB, plan_of
     from rlvr.tasks import encode_prompt
 
-    name = cfg.model.name
-    if name.startswith(RANDOM):
-        tok = tiny_tokenizer()
-    else:
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(name)
+    name = cfg.model.name  # random shapes and tiny-random speak the character tokenizer
+    tok = tiny_tokenizer() if name.startswith(RANDOM) or name == TINY else AutoTokenizer.from_pretrained(name)
     rows = [json.loads(line) for line in Path(job["task_file"]).read_text().splitlines()]
     longest = max(len(encode_prompt(tok, r["prompt"], [], cfg.task.system_prompt)) for r in rows)
     p = plan_of(cfg, "cuda" if job["device"].startswith("cuda") else "cpu", longest)

@@ -7,8 +7,8 @@ smollm2-135m.json, with SmolLM2's tokenizer: random weights almost never draw th
 completion is full length, as the plan assumes) is trained `--steps` GRPO steps through rlvr's own loop on
 bench/same_work.py's prompts. What is measured is the process's resident set (the memory/rollout_peak_gib
 and memory/update_peak_gib metrics: VmHWM, reset at each phase's start) less what it held before the model
-was loaded (Python, torch, transformers, the data: VmRSS then), read at the last step, when the optimizer
-state exists. glibc's mmap threshold is fixed (MALLOC_MMAP_THRESHOLD_), so every tensor of 128 KiB or more
+was loaded (Python and the libraries a run imports, peft and torchao included: VmRSS then), read at the last
+step, when the optimizer state exists. glibc's mmap threshold is fixed (MALLOC_MMAP_THRESHOLD_), so every tensor of 128 KiB or more
 is its own mapping, handed back when freed: without it glibc raises the threshold after the first large free
 and keeps later tensors' memory in its heap, so a phase's peak would include the phase before it.
 """
@@ -73,6 +73,9 @@ def measure(name: str, steps: int, work: Path) -> dict:
     cfg = build_config(None, [*rlvr_overrides(work / "sums.jsonl", str(model), p, g, t, 1e-5, steps, 0,
                                               work / f"run-{name}"), "--train.device=cpu", "--train.threads=1",
                               "--train.save_every=0", "--train.overwrite=true", *CONFIGS[name]])
+    import peft  # noqa: F401 (the libraries a run imports belong to the baseline, LoRA's and torchao's too)
+    import torchao  # noqa: F401
+
     before = resident_gib("VmRSS")
     run = setup(cfg)
     settings = UpdateSettings.of(cfg, run.pad_id, run.precision)
