@@ -116,6 +116,18 @@ def random_shape(shape: str, dtype: str, device: torch.device, quantize: str = "
     return model, tok
 
 
+def base_model_path(name: str) -> str | None:
+    """What a LoRA adapter's base_model_name_or_path should say for model.name `name`: a name
+    from_pretrained loads (a Hub name, a local directory made absolute, the built-in SmolLM2's converted
+    copy); None for tiny-random, which is built in code."""
+    if name == TINY:
+        return None
+    if name == SMOLLM2:
+        return str(prepare_smollm2())
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
+
+
 def checkpoint_dtype(path: Path) -> str | None:
     """The dtype a model directory's config.json says its weights are stored in (transformers writes
     `dtype`, older releases `torch_dtype`), None where it says none."""
@@ -143,14 +155,32 @@ def _load_dir(path: Path, dtype: str, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = weight_dtype(dtype, checkpoint_dtype(path), device)
-    tok = AutoTokenizer.from_pretrained(path)
-    if torch.device(device).type == "cpu":
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        if torch.device(device).type == "cpu":
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
+    except Exception as e:  # noqa: BLE001 - a damaged file's error from transformers or safetensors names no path
+        raise RlvrError(f"model directory {path} cannot be loaded: {_damaged_file(path) or f'{type(e).__name__}: {e}'}"
+                        ) from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def _damaged_file(path: Path) -> str | None:
+    """The first weights file of a model directory whose header or size is wrong (a copy cut short),
+    said in words, or None when each opens and holds the bytes its header promises."""
+    from safetensors import safe_open
+
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(f, "pt"):  # opening checks the header against the file's size
+                pass
+        except Exception as e:  # noqa: BLE001
+            return f"{f} is damaged or cut short ({e})"
+    return None
 
 
 def prepare_smollm2() -> Path:
@@ -297,5 +327,6 @@ def enable_gradient_checkpointing(policy) -> None:
 def checkpointing_active(model) -> bool:
     """True when the next forward of `model` will be checkpointed (and so runs without a cache)."""
     inner = unwrap(model)
-    on = getattr(inner, "is_activation_checkpointing", getattr(inner, "is_gradient_checkpointing", False))
-    return bool(on) and inner.training and torch.is_grad_enabled()
+    # the old name only where the new one is absent (earlier 5.x): reading it on 5.24 warns FutureWarning
+    name = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    return bool(getattr(inner, name, False)) and inner.training and torch.is_grad_enabled()

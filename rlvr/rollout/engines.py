@@ -111,7 +111,10 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir, precision)
-    engine = _local_engine(r, policy, rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy)))
+    weights = rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy))
+    if weights == "fp32" and r.overlap != "none":  # the update changes the policy while the next rollout samples
+        weights = "snapshot"
+    engine = _local_engine(r, policy, weights)
     if r.engine == "builtin":
         graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
@@ -178,11 +181,13 @@ def tis_cap_of(r) -> float:
     when set, else the default of the engine make_engine builds from it: 2.0 when that engine does not sample
     with the trainer's own forward, so is off-policy on every token (a bf16/int8 rollout copy: int8 on
     SmolLM2-135M differs by ~0.06 nats a token, bench/rollout_weights.py; vLLM's kernels by ~0.06-0.1), else
-    0 (off). rollout.weights=auto samples from the trainer's forward: fp32 weights where it resolves to fp32,
+    0 (off). rollout.overlap=one_step_off samples from weights one update old: 2.0 too.
+    rollout.weights=auto samples from the trainer's forward: fp32 weights where it resolves to fp32,
     and under bf16 autocast a bf16 copy whose products are the ones autocast computes (Bf16Linear)."""
     if r.tis_cap is not None:
         return r.tis_cap
-    return OFF_POLICY_TIS_CAP if r.engine == "vllm" or r.weights not in ("auto", "fp32") else 0.0
+    off_policy = r.engine == "vllm" or r.weights not in ("auto", "fp32") or r.overlap != "none"
+    return OFF_POLICY_TIS_CAP if off_policy else 0.0
 
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:
