@@ -7,10 +7,13 @@ built-in model. Each phase's peak is the sum of what it holds at its peak:
     rollout  weights (+ a bf16 rollout copy, + a reference copy)  + gradients and optimizer state (still held)
              + KV cache (rows x (prompt + completion) positions x layers x 2 x kv heads x head dim)
              + logits (each decode step's [rows, vocab] fp32 scores and the sampler's working copies)
-    update   weights + gradients + optimizer state
+    update   weights + optimizer state
              + activations (one micro-batch's tokens x layers x what a decoder layer keeps for its backward;
                with gradient checkpointing, each layer's input and one layer's in full)
              + logits (the log-prob head: fp32 [tokens, vocab] pieces, chunked, and their gradient)
+             + gradients, which exist beside a micro-batch's activations from the second micro-batch on; with
+               one micro-batch the peak is the larger of the forward's end (activations, logits) and the
+               backward's end (gradients, one layer's activations), and the table shows that moment's parts
 
 What a layer keeps per token is counted from its tensors (ACTIVATION_TERMS); the constants that are not
 shapes (LOGIT_COPIES, ...) were read off measured peaks on a CPU (bench/plan_check.py, tests/test_plan.py:
@@ -169,8 +172,15 @@ def estimate(shape: Shape, s: Settings) -> Plan:
         head = LOGIT_COPIES["update_cuda"] * min(scored, CHUNK) * shape.vocab * 4 + scored * shape.hidden * compute
     else:
         head = LOGIT_COPIES["update_cpu"] * scored * shape.vocab * 4
-    plan.update = {**held, "gradients": trainable * grad_bytes, "activations": activations, "logits": head,
-                   "kv_cache": 0.0}
+    grads, layer = trainable * grad_bytes, tokens * per_layer * compute
+    if -(-s.prompts // mb) > 1 or grads + layer > activations + head:
+        # from the second micro-batch on the gradients are held beside its activations; with one micro-batch
+        # the peak is the larger of the forward's end and the backward's end (gradients, a layer's activations)
+        parts = {"gradients": grads, "activations": activations, "logits": head} if -(-s.prompts // mb) > 1 else \
+            {"gradients": grads, "activations": layer, "logits": 0.0}
+    else:
+        parts = {"gradients": 0.0, "activations": activations, "logits": head}
+    plan.update = {**held, **parts, "kv_cache": 0.0}
     return plan
 
 

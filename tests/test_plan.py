@@ -29,9 +29,16 @@ def test_full_fine_tuning_in_fp32_on_the_cpu_by_hand():
                          "logits": 3 * 6 * 100 * 4, "activations": 0}
     tokens = 2 * (3 * 6 + 10)  # a micro-batch of 2 prompts: each prompt once, its 3 completions of 6
     per_layer = 8 * 64 + 4 * 32 + 4 * 128  # elements a token keeps per layer for the backward
+    activations, logits = tokens * 2 * per_layer * 4, (2 * 3 * 6) * 100 * 4  # 2 layers; 36 scored tokens, 1 copy
+    # one micro-batch: the backward's end (gradients and one layer's activations) is the higher moment
+    assert 321792 + tokens * per_layer * 4 > activations + logits
     assert p.update == {"weights": 321792, "gradients": 321792, "optimizer": 643584,
-                        "activations": tokens * 2 * per_layer * 4, "logits": 1 * (2 * 3 * 6) * 100 * 4, "kv_cache": 0}
-    assert sum(p.update.values()) == 321792 * 2 + 643584 + 516096 + 14400 == p.peak
+                        "activations": tokens * per_layer * 4, "logits": 0, "kv_cache": 0}
+    assert p.peak == 321792 * 2 + 643584 + 258048 == 1545216
+    # two micro-batches of one prompt: the second's activations sit beside the first's gradients
+    two = estimate(SMALL, replace(CPU, micro_batch_prompts=1))
+    assert two.update == {"weights": 321792, "gradients": 321792, "optimizer": 643584,
+                          "activations": (3 * 6 + 10) * 2 * per_layer * 4, "logits": 18 * 100 * 4, "kv_cache": 0}
 
 
 def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
@@ -39,11 +46,13 @@ def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
     adapters = 2 * (4 * (64 + 64) + 4 * (64 + 32))  # r x (in + out) for q and v in 2 layers
     p = estimate(SMALL, lora)
     assert adapters == 1792
-    assert (p.update["weights"], p.update["gradients"], p.update["optimizer"]) == (321792 + 4 * 1792, 4 * 1792, 8 * 1792)
+    assert (p.update["weights"], p.update["optimizer"]) == (321792 + 4 * 1792, 8 * 1792)
+    assert p.update["gradients"] == 0  # one micro-batch, tiny gradients: the forward's end is the peak
+    assert estimate(SMALL, replace(lora, micro_batch_prompts=1)).update["gradients"] == 4 * 1792
     q = estimate(SMALL, replace(lora, quantize="nf4"))
     assert q.update["weights"] == 73728 // 2 + 73728 // 64 + 73728 * 4 // (64 * 256) + 6720 * 4 + 4 * 1792 == 72082
-    c = estimate(SMALL, replace(CPU, checkpointing=True))
-    assert c.update["activations"] == 2 * 3 * (6 + 10) * (2 * 64 + 1152) * 4  # full rows: layer inputs + one layer
+    c = estimate(SMALL, replace(CPU, checkpointing=True, micro_batch_prompts=1))
+    assert c.update["activations"] == 3 * (6 + 10) * (2 * 64 + 1152) * 4  # full rows: layer inputs + one layer
     g = estimate(SMALL, replace(CPU, device="cuda", dtype="bfloat16", precision="bf16", optimizer_state="8bit"))
     assert g.update["logits"] == 4 * 36 * 100 * 4 + 36 * 64 * 2  # one chunk (36 < 256 rows) and the hidden states
     assert g.update["optimizer"] == pytest.approx(80448 * (2 + 8 / 256))
