@@ -64,7 +64,7 @@ def measure(name: str, steps: int, work: Path) -> dict:
     from rlvr.plan import GIB, Settings, estimate, shape_of
     from rlvr.train import grpo
     from rlvr.train.assemble import setup
-    from rlvr.train.update import UpdateSettings
+    from rlvr.train.overlap import Rollouts
     from same_work import rlvr_overrides, write_prompts
 
     model = random_model(work)
@@ -78,10 +78,10 @@ def measure(name: str, steps: int, work: Path) -> dict:
 
     before = resident_gib("VmRSS")
     run = setup(cfg)
-    settings = UpdateSettings.of(cfg, run.pad_id, run.precision)
-    run.policy.train()  # as the loop does (gradient checkpointing acts in training mode only)
-    for step in range(1, steps + 1):
-        m, collected = grpo.train_step(run, step, settings)
+    run.models.policy.train()  # as the loop does (gradient checkpointing acts in training mode only)
+    with Rollouts(lambda step: grpo.collect(run, step), run.engine, run.models.policy, one_step_off=False) as rollouts:
+        for step in range(1, steps + 1):
+            m, collected = grpo.train_step(run, step, rollouts)
     prompt_tokens = max(len(q) for q in collected.rollout.prompt_ids)
     plan = estimate(shape_of(str(model)), Settings.of(cfg, "cpu", "float32", prompt_tokens))
     return {"name": name, "baseline_gib": before, "prompt_tokens": prompt_tokens,

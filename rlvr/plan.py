@@ -304,7 +304,8 @@ def report(plan: Plan, budget: float | None = None) -> str:
     """The plan as a table, and with a budget whether it fits and what would make it fit."""
     s, shape = plan.settings, plan.shape
     comps = ["weights", "gradients", "optimizer", "activations", "logits", "kv_cache"]
-    lines = [f"memory plan: {shape.name} ({shape.params / 1e9:.2f}B parameters) on {s.device}, weights "
+    size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
+    lines = [f"memory plan: {shape.name} ({size} parameters) on {s.device}, weights "
              f"{'nf4' if s.quantize == 'nf4' else s.dtype}, " + (f"LoRA r={s.lora_r}" if s.lora_r else "full fine-tuning")
              + f", {s.prompts}x{s.group}x{s.new_tokens} (prompts {s.prompt_tokens} tokens), micro-batch "
              f"{s.micro_batch_prompts}, checkpointing {'on' if s.checkpointing else 'off'}, optimizer {s.optimizer_state}",
