@@ -157,24 +157,30 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if d.is_main:  # before the weights load: a run that cannot fit is told so first
         say(first_lines(cfg, d.device.type, [p.question for p in splits.train]))
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
+    precision = resolve_precision(cfg.train.mixed_precision, d.device)
+    models = models_of(cfg, policy, tok, d, precision)
+    env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
+    within_context(splits, env, tok, getattr(policy.config, "max_position_embeddings", None),
+                   {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
+    sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
+    engine = make_engine(cfg, models.policy, out, precision)
+    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
+        claim_run_dir(cfg, fresh)
+    settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
+    data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)
+    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d)
+
+
+def models_of(cfg: Config, policy: torch.nn.Module, tok, d: Dist, precision: str) -> Models:
+    """The loaded policy made what cfg trains (LoRA adapters, gradient checkpointing, wrapped for torchrun),
+    its KL reference, PPO's value head, AdamW and the warm-up schedule."""
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
-    within_context(splits, env, tok, getattr(policy.config, "max_position_embeddings", None),
-                   {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
-    precision = resolve_precision(cfg.train.mixed_precision, d.device)
     # a copy on the policy's device, in bf16 where autocast makes that exact
     ref = Reference.of(policy, reference_in_bf16(cfg.algo, precision)) if cfg.algo.beta > 0 else None
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)
         policy = wrap_model(policy, cfg.train.parallel, d)
     optimizer, scheduler, critic = _optimizer(cfg, policy)
-    sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
-    engine = make_engine(cfg, policy, out, precision)
-    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
-        claim_run_dir(cfg, fresh)
-    settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
-    models = Models(policy=policy, tok=tok, ref=ref, critic=critic, optimizer=optimizer, scheduler=scheduler)
-    data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)
-    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d)
+    return Models(policy=policy, tok=tok, ref=ref, critic=critic, optimizer=optimizer, scheduler=scheduler)

@@ -13,17 +13,17 @@ from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
+from rlvr.train import schema
 from rlvr.train.batch import Batch
 from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.optim import step_keeping_finite
 
-# policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
-TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old",
-               "objective/clipped_frac")
+# from the metric schema (rlvr/train/schema.py): policy_loss's statistics that are means over real tokens,
+# combined over micro-batches weighted by their tokens (kl and entropy are summed by the update itself);
 # the token weights' metrics, each a count over real tokens or sequences, reported as a share of them
-WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_frac", "sampler/weight_mean",
-                       "entropy/selected_frac")
-WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
+TOKEN_MEANS = tuple(k for k in schema.names(schema.TOKEN_MEAN) if k not in ("kl", "entropy"))
+WEIGHT_TOKEN_COUNTS = schema.names(schema.TOKEN_SHARE)
+WEIGHT_SEQ_COUNTS = schema.names(schema.SEQ_SHARE)
 
 
 @dataclass

@@ -25,7 +25,7 @@ def keys(problems):
 def test_splits_disjoint_labelled_and_seeded():
     s = build_splits(chain_sum())
     assert (len(s.train), len(s.heldout), len(s.ood)) == (60, 20, 15)
-    shots = keys([type(s.train[0])(q, "") for q, _ in s.few_shot])
+    shots = keys([type(s.train[0])(question=q, answer="") for q, _ in s.few_shot])
     assert len(s.few_shot) == 1 and s.few_shot[0][1].startswith("Answer: ")
     parts = [keys(s.train), keys(s.heldout), keys(s.ood), shots]
     for i in range(4):
