@@ -23,7 +23,6 @@ which prints the plan beside every measured phase.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
