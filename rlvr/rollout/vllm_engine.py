@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random
+from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random, unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.weights import policy_weight_items
@@ -249,6 +249,20 @@ class VllmEngine:
             self.asleep = False
 
 
+def check_cpu_head_size(policy: torch.nn.Module, name: str) -> None:
+    """vLLM's CPU attention kernels take a few head sizes only (32, 64, 80, ... 512): refuse another up front
+    rather than fail inside the first rollout."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    config = unwrap(policy).config
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise RlvrError(f"model {name} has attention heads of size {head}, and vLLM's CPU platform supports "
+                        f"{', '.join(map(str, sizes))}: use another model, or rollout.engine=builtin"
+                        + (" (tiny-random's heads are 16 wide)" if name == TINY else ""))
+
+
 def vllm_model_dir(name: str, workdir: Path) -> Path:
     """A directory vLLM can load for model.name: the weights only have to have the right shapes, since
     make_vllm_engine syncs the trainer's weights right after loading."""
@@ -280,6 +294,7 @@ def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str
                         f"trainer is on {device}: every weight would cross between them at every step; set "
                         f"train.device={'cuda (or auto)' if platform == 'cuda' else 'cpu'}")
     if platform == "cpu":
+        check_cpu_head_size(policy, cfg.model.name)
         os.environ.update(cpu_thread_env(torch.get_num_threads()))
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
     dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
