@@ -22,10 +22,10 @@ def test_defaults_and_overrides():
 
 
 def test_yaml_then_override(tmp_path):
-    p = write(tmp_path, "rollout:\n  group_size: 4\noptimizer:\n  lr: 3\n")
+    p = write(tmp_path, "rollout:\n  group_size: 4\noptimizer:\n  weight_decay: 3\n")
     cfg = build_config(p, ["--rollout.group_size=6"])
     assert cfg.rollout.group_size == 6
-    assert cfg.optimizer.lr == 3.0 and isinstance(cfg.optimizer.lr, float)  # int accepted for a float
+    assert cfg.optimizer.weight_decay == 3.0 and isinstance(cfg.optimizer.weight_decay, float)  # int accepted for a float
 
 
 def test_unknown_key_names_nearest(tmp_path):

@@ -12,7 +12,7 @@ class ConfigError(RlvrError):
     pass
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoraConfig:
     r: int = 0
     """LoRA rank (PEFT); 0 trains every weight. With LoRA the reference is the base with adapters off."""
@@ -30,11 +30,19 @@ class ModelConfig:
     """Built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face model directory, or a Hub id
     (org/name: read from the Hugging Face cache, downloaded when online)."""
     dtype: str = "float32"
-    """Parameter dtype for training: float32 or bfloat16."""
+    """Parameter dtype: float32, bfloat16, or auto (weights as users load them: the checkpoint's own dtype
+    where it is bf16, and bf16 on CUDA; fp32 on the CPU for an fp32 or unstated one). With LoRA the base
+    stays frozen in this dtype, with no fp32 copy anywhere: the reference is the base with adapters off
+    and rollouts decode with the policy's own weights; the adapters and their optimizer state are fp32."""
+    quantize: str = "none"
+    """none, or nf4: the frozen base's linear layers held in 4-bit NormalFloat (QLoRA; torchao's NF4Tensor,
+    rlvr/nf4.py), dequantised to model.dtype in each product; the output projection and embeddings stay in
+    model.dtype. Needs LoRA (model.lora.r > 0) and the builtin or hf engine, which decode with these very
+    weights (as does the reference, the base with adapters off)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TaskConfig:
     name: str = "arithmetic"
     """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .csv, .parquet, or a directory
@@ -84,7 +92,7 @@ class TaskConfig:
     """Seed for drawing and splitting problems (independent of train.seed)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CurriculumConfig:
     mode: str = "none"
     """none (seeded epochs over all of train), schedule (only the level open at each step), or adaptive
@@ -139,7 +147,7 @@ class VllmConfig:
         return [u.strip().rstrip("/") for u in given if u.strip()]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RolloutConfig:
     prompts_per_step: int = 8
     """Prompts sampled per training step."""
@@ -176,10 +184,16 @@ class RolloutConfig:
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
     cap); 0 disables; null: the sampling engine's default (rlvr.rollout.engines.tis_cap_of): 2.0 when it is
     not the trainer's own forward (rollout.engine=vllm, rollout.weights bf16/int8), else off."""
+    overlap: str = "none"
+    """none: each step samples from the policy its update then trains (on-policy). one_step_off: step
+    k+1's rollouts are sampled and scored while step k's update runs, from the weights one update old
+    (the builtin and hf engines sample from a snapshot of the policy refreshed before each rollout; vLLM
+    from its own copy); the sampler correction (rollout.tis_cap, 2.0 by default here) weighs the staleness,
+    and rollout/policy_lag says it (1 on every step but the first). A single process only."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
@@ -206,7 +220,7 @@ class EnvConfig:
     tool call, the tool's result and the final answer (configs/tools.yaml)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
     """Reward functions and their weights: a built-in name (correctness, format, code_tests, env, length),
@@ -219,9 +233,18 @@ class RewardsConfig:
     """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
     overlong_penalty: float = 1.0
     """length reward: the penalty at rollout.max_new_tokens (it falls linearly over the buffer)."""
+    timeout_s: float = 300.0
+    """The most seconds one call of a user's reward function (a 'module:function' or a Python function
+    given to rlvr.fit) may take, on a batch or, retried, on one row; 0: no limit. In the trainer's process a
+    call past it stops the run naming the reward and the row; with rewards.isolate it is killed and scored
+    as a failure. rlvr's built-ins have limits of their own."""
+    isolate: bool = False
+    """Run user reward functions in a worker process of their own: a hang past rewards.timeout_s, os._exit
+    or a crash costs that call (its completions score 0, counted in reward/<name>/errors), never the run.
+    The function must be importable there: a 'module:function' or .py file, or a module-level function."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimizerConfig:
     """AdamW, its warm-up and gradient accumulation: the same for rlvr train and rlvr sft."""
 
@@ -239,16 +262,22 @@ class OptimizerConfig:
     micro_batch_tokens: int = 0
     """rlvr train: if > 0, micro-batches are filled by this token budget (whole groups) instead of by
     prompt count."""
+    state: str = "fp32"
+    """Where AdamW keeps its moments (8 bytes a trained weight in fp32): fp32 (beside the weights), 8bit
+    (torchao's AdamW8bit: block-quantised moments, about 2 bytes a weight; tensors under 4096 values stay
+    fp32; needs torchao), or offload (fp32 master weights, gradients and moments in host memory, the step
+    run there: 16 bytes a weight off the GPU, a host copy each way per step). rlvr/train/optim.py."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     steps: int = 20
     """Training steps (one rollout batch each)."""
     seed: int = 0
     """Seed for sampling and prompt order."""
     out: str = ""
-    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file)."""
+    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file); rlvr sft:
+    runs/<name>-sft (runs/sft)."""
     overwrite: bool = False
     """Replace what the run directory holds (records, checkpoints, final/) once the new run has loaded its
     config, data and model; false refuses a directory that holds anything."""
@@ -277,7 +306,7 @@ class TrainConfig:
     rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalConfig:
     max_new_tokens: int = 256
     """Longest greedy completion in evaluation."""
@@ -311,7 +340,7 @@ class SftConfig:
     """rlvr sft: examples per optimizer step (optimizer.micro_batch_prompts of them per forward pass)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)

@@ -2,6 +2,9 @@
 names the key and what it must be."""
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from rlvr.algo import AGGREGATIONS, ESTIMATORS, OBJECTIVES, SAMPLER_MODES
 from rlvr.algo.policy import SEQUENCE_RATIO_OBJECTIVES
 from rlvr.config.sections import Config, ConfigError
@@ -26,6 +29,7 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
         (r.top_k >= 0, "rollout.top_k must be >= 0 (0 keeps all tokens)"),
         _one_of(r.engine, "rollout.engine", ("builtin", "hf", "vllm")),
         _one_of(r.weights, "rollout.weights", ("auto", "fp32", "bf16", "int8")),
+        _one_of(r.overlap, "rollout.overlap", ("none", "one_step_off")),
         (r.weights in ("auto", "fp32") or r.engine != "vllm",
          f"rollout.weights={r.weights} is for the builtin and hf engines; vLLM samples in model.dtype"),
         (not r.compile or (r.engine == "builtin" and r.weights in ("bf16", "int8")),
@@ -60,6 +64,7 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
         (a.norm_length >= 0 and a.max_refill >= 0, "algo.norm_length and algo.max_refill must be >= 0"),
         (a.ref_sync_every >= 0, "algo.ref_sync_every must be >= 0 (0: never)"),
         (0 < a.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
+        (a.adv_eps > 0, "algo.adv_eps must be > 0: it keeps an all-equal group's advantage 0 instead of 0/0"),
         (0 <= a.gamma <= 1 and 0 <= a.lam <= 1, "algo.gamma and algo.lam must be in [0, 1]"),
     ] + _objective(cfg)
 
@@ -74,9 +79,7 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
          f"not {a.policy_loss}: set algo.ratio_level=token"),
         (a.adv_estimator != "group_passk" or a.adv_scale in ("group", "none"),
          "algo.adv_scale must be group or none with algo.adv_estimator group_passk"),
-        (a.sapo_tau_pos > 0 and a.sapo_tau_neg > 0, "algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0"),
-        (0 < a.cov_ratio <= 1, "algo.cov_ratio must be in (0, 1]"),
-        (a.clip_cov_lb < a.clip_cov_ub, "algo.clip_cov_lb must be below algo.clip_cov_ub"),
+        *((False, message) for message in a.knob_problems()),  # each objective's knobs (rlvr.algo.objectives)
         _one_of(a.sampler_correction, "algo.sampler_correction", ("auto", *SAMPLER_MODES)),
         (a.sampler_c_min >= 0 and (a.sampler_c_max is None or a.sampler_c_max > a.sampler_c_min),
          "algo.sampler_c_min must be >= 0 and below algo.sampler_c_max"),
@@ -99,17 +102,25 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
 def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
     o = cfg.optimizer
     return [
-        (o.lr >= 0, "optimizer.lr must be >= 0"),
+        (0 <= o.lr < 1, f"optimizer.lr must be in [0, 1), got {o.lr}: AdamW moves each weight by about lr per step, "
+         "so an lr of 1 or more overwrites the weights (typical: 1e-6 to 1e-4)"),
         (o.micro_batch_prompts >= 1, "optimizer.micro_batch_prompts must be at least 1"),
         (o.micro_batch_tokens >= 0, "optimizer.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
+        _one_of(o.state, "optimizer.state", ("fp32", "8bit", "offload")),
     ]
 
 
 def _rest(cfg: Config) -> list[tuple[bool, str]]:
     t, c, task = cfg.train, cfg.curriculum, cfg.task
     return [
-        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16")),
+        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16", "auto")),
         (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
+        _one_of(cfg.model.quantize, "model.quantize", ("none", "nf4")),
+        (cfg.model.quantize == "none" or cfg.model.lora.r > 0,
+         "model.quantize=nf4 freezes the base in 4 bits: it trains LoRA adapters only, so set model.lora.r > 0"),
+        (cfg.model.quantize == "none" or (cfg.rollout.engine != "vllm" and cfg.rollout.weights in ("auto", "fp32")),
+         "model.quantize=nf4 decodes with the policy's own 4-bit weights: use rollout.engine builtin or hf and "
+         "rollout.weights auto or fp32"),
         (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
          "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
         (min(task.ood_size, task.train_size, task.few_shot, 0 if task.heldout_size is None else task.heldout_size) >= 0,
@@ -119,6 +130,10 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
          "curriculum.band_low and band_high must satisfy 0 <= band_low < band_high <= 1"),
         (0 < c.smoothing <= 1, "curriculum.smoothing must be in (0, 1]"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
+        *[(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w),
+           f"rewards.weights: the weight of {name!r} must be a finite number, got {w!r}")
+          for name, w in cfg.rewards.weights.items()],
+        (cfg.rewards.timeout_s >= 0, "rewards.timeout_s must be >= 0 (0: no limit)"),
         (t.steps >= 0, "train.steps must be >= 0"),
         (cfg.sft.batch_size >= 1, "sft.batch_size must be at least 1"),
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
@@ -149,8 +164,21 @@ def _env(cfg: Config) -> list[tuple[bool, str]]:
     ]
 
 
+def _finite(node, prefix: str = "") -> list[tuple[bool, str]]:
+    """Every float key holds a number: NaN passes every `>=` check as False but is refused by none of
+    the range checks written as `not (x < lo)`, and inf is no setting's meaning."""
+    checks = []
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            checks += _finite(value, key + ".")
+        elif isinstance(value, float) and not math.isfinite(value):
+            checks.append((False, f"{key} must be a finite number, got {value}"))
+    return checks
+
+
 def validate(cfg: Config) -> None:
     """Raise ConfigError naming the first key whose value cannot work."""
-    for ok, message in _rollout(cfg) + _algo(cfg) + _optimizer(cfg) + _env(cfg) + _rest(cfg):
+    for ok, message in _finite(cfg) + _rollout(cfg) + _algo(cfg) + _optimizer(cfg) + _env(cfg) + _rest(cfg):
         if not ok:
             raise ConfigError(message)

@@ -180,8 +180,9 @@ def outputs_to_rollout(prompts: list[list[int]], token_ids: list[list[int]], log
             completion_ids[b, :len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[b, :len(ids)] = 1.0
             sampler_logp[b, :len(ids)] = torch.tensor(lp, dtype=torch.float32)
-    return Rollout([list(p) for p in prompts], completion_ids, mask, sampler_logp,
-                   torch.tensor(truncated, dtype=torch.bool), group_size)
+    return Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=completion_ids, completion_mask=mask,
+                   sampler_logp=sampler_logp,
+                   truncated=torch.tensor(truncated, dtype=torch.bool), group_size=group_size)
 
 
 # ---------------------------------------------------------------- the engine

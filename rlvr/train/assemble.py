@@ -1,4 +1,5 @@
-"""Building a `Run` from a config: models, tasks, rewards, optimizer, prompt sampler, rollout engine."""
+"""Building a `Run` from a config: each phase's settings (rlvr/train/settings.py), models, tasks, rewards,
+optimizer, prompt sampler, rollout engine."""
 from __future__ import annotations
 
 import random
@@ -16,17 +17,18 @@ from rlvr.report.trackers import check_trackers
 from rlvr.rewards import rewards_of
 from rlvr.eval.grader import Grader, choose_grader
 from rlvr.rewards.base import RewardFunction, strict_rewards
-from rlvr.rewards.preflight import check_rewards
+from rlvr.rewards.preflight import check_gold_answers, check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
-from rlvr.tasks.files import check_gold, save_rows
+from rlvr.tasks.files import save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.logprobs import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
-from rlvr.train.state import Run
+from rlvr.train.settings import Settings
+from rlvr.train.state import Data, Models, Run
 
 def seed_everything(seed: int) -> None:
     """The global generators (weight init of a critic, anything a reward function draws); rollouts
@@ -34,35 +36,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
-    """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
-    for rf in rewards:
-        if rf.reward is not None and "answer" in rf.reward.columns:
-            check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
-    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
-        check_test_modules(splits.train + splits.heldout + splits.ood)
-    bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
-    if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
-        say(f"task: {bare} held-out/OOD problems have no gold answer (column "
-            f"'{task.columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with task.columns.answer")
-
-
-def check_test_modules(problems: list) -> None:
-    """Test code that imports a module this interpreter lacks can judge no program: refused before
-    training (naming the module and the install line) instead of scoring every program on it 0."""
-    from rlvr.rewards.code.checks import MissingModule
-    from rlvr.rewards.code.spec import parse_spec
-
-    missing = []
-    for p in problems:
-        try:
-            parse_spec(p.tests) if p.tests else None
-        except MissingModule as e:
-            missing.append(str(e))
-    if missing:
-        raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")
 
 
 def check_distributed(cfg: Config, d: Dist) -> None:
@@ -73,7 +46,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
     unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
                    (cfg.rollout.engine == "vllm" and not cfg.rollout.vllm.server_url,
-                    "rollout.engine=vllm colocated (rollout.vllm.server_url samples from vLLM servers under torchrun)")]
+                    "rollout.engine=vllm colocated (rollout.vllm.server_url samples from vLLM servers under torchrun)"),
+                   (cfg.rollout.overlap != "none", f"rollout.overlap={cfg.rollout.overlap}")]
     if cfg.train.parallel == "fsdp":
         unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
                         "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
@@ -96,7 +70,7 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = adamw(groups, o.weight_decay)
+    optimizer = adamw(groups, o.weight_decay, o.state)
     return optimizer, warmup_scheduler(optimizer, o.warmup_steps), critic
 
 
@@ -108,7 +82,8 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     for note in splits.notes:
         say(f"task: {note}")
     rewards = rewards_of(cfg, given)
-    check_gold_answers(rewards, splits, cfg.task)
+    for warning in check_gold_answers(rewards, splits, cfg.task.columns):
+        say(f"task: {warning}")
     grader = choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold)
     strict = tuple(rf.name for rf in strict_rewards(rewards)) + ((grader.name,) if grader.user else ())
     for warning in check_rewards(rewards, splits.train or splits.heldout, strict, cfg.env.name != "single"):
@@ -117,10 +92,19 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     return splits, rewards, grader
 
 
+def claim_run_dir(cfg: Config, fresh: bool) -> None:
+    """The run directory made this run's (rank 0): config.yaml written (a fresh run first clears an
+    earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml names."""
+    out = Path(cfg.train.out)
+    prepare_run_dir(out, to_yaml(cfg), fresh)
+    save_rows(out)
+
+
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
-    """Load tasks, rewards, models, environment, optimizer and rollout engine, then set up the run
-    directory (rank 0 writes): a start that fails on the way leaves an earlier run's directory untouched.
-    A fresh run clears its logs. `given`: Python reward functions by name (rlvr.fit)."""
+    """Load tasks, rewards, models, environment, optimizer and rollout engine, then, for a fresh run,
+    set up the run directory (rank 0 writes): a start that fails on the way leaves an earlier run's
+    directory untouched. A resumed run's directory is claimed only once its checkpoint has loaded too
+    (rlvr.train.grpo.start). `given`: Python reward functions by name (rlvr.fit)."""
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
     if cfg.train.threads > 0:
@@ -128,7 +112,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
@@ -142,8 +126,9 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, policy, out, precision)
-    if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced
-        prepare_run_dir(out, to_yaml(cfg), fresh)
-        save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
-    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler, sampler, engine,
-               stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)
+    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
+        claim_run_dir(cfg, fresh)
+    settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
+    models = Models(policy=policy, tok=tok, ref=ref, critic=critic, optimizer=optimizer, scheduler=scheduler)
+    data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)
+    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d)

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus_coef, high_entropy_mask, kl_estimate,
-                       loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta, value_loss)
+from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus, entropy_bonus_coef, high_entropy_mask,
+                       kl_estimate, loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta,
+                       value_loss)
+from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
@@ -21,9 +23,6 @@ TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean"
 WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_frac", "sampler/weight_mean",
                        "entropy/selected_frac")
 WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
-# the policy objective's own knobs, passed to rlvr.algo.policy_loss by name
-OBJECTIVE_KNOBS = ("sapo_tau_pos", "sapo_tau_neg", "cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_coef",
-                   "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 @dataclass
@@ -47,9 +46,10 @@ class EntropyControl:
             self.last_entropy = entropy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UpdateSettings:
-    """The algo section as configured, and what the rest of the run fixes for the update."""
+    """The algo and optimizer sections as configured, and what the rest of the run fixes for the update.
+    Built by `of` from a run's config (tests too), so a section the config holds cannot be left out."""
 
     algo: AlgoConfig
     pad_id: int
@@ -66,8 +66,9 @@ class UpdateSettings:
         """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
         (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens,
-                              EntropyControl(cfg.algo.entropy_coef))
+        return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
+                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens,
+                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:
@@ -81,6 +82,12 @@ class UpdateSettings:
     @property
     def entropy_coef(self) -> float:
         return self.entropy.applied(self.algo) if self.entropy is not None else self.algo.entropy_coef
+
+    @property
+    def objective_knobs(self) -> NoKnobs:
+        """algo.policy_loss's knobs as configured: every one read from the algo section (the registry's
+        Objective.knobs_from), none left at a default."""
+        return objective(self.algo.policy_loss).knobs_from(self.algo)
 
     @property
     def loss_beta(self) -> float:
@@ -131,12 +138,13 @@ def _autocast(policy, s: UpdateSettings):
 
 
 def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old, adv, mask, entropy):
-    """(sampler weights [b, w] or None, 0/1 token selection [b, w] or None, metric counts): the sampler
-    correction against batch.sampler_logp, the off-policy sequence mask, the high-entropy selection."""
+    """(sampler weights [b, w] or None, 0/1 token selection [b, w] or None, the high-entropy selection
+    alone [b, w] or None, metric counts): the sampler correction against batch.sampler_logp, the
+    off-policy sequence mask, the high-entropy selection."""
     a, (mode, c_min, c_max) = s.algo, s.sampler
     sampler_logp = batch.sampler_logp[sl, :w] if batch.sampler_logp is not None else None
     n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum()
-    counts, sampler_w, keep = {}, None, None
+    counts, sampler_w, keep, chosen = {}, None, None, None
     if mode != "off" and sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
         sampler_w, stats = sampler_weights(old, sampler_logp, mask, mode, c_min, c_max)
         counts = {k: stats[k] * (n_seq if k in WEIGHT_SEQ_COUNTS else n_tok) for k in stats}
@@ -148,7 +156,7 @@ def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old
         chosen = high_entropy_mask(entropy, mask, a.top_entropy_quantile).to(mask.dtype)  # [b, w]
         keep = chosen if keep is None else keep * chosen
         counts["entropy/selected_frac"] = chosen.sum()
-    return sampler_w, keep, counts
+    return sampler_w, keep, chosen, counts
 
 
 def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
@@ -167,23 +175,24 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
     adv = _cut(batch.advantages, sl, w)
-    sampler_w, keep, counts = _token_weights(batch, s, sl, w, logp, old, adv, mask, out.entropy)
+    sampler_w, keep, chosen, counts = _token_weights(batch, s, sl, w, logp, old, adv, mask, out.entropy)
     policy_units = units["policy"]
     loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
                               a.aggregation, norm, policy_units, objective=a.policy_loss, sampler_w=sampler_w,
-                              keep=keep, params={k: getattr(a, k) for k in OBJECTIVE_KNOBS})
+                              keep=keep, params=s.objective_knobs)
     n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
     sums = {**{k: stats[k] * n_tok for k in TOKEN_MEANS}, **counts}
-    trained = mask if keep is None else mask * keep  # the tokens the entropy control watches
+    # the tokens the entropy bonus acts on and the adaptive control watches: TRL's effective mask, the real
+    # tokens of the high-entropy selection (the off-policy mask drops sequences from the policy term only)
+    watched = mask if chosen is None else mask * chosen
     sums["entropy"] = (out.entropy.detach() * mask).sum()
-    sums["entropy/trained_sum"], sums["entropy/trained_n"] = (out.entropy.detach() * trained).sum(), trained.sum()
+    sums["entropy/trained_sum"], sums["entropy/trained_n"] = (out.entropy.detach() * watched).sum(), watched.sum()
     if ref_logp is not None:
         kl = kl_estimate(logp, ref_logp, a.kl_estimator)  # [b, w]
         loss = loss + s.loss_beta * aggregate(kl, mask, a.aggregation, norm, policy_units)
         sums["kl"] = (kl.detach() * mask).sum()
     if coef != 0:
-        bonus = out.entropy if keep is None else out.entropy * keep
-        loss = loss - coef * aggregate(bonus, mask, a.aggregation, norm, policy_units)
+        loss = loss - coef * entropy_bonus(out.entropy, mask, chosen, a.aggregation, norm, policy_units)
     if values is not None:  # a token mean over the whole batch, whatever the policy's aggregation
         v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, a.value_clip,
                             units["tokens"])
@@ -317,6 +326,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
+    metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
         metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied
         s.entropy.after_step(a, sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0))

@@ -3,7 +3,7 @@ import sys
 import pytest
 import torch
 
-from rlvr.config import AlgoConfig, LoraConfig, OptimizerConfig
+from rlvr.config import AlgoConfig, Config, LoraConfig, OptimizerConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.report.sinks import atomic_save_model
@@ -20,12 +20,13 @@ def rollout_batch(model, tok):
     r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, -2.0, 2.0])
-    return Batch(prompts, r.completion_ids, r.completion_mask, adv, 2, sampler_logp=r.sampler_logp)
+    return Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask, advantages=adv,
+                 group_size=2, sampler_logp=r.sampler_logp)
 
 
 def settings(tok, **algo):
-    return UpdateSettings(AlgoConfig(**algo), tok.pad_token_id,
-                          optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
+    cfg = Config(algo=AlgoConfig(**algo), optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
+    return UpdateSettings.of(cfg, tok.pad_token_id, "no")
 
 
 def logp(model, batch, pad_id):
