@@ -55,7 +55,8 @@ def start_server(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
            "--model", str(model), "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-           "--kv-cache-memory-bytes", str(1 << 30), "--logprobs-mode", "processed_logprobs", "--seed", "0"]
+           "--kv-cache-memory-bytes", str(1 << 30), "--logprobs-mode", "processed_logprobs", "--seed", "0",
+            "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"]
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url, start = f"http://127.0.0.1:{port}", time.monotonic()

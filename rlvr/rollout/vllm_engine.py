@@ -104,14 +104,18 @@ def cpu_thread_env(threads: int) -> dict[str, str]:
 
 
 CPU_KV_CACHE_GIB = 1.0  # rollout.vllm.kv_cache_gib unset on the CPU platform: a bounded cache, not a share of RAM
+CPU_BATCHED_TOKENS = 4096  # vLLM's own default for an LLM on the CPU
 
 
 def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, kv_cache_gib: float | None,
-                  max_model_len: int, sleep: bool, seed: int) -> dict:
+                  max_model_len: int, model_max_len: int, sleep: bool, seed: int) -> dict:
     """Keyword arguments of vllm.LLM for the colocated engine (and the flags a server takes: docs/vllm.md).
     kv_cache_gib None: gpu_memory_utilization's share of the GPU, CPU_KV_CACHE_GIB on the CPU platform.
-    max_model_len 0: the model's own. Eager on the CPU (no inductor compile at each start); sleep mode
-    only on a GPU (the CPU platform refuses it)."""
+    max_model_len 0: the model's own (model_max_len). Eager on the CPU (no inductor compile at each start);
+    sleep mode only on a GPU (the CPU platform refuses it). No chunked prefill on the CPU: when a prompt's
+    prefill is split over engine steps, vLLM rewinds the request's seeded generator by an offset, which a
+    CPU generator does not have ("CPU Generator does not use offset": the engine dies), and every rlvr
+    request is seeded; a step then takes whole prompts, so it must fit the longest one."""
     if kv_cache_gib is None and platform == "cpu":
         kv_cache_gib = CPU_KV_CACHE_GIB
     kw = {"dtype": dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
@@ -121,7 +125,8 @@ def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, k
     else:
         kw["gpu_memory_utilization"] = gpu_memory_utilization
     if platform == "cpu":
-        kw["enforce_eager"] = True
+        kw.update(enforce_eager=True, enable_chunked_prefill=False,
+                  max_num_batched_tokens=max(CPU_BATCHED_TOKENS, max_model_len or model_max_len))
     return kw
 
 
@@ -300,7 +305,8 @@ def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
     dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
     kwargs = engine_kwargs(platform=platform, dtype=dtype, gpu_memory_utilization=v.gpu_memory_utilization,
-                           kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len, sleep=v.sleep,
+                           kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
+                           model_max_len=unwrap(policy).config.max_position_embeddings, sleep=v.sleep,
                            seed=cfg.train.seed)
     engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), **kwargs)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a

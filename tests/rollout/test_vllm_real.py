@@ -13,7 +13,7 @@ import torch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="needs vLLM: make vllm, then .venv-vllm/bin/python -m pytest -m vllm")]
+                                 reason="needs vLLM: make vllm, then make test (or .venv-vllm/bin/python -m pytest -m vllm THIS_FILE)")]
 
 MAX_MODEL_LEN = 384
 KV_GIB = 0.25
@@ -60,6 +60,7 @@ def test_settings_take_effect(colocated):
     assert config.cache_config.kv_cache_memory_bytes == int(KV_GIB * 2**30)
     assert config.model_config.logprobs_mode == "processed_logprobs"
     if config.device_config.device_type == "cpu":
+        assert not config.scheduler_config.enable_chunked_prefill
         assert os.environ["OMP_NUM_THREADS"] == str(torch.get_num_threads()) == "1"
         assert config.model_config.enforce_eager and not engine.sleep_enabled
     assert engine.weights_version == 1  # the policy's weights pushed once at start
@@ -127,12 +128,16 @@ def test_multi_turn_session_continues_each_row(colocated):
         ids[b, :len(t.tokens)] = torch.tensor(t.tokens)
         mask[b, :len(t.tokens)] = 1
         logp[b, :len(t.tokens)] = torch.tensor(t.logp)
-    as_rollout = Rollout(history, ids, mask, logp, torch.zeros(6, dtype=torch.bool), 1)
+    as_rollout = Rollout(prompt_ids=history, completion_ids=ids, completion_mask=mask, sampler_logp=logp,
+                         truncated=torch.zeros(6, dtype=torch.bool), group_size=1)
     assert mismatch(policy, as_rollout, tok.pad_token_id) < 1e-3
 
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 MISMATCH = "rollout/logp_mismatch_mean_abs"
+# 32 sequences of 159 prompt tokens (characters) per rollout: 5088 tokens, more than one engine step of prefill
+# (4096), where a chunked prefill of seeded requests killed vLLM's CPU engine
+BIG_BATCH = ["--rollout.prompts_per_step=4", "--rollout.group_size=8"]
 
 
 def small_model_dir(path):
@@ -160,7 +165,7 @@ def test_rlvr_train_with_the_colocated_engine(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "configs" / "smoke.yaml"),
                            f"--model.name={model}", "--rollout.engine=vllm", "--rollout.vllm.kv_cache_gib=0.0625",
-                           f"--train.out={out}", "--eval.before=false", "--eval.after=false"],
+                           f"--train.out={out}", "--eval.before=false", "--eval.after=false", *BIG_BATCH],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = metrics_rows(out)

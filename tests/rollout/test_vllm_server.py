@@ -20,7 +20,7 @@ import torch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="needs vLLM: make vllm, then .venv-vllm/bin/python -m pytest -m vllm")]
+                                 reason="needs vLLM: make vllm, then make test (or .venv-vllm/bin/python -m pytest -m vllm THIS_FILE)")]
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 420  # bounded wait for the server: ~60 s idle, several minutes on a shared machine
@@ -33,11 +33,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+from tests.rollout.test_vllm_real import BIG_BATCH  # noqa: E402 (the same prompts as the colocated run)
+
+
 def server_command(model: Path, port: int) -> list[str]:
     """The command docs/vllm.md gives for a CPU server, sized small."""
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
             "--model", str(model), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-            "--kv-cache-memory-bytes", str(64 << 20), "--logprobs-mode", "processed_logprobs", "--seed", "0"]
+            "--kv-cache-memory-bytes", str(64 << 20), "--logprobs-mode", "processed_logprobs", "--seed", "0",
+            "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +136,7 @@ def run_train(out: Path, url: str, model: Path, *extra: str) -> subprocess.Compl
     return subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "configs" / "smoke.yaml"),
                            f"--model.name={model}", "--rollout.engine=vllm", f"--rollout.vllm.server_url={url}",
                            "--rollout.vllm.timeout_s=120", f"--train.out={out}", "--eval.before=false",
-                           "--eval.after=false", "--train.save_every=1", *extra],
+                           "--eval.after=false", "--train.save_every=1", *BIG_BATCH, *extra],
                           capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 

@@ -96,7 +96,9 @@ class FakeVllm(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             self._send(200, {"data": [{"id": "tiny"}]})
         elif self.path.startswith("/server_info"):
-            self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": s.logprobs_mode}}})
+            self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": s.logprobs_mode},
+                                             "device_config": {"device_type": "cpu"},
+                                             "scheduler_config": {"enable_chunked_prefill": s.chunked}}})
         elif self.path == "/weight_info":
             self._send(200, {"weight_version": s.version})
         else:
@@ -122,7 +124,7 @@ class FakeVllm(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
-    server.logprobs_mode, server.version, server.posts = "processed_logprobs", "default", []
+    server.logprobs_mode, server.version, server.posts, server.chunked = "processed_logprobs", "default", [], False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}"
@@ -136,6 +138,16 @@ def test_raw_logprobs_server_is_refused(fake_server):
     with pytest.raises(vs.ServerError, match=f"{url} runs with logprobs_mode 'raw_logprobs'.*--logprobs-mode "
                                              "processed_logprobs"):
         vs.VllmServerEngine([url], weights_dir="unused", timeout_s=5)
+
+
+def test_cpu_server_with_chunked_prefill_is_refused(fake_server):
+    server, url = fake_server
+    server.chunked = True
+    with pytest.raises(vs.ServerError, match=f"{url} runs on the CPU with chunked prefill.*--no-enable-chunked-prefill"):
+        vs.VllmServerEngine([url], weights_dir="unused", timeout_s=5)
+    vs.check_server_config(url, {"model_config": {"logprobs_mode": "processed_logprobs"},  # a GPU server may chunk
+                                 "device_config": {"device_type": "cuda"},
+                                 "scheduler_config": {"enable_chunked_prefill": True}})
 
 
 def test_push_names_the_version_and_a_stale_server_is_refused(fake_server, tmp_path, tiny):
@@ -163,7 +175,7 @@ def test_push_names_the_version_and_a_stale_server_is_refused(fake_server, tmp_p
 def test_prompts_are_spread_over_the_servers(fake_server, tmp_path):
     server, url = fake_server
     other = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
-    other.logprobs_mode, other.version, other.posts = "processed_logprobs", "default", []
+    other.logprobs_mode, other.version, other.posts, other.chunked = "processed_logprobs", "default", [], False
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
         urls = [url, f"http://127.0.0.1:{other.server_address[1]}"]
