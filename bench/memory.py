@@ -38,7 +38,7 @@ def measure(name: str, steps: int, model_name: str) -> dict:
     """One configuration, in this (fresh) process."""
     import torch
 
-    from rlvr.config import AlgoConfig, LoraConfig, OptimizerConfig
+    from rlvr.config import Config, LoraConfig, OptimizerConfig
     from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
     from rlvr.train.batch import Batch
     from rlvr.train.update import UpdateSettings, policy_update
@@ -59,8 +59,8 @@ def measure(name: str, steps: int, model_name: str) -> dict:
                   torch.randn(b), GROUP)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
-    settings = UpdateSettings(AlgoConfig(), tok.pad_token_id, optimizer=OptimizerConfig(micro_batch_prompts=4),
-                              mixed_precision=precision)
+    settings = UpdateSettings.of(Config(optimizer=OptimizerConfig(micro_batch_prompts=4)), tok.pad_token_id,
+                                 precision)
     t0 = time.perf_counter()
     for _ in range(steps):
         policy_update(policy, optimizer, batch, settings)

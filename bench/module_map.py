@@ -114,7 +114,8 @@ def step_trace() -> tuple[list[str], int, int]:
 
     from rlvr.config import build_config
     from rlvr.train.assemble import setup
-    from rlvr.train.grpo import train_step
+    from rlvr.train.grpo import collect, train_step
+    from rlvr.train.overlap import Rollouts
     from rlvr.train.update import UpdateSettings
 
     out = tempfile.mkdtemp()
@@ -143,7 +144,8 @@ def step_trace() -> tuple[list[str], int, int]:
     run.policy.train()
     sys.setprofile(prof)
     try:
-        train_step(run, 1, settings)
+        with Rollouts(lambda step: collect(run, step), run.engine, run.policy, one_step_off=False) as rollouts:
+            train_step(run, 1, settings, rollouts)
     finally:
         sys.setprofile(None)
     return sorted(str(Path(f).relative_to(ROOT)) for f in entered), state["switches"], state["calls"]

@@ -112,7 +112,12 @@ def cmd_audit(argv: list[str]) -> int:
     from rlvr.rewards.audit import audit, format_report
     from rlvr.tasks import build_splits
 
-    report = audit(build_splits(cfg.task), rewards_of(cfg), args.n)  # the rewards training optimises
+    from rlvr.rewards.preflight import check_gold_answers
+
+    splits, rewards = build_splits(cfg.task), rewards_of(cfg)  # the rewards training optimises
+    for warning in check_gold_answers(rewards, splits, cfg.task.columns):  # as rlvr train stops, with the same error
+        print(f"task: {warning}")
+    report = audit(splits, rewards, args.n)
     print(terminal_safe(format_report(report)))  # it quotes the dataset's prompts and tests
     return 1 if report.weak or report.unjudged or report.errors else 0
 
@@ -217,7 +222,7 @@ def cmd_eval(argv: list[str]) -> int:
     sampling = sampling_autocast(device, resolve_precision(cfg.train.mixed_precision, device))  # as training samples
 
     def loaded(name: str):
-        model, tok = load_model(name, cfg.model.dtype, device)
+        model, tok = load_model(name, cfg.model.dtype, device, cfg.model.quantize)
         graph_decode(cfg.rollout, model)
         return model, tok
 

@@ -3,6 +3,7 @@ through the Hugging Face cache: rlvr/hub.py), tiny random models."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -30,39 +31,92 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RLVR_CACHE", Path.home() / ".cache" / "rlvr"))
 
 
-def load_model(name: str, dtype: str = "float32", device: torch.device | str = "cpu"):
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_model(name: str, dtype: str = "float32", device: torch.device | str = "cpu", quantize: str = "none"):
     """Return (model, tokenizer) for a built-in name, a local model directory or a Hub name, the model on `device`
-    (a resolved train.device: rlvr.device.resolve_device)."""
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    (a resolved train.device: rlvr.device.resolve_device), its weights in `dtype` (model.dtype: float32,
+    bfloat16, or auto: weight_dtype). quantize nf4 (model.quantize): the linear layers' weights 4-bit
+    (rlvr/nf4.py), the model read on the host and quantised layer by layer onto `device`."""
+    device = torch.device(device)
+    if quantize == "nf4":
+        from rlvr.nf4 import quantize_base
+
+        model, tok = load_model(name, dtype, "cpu")
+        quantize_base(model, device)
+        return model.to(device), tok
     if name == TINY:
         model, tok = tiny_random()
-        return model.to(device=device, dtype=torch_dtype), tok
+        return model.to(device=device, dtype=weight_dtype(dtype, None, device)), tok
     if name == SMOLLM2:
-        return _load_dir(prepare_smollm2(), torch_dtype, device)
+        return _load_dir(prepare_smollm2(), dtype, device)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
-        return _load_dir(path, torch_dtype, device)
+        return _load_dir(path, dtype, device)
     if is_hub_name(name):  # org/name: the Hugging Face cache, else a download (rlvr/hub.py)
-        return _load_dir(snapshot(name, "model"), torch_dtype, device)
+        return _load_dir(snapshot(name, "model"), dtype, device)
     if "/" in name or name.startswith(".") or path.suffix:
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "
                     f"a built-in name ({', '.join(BUILTINS)})")
 
 
-def _load_dir(path: Path, torch_dtype, device):
+def checkpoint_dtype(path: Path) -> str | None:
+    """The dtype a model directory's config.json says its weights are stored in (transformers writes
+    `dtype`, older releases `torch_dtype`), None where it says none."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    stored = config.get("dtype") or config.get("torch_dtype")
+    return stored if isinstance(stored, str) else None
+
+
+def weight_dtype(dtype: str, stored: str | None, device: torch.device) -> torch.dtype:
+    """model.dtype resolved: float32 and bfloat16 as named; auto is the checkpoint's own dtype where it is
+    bf16 (weights as users load them: no fp32 copy of a bf16 checkpoint), and bf16 on CUDA for an fp32,
+    fp16 or unstated one; on the CPU those stay fp32 (the laptop path learns as it always did). fp16 is
+    never trained in: its range needs loss scaling, which bf16 does not."""
+    if dtype != "auto":
+        return DTYPES[dtype]
+    if stored == "bfloat16" or device.type == "cuda":
+        return torch.bfloat16
+    return torch.float32
+
+
+def _load_dir(path: Path, dtype: str, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
-    if torch.device(device).type == "cpu":
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
+    torch_dtype = weight_dtype(dtype, checkpoint_dtype(path), device)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        if torch.device(device).type == "cpu":
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        else:  # read straight onto the GPU: no full copy in host memory first (1.7B in fp32: 7 GB and 5-15 s)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=str(torch.device(device)))
+    except Exception as e:  # noqa: BLE001 - a damaged file's error from transformers or safetensors names no path
+        raise RlvrError(f"model directory {path} cannot be loaded: {_damaged_file(path) or f'{type(e).__name__}: {e}'}"
+                        ) from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def _damaged_file(path: Path) -> str | None:
+    """The first weights file of a model directory whose header or size is wrong (a copy cut short),
+    said in words, or None when each opens and holds the bytes its header promises."""
+    from safetensors import safe_open
+
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(f, "pt"):  # opening checks the header against the file's size
+                pass
+        except Exception as e:  # noqa: BLE001
+            return f"{f} is damaged or cut short ({e})"
+    return None
 
 
 def prepare_smollm2() -> Path:
@@ -167,6 +221,7 @@ def apply_lora(policy, lora):
     The base weights stay frozen, so the KL reference is the same model with its adapters disabled
     (rlvr.train.logprobs.Reference) and no second copy is held.
     """
+    logging.getLogger("torchao").setLevel(logging.ERROR)  # peft imports it where installed: its GPU kernels' load notes
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError as e:

@@ -27,6 +27,7 @@ import yaml
 
 from rlvr.config.sections import Config, ConfigError
 from rlvr.config.validate import validate
+from rlvr.errors import decode_utf8
 
 
 class _Loader(yaml.SafeLoader):
@@ -168,7 +169,7 @@ def load_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = _yaml(path.read_text())
+        data = _yaml(decode_utf8(path.read_bytes(), path))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         line = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -30,7 +30,15 @@ class ModelConfig:
     """Built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face model directory, or a Hub id
     (org/name: read from the Hugging Face cache, downloaded when online)."""
     dtype: str = "float32"
-    """Parameter dtype for training: float32 or bfloat16."""
+    """Parameter dtype: float32, bfloat16, or auto (weights as users load them: the checkpoint's own dtype
+    where it is bf16, and bf16 on CUDA; fp32 on the CPU for an fp32 or unstated one). With LoRA the base
+    stays frozen in this dtype, with no fp32 copy anywhere: the reference is the base with adapters off
+    and rollouts decode with the policy's own weights; the adapters and their optimizer state are fp32."""
+    quantize: str = "none"
+    """none, or nf4: the frozen base's linear layers held in 4-bit NormalFloat (QLoRA; torchao's NF4Tensor,
+    rlvr/nf4.py), dequantised to model.dtype in each product; the output projection and embeddings stay in
+    model.dtype. Needs LoRA (model.lora.r > 0) and the builtin or hf engine, which decode with these very
+    weights (as does the reference, the base with adapters off)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -150,6 +158,12 @@ class RolloutConfig:
     rollout.weights bf16/int8): weight each token's policy-gradient term by min(pi_train / pi_sampler,
     cap); 0 disables; null: the sampling engine's default (rlvr.rollout.engines.tis_cap_of): 2.0 when it is
     not the trainer's own forward (rollout.engine=vllm, rollout.weights bf16/int8), else off."""
+    overlap: str = "none"
+    """none: each step samples from the policy its update then trains (on-policy). one_step_off: step
+    k+1's rollouts are sampled and scored while step k's update runs, from the weights one update old
+    (the builtin and hf engines sample from a snapshot of the policy refreshed before each rollout; vLLM
+    from its own copy); the sampler correction (rollout.tis_cap, 2.0 by default here) weighs the staleness,
+    and rollout/policy_lag says it (1 on every step but the first). A single process only."""
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 

@@ -26,6 +26,7 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
         (r.top_k >= 0, "rollout.top_k must be >= 0 (0 keeps all tokens)"),
         _one_of(r.engine, "rollout.engine", ("builtin", "hf", "vllm")),
         _one_of(r.weights, "rollout.weights", ("auto", "fp32", "bf16", "int8")),
+        _one_of(r.overlap, "rollout.overlap", ("none", "one_step_off")),
         (r.weights in ("auto", "fp32") or r.engine != "vllm",
          f"rollout.weights={r.weights} is for the builtin and hf engines; vLLM samples in model.dtype"),
         (not r.compile or (r.engine == "builtin" and r.weights in ("bf16", "int8")),
@@ -101,8 +102,14 @@ def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
 def _rest(cfg: Config) -> list[tuple[bool, str]]:
     t, c, task = cfg.train, cfg.curriculum, cfg.task
     return [
-        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16")),
+        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16", "auto")),
         (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
+        _one_of(cfg.model.quantize, "model.quantize", ("none", "nf4")),
+        (cfg.model.quantize == "none" or cfg.model.lora.r > 0,
+         "model.quantize=nf4 freezes the base in 4 bits: it trains LoRA adapters only, so set model.lora.r > 0"),
+        (cfg.model.quantize == "none" or (cfg.rollout.engine != "vllm" and cfg.rollout.weights in ("auto", "fp32")),
+         "model.quantize=nf4 decodes with the policy's own 4-bit weights: use rollout.engine builtin or hf and "
+         "rollout.weights auto or fp32"),
         (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
          "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
         (min(task.ood_size, task.train_size, task.few_shot, 0 if task.heldout_size is None else task.heldout_size) >= 0,

@@ -10,7 +10,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+
 from rlvr.models import is_peft
+from rlvr.nf4 import dequantized, is_nf4
 
 
 def _clean(value):
@@ -49,10 +52,12 @@ def atomic_write_json(path: str | Path, obj) -> None:
 def _save_peft(model, path: Path) -> None:
     """A LoRA model: its adapter in path/adapter, and a merged full model in path, so a plain
     transformers load (or --model.name=path) gets the trained weights. The merge runs on a copy, so
-    the live model keeps its adapters and training can go on."""
+    the live model keeps its adapters and training can go on. A 4-bit base is saved dequantised (its
+    NF4 values in model.dtype) with the adapter merged in."""
     model.save_pretrained(path / "adapter")
-    merged = copy.deepcopy(model).merge_and_unload()
-    merged.save_pretrained(path)
+    # a 4-bit base (model.quantize) is copied as its dequantised values, in model.dtype
+    plain = {id(p): torch.nn.Parameter(dequantized(p), requires_grad=False) for p in model.parameters() if is_nf4(p)}
+    copy.deepcopy(model, plain).merge_and_unload().save_pretrained(path)
 
 
 def atomic_save_model(model, tokenizer, path: str | Path) -> None:

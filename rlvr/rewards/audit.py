@@ -6,13 +6,14 @@ policy will find that completion long before it finds the right answers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable
 
 from rlvr.rewards.base import RewardFunction, score_batch, strict_rewards
 from rlvr.rewards.call import as_chat, dataset_columns
-from rlvr.rewards.preflight import preflight, reference
+from rlvr.rewards.maths.answer import gold_answer
+from rlvr.rewards.preflight import preflight, reference, zero_cause
 from rlvr.sandbox.run import sandbox_problem
 from rlvr.tasks import Problem, Splits, normalise
 
@@ -193,9 +194,9 @@ def leak_findings(splits: Splits, limit: int = 3) -> list[str]:
     """Gold answers their prompts give away (leaks_gold), and prompts shared between splits."""
     findings = []
     for name, problems in (("train", splits.train), ("heldout", splits.heldout), ("ood", splits.ood)):
-        leaked = [p for p in problems if leaks_gold(p.question, p.answer)]
+        leaked = [(p, g) for p in problems if leaks_gold(p.question, g := gold_answer(p.answer))]
         if leaked:
-            examples = "; ".join(f"{p.question!r} -> {p.answer}" for p in leaked[:limit])
+            examples = "; ".join(f"{p.question!r} -> {g}" for p, g in leaked[:limit])
             findings.append(f"{name}: gold answer appears in {len(leaked)}/{len(problems)} prompts "
                             f"(e.g. {examples})")
     keys = {n: {normalise(p.question) for p in ps}
@@ -266,12 +267,20 @@ def _scores(rewards: list[RewardFunction], problems: list[Problem], texts: list[
     return score_batch(rewards, completions, columns).per_function
 
 
+def attack_target(p: Problem) -> Problem:
+    """p with its gold as the checker reads it: a worked solution (MATH's `solution`, GSM8K's answer) is its
+    boxed or `####` answer. An attack is built around the answer's value; built from the solution text, it
+    would carry the whole solution, whose own box still gives the right answer, and look like a hole."""
+    return replace(p, answer=gold_answer(p.answer)) if p.answer else p
+
+
 def run_attacks(rewards: list[RewardFunction], problems: list[Problem],
                 attacks: list[Attack] = MATH_ATTACKS) -> dict[str, dict[str, float]]:
-    """attack -> reward name -> the highest score that attack got on any of the problems."""
-    table = {}
+    """attack -> reward name -> the highest score that attack got on any of the problems (each attack made
+    from the extracted gold, attack_target, and scored with the problem's own columns, as in training)."""
+    table, targets = {}, [attack_target(p) for p in problems]
     for attack in attacks:
-        scores = _scores(rewards, problems, [attack.make(p) for p in problems])
+        scores = _scores(rewards, problems, [attack.make(t) for t in targets])
         table[attack.name] = {rf.name: max(scores[rf.name]) for rf in rewards}
     return table
 
@@ -302,7 +311,7 @@ def audit(splits: Splits, rewards: list[RewardFunction], n_problems: int = 20) -
         if no_sandbox is not None:
             report.unjudged[reward] = f"no code sandbox can start here ({no_sandbox})"
         elif report.control.get(reward, 1.0) <= 0:
-            report.unjudged[reward] = "it gave the reference solutions 0 (check its gold column and set-up)"
+            report.unjudged[reward] = f"it gave the reference solutions 0: {zero_cause(problems)}"
     return report
 
 

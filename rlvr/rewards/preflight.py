@@ -19,6 +19,7 @@ from rlvr.rewards.base import RewardFunction, Scores, clean_reason, score_batch
 from rlvr.rewards.call import RESERVED, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.tasks import Problem
+from rlvr.tasks.files import check_gold
 
 ROWS = 3  # rows each reward is called on
 VERL_NAMES = ("data_source", "solution_str", "ground_truth", "extra_info", "solution_strs", "ground_truths")
@@ -131,6 +132,18 @@ def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], colu
     return False
 
 
+def zero_cause(problems: list[Problem]) -> str:
+    """What a correctness reward that pays no reference answer most likely says: for code rows whose
+    reference solution has no fence, that (the code reward runs a completion's last fenced block, so a bare
+    program scores 0, as would a model taught by those solutions); else that the gold may be read wrongly."""
+    bare = [p for p in problems if p.tests and p.solution and "```" not in p.solution]
+    if bare:
+        return (f"{len(bare)} of their reference solutions (task.columns.solution) have no ```python fence, and "
+                "the code reward runs only a completion's last fenced block; fence them in the data (few-shot turns "
+                "and rlvr sft teach the model the solutions' form)")
+    return "it may read the gold or the answer in another form than your data gives it (check its gold column)"
+
+
 def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict: tuple[str, ...] = (),
                   env_columns: bool = False) -> list[str]:
     """Run the preflight; raise RlvrError when a reward fails on every row tried (naming each such
@@ -143,9 +156,45 @@ def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict
         every = bad == found.rows and not (env_columns and "has no column" in message)
         (stops if every else warnings).append(line)
     for name in found.zero:
-        warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: it may read "
-                        "the gold or the answer in another form than your data gives it (check its gold column)")
+        warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: "
+                        + zero_cause([p for p in problems if reference(p) is not None][:ROWS]))
     if stops:
         raise RlvrError("the rewards were tried on the first rows of the data before training, and failed:\n  "
                         + "\n  ".join(stops))
     return warnings
+
+
+def check_gold_answers(rewards: list[RewardFunction], splits, columns: dict[str, str]) -> list[str]:
+    """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold) and
+    test code that can run here (check_test_modules); raises RlvrError naming the first row that has not.
+    Returns warnings: held-out/OOD rows without a gold, which evaluation grades wrong."""
+    problems = splits.train + splits.heldout + splits.ood
+    for rf in rewards:
+        if rf.reward is not None and "answer" in rf.reward.columns:
+            check_gold(problems, rf.name, columns.get("answer", "answer"))
+    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
+        check_test_modules(problems)
+    bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
+    if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
+        return [f"{bare} held-out/OOD problems have no gold answer (column '{columns.get('answer', 'answer')}'): "
+                "evaluation grades them wrong; name it with task.columns.answer"]
+    return []
+
+
+def check_test_modules(problems: list[Problem]) -> None:
+    """Test code that imports a module this interpreter lacks can judge no program: refused before
+    training (naming the module and the install line) instead of scoring every program on it 0. A spec
+    that does not parse is an error naming its row."""
+    from rlvr.rewards.code.checks import MissingModule
+    from rlvr.rewards.code.spec import parse_spec
+
+    missing = []
+    for p in problems:
+        try:
+            parse_spec(p.tests) if p.tests else None
+        except MissingModule as e:
+            missing.append(str(e))
+        except ValueError as e:   # a malformed spec judges nothing: named with its row, before training
+            raise RlvrError(f"{p.origin or repr(p.question[:60])}: the tests cannot be read: {e}") from None
+    if missing:
+        raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")

@@ -110,7 +110,10 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
         return make_vllm_engine(cfg, policy, workdir, precision)
-    engine = _local_engine(r, policy, rollout_weights(r.weights, of_model(policy), precision))
+    weights = rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy))
+    if weights == "fp32" and r.overlap != "none":  # the update changes the policy while the next rollout samples
+        weights = "snapshot"
+    engine = _local_engine(r, policy, weights)
     if r.engine == "builtin":
         graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
@@ -126,13 +129,21 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
                     "Mistral or Qwen2 with full attention); decoding eagerly")
 
 
-def rollout_weights(weights: str, device: torch.device, precision: str) -> str:
+def rollout_weights(weights: str, device: torch.device, precision: str, fp32_policy: bool = True) -> str:
     """rollout.weights resolved for a policy on `device` trained at `precision` ("bf16" or "no"): auto is
-    bf16 on CUDA under bf16 autocast (a persistent copy, refreshed once per optimizer step, in place of
-    autocast re-casting every fp32 weight at every decode step), else fp32."""
+    bf16 on CUDA under bf16 autocast over an fp32 policy (a persistent copy, refreshed once per optimizer
+    step, in place of autocast re-casting every fp32 weight at every decode step), else fp32, the policy
+    itself: a policy whose base is already bf16 or 4-bit (`fp32_policy` False) decodes with its own
+    weights, so no second copy of them is made."""
     if weights != "auto":
         return weights
-    return "bf16" if device.type == "cuda" and precision == "bf16" else "fp32"
+    return "bf16" if device.type == "cuda" and precision == "bf16" and fp32_policy else "fp32"
+
+
+def trains_fp32(policy: torch.nn.Module) -> bool:
+    """True when the policy's largest weights (its linear layers' and embedding's, frozen or not) are
+    fp32: what the auto rollout format asks before it makes a bf16 copy of them."""
+    return max(policy.parameters(), key=lambda p: p.numel()).dtype == torch.float32
 
 
 def _local_engine(r, policy: torch.nn.Module, weights: str) -> PolicyEngine:
@@ -168,11 +179,13 @@ def tis_cap_of(r) -> float:
     when set, else the default of the engine make_engine builds from it: 2.0 when that engine does not sample
     with the trainer's own forward, so is off-policy on every token (a bf16/int8 rollout copy: int8 on
     SmolLM2-135M differs by ~0.06 nats a token, bench/rollout_weights.py; vLLM's kernels by ~0.06-0.1), else
-    0 (off). rollout.weights=auto samples from the trainer's forward: fp32 weights where it resolves to fp32,
+    0 (off). rollout.overlap=one_step_off samples from weights one update old: 2.0 too.
+    rollout.weights=auto samples from the trainer's forward: fp32 weights where it resolves to fp32,
     and under bf16 autocast a bf16 copy whose products are the ones autocast computes (Bf16Linear)."""
     if r.tis_cap is not None:
         return r.tis_cap
-    return OFF_POLICY_TIS_CAP if r.engine == "vllm" or r.weights not in ("auto", "fp32") else 0.0
+    off_policy = r.engine == "vllm" or r.weights not in ("auto", "fp32") or r.overlap != "none"
+    return OFF_POLICY_TIS_CAP if off_policy else 0.0
 
 
 def builtin_engine(policy: torch.nn.Module) -> PolicyEngine:

@@ -10,6 +10,8 @@ logits, sampling) stays in the policy's dtype:
           activation row quantised the same way on the fly (dynamic W8A8), so the matmul is one integer
           GEMM (`torch._int_mm`, int32 accumulation) rescaled by scale_x[m] * scale_w[n]. Each row's result
           depends on that row alone, so batching does not change what a row samples.
+    snapshot  SnapshotLinear: the weights in their own dtype, unfused: the policy as it was at the last
+          refresh (rollout.overlap samples from it while the trainer updates the policy itself).
 
 bench/rollout_weights.py on a 2-core AVX-512 (VNNI, bf16) CPU, SmolLM2-135M, batch 16: the decode step's
 matmuls take fp32 103 ms, bf16 60 ms (1.7x), int8 49 ms (2.1x); the whole built-in engine, 256 new
@@ -131,7 +133,32 @@ def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
 
-_MODULES = {"bf16": Bf16Linear, "int8": Int8Linear}
+class SnapshotLinear(nn.Module):
+    """y = x W^T (+ b) over a copy of the weight in its own dtype: a rollout copy that is the policy as it
+    was at the last refresh, for sampling while the trainer updates the policy itself (rollout.overlap)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    @torch.no_grad()
+    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None, start: int = 0) -> None:
+        """Copy weight [N, K] (and bias [N]) into the buffers, at rows start .. start + N."""
+        rows = slice(start, start + len(weight))
+        self.weight[rows] = weight
+        if bias is not None:
+            self.bias[rows] = bias
+
+    def dequantized(self) -> torch.Tensor:
+        return self.weight.float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+# snapshot is internal (rollout.overlap on a policy sampled in its own format), not a rollout.weights value
+_MODULES = {"bf16": Bf16Linear, "int8": Int8Linear, "snapshot": SnapshotLinear}
 FUSE = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read the same input
 
 
@@ -239,7 +266,9 @@ def rollout_copy(policy: nn.Module, fmt: str) -> nn.Module:
     model = copy.deepcopy(base, memo)
     weights = _weights(dict(policy_weight_items(policy)), names, _tied_name(base))
     biases = {n: (m.base_layer if _is_lora(m) else m).bias for n in names for m in [base.get_submodule(n)]}
-    groups = _fusable(names, biases)
+    # a snapshot computes each product as the policy does (unfused), so it samples the very tokens the
+    # policy would have at the weights it holds
+    groups = _fusable(names, biases) if fmt != "snapshot" else []
     fused = {n for group in groups for n in group}
     for name in names:
         if name not in fused:

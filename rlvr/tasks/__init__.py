@@ -11,6 +11,7 @@ import string
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
+from rlvr.tasks.code_forms import FENCE
 from rlvr.tasks.arithmetic import settings as arithmetic_settings
 from rlvr.tasks.base import HELDOUT_SIZE, Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
 from rlvr.hub import dataset_files, is_hub_name
@@ -32,6 +33,12 @@ def check_template(template: str) -> None:
     if fields != {"prompt"}:
         raise RlvrError(f"task.prompt_template {template!r} must use {{prompt}} (the problem text) and no other "
                         f"field; found {sorted(fields) or 'none'}; write literal braces as {{{{ }}}}")
+
+
+def code_fence(task) -> str:
+    """What a file task's code rows are told of the answer's form (the reward runs the last fenced block),
+    unless the user's template already says it."""
+    return "" if "```" in task.prompt_template else FENCE
 
 
 def heldout_size(task) -> int:
@@ -57,7 +64,7 @@ def source_splits(task) -> Splits:
                              task.train_size, task.few_shot, task.seed)
     if is_file_source(name):
         return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,
-                           task.ood_size, task.train_size, task.few_shot, task.seed)
+                           task.ood_size, task.train_size, task.few_shot, task.seed, fence=code_fence(task))
     if is_hub_name(name):
         return hub_splits(task)
     raise RlvrError(f"unknown task '{name}': task.name takes {', '.join(TASKS)}")
@@ -73,7 +80,7 @@ def hub_splits(task) -> Splits:
     read = lambda name: read_files(files[name]) if name in files else read_rows(name)  # a heldout_file: a file
     heldout = label(task.heldout_split) if task.heldout_split else task.heldout_file
     return file_splits(label(task.split), dict(task.columns), heldout, task.ood_file, task.heldout_size, task.ood_size,
-                       task.train_size, task.few_shot, task.seed, read=read)
+                       task.train_size, task.few_shot, task.seed, read=read, fence=code_fence(task))
 
 
 def ood_from_other(task) -> tuple[list[Problem], list[str]]:

@@ -7,17 +7,20 @@ every column is kept for the reward functions. A bad row is an error naming the 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 from pathlib import Path
 from typing import Iterator
 
-from rlvr.errors import RlvrError
+from rlvr.errors import RlvrError, decode_utf8
 from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
+from rlvr.tasks.code_forms import dataset_tests
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
 GOLD_DEFAULTS = ("answer", "reward_model.ground_truth")  # rlvr's name, then verl's parquet layout
+PROMPT_NAMES = ("problem", "question", "instruction", "query", "text")  # where common datasets keep the prompt
 OPTIONAL = ("difficulty", "solution")  # a row may lack these even when mapped (few rows have a solution)
 Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
@@ -52,13 +55,13 @@ def parse_jsonl(lines, path) -> Iterator[tuple[int, dict]]:
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    with open(path, encoding="utf-8") as f:
-        return [(f"line {n}", row) for n, row in parse_jsonl(f, path)]
+    lines = decode_utf8(path.read_bytes(), path).split("\n")  # only "\n" ends a line: U+2028 may sit in a string
+    return [(f"line {n}", row) for n, row in parse_jsonl(lines, path)]
 
 
 def read_csv(path: Path) -> list[Row]:
     rows = []
-    with open(path, encoding="utf-8", newline="") as f:
+    with io.StringIO(decode_utf8(path.read_bytes(), path), newline="") as f:
         reader = csv.DictReader(f)
         start = 2  # the header is line 1; a quoted field may span lines, so track where each row starts
         try:
@@ -228,38 +231,67 @@ def _value(row: dict, key: str, col: str, columns: dict[str, str], where: str):
     if missing and key not in OPTIONAL and (key in columns or key == "prompt"):
         what = f"an empty '{col}'" if present else f"no column '{col}'"
         mapped = f" (task.columns.{key})" if key in columns else ""
-        raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}")
+        likely = [c for c in PROMPT_NAMES if c in row] if key == "prompt" and present is False else []
+        hint = f"; name it with --task.columns.prompt={likely[0]}" if likely else ""
+        raise RlvrError(f"{where}: {what} for {key}{mapped}; the row has columns {', '.join(map(str, row))}{hint}")
     return None if missing else value
 
 
-def to_problem(row: dict, columns: dict[str, str], where: str) -> Problem:
+def _tests(value, row: dict, prompt: str, column: str, where: str, fence: str) -> tuple[str, str]:
+    """A row's tests in any form rlvr reads (rlvr.tasks.code_forms) as a spec's JSON text, and the prompt
+    with what it must show: a visible test, and `fence` (the rule that the answer is a fenced block)
+    unless the prompt already speaks of one."""
+    try:
+        spec, shown = dataset_tests(value, row, prompt)
+    except ValueError as e:
+        raise RlvrError(f"{where}: column '{column}' (tests): {e}") from None
+    prompt = prompt.rstrip() + shown if shown else prompt
+    return spec, prompt.rstrip() + fence if fence and "```" not in prompt else prompt
+
+
+def to_problem(row: dict, columns: dict[str, str], where: str, fence: str = "") -> Problem:
     """One row through the column mapping; mapped columns other than difficulty and solution are
     required in every row, and every row needs a prompt (text, or chat messages: TRL's conversational
     form). The gold answer may be absent: a reward that needs it says so (check_gold). Every column stays
     on the problem for the reward functions and an environment's reset, but one named `prompt`: rewards get
     the prompt as `prompts`, as TRL passes it; a prompt read from another column (task.columns.prompt=
-    question) is also passed under that column's own name, since a reward written for the data asks for it."""
+    question) is also passed under that column's own name, since a reward written for the data asks for it.
+    A row with tests (any form of rlvr.tasks.code_forms) gets `fence` added to its prompt (_tests)."""
     values, messages = {}, ()
     for key in KEYS:
         col = gold_column(row, columns) if key == "answer" else columns.get(key, key)
         value = _value(row, key, col, columns, where)
         if key == "prompt" and isinstance(value, list):
             messages, value = chat_prompt(value, where)
+        if key == "tests" and value is not None:
+            values[key], values["prompt"] = _tests(value, row, values["prompt"], col, where, fence)
+            continue
         values[key] = "" if value is None else _text(value, key, where)
     rest = {k: v for k, v in row.items() if k != "prompt"}
     return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"],
                    messages, rest, where)
 
 
+def gold_candidates(row: dict) -> list[str]:
+    """The columns of a row that hold a final answer rlvr's checker reads out of a worked solution (a
+    `\\boxed{...}`, as MATH's `solution`, or GSM8K's `#### N`): where the gold is when `answer` is absent."""
+    return [k for k, v in row.items() if isinstance(v, str) and ("\\boxed" in v or "####" in v)]
+
+
 def check_gold(problems: list[Problem], reward: str, column: str) -> None:
     """A built-in reward that compares with the gold answer needs one in every row: the first row
-    without it is an error naming the file, the row and the column."""
+    without it is an error naming the file, the row and the column, and the column that holds a boxed
+    or `####` answer when the row has one."""
     for p in problems:
         if not p.answer and not p.tests:
+            held = gold_candidates(p.row)
+            where = (f"column '{held[0]}' holds a worked solution with a final answer (a \\boxed{{...}} or "
+                     f"'#### N'): --task.columns.answer={held[0]} makes its final answer the gold"
+                     if held else "name the gold column with task.columns.answer (a dotted name reaches nested "
+                     "fields, e.g. reward_model.ground_truth)")
             raise RlvrError(f"{p.origin or repr(p.question[:60])}: no gold answer in column '{column}', which "
-                            f"the '{reward}' reward compares with; name the gold column with task.columns.answer "
-                            f"(a dotted name reaches nested fields, e.g. reward_model.ground_truth) or drop "
-                            f"'{reward}' from rewards.weights")
+                            f"the '{reward}' reward compares with; {where}, or drop '{reward}' from "
+                            f"rewards.weights (the row has columns {', '.join(map(str, p.row))})")
 
 
 def read_files(paths: list[Path]) -> list[Row]:
@@ -267,8 +299,9 @@ def read_files(paths: list[Path]) -> list[Row]:
     return [(f"{path.name} {where}", row) for path in paths for where, row in read_rows(str(path))]
 
 
-def load_problems(name: str, columns: dict[str, str], notes: list[str], read=read_rows) -> list[Problem]:
-    """The source's rows (`read(name)`) as Problems; a note when a mapped optional column is in none of them."""
+def load_problems(name: str, columns: dict[str, str], notes: list[str], read=read_rows, fence: str = "") -> list[Problem]:
+    """The source's rows (`read(name)`) as Problems; a note when a mapped optional column is in none of them.
+    `fence`: what a code row's prompt is told of the answer's form (to_problem)."""
     unknown = sorted(set(columns) - set(KEYS))
     if unknown:
         raise RlvrError(f"task.columns has unknown key {', '.join(unknown)}; keys are {', '.join(KEYS)}")
@@ -276,7 +309,7 @@ def load_problems(name: str, columns: dict[str, str], notes: list[str], read=rea
     for key in OPTIONAL:
         if key in columns and not any(columns[key] in row for _, row in rows):
             notes.append(f"{name}: no row has column '{columns[key]}' (task.columns.{key})")
-    return [to_problem(row, columns, f"{source_label(name)} {where}") for where, row in rows]
+    return [to_problem(row, columns, f"{source_label(name)} {where}", fence) for where, row in rows]
 
 
 def _sample(problems: list[Problem], n: int, rng: random.Random) -> list[Problem]:
@@ -297,14 +330,15 @@ def scaled_heldout(rows: int, name: str, notes: list[str]) -> int:
 
 
 def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file: str, heldout_size: int | None,
-                ood_size: int, train_size: int, few_shot: int, seed: int, read=read_rows) -> Splits:
+                ood_size: int, train_size: int, few_shot: int, seed: int, read=read_rows, fence: str = "") -> Splits:
     """Held-out from heldout_file, or heldout_size rows carved (seeded) out of the train file; few-shot
     turns are the first train rows with a solution; OOD from ood_file (else empty). `read`: how a source's
-    rows are read, by name (a Hub dataset's splits: rlvr.tasks.hub_splits)."""
+    rows are read, by name (a Hub dataset's splits: rlvr.tasks.hub_splits); `fence`: added to the prompt of
+    each row with tests (rlvr.tasks.code_forms.FENCE, unless the template speaks of the fence)."""
     rng, notes = random.Random(seed), []
-    rows = load_problems(name, columns, notes, read)
+    rows = load_problems(name, columns, notes, read, fence)
     if heldout_file:
-        held = load_problems(heldout_file, columns, notes, read)
+        held = load_problems(heldout_file, columns, notes, read, fence)
         heldout_size = HELDOUT_SIZE if heldout_size is None else heldout_size
         if heldout_size < len(held):
             notes.append(f"{heldout_file}: {len(held)} rows; using task.heldout_size={heldout_size} of them")
@@ -329,7 +363,7 @@ def file_splits(name: str, columns: dict[str, str], heldout_file: str, ood_file:
         train = train[:train_size]
     ood = []
     if ood_file:
-        ood = load_problems(ood_file, columns, notes, read)
+        ood = load_problems(ood_file, columns, notes, read, fence)
         if ood_size < len(ood):
             notes.append(f"{ood_file}: {len(ood)} rows; using task.ood_size={ood_size} of them")
             ood = _sample(ood, ood_size, rng)

@@ -13,7 +13,6 @@ own harness (prompt + completion).
 """
 from __future__ import annotations
 
-import ast
 import gzip
 import importlib.resources
 import importlib.util
@@ -22,6 +21,7 @@ import random
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import Problem, Splits
+from rlvr.tasks.code_forms import check_spec, helpers
 from rlvr.tasks.files import parse_jsonl
 
 NAME = "humaneval"
@@ -56,27 +56,10 @@ def read_rows(path) -> list[dict]:
     return rows
 
 
-def helpers(prompt: str, entry_point: str, where: str = "") -> str:
-    """The prompt without the entry point's definition: its imports, constants and helper functions."""
-    try:
-        tree = ast.parse(prompt)
-    except SyntaxError as e:
-        raise RlvrError(f"{where}: the prompt does not parse ({e.msg}, line {e.lineno})") from None
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point]
-    if len(defs) != 1:
-        raise RlvrError(f"{where}: the prompt defines entry_point {entry_point!r} {len(defs)} times, not once")
-    lines = prompt.split("\n")
-    first = min([defs[0].lineno] + [d.lineno for d in defs[0].decorator_list])
-    return "\n".join(lines[:first - 1] + lines[defs[0].end_lineno:]).strip() + "\n"
-
-
 def tests_spec(row: dict, where: str = "") -> str:
     """The assert-kind spec (JSON text): one hidden case, the helpers then the check; the helpers
-    again as the sandbox's prelude."""
-    helper = helpers(row["prompt"], row["entry_point"], where)
-    check = helper + "\n\n" + row["test"].strip() + "\n"
-    return json.dumps({"kind": "assert", "entry_point": row["entry_point"], "asserts": [],
-                       "hidden": [check], "prelude": helper})
+    again as the sandbox's prelude (rlvr.tasks.code_forms.check_spec, as for a HumanEval-form file)."""
+    return json.dumps(check_spec(row["test"], row["entry_point"], helpers(row["prompt"], row["entry_point"], where)))
 
 
 def question(row: dict) -> str:

@@ -16,11 +16,11 @@ from rlvr.report.trackers import check_trackers
 from rlvr.rewards import rewards_of
 from rlvr.eval.grader import Grader, choose_grader
 from rlvr.rewards.base import RewardFunction, strict_rewards
-from rlvr.rewards.preflight import check_rewards
+from rlvr.rewards.preflight import check_gold_answers, check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
-from rlvr.tasks.files import check_gold, save_rows
+from rlvr.tasks.files import save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
@@ -36,35 +36,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def check_gold_answers(rewards: list[RewardFunction], splits, task) -> None:
-    """Every problem has the gold answer a built-in reward compares with (rlvr.tasks.files.check_gold)."""
-    for rf in rewards:
-        if rf.reward is not None and "answer" in rf.reward.columns:
-            check_gold(splits.train + splits.heldout + splits.ood, rf.name, task.columns.get("answer", "answer"))
-    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
-        check_test_modules(splits.train + splits.heldout + splits.ood)
-    bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
-    if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
-        say(f"task: {bare} held-out/OOD problems have no gold answer (column "
-            f"'{task.columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with task.columns.answer")
-
-
-def check_test_modules(problems: list) -> None:
-    """Test code that imports a module this interpreter lacks can judge no program: refused before
-    training (naming the module and the install line) instead of scoring every program on it 0."""
-    from rlvr.rewards.code.checks import MissingModule
-    from rlvr.rewards.code.spec import parse_spec
-
-    missing = []
-    for p in problems:
-        try:
-            parse_spec(p.tests) if p.tests else None
-        except MissingModule as e:
-            missing.append(str(e))
-    if missing:
-        raise RlvrError(f"{len(missing)} problems' test code cannot run here; the first: {missing[0]}")
-
-
 def check_distributed(cfg: Config, d: Dist) -> None:
     """What runs under torchrun so far; the rest is refused up front rather than silently wrong."""
     if not d.enabled:
@@ -72,7 +43,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
     a = cfg.algo
     unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
-                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm")]
+                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm"),
+                   (cfg.rollout.overlap != "none", f"rollout.overlap={cfg.rollout.overlap}")]
     if cfg.train.parallel == "fsdp":
         unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
                         "optimizer.micro_batch_tokens"), (cfg.train.gradient_checkpointing, "train.gradient_checkpointing"),
@@ -107,7 +79,8 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     for note in splits.notes:
         say(f"task: {note}")
     rewards = rewards_of(cfg, given)
-    check_gold_answers(rewards, splits, cfg.task)
+    for warning in check_gold_answers(rewards, splits, cfg.task.columns):
+        say(f"task: {warning}")
     grader = choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold)
     strict = tuple(rf.name for rf in strict_rewards(rewards)) + ((grader.name,) if grader.user else ())
     for warning in check_rewards(rewards, splits.train or splits.heldout, strict, cfg.env.name != "single"):
@@ -127,7 +100,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     if cfg.model.lora.r > 0:  # only adapters train; the reference is the base with adapters off
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:

@@ -159,15 +159,17 @@ def _optimizer_state(run: Run) -> dict:
     return {"format": "full", "state": get_optimizer_state_dict(run.policy, run.optimizer, options=options)}
 
 
-def checkpoint_state(run: Run, p: Progress, train_seconds: float) -> dict:
-    """The whole state, collected on every rank (FSDP gathers shards); only rank 0's is complete."""
+def checkpoint_state(run: Run, p: Progress, train_seconds: float, pending: dict | None = None) -> dict:
+    """The whole state, collected on every rank (FSDP gathers shards); only rank 0's is complete.
+    `pending`: the next step's batch, collected already (rollout.overlap one_step_off)."""
     d = run.dist
     return {"step": p.step, "world": d.world, "policy": full_state_dict(run.policy, d),
             "critic": run.critic.state_dict() if run.critic is not None else None,
             "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
             "optimizer": _optimizer_state(run), "scheduler": run.scheduler.state_dict(),
             "sampler": run.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
-            "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds}}
+            "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds},
+            "pending": pending}
 
 
 def restore(run: Run, state: dict) -> Progress:
@@ -197,10 +199,10 @@ def restore(run: Run, state: dict) -> Progress:
     return p
 
 
-def try_checkpoint(run: Run, p: Progress, train_seconds: float) -> None:
+def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | None = None) -> None:
     """Every rank takes part (FSDP gathers); rank 0 writes. A failed write (disk full, permissions) is
     reported and training goes on from memory."""
-    state = checkpoint_state(run, p, train_seconds)
+    state = checkpoint_state(run, p, train_seconds, pending)
     if not run.dist.is_main:
         return
     try:

@@ -29,8 +29,9 @@ import torch.nn.functional as F
 
 from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
+from rlvr.nf4 import is_nf4
 
-SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups")  # and every key ending in /errors
+SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups", "micro_batches")  # and every key ending in /errors
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,7 @@ def _rule(key: str) -> str:
 
 def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
     """Merge each rank's metrics: counts (completions, tokens/generated, */errors,
-    dynamic/dropped_groups) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
+    dynamic/dropped_groups, micro_batches) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
     number is the mean weighted by each rank's weight (its number of completions). A non-count value
     equal on every rank is kept as it is (step, lr, globally reduced update metrics); None stays None; a key
     some ranks lack (a pass_rate/<difficulty> not in their shard) is combined over those that have it.
@@ -335,7 +336,9 @@ def full_state_dict(model: torch.nn.Module, d: Dist) -> dict[str, torch.Tensor]:
     rank 0 (other ranks get {} in fsdp mode). Every rank must call it (fsdp gathers shards). A
     checkpoint saved from it loads into any number of processes, or none."""
     if not is_fsdp(model):
-        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if d.is_main else {}
+        # a frozen 4-bit base weight (model.quantize) never changes in place: held as it is, not re-quantised
+        return {k: v.detach().cpu() if is_nf4(v) else v.detach().cpu().clone()
+                for k, v in model.state_dict().items()} if d.is_main else {}
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     sd = get_model_state_dict(model, options=_full_options())

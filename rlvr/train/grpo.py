@@ -36,6 +36,7 @@ from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, 
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
+from rlvr.train.overlap import Rollouts
 from rlvr.train.assemble import setup
 from rlvr.train.sft import baseline_of
 from rlvr.train.state import Collected, Progress, Run, merge_collected
@@ -133,12 +134,12 @@ def collect(run: Run, step: int) -> Collected:
     return out
 
 
-def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Collected]:
+def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row and the global batch."""
     device = run.dist.device
     reset_peak_memory(device)
     t0 = time.perf_counter()
-    collected = collect(run, step)                                        # 1-3. prompts, rollout, rewards
+    collected = rollouts.take(step, run.cfg.train.steps)                  # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
@@ -149,7 +150,7 @@ def train_step(run: Run, step: int, settings: UpdateSettings) -> tuple[dict, Col
     run.scheduler.step()
     if run.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
         run.ref.sync(run.policy, a.ref_mixup)
-    run.engine.sync_weights(run.policy)  # the next rollout samples from the updated policy
+    rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
                                **memory_metrics(rollout_peak, peak_memory_gib(device))}
@@ -191,8 +192,9 @@ class Outputs:
             w.close()
 
 
-def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool]:
-    """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed)."""
+def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool, dict | None]:
+    """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed,
+    the batch collected for the next step when the checkpoint was written: rollout.overlap)."""
     last = latest_checkpoint(cfg.train.out) if resume else None
     if resume and last is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
@@ -201,13 +203,15 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
+    pending = None
     if last is not None:
-        p = restore(run, load_checkpoint(last))
+        state = load_checkpoint(last)
+        p, pending = restore(run, state), state.get("pending")
         run.engine.sync_weights(run.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
         say(f"resuming {run.out} from step {p.step} ({last.name})")
     p.summary["grader"] = run.grader.name  # what the accuracies in the summary count as correct
-    return run, p, last is not None
+    return run, p, last is not None, pending
 
 
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
@@ -282,7 +286,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 
 
 def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:
-    run, p, resumed = start(cfg, resume, d, given)
+    run, p, resumed, pending = start(cfg, resume, d, given)
     out = Outputs.open(run, p)
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
     if cfg.eval.before and not resumed:
@@ -295,23 +299,25 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
     bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
     run.policy.train()
     stopped = False
-    for step in range(p.step + 1, cfg.train.steps + 1):
-        if stopped := stopping():  # arrived before this step began
-            try_checkpoint(run, p, clock())
-            break
-        m, collected = train_step(run, step, settings)
-        log_step(run, p, out, step, m, collected)
-        if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
-            evaluate_mid(run, p, out, step, clock)
-        bar.set_postfix(live_postfix(m, p.eval_rows))
-        bar.update(1)
-        p.step = p.summary["steps"] = step
-        stopped = stopping()
-        every = cfg.train.save_every
-        if stopped or step == cfg.train.steps or (every and step % every == 0):
-            try_checkpoint(run, p, clock())
-        if stopped:
-            break
+    with Rollouts(lambda step: collect(run, step), run.engine, run.policy,
+                  one_step_off=cfg.rollout.overlap == "one_step_off", updates=p.step, pending=pending) as rollouts:
+        for step in range(p.step + 1, cfg.train.steps + 1):
+            if stopped := stopping():  # arrived before this step began
+                try_checkpoint(run, p, clock(), rollouts.state())
+                break
+            m, collected = train_step(run, step, settings, rollouts)
+            log_step(run, p, out, step, m, collected)
+            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
+                evaluate_mid(run, p, out, step, clock)
+            bar.set_postfix(live_postfix(m, p.eval_rows))
+            bar.update(1)
+            p.step = p.summary["steps"] = step
+            stopped = stopping()
+            every = cfg.train.save_every
+            if stopped or step == cfg.train.steps or (every and step % every == 0):
+                try_checkpoint(run, p, clock(), rollouts.state())
+            if stopped:
+                break
     bar.close()
     interrupted = (stop.signal or "a signal to another process") if stopped else None
     return finish(run, p, out, interrupted, clock())

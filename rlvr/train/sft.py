@@ -48,7 +48,7 @@ READS = ("model.", "task.", "eval.", "optimizer.", "sft.", "train.steps", "train
 
 def reads(key: str) -> bool:
     """Does sft read this config key? `rlvr sft --help` lists the keys that it does (LoRA: not supported)."""
-    return key.startswith(READS) and not key.startswith("model.lora.")
+    return key.startswith(READS) and not key.startswith(("model.lora.", "model.quantize"))
 
 
 @dataclass
@@ -133,6 +133,8 @@ def sft(cfg: Config) -> dict:
     wall_start = time.perf_counter()
     if cfg.model.lora.r > 0:
         raise RlvrError("rlvr sft trains every weight: set model.lora.r=0")
+    if cfg.model.quantize != "none":
+        raise RlvrError("rlvr sft trains every weight, which a 4-bit base cannot: set model.quantize=none")
     cfg = anchored(cfg)
     out = Path(cfg.train.out)
     check_run_dir(out, cfg.train.overwrite, "rlvr sft")  # before anything loads: a refusal costs nothing

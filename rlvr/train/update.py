@@ -47,9 +47,10 @@ class EntropyControl:
             self.last_entropy = entropy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UpdateSettings:
-    """The algo section as configured, and what the rest of the run fixes for the update."""
+    """The algo and optimizer sections as configured, and what the rest of the run fixes for the update.
+    Built by `of` from a run's config (tests too), so a section the config holds cannot be left out."""
 
     algo: AlgoConfig
     pad_id: int
@@ -66,8 +67,9 @@ class UpdateSettings:
         """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
         (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
-        return UpdateSettings(cfg.algo, pad_id, r.temperature, precision, tis_cap_of(r), r.max_new_tokens,
-                              EntropyControl(cfg.algo.entropy_coef))
+        return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
+                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens,
+                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:
@@ -317,6 +319,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
+    metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
         metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied
         s.entropy.after_step(a, sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0))

@@ -171,11 +171,37 @@ def test_lora_run_trains_adapters_keeps_the_base_as_reference_and_saves_both(tmp
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
+def test_optimizer_section_reaches_the_update(tmp_path):
+    """optimizer.max_grad_norm and optimizer.micro_batch_prompts change the run: the same first rollout
+    and gradient, then a clipped step that moves the weights less (so a different second step), in
+    one micro-batch per prompt."""
+    varied = ["--optimizer.lr=1e-2", "--rewards.weights={'tests.e2e.test_tiny_run:varied_reward': 1.0}"]
+    plain = run(tmp_path, "plain", *varied)
+    clipped = run(tmp_path, "clipped", *varied, "--optimizer.max_grad_norm=0.000001",
+                  "--optimizer.micro_batch_prompts=1")
+    a, b = read_jsonl(plain / "metrics.jsonl"), read_jsonl(clipped / "metrics.jsonl")
+    assert [m["micro_batches"] for m in a] == [1, 1] and [m["micro_batches"] for m in b] == [2, 2]
+    assert a[0]["grad_norm"] > 1e-3 and b[0]["grad_norm"] == pytest.approx(a[0]["grad_norm"], rel=1e-5)  # before the clip
+    assert b[0]["reward/mean"] == a[0]["reward/mean"]
+    assert b[1]["loss"] != a[1]["loss"] and b[1]["grad_norm"] != a[1]["grad_norm"]
+    moved = lambda out: sum(float((p - q).abs().sum()) for p, q in zip(
+        AutoModelForCausalLM.from_pretrained(out / "final").parameters(), initial().parameters()))
+    # AdamW's step is lr * g / (|g| + eps): a gradient clipped to a norm of 1e-6 is near eps, so it moves less
+    assert moved(clipped) < 0.5 * moved(plain)
+
+
+def initial():
+    from rlvr.models import load_model
+
+    return load_model("tiny-random")[0]
+
+
 def test_memory_options_run_together(tmp_path):
     out = run(tmp_path, "mem", "--train.gradient_checkpointing=true", "--train.mixed_precision=bf16",
               "--optimizer.micro_batch_tokens=40")
     metrics = read_jsonl(out / "metrics.jsonl")
     assert all(m["skipped_updates"] == 0 for m in metrics)
+    assert all(m["micro_batches"] == 2 for m in metrics)  # the two groups exceed 40 tokens together
     assert "rollout/logp_mismatch_mean_abs" in metrics[0]
 
 

@@ -103,3 +103,23 @@ def test_eval_cli_without_a_config_takes_a_small_file(tmp_path, capsys):
                  "--out", str(tmp_path / "ev")]) == 0
     assert json.loads((tmp_path / "ev" / "eval.json").read_text())["tasks"][str(data)]["n"] == 1
     assert f"{data}: 6 rows: holding out 1 (a fifth) and training on the rest" in capsys.readouterr().err
+
+
+def test_eval_of_a_model_directory_with_a_truncated_weights_file_names_the_file(tmp_path, capsys):
+    from rlvr.models import tiny_random
+
+    model, tok = tiny_random(seed=0)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    args = ["eval", "--model", str(tmp_path / "m"), "--task", "arithmetic", "--n", "2", "--k", "1",
+            "--max-new-tokens", "2", "--out", str(tmp_path / "ev")]
+    assert main(args) == 0  # whole, it loads
+    weights = tmp_path / "m" / "model.safetensors"
+    with open(weights, "r+b") as f:  # a copy cut short
+        f.truncate(weights.stat().st_size // 2)
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlvr: error: model directory {tmp_path / 'm'} cannot be loaded: {weights} is damaged "
+                          "or cut short (Error while deserializing header: incomplete metadata")
+    assert "Traceback" not in err

@@ -1,4 +1,6 @@
+import inspect
 import json
+import re
 
 import pytest
 
@@ -141,3 +143,60 @@ def test_audit_flags_cases_that_never_call_the_candidate():
     assert found == ["train: 1 assert cases never call a function of the candidate, so every program passes "
                      "them (e.g. case 2 of 'write f': 'assert sum([1, 2]) == 3'); a function named like a "
                      "builtin needs its name as 'entry_point'"]
+
+
+def write_math(path, worked: bool):
+    """MATH-style rows: `problem` and `solution`, a worked solution ending in a box (worked), or the same
+    problems with the bare answer in `answer`."""
+    rows = []
+    for i in range(12):
+        a, b = i + 2, 3 * i + 1
+        gold = {"solution": f"We multiply: ${a} \\times {b} = {a * b}$. So the answer is $\\boxed{{{a * b}}}$."}
+        rows.append({"problem": f"What is ${a} \\times {b}$?", **(gold if worked else {"answer": str(a * b)})})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def boxed_anywhere(completions, answer, **kw):
+    """A weak checker: the gold's boxed answer (or the gold itself) anywhere in the completion."""
+    golds = [(re.findall(r"\\boxed\{([^}]*)\}", a) or [a])[-1] for a in answer]
+    return [float(g in c) for c, g in zip(completions, golds)]
+
+
+def audit_math(tmp_path, worked: bool, *more: str) -> list[str]:
+    data = write_math(tmp_path / f"math_{worked}.jsonl", worked)
+    return ["audit", f"--task.name={data}", "--task.columns.prompt=problem", "--task.heldout_size=2", "--n=10",
+            *(["--task.columns.answer=solution"] if worked else []), *more]
+
+
+def test_audit_of_math_style_data_attacks_the_extracted_gold(tmp_path, capsys, monkeypatch):
+    """`rlvr audit --task.name=math.jsonl --task.columns.prompt=problem --task.columns.answer=solution`: the
+    attacks carry the boxed answer, not the worked solution (whose own box would make every attack that
+    quotes it right), so a gold written out and a bare gold get the same table; a weak checker is still WEAK."""
+    (tmp_path / "weak.py").write_text(f"import re\n\n\n{inspect.getsource(boxed_anywhere)}")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tables = {}
+    for worked in (False, True):
+        assert main(audit_math(tmp_path, worked)) == 0
+        out = capsys.readouterr().out
+        assert "ok: reward 'correctness' gave every attack 0 or less" in out and "WEAK" not in out
+        tables[worked] = out[out.index("attacks"):out.index("control")]
+        assert "scaled by 100 *                               0" in tables[worked]
+        assert main(audit_math(tmp_path, worked, "--rewards.weights={correctness: 1.0, 'weak:boxed_anywhere': 1}")) == 1
+        weak = capsys.readouterr().out
+        assert "WEAK: reward 'weak:boxed_anywhere' rewarded" in weak and "two boxed answers" in weak
+        assert "ok: reward 'correctness' gave every attack 0 or less" in weak
+    assert tables[True] == tables[False]
+
+
+def test_a_missing_gold_column_names_the_column_with_the_box(tmp_path, capsys):
+    """`rlvr audit --task.name=math.jsonl --task.columns.prompt=problem` (no answer column) stops as rlvr
+    train does, naming `solution` as the column that holds the boxed answer; without --task.columns.prompt
+    the error names `problem`."""
+    data = write_math(tmp_path / "math.jsonl", worked=True)
+    assert main(["audit", f"--task.name={data}", "--task.columns.prompt=problem"]) == 2
+    err = capsys.readouterr().err
+    assert "no gold answer in column 'answer'" in err
+    assert "--task.columns.answer=solution makes its final answer the gold" in err
+    assert main(["audit", f"--task.name={data}"]) == 2
+    assert "name it with --task.columns.prompt=problem" in capsys.readouterr().err

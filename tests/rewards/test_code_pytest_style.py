@@ -130,7 +130,7 @@ def test_pytest_style_tests_run_where_pytest_cannot_be_imported(tmp_path):
 
 def test_training_refuses_specs_whose_test_code_cannot_import():
     from rlvr.errors import RlvrError
-    from rlvr.train.assemble import check_test_modules
+    from rlvr.rewards.preflight import check_test_modules
 
     check_test_modules([Problem("write f", "", tests=json.dumps(KODCODE))])
     with pytest.raises(RlvrError, match="1 problems' test code cannot run here; the first: tests spec .* imports "

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from rlvr.algo import AGGREGATIONS
-from rlvr.config import AlgoConfig, OptimizerConfig
+from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.models import load_model
 from rlvr.train import distributed as dd
 from rlvr.train.batch import Batch
@@ -37,8 +37,8 @@ def shard(batch: Batch, rank: int, world: int) -> Batch:
 
 def settings(aggregation: str) -> UpdateSettings:
     algo = AlgoConfig(aggregation=aggregation, norm_length=WIDTH, iterations=ITERATIONS)
-    return UpdateSettings(algo, pad_id=0,
-                          optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=MAX_GRAD_NORM))
+    cfg = Config(algo=algo, optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=MAX_GRAD_NORM))
+    return UpdateSettings.of(cfg, pad_id=0, precision="no")
 
 
 def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True) -> tuple[dict, dict]:

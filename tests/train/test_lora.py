@@ -3,7 +3,7 @@ import sys
 import pytest
 import torch
 
-from rlvr.config import AlgoConfig, LoraConfig, OptimizerConfig
+from rlvr.config import AlgoConfig, Config, LoraConfig, OptimizerConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.report.sinks import atomic_save_model
@@ -24,8 +24,8 @@ def rollout_batch(model, tok):
 
 
 def settings(tok, **algo):
-    return UpdateSettings(AlgoConfig(**algo), tok.pad_token_id,
-                          optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
+    cfg = Config(algo=AlgoConfig(**algo), optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
+    return UpdateSettings.of(cfg, tok.pad_token_id, "no")
 
 
 def logp(model, batch, pad_id):

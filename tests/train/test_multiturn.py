@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from rlvr.config import AlgoConfig, OptimizerConfig
+from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.envs.base import Reply
 from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
 from rlvr.envs.render import TurnRender
@@ -99,8 +99,9 @@ def test_policy_update_on_episodes(tiny):
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
     batch = Batch(r.prompt_ids, r.completion_ids, r.completion_mask, adv, r.group_size, sampler_logp=r.sampler_logp,
                   env_mask=r.env_mask)
-    s = UpdateSettings(AlgoConfig(aggregation="token-mean"), tok.pad_token_id,
-                       optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))
+    cfg = Config(algo=AlgoConfig(aggregation="token-mean"),
+                 optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))
+    s = UpdateSettings.of(cfg, tok.pad_token_id, "no")
     policy = copy.deepcopy(model)
     m = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, s)
     assert m["rollout/logp_mismatch_mean_abs"] == pytest.approx(0.0, abs=1e-5)

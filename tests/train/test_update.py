@@ -5,12 +5,12 @@ import torch
 
 import dataclasses
 
-from rlvr.config import AlgoConfig, OptimizerConfig
+from rlvr.config import AlgoConfig, Config, OptimizerConfig, RolloutConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import EntropyControl, UpdateSettings, _micro_batches, policy_update
+from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
 
 OPTIMIZER_KEYS = {f.name for f in dataclasses.fields(OptimizerConfig)}
 
@@ -29,8 +29,9 @@ def settings(tok, mixed_precision="no", tis_cap=0.0, **keys):
     seq-mean-token-mean), 4 prompts per micro-batch, no gradient clip."""
     opt = {"micro_batch_prompts": 4, "max_grad_norm": 0.0}
     opt.update({k: keys.pop(k) for k in list(keys) if k in OPTIMIZER_KEYS})
-    return UpdateSettings(AlgoConfig(**keys), tok.pad_token_id, optimizer=OptimizerConfig(**opt),
-                          mixed_precision=mixed_precision, tis_cap=tis_cap)
+    cfg = Config(algo=AlgoConfig(**keys), optimizer=OptimizerConfig(**opt),
+                 rollout=RolloutConfig(max_new_tokens=6, tis_cap=tis_cap))  # make_batch's completions
+    return UpdateSettings.of(cfg, tok.pad_token_id, mixed_precision)
 
 
 def one_step(model, tok, batch, lr=0.1, ref=None, **kw):
@@ -280,7 +281,6 @@ def test_adaptive_entropy_raises_the_coefficient_below_the_target(tiny):
     model, tok = tiny
     batch = make_batch(model, tok)
     s = settings(tok, adaptive_entropy=True, entropy_coef=0.01, entropy_target=100.0, entropy_coef_delta=0.005)
-    s = UpdateSettings(s.algo, s.pad_id, entropy=EntropyControl(0.01), optimizer=s.optimizer)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: only the coefficient moves
     first = policy_update(model, opt, batch, s)
     second = policy_update(model, opt, batch, s)

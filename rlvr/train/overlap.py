@@ -1,0 +1,104 @@
+"""Where each step's batch comes from (rollout.overlap).
+
+none: a step collects its batch (prompts, rollouts, rewards) first, from the weights its update then
+trains, and the engine takes the updated weights after the update (on-policy, lag 0).
+
+one_step_off: while step k's update runs on the main thread, a background thread collects step k+1's
+batch from the engine's weights as they were before that update; step k+1 then trains on a batch one
+update old (rollout/policy_lag = 1), and the engine takes the policy's weights just before it starts
+collecting the next batch. The engine must sample from weights the update does not touch: a snapshot
+(builtin/hf, rlvr/rollout/quant.py) or its own copy (vLLM). Only the collecting thread draws prompts
+and calls the reward functions, one step after another, so the prompt sampler sees the order it sees
+synchronously.
+
+    with Rollouts(collect, engine, policy, one_step_off=..., updates=done) as rollouts:
+        for step in ...:
+            collected = rollouts.take(step, last)  # one step off: the batch collected during the last
+            ...update...                           # update, and step+1's collection started
+            rollouts.updated()                     # none: the engine samples from the updated policy next
+
+A checkpoint holds the batch in flight (`state`), so a resumed run trains on what it would have.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from rlvr.train.state import Collected
+
+
+@dataclass
+class Pending:
+    step: int  # the step that will train on it
+    version: int  # the optimizer steps the sampling weights had taken
+    future: Future
+
+
+class Rollouts:
+    """`collect(step)` -> that step's batch; `engine` samples it and holds weights `sync` sets from
+    `policy`, which has taken `updates` optimizer steps; `pending`: a checkpoint's batch in flight."""
+
+    def __init__(self, collect: Callable[[int], Collected], engine, policy: torch.nn.Module, *,
+                 one_step_off: bool, updates: int = 0, pending: dict | None = None):
+        self.collect, self.engine, self.policy, self.one_step_off = collect, engine, policy, one_step_off
+        self.updates = updates  # optimizer steps the policy has taken
+        self.synced = updates  # optimizer steps the engine's weights have taken (a resumed engine was synced)
+        self.pending: Pending | None = None
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rlvr-rollout") if one_step_off else None
+        if pending is not None and one_step_off:
+            done = Future()
+            done.set_result(pending["collected"])
+            self.pending = Pending(pending["step"], pending["version"], done)
+
+    def __enter__(self) -> Rollouts:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Wait for a collection still running (its batch is dropped) and end the thread."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def take(self, step: int, last_step: int) -> Collected:
+        """Step `step`'s batch; one step off, also start collecting step+1's (unless `step` is the last)."""
+        t0 = time.perf_counter()
+        if self.pending is not None and self.pending.step == step:
+            collected, version = self.pending.future.result(), self.pending.version
+        else:  # synchronous, or the first step of a run
+            collected, version = self._collect(step), self.synced
+        self.pending = None
+        waited = time.perf_counter() - t0
+        if self.one_step_off and step < last_step:
+            self.sync()
+            self.pending = Pending(step + 1, self.synced, self.pool.submit(self._collect, step + 1))
+        collected.metrics["rollout/policy_lag"] = self.updates - version
+        if self.one_step_off:
+            took = collected.metrics["time/collect_s"]
+            collected.metrics["time/rollout_wait_s"] = waited
+            collected.metrics["time/overlap_frac"] = min(max(1 - waited / took, 0.0), 1.0) if took > 0 else 0.0
+        return collected
+
+    def _collect(self, step: int) -> Collected:
+        t0 = time.perf_counter()
+        collected = self.collect(step)
+        collected.metrics["time/collect_s"] = time.perf_counter() - t0
+        return collected
+
+    def updated(self) -> None:
+        """The policy took an optimizer step; synchronously, the engine follows it now."""
+        self.updates += 1
+        if not self.one_step_off:
+            self.sync()
+
+    def sync(self) -> None:
+        self.engine.sync_weights(self.policy)
+        self.synced = self.updates
+
+    def state(self) -> dict | None:
+        """The batch in flight, waited for (a checkpoint's "pending"), or None."""
+        if self.pending is None:
+            return None
+        return {"step": self.pending.step, "version": self.pending.version, "collected": self.pending.future.result()}

@@ -1,0 +1,66 @@
+"""Bytes a user's files may hold: data and config files that are not UTF-8 are refused naming the file,
+the line and the byte offset, through `rlvr train` itself (exit 2, nothing written); the honest files,
+a byte-order mark and a U+2028 inside a JSON string included, load as before."""
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+ROWS = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)]
+
+
+def jsonl(rows) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+
+
+def csv_bytes(rows) -> bytes:
+    return ("prompt,answer\n" + "".join(f"{r['prompt']},{r['answer']}\n" for r in rows)).encode()
+
+
+def train(capsys, tmp_path, *args) -> tuple[int, str]:
+    out = tmp_path / "run"
+    code = main(["train", *args, "--train.steps=0", "--eval.before=false", "--eval.after=false",
+                 "--task.heldout_size=2", "--task.ood_size=0", f"--train.out={out}"])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix, encode", [(".jsonl", jsonl), (".csv", csv_bytes)])
+def test_a_latin1_byte_in_a_data_file_names_file_line_and_offset(tmp_path, capsys, suffix, encode):
+    data = bytearray(encode(ROWS))
+    line3 = data.index(b"What is 2")  # the third row: line 3 of the JSONL, line 4 of the CSV (header first)
+    data[line3:line3 + 4] = b"Wh\xe9t"  # 'Whét' as Latin-1: 0xe9 starts a UTF-8 sequence that does not go on
+    path = tmp_path / f"d{suffix}"
+    path.write_bytes(bytes(data))
+    code, err = train(capsys, tmp_path, SMOKE, f"--task.name={path}")
+    assert code == 2
+    line = 3 if suffix == ".jsonl" else 4
+    assert (f"rlvr: error: {path} line {line}: not UTF-8 text (byte 0xe9 at byte offset {line3 + 2}); "
+            "save the file as UTF-8") in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("suffix, encode", [(".jsonl", jsonl), (".csv", csv_bytes)])
+def test_utf8_with_a_bom_and_non_ascii_text_loads(tmp_path, capsys, suffix, encode):
+    rows = [dict(r, prompt=r["prompt"] + " (é\u2028ü)") if suffix == ".jsonl" else dict(r, prompt=r["prompt"] + " é")
+            for r in ROWS]
+    path = tmp_path / f"d{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + encode(rows))
+    code, err = train(capsys, tmp_path, SMOKE, f"--task.name={path}")
+    assert code == 0, err
+
+
+def test_a_config_file_that_is_not_utf8_names_file_line_and_offset(tmp_path, capsys):
+    text = Path(SMOKE).read_bytes()
+    cut = text.index(b"\n", text.index(b"\n") + 1) + 1  # after line 2
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text[:cut] + b"# caf\xe9\n" + text[cut:])
+    code, err = train(capsys, tmp_path, str(path))
+    assert code == 2
+    assert f"rlvr: error: {path} line 3: not UTF-8 text (byte 0xe9 at byte offset {cut + 5})" in err
+    path.write_bytes(text[:cut] + "# café\n".encode() + text[cut:])  # the same comment in UTF-8 is fine
+    code, err = train(capsys, tmp_path, str(path))
+    assert code == 0, err
