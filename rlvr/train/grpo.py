@@ -29,7 +29,7 @@ from rlvr.rewards.call import TrainerState
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
-from rlvr.train.batch import make_batch
+from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_checkpoint,
                                    restore, save_final, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
@@ -40,7 +40,7 @@ from rlvr.train.overlap import Rollouts
 from rlvr.train.assemble import setup
 from rlvr.train.sft import baseline_of
 from rlvr.train.state import Collected, Progress, Run, merge_collected
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import UpdateSettings, policy_update, reference_forward
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
@@ -135,7 +135,7 @@ def collect(run: Run, step: int) -> Collected:
 
 
 def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts) -> tuple[dict, Collected]:
-    """Phases 1-6 of one step; returns its metrics row and the global batch."""
+    """Phases 1-9 of one step; returns its metrics row and the global batch."""
     device = run.dist.device
     reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -143,16 +143,21 @@ def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
-    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     a = run.cfg.algo
-    kl_ref = run.ref if settings.loss_beta > 0 else None
-    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist)  # 5.
+    batch, crossed = make_batch(run, collected)                           # 4. the batch on the device
+    # the forwards of a step: the reference (only with a KL term), the policy before its update (only for the
+    # KL in the reward or a critic), then one forward + backward per micro-batch and algo.iterations
+    ref_logp = reference_forward(run.ref, batch, settings)                # 5. reference forward
+    old_logp, values = old_policy_forward(run, batch)                     # 6. old-policy forward
+    batch, adv_metrics = with_advantages(a, batch, old_logp, ref_logp, values)  # 7. advantages
+    update = policy_update(run.policy, run.optimizer, batch, settings, ref_logp, run.critic, run.dist)  # 8.
+    adv_metrics.update(crossed)
     run.scheduler.step()
     if run.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
         run.ref.sync(run.policy, a.ref_mixup)
     rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
-    whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
+    whole, extra = collected, {**adv_metrics, **collected.metrics,       # 9. report, on the global batch
                                **memory_metrics(rollout_peak, peak_memory_gib(device))}
     if run.dist.enabled:
         whole = merge_collected(gather_objects(collected, run.dist), run.pad_id)

@@ -9,7 +9,7 @@ from rlvr.rewards import build_rewards, score_batch
 from rlvr.rollout.engines import builtin_engine
 from rlvr.rollout.builtin import RecomputeSession, generate
 from rlvr.tasks import Problem
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 
 PROBLEMS = [Problem("Solve it.", "", messages=({"role": "user", "content": "Solve it."},)),
             Problem("Solve this one.", "", messages=({"role": "user", "content": "Solve this one."},))]

@@ -12,7 +12,7 @@ from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
 from rlvr.envs.render import TurnRender
 from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 from rlvr.train.batch import Batch
 from rlvr.train.update import UpdateSettings, policy_update
 
@@ -97,8 +97,8 @@ def test_policy_update_on_episodes(tiny):
     model, tok = tiny
     r = episodes(model, tok)
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
-    batch = Batch(r.prompt_ids, r.completion_ids, r.completion_mask, adv, r.group_size, sampler_logp=r.sampler_logp,
-                  env_mask=r.env_mask)
+    batch = Batch(prompts=r.prompt_ids, completion_ids=r.completion_ids, completion_mask=r.completion_mask, advantages=adv,
+                  group_size=r.group_size, sampler_logp=r.sampler_logp, env_mask=r.env_mask)
     cfg = Config(algo=AlgoConfig(aggregation="token-mean"),
                  optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))
     s = UpdateSettings.of(cfg, tok.pad_token_id, "no")

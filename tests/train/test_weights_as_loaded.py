@@ -11,8 +11,8 @@ from rlvr.models import checkpoint_dtype, load_model, tiny_random, weight_dtype
 from rlvr.rollout.engines import rollout_weights, trains_fp32
 from rlvr.train.assemble import setup
 from rlvr.train.batch import Batch
-from rlvr.train.logprobs import completion_logprobs, reference_logprobs
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.forward import completion_logprobs, reference_logprobs
+from rlvr.train.update import UpdateSettings, policy_update, reference_forward
 
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -68,8 +68,10 @@ def test_lora_on_a_bf16_base_holds_no_fp32_copy_and_its_reference_is_adapters_of
     prompts = [run.tok(t)["input_ids"] for t in ("1+1=", "2*3=")]
     r = run.engine.generate(prompts, seeds=[0, 1], group_size=3, max_new_tokens=6, temperature=1.0, top_p=1.0,
                             top_k=0, stop_ids=run.stop_ids, pad_id=run.pad_id)
-    batch = Batch(prompts, r.completion_ids, r.completion_mask, torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), 3)
-    m = policy_update(run.policy, run.optimizer, batch, UpdateSettings.of(cfg, run.pad_id, run.precision), run.ref)
+    batch = Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask,
+                  advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), group_size=3)
+    s = UpdateSettings.of(cfg, run.pad_id, run.precision)
+    m = policy_update(run.policy, run.optimizer, batch, s, reference_forward(run.ref, batch, s))
     assert m["grad_norm"] > 0
     state = [t for s in run.optimizer.state.values() for t in s.values() if t.dim() > 0]
     assert sum(t.numel() for t in state) == 2 * sum(p.numel() for p in trained)  # AdamW: m and v of adapters only

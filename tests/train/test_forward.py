@@ -2,7 +2,7 @@ import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
-from rlvr.train.logprobs import MAX_BUCKETS, _positions_needed, completion_logprobs, plan_buckets
+from rlvr.train.forward import MAX_BUCKETS, _positions_needed, completion_forward, completion_logprobs, plan_buckets
 
 
 def rollout(model, tok, temperature=1.0, head=""):
@@ -152,8 +152,7 @@ def test_buckets_under_gradient_checkpointing_equal_shared_prefix(tiny):
         if checkpointing:
             enable_gradient_checkpointing(model)
         model.zero_grad()
-        out = completion_logprobs(model, prompts, ids, mask, 2, tok.pad_token_id, with_hidden=True,
-                                  bucket_overhead=0)
+        out = completion_forward(model, prompts, ids, mask, 2, tok.pad_token_id, bucket_overhead=0)
         (out.logp * torch.linspace(-1, 1, ids.numel()).view(ids.shape)).sum().backward()
         results.append((out.logp.detach(), out.hidden.detach(), [p.grad.clone() for p in model.parameters()]))
     (lp_a, h_a, g_a), (lp_b, h_b, g_b) = results
@@ -166,8 +165,8 @@ def test_hidden_keeps_its_shape_and_real_states(tiny):
     model, tok = tiny
     prompts, ids, mask = ragged_batch(tok, RAGGED[4], 4)
     with torch.no_grad():
-        a = completion_logprobs(model, prompts, ids, mask, 4, tok.pad_token_id, with_hidden=True, bucket_overhead=0)
-        b = completion_logprobs(model, prompts, ids, mask, 4, tok.pad_token_id, with_hidden=True, max_buckets=1)
+        a = completion_forward(model, prompts, ids, mask, 4, tok.pad_token_id, bucket_overhead=0)
+        b = completion_forward(model, prompts, ids, mask, 4, tok.pad_token_id, max_buckets=1)
     assert a.hidden.shape == b.hidden.shape == (8, 12, model.config.hidden_size)
     real = mask.bool()  # hidden[b, t] predicts completion token t; past the last real token it is not used
     assert torch.allclose(a.hidden[real], b.hidden[real], atol=1e-5)
@@ -198,7 +197,7 @@ def test_a_bf16_reference_under_autocast_is_the_fp32_reference_exactly(tiny):
     import pytest
 
     from rlvr.config import build_config
-    from rlvr.train.logprobs import Reference, reference_in_bf16, reference_logprobs
+    from rlvr.train.forward import Reference, reference_in_bf16, reference_logprobs
 
     model, tok = tiny
     prompts, r = rollout(model, tok)
@@ -208,11 +207,11 @@ def test_a_bf16_reference_under_autocast_is_the_fp32_reference_exactly(tiny):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 1e-2)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.equal(reference_logprobs(fp32, *args), reference_logprobs(bf16, *args))
-        bf16.sync(model, 1.0)
-        moved = reference_logprobs(bf16, *args)
-        assert torch.equal(moved, reference_logprobs(Reference.of(model), *args))
+    at = lambda ref: reference_logprobs(ref, *args, precision="bf16")  # the reference runs under bf16 autocast
+    assert torch.equal(at(fp32), at(bf16))
+    bf16.sync(model, 1.0)
+    moved = at(bf16)
+    assert torch.equal(moved, at(Reference.of(model)))
     with pytest.raises(ValueError, match="replaced, not mixed"):
         bf16.sync(model, 0.5)
     algo = lambda *o: build_config(None, list(o)).algo

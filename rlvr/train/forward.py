@@ -1,13 +1,18 @@
-"""Per-token log-probabilities of completions under a causal LM, sharing each prompt across its group.
+"""The forwards a training step runs, each a function with one return type, and the rule for the precision
+the reference runs at.
 
-The prompt of a group is run once (with gradient) and its keys / values are shared by its G
-completions, so the prompt's cost is paid once per prompt rather than once per completion; the result
-and its gradient are the same as running every prompt + completion pair in full
-(tests/train/test_logprobs.py). Completions are run in a few buckets of similar length, each trimmed to
-its own width (plan_buckets), so the forward and backward follow the real tokens rather than the
-longest completion of the micro-batch. Log-probabilities are computed for real completion tokens
-only, in chunks, so the [B, T, vocab] logits are never held at once and padding never reaches the
-vocabulary projection.
+    completion_forward(policy, ...)  -> ForwardOut (log-probs, entropy, hidden states): the update's forward
+    completion_logprobs(model, ...)  -> [B, Tc] log-probs: the old policy's, tests', benches'
+    reference_logprobs(ref, ...)     -> [B, Tc] log-probs of the KL reference, at `reference_precision`
+
+Per-token log-probabilities of completions under a causal LM share each prompt across its group: the prompt
+of a group is run once (with gradient) and its keys / values are shared by its G completions, so the
+prompt's cost is paid once per prompt rather than once per completion; the result and its gradient are the
+same as running every prompt + completion pair in full (tests/train/test_forward.py). Completions are run
+in a few buckets of similar length, each trimmed to its own width (plan_buckets), so the forward and
+backward follow the real tokens rather than the longest completion of the micro-batch. Log-probabilities
+are computed for real completion tokens only, in chunks, so the [B, T, vocab] logits are never held at once
+and padding never reaches the vocabulary projection.
 
 Under gradient checkpointing transformers drops the cache inside checkpointed layers, so each
 prompt + completion row is then run in full, bucketed the same way (same values and gradients, the
@@ -39,8 +44,8 @@ BUCKET_OVERHEAD = 32
 @dataclass
 class ForwardOut:
     logp: torch.Tensor  # [B, Tc]
-    hidden: torch.Tensor | None = None  # [B, Tc, H] the state each completion token is predicted from
-    entropy: torch.Tensor | None = None  # [B, Tc] entropy of the (tempered) next-token distribution
+    entropy: torch.Tensor | None  # [B, Tc] entropy of the (tempered) next-token distribution, when asked for
+    hidden: torch.Tensor  # [B, Tc, H] the state each completion token is predicted from (a critic reads it)
 
 
 def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Tensor, temperature: float = 1.0,
@@ -81,19 +86,18 @@ def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Te
     return torch.cat(out), (torch.cat(ent) if with_entropy else None)
 
 
-def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
-                        completion_mask: torch.Tensor, group_size: int, pad_id: int,
-                        temperature: float = 1.0, with_hidden: bool = False, with_entropy: bool = False,
-                        max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD,
-                        env_mask: torch.Tensor | None = None, entropy_grad: bool = False):
-    """log p(completion token | prompt, earlier tokens): [B, Tc], zero where completion_mask is 0.
+def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Tensor,
+                       completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
+                       entropy: bool = False, entropy_grad: bool = False, env_mask: torch.Tensor | None = None,
+                       max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD) -> ForwardOut:
+    """log p(completion token | prompt, earlier tokens) [B, Tc], zero where completion_mask is 0; with
+    `entropy` the next-token entropy [B, Tc] (differentiable only with entropy_grad); the hidden states
+    [B, Tc, H] (past a row's real tokens unspecified: zero beyond its bucket's width).
     env_mask [B, Tc] (multi-turn episodes): environment tokens, attended to like the others but never
     scored, so they get no log-prob and no gradient of their own.
 
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
-    row b continuing prompt b // group_size. With with_hidden or with_entropy (differentiable only with
-    entropy_grad), returns a ForwardOut
-    (hidden past a row's real tokens is unspecified: zero beyond its bucket's width). Rows run in up to max_buckets length buckets
+    row b continuing prompt b // group_size. Rows run in up to max_buckets length buckets
     (plan_buckets); max_buckets=1 pads every row to the longest.
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
@@ -107,14 +111,21 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
         pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, present, group_size, plan)
     hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
-    logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy,
+    logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=entropy,
                                entropy_grad=entropy_grad)
     logp = logp.new_zeros(completion_ids.shape).masked_scatter(real, logp)  # [B, Tc]
-    if not (with_hidden or with_entropy):
-        return logp
     if ent is not None:
         ent = ent.new_zeros(completion_ids.shape).masked_scatter(real, ent)
-    return ForwardOut(logp, hidden if with_hidden else None, ent)
+    return ForwardOut(logp, ent, hidden)
+
+
+def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
+                        env_mask: torch.Tensor | None = None, max_buckets: int = MAX_BUCKETS,
+                        bucket_overhead: int = BUCKET_OVERHEAD) -> torch.Tensor:
+    """completion_forward's log-probs alone: [B, Tc], zero where completion_mask is 0."""
+    return completion_forward(model, prompts, completion_ids, completion_mask, group_size, pad_id, temperature,
+                              env_mask=env_mask, max_buckets=max_buckets, bucket_overhead=bucket_overhead).logp
 
 
 def plan_buckets(lengths: list[int], max_buckets: int = MAX_BUCKETS,
@@ -254,21 +265,38 @@ class Reference:
                 p_ref.mul_(1 - mixup).add_(p.detach(), alpha=mixup)
 
 
+def autocast(device_type: str, precision: str):
+    """bf16 autocast on `device_type` where `precision` (train.mixed_precision as resolved: "bf16" or "no")
+    is bf16; nothing otherwise."""
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def reference_precision(kl_in: str, precision: str) -> str:
+    """The precision the reference's forward runs at: that of the policy forward its log-probs are compared
+    with, so the KL is exactly 0 at equal weights. The KL in the loss compares with the update's forward,
+    at train.mixed_precision (`precision`); the KL in the reward with the old policy's forward before the
+    update, which runs in fp32 ("no"): a bf16 forward's rounding would be a KL of its own, a hidden length
+    penalty in the reward."""
+    return precision if kl_in == "loss" else "no"
+
+
 def reference_in_bf16(algo, precision: str) -> bool:
-    """Hold the reference as a bf16 copy (Reference): where its forward runs under bf16 autocast (precision
-    bf16 and the KL in the loss, which the update computes under autocast; the KL in the reward compares
-    fp32 forwards) and it is only ever replaced whole (no algo.ref_mixup below 1)."""
-    return precision == "bf16" and algo.kl_in == "loss" and (algo.ref_sync_every == 0 or algo.ref_mixup == 1.0)
+    """Hold the reference as a bf16 copy (Reference): where its forward runs under bf16 autocast
+    (reference_precision) and it is only ever replaced whole (no algo.ref_mixup below 1)."""
+    return (reference_precision(algo.kl_in, precision) == "bf16"
+            and (algo.ref_sync_every == 0 or algo.ref_mixup == 1.0))
 
 
 def reference_logprobs(ref: Reference, prompts: list[list[int]], completion_ids: torch.Tensor,
-                       completion_mask: torch.Tensor, group_size: int, pad_id: int,
-                       temperature: float = 1.0, env_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """completion_logprobs under the reference, without gradient and in eval mode: [B, Tc]."""
+                       completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
+                       env_mask: torch.Tensor | None = None, precision: str = "no") -> torch.Tensor:
+    """completion_logprobs under the reference, without gradient, in eval mode and at `precision`
+    (reference_precision's answer): [B, Tc]."""
     model, was_training = ref.model, ref.model.training
     model.eval()
     try:
-        with torch.no_grad(), (model.disable_adapter() if ref.adapters_off else nullcontext()):
+        with torch.no_grad(), (model.disable_adapter() if ref.adapters_off else nullcontext()), \
+                autocast(completion_ids.device.type, precision):
             return completion_logprobs(model, prompts, completion_ids, completion_mask, group_size, pad_id,
                                        temperature, env_mask=env_mask)
     finally:
