@@ -12,7 +12,9 @@ from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train.batch import Batch
-from rlvr.train.forward import Reference, autocast, completion_forward, reference_logprobs, reference_precision
+from rlvr.device import autocast
+from rlvr.train.forward import (Reference, completion_forward, reference_logprobs, reference_precision,
+                                use_fused_head)
 
 # policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
 TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old",
@@ -61,6 +63,7 @@ class UpdateSettings:
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
     entropy: EntropyControl | None = None  # None: algo.entropy_coef as it stands
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
+    lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (forward.use_fused_head)
 
     @staticmethod
     def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
@@ -69,7 +72,8 @@ class UpdateSettings:
         r = cfg.rollout
         return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
                               tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens,
-                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer)
+                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer,
+                              lm_head=cfg.train.lm_head)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:
@@ -179,10 +183,11 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
     coef = s.entropy_coef
-    with autocast(batch.completion_ids.device.type, s.mixed_precision):
+    device = batch.completion_ids.device
+    with autocast(device, s.mixed_precision):
         out = completion_forward(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size, s.pad_id,
                                  s.temperature, entropy=True, entropy_grad=coef != 0,
-                                 env_mask=_cut(batch.env_mask, sl, w))
+                                 env_mask=_cut(batch.env_mask, sl, w), fused_head=use_fused_head(s.lm_head, device))
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
