@@ -64,6 +64,18 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
                     f"a built-in name ({', '.join(BUILTINS)})")
 
 
+def base_model_path(name: str) -> str | None:
+    """What a LoRA adapter's base_model_name_or_path should say for model.name `name`: a name
+    from_pretrained loads (a Hub name, a local directory made absolute, the built-in SmolLM2's converted
+    copy); None for tiny-random, which is built in code."""
+    if name == TINY:
+        return None
+    if name == SMOLLM2:
+        return str(prepare_smollm2())
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
+
+
 def checkpoint_dtype(path: Path) -> str | None:
     """The dtype a model directory's config.json says its weights are stored in (transformers writes
     `dtype`, older releases `torch_dtype`), None where it says none."""
@@ -221,7 +233,6 @@ def apply_lora(policy, lora):
     The base weights stay frozen, so the KL reference is the same model with its adapters disabled
     (rlvr.train.forward.Reference) and no second copy is held.
     """
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # peft imports it where installed: its GPU kernels' load notes
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError as e:
@@ -256,5 +267,6 @@ def enable_gradient_checkpointing(policy) -> None:
 def checkpointing_active(model) -> bool:
     """True when the next forward of `model` will be checkpointed (and so runs without a cache)."""
     inner = unwrap(model)
-    on = getattr(inner, "is_activation_checkpointing", getattr(inner, "is_gradient_checkpointing", False))
-    return bool(on) and inner.training and torch.is_grad_enabled()
+    # the old name only where the new one is absent (earlier 5.x): reading it on 5.24 warns FutureWarning
+    name = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    return bool(getattr(inner, name, False)) and inner.training and torch.is_grad_enabled()

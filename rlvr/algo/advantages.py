@@ -52,13 +52,18 @@ def token_returns(seq_rewards: torch.Tensor, token_rewards: torch.Tensor, mask: 
     """Discounted return at each token: the sequence reward arrives at the last unmasked token.
 
     seq_rewards [B]; token_rewards [B, T] (e.g. -beta * KL, zero where masked); mask [B, T] -> [B, T].
+    A masked position inside a sequence (an environment's span between model turns) is skipped: the
+    return is carried across it unchanged, neither reset nor discounted, so a model turn before a tool
+    result still sees the final reward (verl's compute_reinforce_plus_plus_outcome_advantage; `gae` here
+    skips masked tokens the same way). Masked positions get 0.
     """
     r = token_rewards * mask  # [B, T]
     r = r + last_token_mask(mask).to(r.dtype) * seq_rewards[:, None]
     out = torch.zeros_like(r)
     running = torch.zeros_like(r[:, 0])
+    real = mask.bool()
     for t in reversed(range(r.shape[1])):
-        running = r[:, t] + gamma * running * mask[:, t]
+        running = torch.where(real[:, t], r[:, t] + gamma * running, running)
         out[:, t] = running
     return out * mask
 

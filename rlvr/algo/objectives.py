@@ -1,15 +1,23 @@
-"""Policy objectives beside the clipped surrogate, each a per-token loss [B, T] before aggregation (the
-same `aggregate` reduces every one of them): tensors in, tensors out.
+"""Policy objectives, each a per-token loss [B, T] before aggregation (the same `aggregate` reduces every
+one of them), and REGISTRY: for each objective (algo.policy_loss) its loss, its own knobs as a dataclass,
+whether GSPO's sequence ratio composes with it and whether it folds the sampler weights in itself.
+Adding an objective is one entry here: the config's keys and help (rlvr/config/algo.py), the presets'
+knob values, the update and the validation read the registry.
 
 ratio is the importance ratio pi / pi_old as `losses.policy_ratio` builds it ([B, T]: per token, or GSPO's
 sequence ratio spread over its tokens); advantages are [B, T]. Token weights (the sampler correction,
-token selection) multiply the returned losses, except where a docstring says the objective folds them in.
+token selection) multiply the returned losses, except where the registry says the objective folds them in.
 """
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import torch
 
-from rlvr.algo.losses import LOG_RATIO_LIMIT
+from rlvr.algo.losses import LOG_RATIO_LIMIT, clipped_surrogate
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -134,3 +142,211 @@ def vespo_weights(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.
 def vespo_loss(logp: torch.Tensor, advantages: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
     """VESPO (TRL's `vespo`): -phi * A * log pi, phi the detached gamma weight of `vespo_weights`. [B, T]."""
     return -phi * advantages * logp
+
+
+# --- each objective's knobs: config keys of the `algo` section; the attribute docstrings are their help ---
+
+@dataclass(kw_only=True)
+class NoKnobs:
+    """An objective with no knobs of its own."""
+
+    def knob_problems(self) -> list[str]:
+        """What is wrong with these values, each naming its key (none: [])."""
+        return []
+
+
+@dataclass(kw_only=True)
+class SapoKnobs(NoKnobs):
+    sapo_tau_pos: float = 1.0
+    """sapo: gate temperature for tokens with a positive advantage."""
+    sapo_tau_neg: float = 1.05
+    """sapo: gate temperature for the others (steeper: negative updates fade sooner)."""
+
+    def knob_problems(self) -> list[str]:
+        return [] if self.sapo_tau_pos > 0 and self.sapo_tau_neg > 0 else [
+            "algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0"]
+
+
+@dataclass(kw_only=True)
+class CovKnobs(NoKnobs):
+    cov_ratio: float = 2e-4
+    """clip_cov and kl_cov: the share of real tokens (at least one) whose gradient is dropped or penalised."""
+
+    def knob_problems(self) -> list[str]:
+        return [] if 0 < self.cov_ratio <= 1 else ["algo.cov_ratio must be in (0, 1]"]
+
+
+@dataclass(kw_only=True)
+class ClipCovKnobs(CovKnobs):
+    clip_cov_lb: float = 1.0
+    """clip_cov: only tokens whose covariance exceeds this are candidates."""
+    clip_cov_ub: float = 5.0
+    """clip_cov: only tokens whose covariance is below this are candidates."""
+
+    def knob_problems(self) -> list[str]:
+        return super().knob_problems() + ([] if self.clip_cov_lb < self.clip_cov_ub else [
+            "algo.clip_cov_lb must be below algo.clip_cov_ub"])
+
+
+@dataclass(kw_only=True)
+class KlCovKnobs(CovKnobs):
+    kl_cov_coef: float = 1.0
+    """kl_cov: weight of the |log pi - log pi_old| penalty on the selected tokens (1: the paper's recipe,
+    verl's recipe/entropy ppo_kl_coef=1; verl's PolicyLossConfig default is 0.1)."""
+
+
+@dataclass(kw_only=True)
+class VespoKnobs(NoKnobs):
+    vespo_k_pos: float = 2.0
+    """vespo: shape k of the gamma weight for non-negative advantages."""
+    vespo_lambda_pos: float = 3.0
+    """vespo: rate lambda of the gamma weight for non-negative advantages."""
+    vespo_k_neg: float = 3.0
+    """vespo: shape k for negative advantages."""
+    vespo_lambda_neg: float = 2.0
+    """vespo: rate lambda for negative advantages."""
+
+
+# --- the registry ---
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """What an objective may read, for one batch: log-probs under the policy and the old policy, the ratio,
+    the advantages, the mask ([B, T] each), the clip range, and the sampler weights [B, T] (None: none)."""
+
+    logp: torch.Tensor
+    old_logp: torch.Tensor
+    ratio: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    clip_low: float
+    clip_high: float
+    dual_clip: float | None
+    sampler_w: torch.Tensor | None
+    generator: torch.Generator | None
+
+
+class Terms(NamedTuple):
+    """An objective's per-token loss [B, T], where a dual clip acted and the tokens it clipped, dropped or
+    penalised (bool [B, T]; None: none)."""
+
+    loss: torch.Tensor
+    dual: torch.Tensor | None = None
+    touched: torch.Tensor | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Objective:
+    """One algo.policy_loss: its loss, its knobs, what it composes with."""
+
+    loss: Callable[[Inputs, NoKnobs], Terms]
+    knobs: type[NoKnobs] = NoKnobs
+    sequence_ratio: bool = False  # GSPO's sequence ratio (algo.ratio_level=sequence) composes with it
+    folds_sampler_weights: bool = False  # its loss takes the sampler weights in; the caller must not multiply
+
+    def knobs_from(self, source: object) -> NoKnobs:
+        """The knobs read from `source`'s attributes of the same names (the algo section): every one is read,
+        so a knob the source lacks is an AttributeError, never its default."""
+        return self.knobs(**{f.name: getattr(source, f.name) for f in dataclasses.fields(self.knobs)})
+
+    def knobs_of(self, params: NoKnobs | Mapping[str, float] | None) -> NoKnobs:
+        """Knobs given as an instance, or as a mapping by name over the defaults; a name that is no
+        objective's knob is a ValueError (a mapping may hold other objectives' knobs)."""
+        if isinstance(params, self.knobs):
+            return params
+        if isinstance(params, NoKnobs):
+            return self.knobs_from(params)
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(KNOB_DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown objective knob {', '.join(unknown)}: one of {', '.join(KNOB_DEFAULTS)}")
+        own = {f.name for f in dataclasses.fields(self.knobs)}
+        return self.knobs(**{k: v for k, v in params.items() if k in own})
+
+
+def _ppo(x: Inputs, k: NoKnobs) -> Terms:
+    loss, dual = clipped_surrogate(x.ratio, x.advantages, x.clip_low, x.clip_high, x.dual_clip)
+    return Terms(loss, dual=dual)
+
+
+def _cispo(x: Inputs, k: NoKnobs) -> Terms:
+    loss, clipped = cispo_loss(x.logp, x.ratio, x.advantages, x.clip_low, x.clip_high)
+    return Terms(loss, touched=clipped)
+
+
+def _sapo(x: Inputs, k: SapoKnobs) -> Terms:
+    return Terms(sapo_loss(x.ratio, x.advantages, k.sapo_tau_pos, k.sapo_tau_neg))
+
+
+def _gmpo(x: Inputs, k: NoKnobs) -> Terms:
+    loss, clipped = gmpo_loss(x.logp, x.old_logp, x.advantages, x.mask, x.clip_low, x.clip_high, x.sampler_w)
+    return Terms(loss, touched=clipped)
+
+
+def _gpg(x: Inputs, k: NoKnobs) -> Terms:
+    return Terms(gpg_loss(x.logp, x.advantages))
+
+
+def _clip_cov(x: Inputs, k: ClipCovKnobs) -> Terms:
+    surrogate, _ = clipped_surrogate(x.ratio, x.advantages, x.clip_low, x.clip_high)
+    adv = x.advantages
+    clipped = (-adv * x.ratio.clamp(1 - x.clip_low, 1 + x.clip_high) > -adv * x.ratio) & x.mask.bool()
+    loss, dropped = clip_cov_loss(surrogate, clipped, x.logp, adv, x.mask, k.cov_ratio, k.clip_cov_lb,
+                                  k.clip_cov_ub, x.generator)
+    return Terms(loss, touched=dropped)
+
+
+def _kl_cov(x: Inputs, k: KlCovKnobs) -> Terms:
+    loss, penalised = kl_cov_loss(x.ratio, x.logp, x.old_logp, x.advantages, x.mask, k.cov_ratio, k.kl_cov_coef)
+    return Terms(loss, touched=penalised)
+
+
+def _vespo(x: Inputs, k: VespoKnobs) -> Terms:
+    phi = vespo_weights(x.logp, x.old_logp, x.advantages, x.mask, x.sampler_w, k.vespo_k_pos, k.vespo_lambda_pos,
+                        k.vespo_k_neg, k.vespo_lambda_neg)
+    return Terms(vespo_loss(x.logp, x.advantages, phi))
+
+
+# GSPO's sequence ratio composes with the objectives whose papers (or TRL's importance_sampling_level) put it
+# in place of the token ratio; gmpo and vespo define their own sequence quantity, gpg and *_cov none.
+REGISTRY: dict[str, Objective] = {
+    "ppo": Objective(loss=_ppo, sequence_ratio=True),
+    "cispo": Objective(loss=_cispo, sequence_ratio=True),
+    "sapo": Objective(loss=_sapo, knobs=SapoKnobs, sequence_ratio=True),
+    "gmpo": Objective(loss=_gmpo, folds_sampler_weights=True),
+    "gpg": Objective(loss=_gpg),
+    "clip_cov": Objective(loss=_clip_cov, knobs=ClipCovKnobs),
+    "kl_cov": Objective(loss=_kl_cov, knobs=KlCovKnobs),
+    "vespo": Objective(loss=_vespo, knobs=VespoKnobs, folds_sampler_weights=True),
+}
+
+
+def objective(name: str) -> Objective:
+    """The registry's entry for `name`; any other name is a ValueError (never a default objective)."""
+    if name not in REGISTRY:
+        raise ValueError(f"algo.policy_loss must be one of {', '.join(REGISTRY)}, got {name!r}")
+    return REGISTRY[name]
+
+
+def _knob_classes() -> list[type[NoKnobs]]:
+    seen: list[type[NoKnobs]] = []
+    for entry in REGISTRY.values():
+        if entry.knobs not in seen and entry.knobs is not NoKnobs:
+            seen.append(entry.knobs)
+    return seen
+
+
+# Every objective's knobs in one dataclass, the registry's order (the config's algo section inherits it, so
+# each knob is a key): a class over the knob classes, last first, so that its fields come in registry order.
+def _all_problems(self) -> list[str]:
+    return list(dict.fromkeys(m for k in _knob_classes() for m in k.knob_problems(self)))
+
+
+AllKnobs = dataclass(kw_only=True)(type("AllKnobs", tuple(reversed(_knob_classes())),
+                                        {"knob_problems": _all_problems, "__doc__": "Every objective's knobs."}))
+KNOB_DEFAULTS: dict[str, float] = {f.name: f.default for f in dataclasses.fields(AllKnobs)}
+
+
+def knob_defaults(name: str) -> dict[str, float]:
+    """`name`'s knobs at their defaults, by key (what a preset of that objective sets)."""
+    return dataclasses.asdict(objective(name).knobs())

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from rlvr.algo.losses import LOG_RATIO_LIMIT
+from rlvr.algo.losses import LOG_RATIO_LIMIT, aggregate, loss_units
 
 SAMPLER_MODES = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
@@ -92,6 +92,28 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float
         return torch.zeros_like(real)
     threshold = torch.quantile(values, 1.0 - quantile)
     return ((entropy.detach() * real) >= threshold) & real
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, selected: torch.Tensor | None, aggregation: str,
+                  norm_length: int | None = None, units: float | torch.Tensor | None = None) -> torch.Tensor:
+    """The entropy bonus H (the loss is L_policy - coef * H): the entropy aggregated as the policy loss is, over
+    the tokens the policy gradient acts on, as TRL's effective mask: the real tokens `mask` [B, T], and of
+    them only the high-entropy selection `selected` [B, T] (None: all). With a selection it is a mean over
+    the selected tokens (divided by them, not by every real token), so top_entropy_quantile does not shrink
+    the bonus by its own share. entropy [B, T] (with its gradient) -> scalar.
+
+    units: the whole batch's `loss_units` over `mask` when this batch is a part of it (see `aggregate`);
+    with a selection they are scaled by this part's selected share (its selected units / its real units),
+    which makes one batch divide by exactly its selected units, and micro-batches (each selecting its own
+    quantile) by their selected units in proportion."""
+    if selected is None:
+        return aggregate(entropy, mask, aggregation, norm_length, units)
+    chosen = mask * selected.to(mask.dtype)  # [B, T]
+    own = loss_units(mask, aggregation)
+    share = loss_units(chosen, aggregation) / own.clamp(min=1)
+    whole = (own if units is None else torch.as_tensor(units, dtype=own.dtype, device=own.device)) * share
+    total = aggregate(entropy, chosen, aggregation, norm_length, units=1.0)  # the sum over the selected units
+    return torch.where(whole > 0, total / whole.clamp(min=1e-12), torch.zeros_like(total))
 
 
 def adaptive_entropy_coef(coef: float, entropy: float, target: float, delta: float, low: float = 0.0,

@@ -1,13 +1,20 @@
 """The `algo` section: the objective, its advantages and its sampler correction, in one dataclass whose
-attribute docstrings are the documentation (the section that grows with each objective the field adopts)."""
+attribute docstrings are the documentation. Each objective's own knobs (sapo_tau_pos, cov_ratio, ...) are
+keys of this section too, defined once beside the objective in rlvr/algo/objectives.py (its REGISTRY) and
+inherited here, after algo.policy_loss."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
+from rlvr.algo.objectives import AllKnobs
 
-@dataclass
-class AlgoConfig:
+
+@dataclass(kw_only=True)
+class _Head:
+    """The algo section's keys before the objectives' knobs (a base class, so that --help and config.yaml keep
+    their order: preset ... policy_loss, the knobs, then the rest)."""
+
     preset: str = "grpo"
     """Named set of the knobs below (grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp, ppo, cispo, sapo, gmpo,
     gpg, clip_cov, kl_cov, luspo, vespo, in rlvr/algo/presets.py); explicit keys override it. A config
@@ -36,26 +43,12 @@ class AlgoConfig:
     (geometric mean of token ratios, clipped in log space), gpg (plain -A log pi), clip_cov and kl_cov
     (the clipped surrogate less a few high-covariance tokens' gradient, or the surrogate plus a KL
     penalty on them), vespo (a gamma weight of the sequence ratio times log pi)."""
-    sapo_tau_pos: float = 1.0
-    """sapo: gate temperature for tokens with a positive advantage."""
-    sapo_tau_neg: float = 1.05
-    """sapo: gate temperature for the others (steeper: negative updates fade sooner)."""
-    cov_ratio: float = 2e-4
-    """clip_cov and kl_cov: the share of real tokens (at least one) whose gradient is dropped or penalised."""
-    clip_cov_lb: float = 1.0
-    """clip_cov: only tokens whose covariance exceeds this are candidates."""
-    clip_cov_ub: float = 5.0
-    """clip_cov: only tokens whose covariance is below this are candidates."""
-    kl_cov_coef: float = 1.0
-    """kl_cov: weight of the |log pi - log pi_old| penalty on the selected tokens."""
-    vespo_k_pos: float = 2.0
-    """vespo: shape k of the gamma weight for non-negative advantages."""
-    vespo_lambda_pos: float = 3.0
-    """vespo: rate lambda of the gamma weight for non-negative advantages."""
-    vespo_k_neg: float = 3.0
-    """vespo: shape k for negative advantages."""
-    vespo_lambda_neg: float = 2.0
-    """vespo: rate lambda for negative advantages."""
+
+
+@dataclass(kw_only=True)
+class AlgoConfig(AllKnobs, _Head):
+    """The algo section: _Head's keys, every objective's knobs (AllKnobs), then these."""
+
     ratio_level: str = "token"
     """Importance ratio per token, or per sequence (sequence: GSPO; composes with policy_loss ppo, cispo
     and sapo)."""

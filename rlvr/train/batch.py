@@ -61,7 +61,7 @@ def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, ma
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """The collected batch on the device, its rewards, and the tokens it trains on: algo.mask_truncated
     leaves out truncated completions, and a token whose sampler log-prob is not finite stays context only."""
-    a, r = run.cfg.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
+    a, r = run.settings.update.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
     mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
     sampler_logp, env_mask, metrics = r.sampler_logp, r.env_mask, {}
     if sampler_logp is not None:  # a -inf sampler log-prob would make an inf importance ratio: not trained on
@@ -77,15 +77,15 @@ def old_policy_forward(run: Run, batch: Batch) -> tuple[torch.Tensor | None, tor
     """The policy's log-probs [B, Tc] and its critic's values [B, Tc] before the update, where the KL in the
     reward (it compares them with the reference's) or a critic (PPO's values) needs them; (None, None)
     otherwise. fp32, without gradient: rlvr.train.forward.reference_precision."""
-    kl_reward = run.cfg.algo.kl_in == "reward" and run.ref is not None
-    if not (kl_reward or run.critic is not None):
+    s, m = run.settings.update, run.models
+    if not ((s.algo.kl_in == "reward" and m.ref is not None) or m.critic is not None):
         return None, None
     # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
     # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
     with torch.no_grad():
-        out = completion_forward(run.policy, batch.prompts, batch.completion_ids, batch.completion_mask,
-                                 batch.group_size, run.pad_id, run.cfg.rollout.temperature, env_mask=batch.env_mask)
-        values = run.critic(out.hidden).squeeze(-1) * batch.completion_mask if run.critic is not None else None
+        out = completion_forward(m.policy, batch.prompts, batch.completion_ids, batch.completion_mask,
+                                 batch.group_size, s.pad_id, s.temperature, env_mask=batch.env_mask)
+        values = m.critic(out.hidden).squeeze(-1) * batch.completion_mask if m.critic is not None else None
     return out.logp, values
 
 

@@ -6,26 +6,26 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus_coef, high_entropy_mask, kl_estimate,
-                       loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta, value_loss)
+from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus, entropy_bonus_coef, high_entropy_mask,
+                       kl_estimate, loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta,
+                       value_loss)
+from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
+from rlvr.train import schema
 from rlvr.train.batch import Batch
 from rlvr.device import autocast
 from rlvr.train.forward import (Reference, completion_forward, reference_logprobs, reference_precision,
                                 use_fused_head)
+from rlvr.train.optim import step_keeping_finite
 
-# policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
-TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old",
-               "objective/clipped_frac")
+# from the metric schema (rlvr/train/schema.py): policy_loss's statistics that are means over real tokens,
+# combined over micro-batches weighted by their tokens (kl and entropy are summed by the update itself);
 # the token weights' metrics, each a count over real tokens or sequences, reported as a share of them
-WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_frac", "sampler/weight_mean",
-                       "entropy/selected_frac")
-WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
-# the policy objective's own knobs, passed to rlvr.algo.policy_loss by name
-OBJECTIVE_KNOBS = ("sapo_tau_pos", "sapo_tau_neg", "cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_coef",
-                   "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+TOKEN_MEANS = tuple(k for k in schema.names(schema.TOKEN_MEAN) if k not in ("kl", "entropy"))
+WEIGHT_TOKEN_COUNTS = schema.names(schema.TOKEN_SHARE)
+WEIGHT_SEQ_COUNTS = schema.names(schema.SEQ_SHARE)
 
 
 @dataclass
@@ -87,6 +87,12 @@ class UpdateSettings:
     @property
     def entropy_coef(self) -> float:
         return self.entropy.applied(self.algo) if self.entropy is not None else self.algo.entropy_coef
+
+    @property
+    def objective_knobs(self) -> NoKnobs:
+        """algo.policy_loss's knobs as configured: every one read from the algo section (the registry's
+        Objective.knobs_from), none left at a default."""
+        return objective(self.algo.policy_loss).knobs_from(self.algo)
 
     @property
     def loss_beta(self) -> float:
@@ -155,12 +161,13 @@ def reference_forward(ref: Reference | None, batch: Batch, s: UpdateSettings) ->
 
 
 def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old, adv, mask, entropy):
-    """(sampler weights [b, w] or None, 0/1 token selection [b, w] or None, metric counts): the sampler
-    correction against batch.sampler_logp, the off-policy sequence mask, the high-entropy selection."""
+    """(sampler weights [b, w] or None, 0/1 token selection [b, w] or None, the high-entropy selection
+    alone [b, w] or None, metric counts): the sampler correction against batch.sampler_logp, the
+    off-policy sequence mask, the high-entropy selection."""
     a, (mode, c_min, c_max) = s.algo, s.sampler
     sampler_logp = batch.sampler_logp[sl, :w] if batch.sampler_logp is not None else None
     n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum()
-    counts, sampler_w, keep = {}, None, None
+    counts, sampler_w, keep, chosen = {}, None, None, None
     if mode != "off" and sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
         sampler_w, stats = sampler_weights(old, sampler_logp, mask, mode, c_min, c_max)
         counts = {k: stats[k] * (n_seq if k in WEIGHT_SEQ_COUNTS else n_tok) for k in stats}
@@ -172,7 +179,7 @@ def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old
         chosen = high_entropy_mask(entropy, mask, a.top_entropy_quantile).to(mask.dtype)  # [b, w]
         keep = chosen if keep is None else keep * chosen
         counts["entropy/selected_frac"] = chosen.sum()
-    return sampler_w, keep, counts
+    return sampler_w, keep, chosen, counts
 
 
 def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
@@ -192,23 +199,24 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
     adv = _cut(batch.advantages, sl, w)
-    sampler_w, keep, counts = _token_weights(batch, s, sl, w, logp, old, adv, mask, out.entropy)
+    sampler_w, keep, chosen, counts = _token_weights(batch, s, sl, w, logp, old, adv, mask, out.entropy)
     policy_units = units["policy"]
     loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
                               a.aggregation, norm, policy_units, objective=a.policy_loss, sampler_w=sampler_w,
-                              keep=keep, params={k: getattr(a, k) for k in OBJECTIVE_KNOBS})
+                              keep=keep, params=s.objective_knobs)
     n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
     sums = {**{k: stats[k] * n_tok for k in TOKEN_MEANS}, **counts}
-    trained = mask if keep is None else mask * keep  # the tokens the entropy control watches
+    # the tokens the entropy bonus acts on and the adaptive control watches: TRL's effective mask, the real
+    # tokens of the high-entropy selection (the off-policy mask drops sequences from the policy term only)
+    watched = mask if chosen is None else mask * chosen
     sums["entropy"] = (out.entropy.detach() * mask).sum()
-    sums["entropy/trained_sum"], sums["entropy/trained_n"] = (out.entropy.detach() * trained).sum(), trained.sum()
+    sums["entropy/trained_sum"], sums["entropy/trained_n"] = (out.entropy.detach() * watched).sum(), watched.sum()
     if ref_logp is not None:
         kl = kl_estimate(logp, ref_logp, a.kl_estimator)  # [b, w]
         loss = loss + s.loss_beta * aggregate(kl, mask, a.aggregation, norm, policy_units)
         sums["kl"] = (kl.detach() * mask).sum()
     if coef != 0:
-        bonus = out.entropy if keep is None else out.entropy * keep
-        loss = loss - coef * aggregate(bonus, mask, a.aggregation, norm, policy_units)
+        loss = loss - coef * entropy_bonus(out.entropy, mask, chosen, a.aggregation, norm, policy_units)
     if values is not None:  # a token mean over the whole batch, whatever the policy's aggregation
         v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, a.value_clip,
                             units["tokens"])
@@ -297,7 +305,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
 
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
-    is not finite is skipped (no optimizer step) and counted in skipped_updates.
+    is not finite is skipped (no optimizer step) and counted in skipped_updates; so is one whose step made
+    a weight non-finite (undone: rlvr.train.optim.step_keeping_finite), also in skipped_nonfinite_weights.
 
     Every micro-batch's loss is divided by the units of the whole batch (`aggregate`'s units), summed
     over ranks under torch.distributed (`dist`, where `batch` is this rank's shard of whole groups), and
@@ -313,7 +322,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
-    skipped = 0
+    skipped = undone = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
@@ -326,7 +335,9 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
         low = dd.allreduce_scalars({"r": low}, dist, "min")["r"]
         top = dd.allreduce_scalars({"r": high, "m": peak}, dist, "max")
         if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
-            optimizer.step()
+            if not step_keeping_finite(optimizer, params, dist):  # finite gradient, weights overflowed: undone
+                skipped += 1
+                undone += 1
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics
             skipped += 1
             optimizer.zero_grad(set_to_none=True)
@@ -337,6 +348,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
             metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
+    metrics["skipped_nonfinite_weights"] = undone  # of those, steps undone for the weights they made
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
         metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied

@@ -65,6 +65,20 @@ def test_token_returns_and_whiten():
     assert torch.allclose(w, torch.tensor([[-1.0, 0.0, 1.0, 0.0]]))
 
 
+def test_token_returns_carry_across_an_environment_span():
+    # a multi-turn row: a model turn (tokens 0, 1), the environment's span (2, 3: mask 0), a model turn (4);
+    # reward 1 at token 4, token rewards -0.1 -0.2 . . -0.3 (the 9s sit under the mask and never count),
+    # gamma 0.5. From the end: 4: -0.3 + 1 = 0.7; 3, 2: skipped, 0.7 carried (no reset, no discount);
+    # 1: -0.2 + 0.5 * 0.7 = 0.15; 0: -0.1 + 0.5 * 0.15 = -0.025. Row 2: trailing padding, reward 2.
+    mask = torch.tensor([[1.0, 1, 0, 0, 1], [1.0, 1, 0, 0, 0]])
+    token_r = torch.tensor([[-0.1, -0.2, 9.0, 9.0, -0.3], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    ret = token_returns(torch.tensor([1.0, 2.0]), token_r, mask, gamma=0.5)
+    assert torch.allclose(ret, torch.tensor([[-0.025, 0.15, 0.0, 0.0, 0.7], [1.0, 2.0, 0.0, 0.0, 0.0]]))
+    # gamma 1, as the preset: every model token of the episode gets the final reward less the KL after it
+    ret = token_returns(torch.tensor([1.0]), torch.zeros(1, 5), mask[:1])
+    assert torch.equal(ret, torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0]]))
+
+
 def test_estimate_advantages_folds_token_rewards_into_each_group():
     # rewards [1, 0, 2, 0] in groups of 2; row 0's token rewards sum to -0.5: totals [0.5, 0, 2, 0];
     # unscaled: group means 0.25 and 1 -> [0.25, -0.25, 1, -1]; rloo: [0.5 - 0, 0 - 0.5, 2 - 0, 0 - 2]

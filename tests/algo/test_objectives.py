@@ -1,11 +1,18 @@
 """The policy objectives of rlvr.algo.objectives through rlvr.algo.policy_loss, on tensors small enough to
 work out by hand (each value is derived in its comment)."""
+import dataclasses
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from rlvr.algo import aggregate, policy_loss
+from rlvr.algo import OBJECTIVE_DEFAULTS, OBJECTIVES, aggregate, policy_loss
+from rlvr.algo.objectives import REGISTRY, knob_defaults
+from rlvr.algo.presets import PRESETS
+from rlvr.config import AlgoConfig, ConfigError, build_config, describe
+from rlvr.train.update import UpdateSettings
 
 ONE_ROW = torch.ones(1, 4)
 
@@ -131,3 +138,79 @@ def test_the_sequence_ratio_composes_only_with_the_objectives_that_define_it():
             policy_loss(x, x, torch.tensor([1.0]), torch.ones(1, 2), ratio_level="sequence", objective=objective)
     with pytest.raises(ValueError, match="algo.policy_loss must be one of"):
         policy_loss(x, x, torch.tensor([1.0]), torch.ones(1, 2), objective="grpo")
+
+
+# --- the registry: one entry per objective, read by the config, the presets, the update and the validation ---
+
+# a valid value other than the default for each knob (each within the others' defaults' bounds)
+OTHER_VALUE = {"sapo_tau_pos": 2.0, "sapo_tau_neg": 0.5, "cov_ratio": 0.5, "clip_cov_lb": -1.0, "clip_cov_ub": 1.5,
+               "kl_cov_coef": 0.1, "vespo_k_pos": 1.0, "vespo_lambda_pos": 1.5, "vespo_k_neg": 1.0,
+               "vespo_lambda_neg": 4.0}
+
+
+def knobs_of_each_objective():
+    return [(name, f.name) for name, entry in REGISTRY.items() for f in dataclasses.fields(entry.knobs)]
+
+
+def test_every_knob_has_an_other_value_here_and_a_help_line():
+    assert set(OTHER_VALUE) == set(OBJECTIVE_DEFAULTS)
+    help_text = {key: doc for key, _, doc in describe()}
+    for name, knob in knobs_of_each_objective():
+        assert help_text[f"algo.{knob}"], knob
+    # the objective key's own help and docs/algorithms.md name every objective
+    algorithms_md = (Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
+    for name in REGISTRY:
+        assert name in help_text["algo.policy_loss"] and f"policy_loss={name}" in algorithms_md, name
+
+
+@pytest.mark.parametrize("name,knob", knobs_of_each_objective())
+def test_each_knob_set_in_the_config_reaches_the_update_and_changes_the_loss(name, knob):
+    """The value a user sets is the one the update passes to the loss (never a default), and it matters."""
+    cfg = build_config(None, [f"--algo.policy_loss={name}", f"--algo.{knob}={OTHER_VALUE[knob]}"])
+    knobs = UpdateSettings.of(cfg, pad_id=0, precision="no").objective_knobs
+    assert type(knobs) is REGISTRY[name].knobs and getattr(knobs, knob) == OTHER_VALUE[knob]
+    others = {f.name for f in dataclasses.fields(knobs)} - {knob}
+    assert all(getattr(knobs, k) == OBJECTIVE_DEFAULTS[k] for k in others)
+
+    g = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(4, 6, generator=g) * 3).requires_grad_()
+    old = logp.detach() + torch.randn(4, 6, generator=g) * 0.3
+    adv = torch.randn(4, 6, generator=g) * 2
+    mask = torch.ones(4, 6)
+
+    def loss_and_grad(params):
+        loss, m = policy_loss(logp, old, adv, mask, objective=name, params=params,
+                              generator=torch.Generator().manual_seed(1))
+        return float(loss), grad_of(loss, logp), float(m["objective/clipped_frac"])
+
+    default, changed = loss_and_grad(REGISTRY[name].knobs()), loss_and_grad(knobs)
+    assert default[0] != changed[0] or not torch.equal(default[1], changed[1]) or default[2] != changed[2]
+
+
+def test_a_name_missing_from_the_registry_is_an_error_never_a_default():
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="unknown objective knob sapo_tau: one of sapo_tau_pos"):
+        policy_loss(x, x, torch.tensor([1.0]), torch.ones(1, 2), objective="sapo", params={"sapo_tau": 2.0})
+    with pytest.raises(ValueError, match="algo.policy_loss must be one of ppo, cispo"):
+        policy_loss(x, x, torch.tensor([1.0]), torch.ones(1, 2), objective="sapo_v2")
+    with pytest.raises(ConfigError, match="algo.policy_loss 'sapo_v2' is not one of ppo, cispo"):
+        build_config(None, ["--algo.policy_loss=sapo_v2"])
+    # the update reads each knob from its source by name: a source without one fails, it is not defaulted
+    with pytest.raises(AttributeError, match="sapo_tau_neg"):
+        REGISTRY["sapo"].knobs_from(SimpleNamespace(sapo_tau_pos=2.0))
+
+
+def test_the_config_section_the_presets_and_validation_come_from_the_registry():
+    algo_keys = {f.name for f in dataclasses.fields(AlgoConfig)}
+    assert set(OBJECTIVE_DEFAULTS) <= algo_keys and OBJECTIVES == tuple(REGISTRY)
+    for name, values in PRESETS.items():  # a preset of an objective sets its knobs at the registry's defaults
+        objective_name = values.get("policy_loss", "ppo")
+        for knob, default in knob_defaults(objective_name).items():
+            assert values[knob] == default, (name, knob)
+    # each knob class's own checks are the config's
+    with pytest.raises(ConfigError, match=r"algo.clip_cov_lb must be below algo.clip_cov_ub"):
+        build_config(None, ["--algo.clip_cov_lb=6"])
+    with pytest.raises(ConfigError, match=r"algo.cov_ratio must be in \(0, 1\]"):
+        build_config(None, ["--algo.cov_ratio=0"])
+    with pytest.raises(ConfigError, match="algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0"):
+        build_config(None, ["--algo.sapo_tau_neg=0"])

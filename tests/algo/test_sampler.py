@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from rlvr.algo import (adaptive_entropy_coef, entropy_bonus_coef, high_entropy_mask, off_policy_mask, sampler_weights,
-                       tis_weights)
+from rlvr.algo import (adaptive_entropy_coef, entropy_bonus, entropy_bonus_coef, high_entropy_mask, off_policy_mask,
+                       sampler_weights, tis_weights)
 
 # trainer log-probs 0; the sampler's give ratios pi_trainer / pi_sampler of 4, 1, 0.25 (row 0: product 1)
 # and 2, 2, 1 (row 1: product 4)
@@ -77,3 +77,23 @@ def test_adaptive_entropy_coefficient_steps_and_bounds():
     assert adaptive_entropy_coef(0.01, 0.1, 0.2, 0.005, 0.0, 0.012) == 0.012  # capped
     assert adaptive_entropy_coef(0.002, 0.3, 0.2, 0.005) == 0.0  # floored at 0
     assert entropy_bonus_coef(0.01, 0.1, 0.2) == 0.01 and entropy_bonus_coef(0.01, math.inf, 0.2) == 0.0
+
+
+def test_entropy_bonus_is_a_mean_over_the_selected_tokens():
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 9.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])  # the 9s are padding
+    chosen = high_entropy_mask(entropy, mask, 0.6)  # real 1..6: the 0.4 quantile is 3, so 3, 4, 5, 6
+    assert chosen.tolist() == [[False, False, True, True], [True, True, False, False]]
+    # no selection: the policy's aggregation over every real token: 21 / 6 = 3.5 (token mean);
+    # per sequence (1 + 2 + 3 + 4) / 4 = 2.5 and (5 + 6) / 2 = 5.5 -> 4
+    assert float(entropy_bonus(entropy, mask, None, "token-mean")) == 3.5
+    assert float(entropy_bonus(entropy, mask, None, "seq-mean-token-mean")) == 4.0
+    # selected: (3 + 4 + 5 + 6) / 4 = 4.5 (TRL's effective mask), not / 6 = 3; per sequence (3 + 4) / 2 = 3.5
+    # and (5 + 6) / 2 = 5.5 -> 4.5
+    assert float(entropy_bonus(entropy, mask, chosen, "token-mean")) == 4.5
+    assert float(entropy_bonus(entropy, mask, chosen, "seq-mean-token-mean")) == 4.5
+    # a part of a batch of 12 real tokens that selected 4 of its 6: 18 / (12 * 4 / 6) = 2.25, so two such
+    # parts sum to the mean over their 8 selected tokens
+    assert float(entropy_bonus(entropy, mask, chosen, "token-mean", units=12.0)) == 2.25
+    # no real token: 0, not nan
+    assert float(entropy_bonus(entropy, torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.bool), "token-mean")) == 0.0

@@ -7,8 +7,8 @@ mirror."""
 import pytest
 import torch
 
-from rlvr.algo import (adaptive_entropy_coef, entropy_bonus_coef, high_entropy_mask, off_policy_mask, policy_loss,
-                       sampler_weights)
+from rlvr.algo import (adaptive_entropy_coef, entropy_bonus, entropy_bonus_coef, high_entropy_mask, off_policy_mask,
+                       policy_loss, sampler_weights)
 from tests.compat.peers import trl_loss, trl_state, trl_trainer
 
 SHAPES = [(3, 5), (8, 17), (16, 64)]
@@ -120,6 +120,26 @@ def test_top_entropy_quantile_matches_trl(shape, quantile):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("quantile", [0.2, 0.5, 1.0])
+@pytest.mark.parametrize("off_policy", [False, True])
+def test_entropy_bonus_with_the_entropy_selection_matches_trl(shape, quantile, off_policy):
+    """TRL's bonus is the token mean of the entropy over its effective mask (the real tokens of the entropy
+    selection, whatever the off-policy mask drops), with the selection's policy loss beside it."""
+    def mine(lp, old, s, m, a, e):
+        chosen = high_entropy_mask(e, m, quantile).double() if quantile < 1 else None
+        keep = chosen
+        if off_policy:
+            drop = off_policy_mask(lp, s, a, m, 0.1).expand_as(m)
+            keep = drop if keep is None else keep * drop
+        loss = policy_loss(lp, old, a, m, 0.2, 0.2, None, "token", "token-mean", keep=keep)[0]
+        extra = {"sampling_per_token_logps": s} if off_policy else {}
+        return loss - 0.05 * entropy_bonus(e, m, chosen, "token-mean"), extra
+
+    compare(shape, 11, mine, "dapo", 0.3, top_entropy_quantile=quantile, entropy_coef=0.05,
+            off_policy_mask_threshold=0.1 if off_policy else None)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 def test_off_policy_mask_matches_trl(shape):
     logp, old, sampler, mask, adv, _ = inputs(shape, 9)
     for threshold in (0.0, 0.1, 0.5):
@@ -149,3 +169,19 @@ def test_adaptive_entropy_controller_matches_trl(target):
     assert float(plain - with_bonus) == pytest.approx(applied * world, rel=1e-6)
     assert state.entropy_coef == pytest.approx(adaptive_entropy_coef(coef, world, target, 0.005, 0.0, 1.0))
     assert state._last_world_entropy == pytest.approx(world)
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_a_row_with_no_trained_token_is_left_out_of_the_sequence_mean(agg):
+    """Where rlvr differs, on purpose: a row with no trained token (every completion truncated under
+    algo.mask_truncated, or all its tokens dropped) does not count in a sequence mean. verl's agg_loss
+    does the same by default (global_batch_size None); TRL's grpo / luspo losses (.mean() over rows) and
+    verl's trainer (global_batch_size = the mini-batch's rows) count it, so their loss is rlvr's times
+    (rows with a token) / rows. verl's default: test_verl_losses.py."""
+    logp, old, _, mask, adv, _ = inputs((8, 17), 12, 0.3)
+    mask[[2, 5]] = 0.0  # two of the 8 rows hold no trained token
+    ours, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, None, "token", agg)
+    loss_type = "grpo" if agg == "seq-mean-token-mean" else "luspo"
+    theirs = trl_loss(trl_state(loss_type), logp.detach().clone(), torch.zeros_like(mask),
+                      {"completion_mask": mask, "advantages": adv, "old_per_token_logps": old})
+    torch.testing.assert_close(ours.detach() * 6 / 8, theirs.detach(), **TOL)

@@ -59,6 +59,24 @@ def test_reinforce_pp_matches_verl(p, g):
 
 
 @pytest.mark.parametrize("p,g", GROUPS)
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_reinforce_pp_matches_verl_across_environment_spans(p, g, gamma):
+    """Multi-turn masks: holes (environment tokens) inside each row, the reward at its last model token."""
+    gen = torch.Generator().manual_seed(p * g)
+    b, t = p * g, 9
+    rewards = torch.randn(b, generator=gen)
+    lengths = torch.randint(1, t + 1, (b,), generator=gen)
+    mask = ((torch.rand(b, t, generator=gen) < 0.6) & (torch.arange(t)[None, :] < lengths[:, None])).float()
+    mask[torch.arange(b), lengths - 1] = 1.0  # each row ends on a model token, the reward's
+    token_rewards = torch.zeros(b, t)
+    token_rewards[torch.arange(b), lengths - 1] = rewards
+    assert bool(((mask[:, :-1] == 0) & (mask.cumsum(-1)[:, :-1] < mask.sum(-1, keepdim=True))).any())  # holes
+    theirs, _ = verl().core.compute_reinforce_plus_plus_outcome_advantage(token_rewards, mask,
+                                                                           SimpleNamespace(gamma=gamma))
+    torch.testing.assert_close(mine("reinforce_pp", rewards, mask, g, beta=0.0, gamma=gamma), theirs, **TOL)
+
+
+@pytest.mark.parametrize("p,g", GROUPS)
 def test_reinforce_pp_baseline_matches_verl(p, g):
     rewards, token_rewards, mask, index = batch(p, g, seed=3)
     theirs, _ = verl().core.compute_reinforce_plus_plus_baseline_outcome_advantage(token_rewards, mask, index)

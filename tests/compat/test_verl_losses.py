@@ -3,7 +3,7 @@ with respect to the log-probs, on random inputs of several shapes. The peers are
 import pytest
 import torch
 
-from rlvr.algo import policy_loss
+from rlvr.algo import aggregate, policy_loss
 from tests.compat.peers import verl, verl_actor
 
 SHAPES = [(3, 5), (8, 17), (16, 64)]
@@ -147,3 +147,19 @@ def test_sampler_weights_multiply_the_loss_as_verl(shape):
     check(both(lambda lp, old, a, m: policy_loss(lp, old, a, m, 0.2, 0.2, 3.0, sampler_w=w)[0],
                lambda old, lp, a, m: verl().core.compute_policy_loss_vanilla(old, lp, a, m, "token-mean", cfg, w)[0],
                shape, seed=12, spread=0.5))
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_rows_with_no_trained_token_leave_the_sequence_mean_as_verl_agg_loss_default(agg):
+    """A row with no trained token is not counted in a sequence mean, as verl's agg_loss without a
+    global_batch_size (TRL's and verl's trainer count it: test_trl_losses.py)."""
+    logp, old, mask, adv = inputs((8, 17), 13, spread=0.5)
+    mask[[1, 6]] = 0.0
+    cfg = verl_actor(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
+    ours = policy_loss(logp, old, adv, mask, 0.2, 0.28, 3.0, "token", agg, norm_length=17)[0]
+    theirs = verl().core.compute_policy_loss_vanilla(old, logp, adv[:, None] * mask, mask, agg, cfg)[0]
+    torch.testing.assert_close(ours.detach(), theirs.detach(), **TOL)
+    # verl's trainer passes global_batch_size = the rows (8): the same sums over 8 rows, not 6
+    x = torch.rand(8, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    counted = verl().core.agg_loss(x, mask, agg, global_batch_size=8, loss_scale_factor=17)
+    assert float(counted) == pytest.approx(float(aggregate(x, mask, agg, norm_length=17)) * 6 / 8, rel=1e-9)

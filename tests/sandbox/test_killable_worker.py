@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from rlvr.rewards.maths import worker as maths_worker
 from rlvr.rewards.maths.worker import SymbolicWorker
 from rlvr.sandbox.worker import KillableWorker
 
@@ -50,13 +49,21 @@ def test_ask_answers_then_a_hung_worker_is_killed_with_its_group():
         os.kill(pid, 0)   # killed and reaped, not left stopped
 
 
-def test_shared_worker_is_one_worker_across_racing_threads(monkeypatch):
-    monkeypatch.setattr(maths_worker, "_shared", None)
+def test_shared_worker_is_one_worker_across_racing_threads():
+    from rlvr.rewards.workers import current, owned_by_run
+
+    with owned_by_run():   # a fresh set: the first use races
+        _race_for_the_worker()
+
+
+def _race_for_the_worker():
+    from rlvr.rewards.workers import current
+
     barrier, got = threading.Barrier(8), []
 
     def take():
         barrier.wait()
-        got.append(maths_worker.shared_worker())
+        got.append(current().maths)
 
     threads = [threading.Thread(target=take) for _ in range(8)]
     for t in threads:
@@ -64,3 +71,23 @@ def test_shared_worker_is_one_worker_across_racing_threads(monkeypatch):
     for t in threads:
         t.join()
     assert len(got) == 8 and len({id(w) for w in got}) == 1
+
+
+def test_each_run_owns_its_workers_and_closes_them():
+    """Two runs in one process (two rlvr.fit calls in a notebook) share no maths worker, judge pool or restart
+    count, and a run's workers end with it; outside a run, the process's own set is used."""
+    from rlvr.rewards.workers import current, owned_by_run
+
+    outside = current()
+    with owned_by_run() as first:
+        assert current() is first and first is not outside
+        assert first.maths.compare("(x+1)^2", "x^2+2*x+1") == (True, "equivalent")  # the run's worker, started
+        proc = first.maths.process
+        assert proc is not None and proc.poll() is None
+        first.maths._kill()  # what a hang past the limit costs: one restart, counted for this run
+        assert first.maths_restarts == 1
+    assert proc.poll() is not None and current() is outside  # closed with its run
+    with owned_by_run() as second:
+        assert second.maths_restarts == 0 and second.maths is not first.maths
+        assert second.maths.compare("(x+1)^2", "x^2+2*x+1") == (True, "equivalent")
+        assert second.maths.process.pid != proc.pid

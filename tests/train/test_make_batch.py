@@ -14,7 +14,7 @@ from rlvr.train.grpo import collect, train_step
 from rlvr.train.forward import completion_logprobs
 from rlvr.train.overlap import Rollouts
 from rlvr.train.assemble import setup
-from rlvr.train.update import UpdateSettings, policy_update, reference_forward
+from rlvr.train.update import policy_update, reference_forward
 
 
 def tiny_run(tmp_path, *extra):
@@ -27,17 +27,17 @@ def tiny_run(tmp_path, *extra):
 @pytest.mark.parametrize("preset", ["rloo", "reinforce_pp", "ppo"])
 def test_kl_reward_is_zero_at_equal_weights_with_int8_rollouts(tmp_path, preset):
     run = tiny_run(tmp_path, f"--algo.preset={preset}")
-    cfg = run.cfg
+    s = run.settings.update
     c = collect(run, 1)
     r = c.rollout
-    trainer = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask, r.group_size,
-                                  run.pad_id, cfg.rollout.temperature).detach()
+    trainer = completion_logprobs(run.models.policy, r.prompt_ids, r.completion_ids, r.completion_mask, r.group_size,
+                                  s.pad_id, s.temperature).detach()
     gap = ((trainer - r.sampler_logp).abs() * r.completion_mask).amax()
     assert gap > 1e-3  # the int8 sampler really is off-policy, so the sampler's log-probs would show a KL
     batch, _ = make_batch(run, c)
-    ref_logp = reference_forward(run.ref, batch, UpdateSettings.of(cfg, run.pad_id, run.precision))
+    ref_logp = reference_forward(run.models.ref, batch, s)
     logp, values = old_policy_forward(run, batch)
-    _, metrics = with_advantages(cfg.algo, batch, logp, ref_logp, values)
+    _, metrics = with_advantages(s.algo, batch, logp, ref_logp, values)
     assert metrics["kl_reward"] == 0.0
 
 
@@ -63,9 +63,8 @@ def test_a_step_runs_the_forwards_its_loop_names(tmp_path, monkeypatch, preset, 
     c = collect(run, 1)
     make_batch(run, c)
     assert seen == dict.fromkeys(forwards, 0)
-    settings = UpdateSettings.of(run.cfg, run.pad_id, run.precision)
-    with Rollouts(lambda step: collect(run, step), run.engine, run.policy, one_step_off=False) as rollouts:
-        train_step(run, 1, settings, rollouts)
+    with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy, one_step_off=False) as rollouts:
+        train_step(run, 1, rollouts)
     assert seen == forwards
 
 
@@ -76,11 +75,10 @@ def test_a_minus_inf_sampler_logprob_leaves_the_loss_and_is_counted(tmp_path):
     c.rollout.sampler_logp[0, 0] = -math.inf
     c.rollout.sampler_logp[4, 1] = math.nan
     batch, metrics = make_batch(run, c)
-    batch, _ = with_advantages(run.cfg.algo, batch)
+    batch, _ = with_advantages(run.settings.update.algo, batch)
     assert metrics["rollout/nonfinite_logp_tokens"] == 2
     assert float(batch.completion_mask.sum()) == float(mask.sum()) - 2
     assert batch.completion_mask[0, 0] == 0 and batch.env_mask[0, 0] == 1  # still attended to, not scored
     assert torch.isfinite(batch.sampler_logp).all()
-    settings = UpdateSettings.of(run.cfg, run.pad_id, run.precision)
-    m = policy_update(run.policy, run.optimizer, batch, settings)
+    m = policy_update(run.models.policy, run.models.optimizer, batch, run.settings.update)
     assert m["skipped_updates"] == 0 and math.isfinite(m["loss"]) and math.isfinite(m["rollout/logp_mismatch_max"])

@@ -154,7 +154,8 @@ def test_token_budget_groups_hand_computed():
     lengths = [[4, 1], [2, 2], [6, 3], [1, 0]]
     mask = torch.tensor([[1.0] * n + [0.0] * (6 - n) for g in lengths for n in g])  # [8, 6]
     batch = Batch(prompts=[[7] * n for n in (3, 5, 2, 4)], completion_ids=torch.zeros(8, 6, dtype=torch.long),
-                  completion_mask=mask, advantages=torch.zeros(8), group_size=2)
+                  completion_mask=mask,
+                  advantages=torch.zeros(8), group_size=2)
     # [0, 1]: 2 * (5 + 2 * 4) = 26 <= 30; + group 2: 3 * (5 + 2 * 6) = 51; [2, 3]: 2 * (4 + 2 * 6) = 32
     mbs = _micro_batches(batch, 4, 30)
     assert [(sl.start, sl.stop, w) for _, sl, w in mbs] == [(0, 4, 4), (4, 6, 6), (6, 8, 1)]

@@ -192,6 +192,7 @@ def serve() -> None:
     # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.sandbox.launcher)
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     sys.setrecursionlimit(2000)
+    import sympy.parsing.sympy_parser  # noqa: F401 - loaded before "ready": an answer's time limit is its own
     out = sys.stdout
     out.write("ready\n")
     out.flush()
@@ -254,24 +255,6 @@ class SymbolicWorker:
     def close(self) -> None:
         with self._lock:
             self._kill()
-
-
-_shared: SymbolicWorker | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_worker() -> SymbolicWorker:
-    """The process's one symbolic worker, made on first use (under a lock: reward threads race here)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = SymbolicWorker()
-        return _shared
-
-
-def checker_restarts() -> int:
-    """How many times the shared worker was killed and replaced in this process (cumulative)."""
-    return _shared.restarts if _shared is not None else 0
 
 
 if __name__ == "__main__":
