@@ -85,7 +85,7 @@ def server(tmp_path_factory):
 
 
 def trainer_logprobs(policy, rollout, temperature):
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.forward import completion_logprobs
 
     with torch.no_grad():
         return completion_logprobs(policy, rollout.prompt_ids, rollout.completion_ids, rollout.completion_mask,
