@@ -71,41 +71,11 @@ def _kind(kind) -> str:
     return kind if kind in FAILURE_KINDS else LIMIT
 
 
-
-
+# What happened to one completion (Verdict.outcome; the code/<outcome>_frac metrics): passed; visible_only (a
+# hidden case failed after the visible ones passed: what special-casing the examples looks like); no_code; and a
+# failure's kind as its runner reported it (rlvr.sandbox.run.FAILURE_KINDS): syntax_error, timeout (time or CPU
+# limit), sandbox_error (a limit or an abnormal end), wrong (any other failed case, exception or missing function).
 CODE_OUTCOMES = ("passed", "wrong", "visible_only", "no_code", "syntax_error", "timeout", "sandbox_error")
-_SANDBOX = ("memory limit", "output too large", "malformed answer", "no result", "crashed: killed by")
-
-
-def code_outcome(reason: str) -> str:
-    """What happened to one completion, guessed back from a verdict's reason text: only for samples
-    written before verdicts carried it. Training counts Verdict.outcome, which judge sets from the kinds
-    the sandbox, the program session and the judge worker report as data; nothing in rlvr calls this. The first failure
-    decides: passed; visible_only (a hidden case failed after the visible ones passed: what special-casing
-    the examples looks like); no_code; syntax_error; timeout (time or CPU limit); sandbox_error (a limit or
-    an abnormal end: memory, output size, killed, no or malformed answer); wrong (any other failed case,
-    exception or missing function)."""
-    if reason.startswith("passed") and ";" not in reason:
-        return "passed"
-    first = reason.split("; ", 1)[1] if reason.startswith("passed") else reason
-    if first in ("no code block", "empty code block"):
-        return "no_code"
-    # case 1 hidden: the spec shows no cases (HumanEval's check), so there were no visible ones to pass
-    if first.startswith("failed case") and "(hidden)" in first.split(":", 1)[0] \
-            and not first.startswith("failed case 1 ") and _failure_kind(first) == "wrong":
-        return "visible_only"
-    return _failure_kind(first)
-
-
-def _failure_kind(why: str) -> str:
-    """The kind of one failure guessed from its words (code_outcome's, for old samples only)."""
-    if "SyntaxError" in why or "IndentationError" in why:
-        return "syntax_error"
-    if "timed out" in why or "cpu time limit" in why:
-        return "timeout"
-    if any(s in why for s in _SANDBOX):
-        return "sandbox_error"
-    return "wrong"
 
 
 def _outcome_of(spec: Spec, outcomes: list[CaseOutcome]) -> str:
@@ -194,5 +164,5 @@ def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
 
 code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts, config=_DEFAULT,
                         checks_correctness=True, outcomes=CODE_OUTCOMES)
-__all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_outcome", "code_tests", "code_tests_verdict",
+__all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_tests", "code_tests_verdict",
            "last_code_block", "make_code_tests", "parse_spec", "same", "program_outcomes"]
