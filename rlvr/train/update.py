@@ -14,7 +14,7 @@ from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train.batch import Batch
-from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
+from rlvr.train.logprobs import MAX_BUCKETS, Reference, completion_logprobs, reference_logprobs
 
 # policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
 TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old",
@@ -159,6 +159,12 @@ def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old
     return sampler_w, keep, chosen, counts
 
 
+def _buckets(policy) -> int:
+    """Forward calls a micro-batch's completions may take. Under FSDP every rank must run the same
+    collectives (each sharded layer all-gathers per call), so one call, whatever this rank's lengths."""
+    return 1 if dd.is_fsdp(policy) else MAX_BUCKETS
+
+
 def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
     """Forward one micro-batch. Its loss is already divided by the whole batch's units, so the
     micro-batches' losses (and gradients) sum to the batch's. Returns (new log-probs [b, w] detached,
@@ -170,7 +176,8 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
                                   s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
-                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=coef != 0)
+                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=coef != 0,
+                                  max_buckets=_buckets(policy))
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
@@ -236,6 +243,8 @@ def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -
     per_token = lambda k: sums[k] / max(n_tok, 1.0)
     m = {"loss": sums["loss"], "kl": per_token("kl") if want_ref else None, "entropy": per_token("entropy"),
          **{k: per_token(k) for k in TOKEN_MEANS}}
+    if n_tok == 0:  # no trained token anywhere: the ratio statistics are 1, as policy_loss gives them
+        m["ratio/mean"] = 1.0
     m["ratio/min"] = extremes.get("ratio/min", 1.0)
     m["ratio/max"] = extremes.get("ratio/max", 1.0)
     if critic is not None:
@@ -243,9 +252,35 @@ def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -
     return m
 
 
+def _untrained(batch: Batch, mbs) -> list[bool]:
+    """For each micro-batch, whether it holds no trained token (every completion of it truncated under
+    algo.mask_truncated, or dropped): one host read for all of them."""
+    if not mbs:
+        return []
+    counts = torch.stack([batch.completion_mask[sl, :w].sum() for _, sl, w in mbs])
+    return (counts == 0).tolist()
+
+
+def _placeholder_backward(policy, batch: Batch, s: UpdateSettings, mb) -> None:
+    """An FSDP rank whose micro-batch holds no trained token still runs the collectives its peers run
+    (each sharded module's all-gather in the forward, its reduce-scatter in the backward): the forward
+    of two placeholder tokens (the prompt pass and one completion call, as a peer's micro-batch makes)
+    and the backward of that at weight 0, so it adds nothing to any gradient."""
+    prompts, sl, w = mb
+    ids = batch.completion_ids[sl, :2]
+    mask = torch.zeros_like(ids, dtype=batch.completion_mask.dtype)
+    mask[0] = 1.0
+    with _autocast(policy, s):
+        logp = completion_logprobs(policy, prompts, ids, mask, batch.group_size, s.pad_id, s.temperature,
+                                   max_buckets=1)
+    (logp.sum() * 0.0).backward()
+
+
 def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_logp: list, critic, units: dict,
-              compare: bool) -> tuple[dict[str, float], float, float, float]:
+              compare: bool, untrained: list[bool]) -> tuple[dict[str, float], float, float, float]:
     """Forward and backward every micro-batch (gradients accumulate); the first pass fills old_logp.
+    A micro-batch with no trained token has no loss: it is skipped (an FSDP rank runs the placeholder's
+    collectives instead), so a step whose every completion was left out trains nothing and fails nothing.
     Returns this rank's sums (loss, token-weighted metrics, sampler mismatch when `compare`), the ratio's
     min and max, and the largest sampler mismatch. They accumulate as tensors on the policy's device and
     the host reads them once, after the last micro-batch."""
@@ -254,7 +289,12 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
     zero = batch.completion_mask.new_zeros(())
     sums = dict.fromkeys(keys, zero)
     low, high, peak = zero + math.inf, zero - math.inf, zero
+    sharded = dd.is_fsdp(policy)
     for k, (prompts, sl, w) in enumerate(mbs):
+        if untrained[k]:
+            if sharded:
+                _placeholder_backward(policy, batch, s, (prompts, sl, w))
+            continue
         logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
                                                  critic, units)
         if old_logp[k] is None:
@@ -281,6 +321,10 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
     is not finite is skipped (no optimizer step) and counted in skipped_updates.
 
+    A micro-batch with no trained token (algo.mask_truncated on completions all truncated) skips its
+    forward and backward, counted in untrained_micro_batches; with none anywhere the step leaves the
+    weights as they are (no gradient: AdamW moves no parameter) and grad_norm is 0.
+
     Every micro-batch's loss is divided by the units of the whole batch (`aggregate`'s units), summed
     over ranks under torch.distributed (`dist`, where `batch` is this rank's shard of whole groups), and
     gradients are summed over micro-batches and ranks: the step equals one process on the whole batch
@@ -300,12 +344,14 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
                                            batch.group_size, s.pad_id, s.temperature, _cut(batch.env_mask, sl, w))
                         for p, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
+    untrained = _untrained(batch, mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
     skipped = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
-        sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
+        sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, it == 0,
+                                          untrained)
         dd.allreduce_gradients(params, dist)
         limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
@@ -327,6 +373,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
+    # of them, those with no trained token, whose backward was skipped (all of them: the step trained nothing)
+    metrics["untrained_micro_batches"] = sum(untrained)
     if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
         metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied
         s.entropy.after_step(a, sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0))
