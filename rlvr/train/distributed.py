@@ -31,7 +31,8 @@ from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
 from rlvr.nf4 import is_nf4
 
-SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups", "micro_batches", "untrained_micro_batches")  # and every key ending in /errors
+# and every key ending in /errors
+SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups", "micro_batches", "untrained_micro_batches")
 
 
 @dataclass(frozen=True)

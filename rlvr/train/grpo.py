@@ -40,7 +40,7 @@ from rlvr.train.overlap import Rollouts
 from rlvr.train.assemble import setup
 from rlvr.train.sft import baseline_of
 from rlvr.train.state import Collected, Progress, Run, merge_collected
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import EntropyState, UpdateSettings, policy_update
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
@@ -134,8 +134,10 @@ def collect(run: Run, step: int) -> Collected:
     return out
 
 
-def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts) -> tuple[dict, Collected]:
-    """Phases 1-6 of one step; returns its metrics row and the global batch."""
+def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts,
+               entropy: EntropyState | None = None) -> tuple[dict, Collected]:
+    """Phases 1-6 of one step; returns its metrics row and the global batch. entropy: the adaptive entropy
+    controller's state (None: its start)."""
     device = run.dist.device
     reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -146,7 +148,7 @@ def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
     a = run.cfg.algo
     kl_ref = run.ref if settings.loss_beta > 0 else None
-    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist)  # 5.
+    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist, entropy)  # 5.
     run.scheduler.step()
     if run.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
         run.ref.sync(run.policy, a.ref_mixup)
@@ -305,7 +307,12 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
             if stopped := stopping():  # arrived before this step began
                 try_checkpoint(run, p, clock(), rollouts.state())
                 break
-            m, collected = train_step(run, step, settings, rollouts)
+            entropy = EntropyState(cfg.algo.entropy_coef if p.entropy_coef is None else p.entropy_coef,
+                                   p.last_entropy)
+            m, collected = train_step(run, step, settings, rollouts, entropy)
+            if cfg.algo.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
+                entropy = entropy.after(cfg.algo, m["entropy/watched_mean"])
+                p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
             log_step(run, p, out, step, m, collected)
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
                 evaluate_mid(run, p, out, step, clock)

@@ -25,13 +25,15 @@ WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_fra
 WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
 
 
-@dataclass
-class EntropyControl:
-    """The entropy bonus's coefficient between steps: algo.entropy_coef, or under algo.adaptive_entropy
-    Skywork-OR1's controller (rlvr.algo.adaptive_entropy_coef), held for the run (not checkpointed)."""
+@dataclass(frozen=True)
+class EntropyState:
+    """The entropy bonus's coefficient between steps under algo.adaptive_entropy (Skywork-OR1's controller,
+    rlvr.algo.adaptive_entropy_coef): state the loop carries in Progress and the checkpoint holds, so a
+    resumed run applies the coefficients of the run left alone. Without adaptive_entropy the coefficient
+    is algo.entropy_coef at every step."""
 
     coef: float
-    last_entropy: float = math.inf  # the mean entropy of the last step's trained tokens (none yet: inf)
+    last_entropy: float = math.inf  # the mean entropy of the last step's watched tokens (none yet: inf)
 
     def applied(self, a: AlgoConfig) -> float:
         """The coefficient of this step's bonus."""
@@ -39,11 +41,12 @@ class EntropyControl:
             return a.entropy_coef
         return entropy_bonus_coef(self.coef, self.last_entropy, a.entropy_target)
 
-    def after_step(self, a: AlgoConfig, entropy: float) -> None:
-        if a.adaptive_entropy:
-            self.coef = adaptive_entropy_coef(self.coef, entropy, a.entropy_target, a.entropy_coef_delta,
-                                              a.entropy_coef_min, a.entropy_coef_max)
-            self.last_entropy = entropy
+    def after(self, a: AlgoConfig, entropy: float) -> EntropyState:
+        """The state after a step whose watched tokens' mean entropy was `entropy`."""
+        if not a.adaptive_entropy:
+            return self
+        return EntropyState(adaptive_entropy_coef(self.coef, entropy, a.entropy_target, a.entropy_coef_delta,
+                                                  a.entropy_coef_min, a.entropy_coef_max), entropy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +61,6 @@ class UpdateSettings:
     tis_cap: float = 0.0  # rollout.tis_cap as resolved by tis_cap_of
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
-    entropy: EntropyControl | None = None  # None: algo.entropy_coef as it stands
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
 
     @staticmethod
@@ -67,8 +69,7 @@ class UpdateSettings:
         (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
         return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
-                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens,
-                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer)
+                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens, optimizer=cfg.optimizer)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:
@@ -78,10 +79,6 @@ class UpdateSettings:
         if a.sampler_correction == "auto":
             return ("token_truncate", 0.0, self.tis_cap) if self.tis_cap > 0 else ("off", 0.0, None)
         return a.sampler_correction, a.sampler_c_min, a.sampler_c_max
-
-    @property
-    def entropy_coef(self) -> float:
-        return self.entropy.applied(self.algo) if self.entropy is not None else self.algo.entropy_coef
 
     @property
     def objective_knobs(self) -> NoKnobs:
@@ -165,14 +162,14 @@ def _buckets(policy) -> int:
     return 1 if dd.is_fsdp(policy) else MAX_BUCKETS
 
 
-def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
+def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict,
+                coef: float):
     """Forward one micro-batch. Its loss is already divided by the whole batch's units, so the
     micro-batches' losses (and gradients) sum to the batch's. Returns (new log-probs [b, w] detached,
-    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max)."""
+    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max). coef: the entropy bonus's."""
     prompts, sl, w = mb
     a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
-    coef = s.entropy_coef
     with _autocast(policy, s):
         out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
                                   s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
@@ -277,7 +274,7 @@ def _placeholder_backward(policy, batch: Batch, s: UpdateSettings, mb) -> None:
 
 
 def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_logp: list, critic, units: dict,
-              compare: bool, untrained: list[bool]) -> tuple[dict[str, float], float, float, float]:
+              compare: bool, untrained: list[bool], coef: float) -> tuple[dict[str, float], float, float, float]:
     """Forward and backward every micro-batch (gradients accumulate); the first pass fills old_logp.
     A micro-batch with no trained token has no loss: it is skipped (an FSDP rank runs the placeholder's
     collectives instead), so a step whose every completion was left out trains nothing and fails nothing.
@@ -296,7 +293,7 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
                 _placeholder_backward(policy, batch, s, (prompts, sl, w))
             continue
         logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
-                                                 critic, units)
+                                                 critic, units, coef)
         if old_logp[k] is None:
             old_logp[k] = logp
         loss.backward()
@@ -313,9 +310,14 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
 
 
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
-                  critic=None, dist: dd.Dist = dd.Dist()) -> dict[str, float]:
+                  critic=None, dist: dd.Dist = dd.Dist(), entropy: EntropyState | None = None) -> dict[str, float]:
     """Clipped-surrogate update (+ loss beta * KL to `ref`, + entropy bonus, + value loss of `critic`, a
     head on the policy's hidden states). Returns the last pass's metrics as floats.
+
+    The entropy bonus's coefficient is `entropy`'s (the adaptive controller's state; None: its start,
+    algo.entropy_coef); with a bonus or the controller on, the metrics hold the coefficient applied
+    (entropy/coef) and the mean entropy of the tokens it watched (entropy/watched_mean), from which the
+    caller steps the state (EntropyState.after).
 
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
@@ -334,6 +336,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
         ref = Reference(ref)
     a = s.algo
     o = s.optimizer
+    coef = (entropy or EntropyState(a.entropy_coef)).applied(a)
     mbs = _micro_batches(batch, o.micro_batch_prompts, o.micro_batch_tokens)
     units = _batch_units(batch.completion_mask, a.aggregation, dist)
     want_ref = s.loss_beta > 0 and ref is not None
@@ -351,7 +354,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, it == 0,
-                                          untrained)
+                                          untrained, coef)
         dd.allreduce_gradients(params, dist)
         limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
@@ -375,8 +378,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     # of them, those with no trained token, whose backward was skipped (all of them: the step trained nothing)
     metrics["untrained_micro_batches"] = sum(untrained)
-    if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
-        metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied
-        s.entropy.after_step(a, sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0))
+    if a.adaptive_entropy or a.entropy_coef != 0:
+        metrics["entropy/coef"] = coef  # the coefficient this step applied
+        metrics["entropy/watched_mean"] = sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0)
     optimizer.zero_grad(set_to_none=True)
     return metrics

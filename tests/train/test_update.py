@@ -10,7 +10,7 @@ from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
+from rlvr.train.update import EntropyState, UpdateSettings, _micro_batches, policy_update
 
 OPTIMIZER_KEYS = {f.name for f in dataclasses.fields(OptimizerConfig)}
 
@@ -282,11 +282,15 @@ def test_adaptive_entropy_raises_the_coefficient_below_the_target(tiny):
     batch = make_batch(model, tok)
     s = settings(tok, adaptive_entropy=True, entropy_coef=0.01, entropy_target=100.0, entropy_coef_delta=0.005)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: only the coefficient moves
-    first = policy_update(model, opt, batch, s)
-    second = policy_update(model, opt, batch, s)
+    state = EntropyState(0.01)
+    first = policy_update(model, opt, batch, s, entropy=state)
+    state = state.after(s.algo, first["entropy/watched_mean"])
+    second = policy_update(model, opt, batch, s, entropy=state)
+    state = state.after(s.algo, second["entropy/watched_mean"])
     # no entropy measured before the first step: no bonus; then the entropy (< 100 nats) is below target
     assert first["entropy/coef"] == 0.0 and abs(second["entropy/coef"] - 0.015) < 1e-9
-    assert abs(s.entropy.coef - 0.02) < 1e-9
+    assert abs(state.coef - 0.02) < 1e-9 and state.last_entropy == second["entropy/watched_mean"]
+    assert 0 < state.last_entropy == first["entropy"] < 100  # every real token is watched (no selection)
 
 
 def masked_rows(batch, rows):
