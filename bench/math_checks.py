@@ -13,7 +13,7 @@ import statistics
 import time
 
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.maths.worker import shared_worker
+from rlvr.rewards.workers import current
 
 
 def rate(completions: list[str], golds: list[str], repeats: int = 3) -> float:
@@ -39,7 +39,7 @@ def main() -> None:
     forms += [(f"**Answer:** $(-\\infty, {k}] \\cup ({k + 1}, \\infty)$", f"(-\\infty,{k}]\\cup({k + 1},\\infty)")
               for k in range(100)]
     forms += [(f"\\boxed{{x = {k}}}", f"{k}") for k in range(100)]
-    shared_worker().compare("1", "1")  # start the worker outside the timing
+    current().maths.compare("1", "1")  # start the worker outside the timing
     for name, items in (("simple integers", simple), ("LaTeX fractions", fractions), ("answer forms", forms),
                         ("symbolic (sympy)", symbolic)):
         completions, golds = [c for c, _ in items], [g for _, g in items]

@@ -54,9 +54,10 @@ def measure(name: str, steps: int, model_name: str) -> dict:
     policy.train()
     vocab = policy.config.vocab_size
     b = PROMPTS * GROUP
-    batch = Batch([torch.randint(0, vocab, (PROMPT_TOKENS,)).tolist() for _ in range(PROMPTS)],
-                  torch.randint(0, vocab, (b, COMPLETION_TOKENS)), torch.ones(b, COMPLETION_TOKENS),
-                  torch.randn(b), GROUP)
+    batch = Batch(prompts=[torch.randint(0, vocab, (PROMPT_TOKENS,)).tolist() for _ in range(PROMPTS)],
+                  completion_ids=torch.randint(0, vocab, (b, COMPLETION_TOKENS)),
+                  completion_mask=torch.ones(b, COMPLETION_TOKENS),
+                  advantages=torch.randn(b), group_size=GROUP)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-5)
     settings = UpdateSettings.of(Config(optimizer=OptimizerConfig(micro_batch_prompts=4)), tok.pad_token_id,

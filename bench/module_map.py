@@ -116,12 +116,10 @@ def step_trace() -> tuple[list[str], int, int]:
     from rlvr.train.assemble import setup
     from rlvr.train.grpo import collect, train_step
     from rlvr.train.overlap import Rollouts
-    from rlvr.train.update import UpdateSettings
 
     out = tempfile.mkdtemp()
     cfg = build_config(ROOT / "configs/smoke.yaml", [f"--train.out={out}", "--train.threads=1"])
     run = setup(cfg)
-    settings = UpdateSettings.of(cfg, run.pad_id, run.precision)
     entered: set[str] = set()
     state = {"last": None, "switches": 0, "calls": 0}
     prefix = str(PKG) + "/"
@@ -141,11 +139,11 @@ def step_trace() -> tuple[list[str], int, int]:
             state["calls"] += event == "call"
         state["last"] = f
 
-    run.policy.train()
+    run.models.policy.train()
     sys.setprofile(prof)
     try:
-        with Rollouts(lambda step: collect(run, step), run.engine, run.policy, one_step_off=False) as rollouts:
-            train_step(run, 1, settings, rollouts)
+        with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy, one_step_off=False) as rollouts:
+            train_step(run, 1, rollouts)
     finally:
         sys.setprofile(None)
     return sorted(str(Path(f).relative_to(ROOT)) for f in entered), state["switches"], state["calls"]

@@ -2,6 +2,7 @@
 
 `rlvr.fit(model=..., rewards={fn: 1.0}, train_dataset=rows, **overrides)` runs what `rlvr train` runs,
 from Python (rlvr/api.py)."""
+import logging
 import os
 
 # torch's OpenMP threads wait for each other by spinning. On a CPU shared with other work (reward workers,
@@ -10,6 +11,9 @@ import os
 # (bench/eval_threads.py). Waiting passively costs little when the cores are free. It must be set before
 # torch loads its OpenMP runtime; a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torchao (model.quantize=nf4, optimizer.state=8bit; peft imports it wherever it is installed) logs a warning
+# for each of its optional GPU kernels that did not load: on a CPU, every one, on every import
+logging.getLogger("torchao").setLevel(logging.ERROR)
 
 from rlvr.api import fit  # noqa: E402 (after the OpenMP setting, though rlvr.api loads no torch itself)
 

@@ -5,7 +5,10 @@ other argument is the command's own and may be spelled `--flag value` or `--flag
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 from rlvr.config import build_config, describe, valid_keys
@@ -41,8 +44,9 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
 
 
 def default_config(overrides: list[str], demo: Path = DEMO_CONFIG) -> Path | None:
-    """The config of a command given none: the demo's, unless --task.name names the user's own task, which
-    then starts from the defaults (the demo's 24-token answers and worked example belong to the demo)."""
+    """The config of a command given none: the demo's (rlvr sft: configs/sft.yaml), unless --task.name names
+    the user's own task, which then starts from the defaults (the demo's 24-token answers, held-out size
+    and worked example belong to the demo's task)."""
     own_task = any(o.startswith("--task.name=") for o in overrides)
     return demo if demo.is_file() and not own_task else None
 
@@ -190,8 +194,10 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, help="problems per generation batch (default: eval.batch_size)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--out", default="runs/eval", help="where eval.json goes (default runs/eval)")
-    parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) greedily "
-                        "on the same problems and report which problems the model fixed and broke against it")
+    parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) as the "
+                        "model is evaluated, on the same problems with the same samples and seed: its pass@1, "
+                        "pass@k and maj@k beside the model's with the change, and which problems the model fixed "
+                        "and broke against it")
     return parser
 
 
@@ -238,11 +244,12 @@ def cmd_eval(argv: list[str]) -> int:
         with sampling:
             compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
                                            args.baseline, tasks, args.split, args.n, s, results, cfg.env, graders)
-        for label, base in compared.items():
+        for label, (base, _) in compared.items():
             summaries[label]["baseline"] = base
             print("\n".join(baseline_lines(label, summaries[label], base)))
     path = write_outputs(args.out, eval_json(model, args.split, s, summaries),
-                         {label: records for label, (_, records) in results.items()})
+                         {label: records for label, (_, records) in results.items()},
+                         {label: records for label, (_, records) in compared.items()} if args.baseline else None)
     print(f"wrote {path}")
     return 0
 
@@ -257,24 +264,42 @@ def sft_parser() -> argparse.ArgumentParser:
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
         "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
-        "rlvr train --model.name=RUN_DIR/final. The keys below are used, with sft.batch_size as the "
-        "examples per step and optimizer.micro_batch_prompts as the examples per forward pass; other keys are "
-        "accepted and ignored.",
-        epilog=_keys_epilog("config keys used (default)",
-                            reads))
-    parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml)")
+        "rlvr train --model.name=RUN_DIR/final (the end of the run prints the command). The keys below are used, "
+        "with sft.batch_size as the examples per step and optimizer.micro_batch_prompts as the examples per "
+        "forward pass; other keys are accepted and ignored.",
+        epilog=_keys_epilog("config keys used (the default: what a CONFIG file or --task.name without a CONFIG "
+                            "starts from, as for rlvr train; [sft.yaml: value]: what `rlvr sft` with neither runs "
+                            "instead)", reads, beside=SFT_CONFIG))
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml, or with --task.name "
+                        "the defaults below)")
     return parser
+
+
+# What a GRPO run started from an SFT model keeps of the SFT command line: the task and how it is prompted
+# and graded (the SFT run's own steps, optimizer and run directory are its own).
+SAME_TASK = ("--task.", "--eval.", "--rewards.", "--env.", "--rollout.", "--curriculum.")
+
+
+def grpo_command(path: Path | str | None, overrides: list[str], final: Path) -> str:
+    """The `rlvr train` command that starts GRPO from an SFT run's final/ on the same task: the user's own
+    config and task overrides; configs/sft.yaml's task is configs/arithmetic.yaml's."""
+    import os
+    import shlex
+
+    if path is not None and Path(path).resolve() == SFT_CONFIG:
+        arithmetic = SFT_CONFIG.parent / "arithmetic.yaml"
+        path = rel if not (rel := os.path.relpath(arithmetic)).startswith("..") else arithmetic
+    same = [o for o in overrides if o.startswith(SAME_TASK)]
+    return shlex.join(["rlvr", "train", *([str(path)] if path is not None else []), *same, f"--model.name={final}"])
 
 
 def cmd_sft(argv: list[str]) -> int:
     args, overrides = parse(sft_parser(), argv)
-    path = args.config
-    if path is None and SFT_CONFIG.is_file():
-        path = SFT_CONFIG
-    cfg = build_config(path, overrides)
+    path = args.config or default_config(overrides, SFT_CONFIG)  # --task.name: the defaults, as rlvr train
+    cfg = build_config(path, overrides, command="sft")
     from rlvr.train.sft import sft
 
-    sft(cfg)
+    sft(cfg, then=grpo_command(path, overrides, Path(cfg.train.out) / "final"))
     return 0
 
 
@@ -285,7 +310,48 @@ COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "rep
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; its exit status. Called as the program (no `argv`: the `rlvr` script and
+    `python -m rlvr`), it does not wait at exit for threads that code it loaded left running (a reward
+    module's non-daemon thread would otherwise keep a finished `rlvr train` alive)."""
+    if argv is not None:
+        return _command(list(argv))
+    try:
+        code = _command(sys.argv[1:])
+    except SystemExit as e:  # argparse's --help and usage errors
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - a bug's traceback, as the interpreter would print it
+        traceback.print_exc()
+        code = 1
+    exit_leaving_threads(code)
+    return code
+
+
+def exit_leaving_threads(code: int) -> None:
+    """Exit now, as interpreter shutdown would but without joining non-daemon threads, when any is left."""
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not left:
+        return
+    names = ", ".join(sorted({t.name for t in left}))
+    print(f"rlvr: exiting without waiting for {len(left)} thread(s) left running by loaded code ({names})",
+          file=sys.stderr)
+    import atexit
+
+    atexit._run_exitfuncs()  # what shutdown runs (trackers' handlers), then the exit it would make
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _end_progress_bars() -> None:
+    """Close a progress bar an error left open, so that the error starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
+def _command(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         if argv and argv[0] not in ("-h", "--help"):
             print(f"rlvr: unknown command '{argv[0]}'", file=sys.stderr)
@@ -295,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[argv[0]](argv[1:])
     except RlvrError as e:
+        _end_progress_bars()
         print(f"rlvr: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

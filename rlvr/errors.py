@@ -22,7 +22,11 @@ def decode_utf8(data: bytes, path) -> str:
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT}  # a full disk, a full quota
 
 
-def write_error(path, e: BaseException) -> RlvrError:
+class WriteError(RlvrError):
+    """A file of the run could not be written (a full disk, permissions): the run stops with one line."""
+
+
+def write_error(path, e: BaseException) -> WriteError:
     """One clear line for a write that failed: the path, and that the disk is full when it is (OSError's
     errno, or the text of a library's own error such as safetensors'), else the system's reason."""
     text, code = str(e), getattr(e, "errno", None)
@@ -32,4 +36,4 @@ def write_error(path, e: BaseException) -> RlvrError:
         why = "the file size limit (ulimit -f) is reached"
     else:
         why = f"{type(e).__name__}: {text}"
-    return RlvrError(f"cannot write {path}: {why}")
+    return WriteError(f"cannot write {path}: {why}")

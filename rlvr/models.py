@@ -221,7 +221,6 @@ def apply_lora(policy, lora):
     The base weights stay frozen, so the KL reference is the same model with its adapters disabled
     (rlvr.train.logprobs.Reference) and no second copy is held.
     """
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # peft imports it where installed: its GPU kernels' load notes
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError as e:
@@ -256,5 +255,6 @@ def enable_gradient_checkpointing(policy) -> None:
 def checkpointing_active(model) -> bool:
     """True when the next forward of `model` will be checkpointed (and so runs without a cache)."""
     inner = unwrap(model)
-    on = getattr(inner, "is_activation_checkpointing", getattr(inner, "is_gradient_checkpointing", False))
-    return bool(on) and inner.training and torch.is_grad_enabled()
+    # the old name only where the new one is absent (earlier 5.x): reading it on 5.24 warns FutureWarning
+    name = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    return bool(getattr(inner, name, False)) and inner.training and torch.is_grad_enabled()

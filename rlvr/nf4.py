@@ -18,7 +18,6 @@ of a large model's weights and the most sensitive to rounding).
 """
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
@@ -35,7 +34,6 @@ HALF_GAP = max(b - a for a, b in zip(LEVELS, LEVELS[1:])) / 2  # 0.1519: a weigh
 
 
 def _torchao():
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # its CUDA-only kernels say they did not load on a CPU
     try:
         from torchao.quantization import NF4Tensor, to_nf4
     except ImportError as e:

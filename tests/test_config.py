@@ -22,10 +22,10 @@ def test_defaults_and_overrides():
 
 
 def test_yaml_then_override(tmp_path):
-    p = write(tmp_path, "rollout:\n  group_size: 4\noptimizer:\n  lr: 3\n")
+    p = write(tmp_path, "rollout:\n  group_size: 4\noptimizer:\n  weight_decay: 3\n")
     cfg = build_config(p, ["--rollout.group_size=6"])
     assert cfg.rollout.group_size == 6
-    assert cfg.optimizer.lr == 3.0 and isinstance(cfg.optimizer.lr, float)  # int accepted for a float
+    assert cfg.optimizer.weight_decay == 3.0 and isinstance(cfg.optimizer.weight_decay, float)  # int accepted for a float
 
 
 def test_unknown_key_names_nearest(tmp_path):
@@ -158,6 +158,16 @@ def test_dapo_sets_the_reward_switch_and_a_file_written_for_grpo_loses_it(tmp_pa
 
 # ---------------------------------------------------------------- docstrings and validation
 
+def test_server_urls_one_or_several():
+    cfg = build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://a:8000/, http://b:8001"])
+    assert cfg.rollout.vllm.urls() == ["http://a:8000", "http://b:8001"]
+    cfg = build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=[http://a:8000]"])
+    assert cfg.rollout.vllm.urls() == ["http://a:8000"]
+    assert build_config(None, []).rollout.vllm.urls() == []
+    with pytest.raises(ConfigError, match="rollout.vllm.server_url 'a:8000' must start with http://"):
+        build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=a:8000"])
+
+
 def test_docstrings_say_what_the_code_does():
     parallel = field_docs(TrainConfig)["parallel"]
     assert "all-reduce (sum) per step" in parallel and "ddp (DistributedDataParallel)" not in parallel
@@ -165,7 +175,10 @@ def test_docstrings_say_what_the_code_does():
 
 
 @pytest.mark.parametrize("override, key", [
-    ("--rollout.vllm.server_url=http://localhost:8000", "rollout.vllm.server_url"),
+    ("--rollout.vllm.server_url=http://localhost:8000", "rollout.vllm.server_url"),  # without rollout.engine=vllm
+    ("--rollout.vllm.kv_cache_gib=0", "rollout.vllm.kv_cache_gib"),
+    ("--rollout.vllm.weight_push=ssh", "rollout.vllm.weight_push"),
+    ("--rollout.vllm.timeout_s=0", "rollout.vllm.timeout_s"),
     ("--rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
     ("--rollout.top_k=-1", "rollout.top_k"),
     ("--algo.beta=-0.1", "algo.beta"),

@@ -74,8 +74,8 @@ def test_vllm_beside_a_cpu_trainer_is_refused(monkeypatch):
     from rlvr.config import Config
     from rlvr.rollout import vllm_engine as ve
 
-    monkeypatch.setattr(ve, "check_vllm_usable", lambda: None)  # as if vllm and a GPU were there
-    with pytest.raises(RlvrError, match="rollout.engine=vllm samples on the GPU while the trainer is on cpu"):
+    monkeypatch.setattr(ve, "check_vllm_usable", lambda: "cuda")  # as if vllm and a GPU were there
+    with pytest.raises(RlvrError, match="rollout.engine=vllm samples on cuda .* while the trainer is on cpu"):
         ve.make_vllm_engine(Config(), torch.nn.Linear(1, 1), "unused")
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 from rlvr.algo.objectives import AllKnobs
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Head:
     """The algo section's keys before the objectives' knobs (a base class, so that --help and config.yaml keep
     their order: preset ... policy_loss, the knobs, then the rest)."""
@@ -45,7 +45,7 @@ class _Head:
     penalty on them), vespo (a gamma weight of the sequence ratio times log pi)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AlgoConfig(AllKnobs, _Head):
     """The algo section: _Head's keys, every objective's knobs (AllKnobs), then these."""
 

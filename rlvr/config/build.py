@@ -228,9 +228,10 @@ def _preset_replaces(data: dict, preset: str, where: str) -> dict:
     return {k: v for k, v in data.items() if k not in dropped}
 
 
-def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+def build_config(path: str | Path | None = None, overrides: list[str] = (), command: str = "train") -> Config:
     """Defaults, then the algo preset's knobs, then the YAML file, then the command line; a preset given
-    on the command line also replaces the file's values for the keys it sets (module docstring)."""
+    on the command line also replaces the file's values for the keys it sets (module docstring). `command`
+    names the run directory when nothing else does (default_out)."""
     from rlvr.algo.presets import PRESETS
 
     cfg = Config()
@@ -249,14 +250,17 @@ def build_config(path: str | Path | None = None, overrides: list[str] = ()) -> C
     for key, value in parsed:
         _set(cfg, key, value, "command line")
     if not cfg.train.out:
-        cfg.train.out = default_out(path)
+        cfg.train.out = default_out(path, command)
     validate(cfg)
     return cfg
 
 
-def default_out(path: str | Path | None) -> str:
+def default_out(path: str | Path | None, command: str = "train") -> str:
     """Where a run goes when its config names no train.out: named after the config file, so runs of
-    different configs never share a directory."""
+    different configs never share a directory; `rlvr sft` of a config adds -sft (runs/sft without a file),
+    so that `rlvr sft mine.yaml` and then `rlvr train mine.yaml` from its final/ do not share one either."""
+    if command == "sft":
+        return f"runs/{Path(path).stem}-sft" if path is not None else "runs/sft"
     return f"runs/{Path(path).stem}" if path is not None else "runs/run"
 
 

@@ -1,6 +1,6 @@
 """A run's config with its relative paths made absolute, so that the config.yaml it saves resumes from
-any working directory: task files, a local model directory, and the .py files of reward functions and
-environments. Names that are not paths here (built-in tasks and models, Hub names, importable modules)
+any working directory and nothing the run writes follows a reward's os.chdir: the run directory, task
+files, a local model directory, and the .py files of reward functions and environments. Names that are not paths here (built-in tasks and models, Hub names, importable modules)
 are left as they are."""
 from __future__ import annotations
 
@@ -35,4 +35,6 @@ def anchored(cfg: Config) -> Config:
     out.rewards.weights = {absolute_spec(k): v for k, v in out.rewards.weights.items()}
     out.env.name = absolute_spec(out.env.name)
     out.env.tools = [absolute_spec(tool) for tool in out.env.tools]
+    if out.train.out:  # the run's own directory, fixed at the start: a reward's os.chdir moves nothing
+        out.train.out = str(Path(out.train.out).expanduser().absolute())
     return out

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from rlvr.config.algo import AlgoConfig
 from rlvr.errors import RlvrError
@@ -12,7 +12,7 @@ class ConfigError(RlvrError):
     pass
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoraConfig:
     r: int = 0
     """LoRA rank (PEFT); 0 trains every weight. With LoRA the reference is the base with adapters off."""
@@ -42,7 +42,7 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TaskConfig:
     name: str = "arithmetic"
     """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .csv, .parquet, or a directory
@@ -92,7 +92,7 @@ class TaskConfig:
     """Seed for drawing and splitting problems (independent of train.seed)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CurriculumConfig:
     mode: str = "none"
     """none (seeded epochs over all of train), schedule (only the level open at each step), or adaptive
@@ -112,18 +112,44 @@ class CurriculumConfig:
     """adaptive: weight of the newest step in each level's running pass rate."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VllmConfig:
+    """rollout.engine=vllm: vLLM colocated in the training process (a CUDA GPU or vLLM's CPU platform), or
+    vLLM servers the user started (server_url). docs/vllm.md says which to use when."""
     gpu_memory_utilization: float = 0.3
-    """Fraction of GPU memory vLLM may take (colocated with training)."""
+    """Fraction of GPU memory vLLM may take (colocated with training), when kv_cache_gib is unset."""
+    kv_cache_gib: Optional[float] = None
+    """Colocated: the KV cache's size in GiB; null: gpu_memory_utilization's share of the GPU, and 1 GiB on
+    vLLM's CPU platform (where gpu_memory_utilization would be a share of host memory)."""
+    max_model_len: int = 0
+    """Colocated: the longest prompt + completion vLLM is set up for (the KV cache must hold one); 0: the
+    model's own maximum."""
     sleep: bool = True
-    """Put vLLM to sleep (free its KV cache) while the trainer updates."""
-    server_url: str = ""
-    """Reserved for a server mode (vLLM in its own process), which is not implemented: must stay empty,
-    and vLLM runs in the training process."""
+    """Put vLLM to sleep (free its KV cache) while the trainer updates (GPU only: the CPU platform has no
+    sleep mode)."""
+    server_url: Union[str, list[str]] = ""
+    """Sample from vLLM servers started by the user instead of a colocated engine: one URL
+    (http://host:8000), several (a list, or one string separated by commas: prompts are spread over them),
+    each started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs (docs/vllm.md). The
+    weights are pushed to every server after each update."""
+    weight_push: str = "disk"
+    """Server mode: how the weights reach the servers after each update: disk (written under weights_dir,
+    each server reloads them in place: the CPU platform, and GPUs sharing a filesystem), or nccl (vLLM's
+    weight-transfer API, GPU to GPU; not tested by rlvr's suite: docs/vllm.md)."""
+    weights_dir: str = ""
+    """Server mode: where the pushed weights are written for the servers to load (a directory every server
+    can read: shared storage across nodes); empty: <train.out>/vllm-weights."""
+    timeout_s: float = 600.0
+    """Server mode: the longest a request (a group's completions, a weight push) may take before the run
+    stops with an error naming the server."""
+
+    def urls(self) -> list[str]:
+        """server_url as a list of URLs (trailing slashes dropped); empty: colocated."""
+        given = self.server_url if isinstance(self.server_url, list) else self.server_url.split(",")
+        return [u.strip().rstrip("/") for u in given if u.strip()]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RolloutConfig:
     prompts_per_step: int = 8
     """Prompts sampled per training step."""
@@ -169,7 +195,7 @@ class RolloutConfig:
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
@@ -196,7 +222,7 @@ class EnvConfig:
     tool call, the tool's result and the final answer (configs/tools.yaml)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RewardsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0, "format": 0.2})
     """Reward functions and their weights: a built-in name (correctness, format, code_tests, env, length),
@@ -209,9 +235,18 @@ class RewardsConfig:
     """length reward: tokens before rollout.max_new_tokens where the penalty starts."""
     overlong_penalty: float = 1.0
     """length reward: the penalty at rollout.max_new_tokens (it falls linearly over the buffer)."""
+    timeout_s: float = 300.0
+    """The most seconds one call of a user's reward function (a 'module:function' or a Python function
+    given to rlvr.fit) may take, on a batch or, retried, on one row; 0: no limit. In the trainer's process a
+    call past it stops the run naming the reward and the row; with rewards.isolate it is killed and scored
+    as a failure. rlvr's built-ins have limits of their own."""
+    isolate: bool = False
+    """Run user reward functions in a worker process of their own: a hang past rewards.timeout_s, os._exit
+    or a crash costs that call (its completions score 0, counted in reward/<name>/errors), never the run.
+    The function must be importable there: a 'module:function' or .py file, or a module-level function."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OptimizerConfig:
     """AdamW, its warm-up and gradient accumulation: the same for rlvr train and rlvr sft."""
 
@@ -229,16 +264,22 @@ class OptimizerConfig:
     micro_batch_tokens: int = 0
     """rlvr train: if > 0, micro-batches are filled by this token budget (whole groups) instead of by
     prompt count."""
+    state: str = "fp32"
+    """Where AdamW keeps its moments (8 bytes a trained weight in fp32): fp32 (beside the weights), 8bit
+    (torchao's AdamW8bit: block-quantised moments, about 2 bytes a weight; tensors under 4096 values stay
+    fp32; needs torchao), or offload (fp32 master weights, gradients and moments in host memory, the step
+    run there: 16 bytes a weight off the GPU, a host copy each way per step). rlvr/train/optim.py."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     steps: int = 20
     """Training steps (one rollout batch each)."""
     seed: int = 0
     """Seed for sampling and prompt order."""
     out: str = ""
-    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file)."""
+    """Run directory; empty: runs/<the config file's name without .yaml> (runs/run without a file); rlvr sft:
+    runs/<name>-sft (runs/sft)."""
     overwrite: bool = False
     """Replace what the run directory holds (records, checkpoints, final/) once the new run has loaded its
     config, data and model; false refuses a directory that holds anything."""
@@ -267,7 +308,7 @@ class TrainConfig:
     rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalConfig:
     max_new_tokens: int = 256
     """Longest greedy completion in evaluation."""
@@ -301,7 +342,7 @@ class SftConfig:
     """rlvr sft: examples per optimizer step (optimizer.micro_batch_prompts of them per forward pass)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)

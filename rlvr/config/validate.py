@@ -2,6 +2,9 @@
 names the key and what it must be."""
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from rlvr.algo import AGGREGATIONS, ESTIMATORS, OBJECTIVES, SAMPLER_MODES
 from rlvr.algo.policy import SEQUENCE_RATIO_OBJECTIVES
 from rlvr.config.sections import Config, ConfigError
@@ -34,7 +37,14 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
          "rollout.weights=bf16 or int8, or rollout.compile=false"),
         (r.tis_cap is None or r.tis_cap >= 0, "rollout.tis_cap must be >= 0 (0 disables) or null"),
         (0 < v.gpu_memory_utilization < 1, "rollout.vllm.gpu_memory_utilization must be in (0, 1)"),
-        (not v.server_url, "rollout.vllm.server_url: server mode is not implemented; leave it empty"),
+        (v.kv_cache_gib is None or v.kv_cache_gib > 0, "rollout.vllm.kv_cache_gib must be > 0 or null"),
+        (v.max_model_len >= 0, "rollout.vllm.max_model_len must be >= 0 (0: the model's own)"),
+        (v.timeout_s > 0, "rollout.vllm.timeout_s must be > 0"),
+        _one_of(v.weight_push, "rollout.vllm.weight_push", ("disk", "nccl")),
+        (not v.server_url or r.engine == "vllm", "rollout.vllm.server_url samples from vLLM servers: set "
+         "rollout.engine=vllm with it, or leave it empty"),
+        *[(url.startswith(("http://", "https://")), f"rollout.vllm.server_url '{url}' must start with http:// "
+           "or https://") for url in v.urls()],
     ]
 
 
@@ -54,6 +64,7 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
         (a.norm_length >= 0 and a.max_refill >= 0, "algo.norm_length and algo.max_refill must be >= 0"),
         (a.ref_sync_every >= 0, "algo.ref_sync_every must be >= 0 (0: never)"),
         (0 < a.ref_mixup <= 1, "algo.ref_mixup must be in (0, 1]"),
+        (a.adv_eps > 0, "algo.adv_eps must be > 0: it keeps an all-equal group's advantage 0 instead of 0/0"),
         (0 <= a.gamma <= 1 and 0 <= a.lam <= 1, "algo.gamma and algo.lam must be in [0, 1]"),
     ] + _objective(cfg)
 
@@ -91,9 +102,11 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
 def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
     o = cfg.optimizer
     return [
-        (o.lr >= 0, "optimizer.lr must be >= 0"),
+        (0 <= o.lr < 1, f"optimizer.lr must be in [0, 1), got {o.lr}: AdamW moves each weight by about lr per step, "
+         "so an lr of 1 or more overwrites the weights (typical: 1e-6 to 1e-4)"),
         (o.micro_batch_prompts >= 1, "optimizer.micro_batch_prompts must be at least 1"),
         (o.micro_batch_tokens >= 0, "optimizer.micro_batch_tokens must be >= 0 (0: micro-batch by prompt count)"),
+        _one_of(o.state, "optimizer.state", ("fp32", "8bit", "offload")),
     ]
 
 
@@ -117,6 +130,10 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
          "curriculum.band_low and band_high must satisfy 0 <= band_low < band_high <= 1"),
         (0 < c.smoothing <= 1, "curriculum.smoothing must be in (0, 1]"),
         (bool(cfg.rewards.weights), "rewards.weights must name at least one reward function"),
+        *[(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w),
+           f"rewards.weights: the weight of {name!r} must be a finite number, got {w!r}")
+          for name, w in cfg.rewards.weights.items()],
+        (cfg.rewards.timeout_s >= 0, "rewards.timeout_s must be >= 0 (0: no limit)"),
         (t.steps >= 0, "train.steps must be >= 0"),
         (cfg.sft.batch_size >= 1, "sft.batch_size must be at least 1"),
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
@@ -147,8 +164,21 @@ def _env(cfg: Config) -> list[tuple[bool, str]]:
     ]
 
 
+def _finite(node, prefix: str = "") -> list[tuple[bool, str]]:
+    """Every float key holds a number: NaN passes every `>=` check as False but is refused by none of
+    the range checks written as `not (x < lo)`, and inf is no setting's meaning."""
+    checks = []
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            checks += _finite(value, key + ".")
+        elif isinstance(value, float) and not math.isfinite(value):
+            checks.append((False, f"{key} must be a finite number, got {value}"))
+    return checks
+
+
 def validate(cfg: Config) -> None:
     """Raise ConfigError naming the first key whose value cannot work."""
-    for ok, message in _rollout(cfg) + _algo(cfg) + _optimizer(cfg) + _env(cfg) + _rest(cfg):
+    for ok, message in _finite(cfg) + _rollout(cfg) + _algo(cfg) + _optimizer(cfg) + _env(cfg) + _rest(cfg):
         if not ok:
             raise ConfigError(message)

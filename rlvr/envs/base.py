@@ -28,7 +28,7 @@ from rlvr.rewards.call import accepted
 from rlvr.tasks.base import Problem, problem_messages
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reply:
     """The environment's answer to one model turn."""
 
@@ -134,7 +134,7 @@ class ToolEnv:
             # key, env/tool_calls/<name>); the error quotes any other, escaped
             record.append({"name": call.name if call.name in self.tools else (call.name and UNKNOWN),
                            "error": error})
-        return Reply("\n".join(results), "tool", calls=record)
+        return Reply(text="\n".join(results), role="tool", calls=record)
 
     def reward_columns(self) -> dict:
         if self.obj is not None and callable(getattr(self.obj, "get_reward", None)):

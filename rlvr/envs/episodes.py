@@ -1,6 +1,6 @@
 """Episodes in a batch: the rollout of every task, single-turn or multi-turn, through one function.
 
-    run_episodes(engine, spec, problems, group_size=G, seeds=..., **sampling) -> Episodes
+    run_episodes(engine, spec, problems, group_size=G, sampling=SamplingSettings(...), seeds=...) -> Episodes
 
 Each of the P * G rows is an episode with its own environment: the engine's session samples a model turn
 for every open row, each environment answers, the answers are appended as tokens (rlvr/envs/render.py),
@@ -24,6 +24,7 @@ from rlvr.errors import RlvrError
 from rlvr.rewards.base import load_callable
 from rlvr.rewards.call import dataset_columns
 from rlvr.rollout.decoding import Rollout
+from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks.base import Problem
 
 ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")
@@ -37,7 +38,7 @@ class Limits:
     max_episode_tokens: int = 1 << 30  # tokens after the prompt, model and environment
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EnvSpec:
     """How to run a run's episodes: a fresh environment per episode, the turn renderer, the limits."""
 
@@ -83,23 +84,24 @@ def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str 
     'module:Class' with step and reward_columns methods is an rlvr Environment, made with no arguments
     per episode (it builds its own messages); any other class is a TRL-style environment run by ToolEnv."""
     if env_cfg.name == "single":
-        return EnvSpec(lambda: SingleTurn(few_shot, system_prompt), TurnRender(tok), Limits(), False)
+        return EnvSpec(make=lambda: SingleTurn(few_shot, system_prompt), render=TurnRender(tok), limits=Limits(),
+                       multi_turn=False)
     cls = load_class(env_cfg.name) if env_cfg.name != "tools" else None
     limits = Limits(env_cfg.max_turns, env_cfg.max_tool_tokens, env_cfg.max_episode_tokens)
     # an rlvr Environment (rlvr/envs/base.py) has step and reward_columns; a TRL environment may well
     # have a tool named step (a gym-style action) but never reward_columns
     if cls is not None and all(callable(getattr(cls, m, None)) for m in ("step", "reward_columns")):
-        return EnvSpec(cls, TurnRender(tok), limits, True)
+        return EnvSpec(make=cls, render=TurnRender(tok), limits=limits, multi_turn=True)
     tools = builtin_tools(env_cfg.tools)
     probe = ToolEnv(tools, cls() if cls else None)
     native = template_supports_tools(tok)
     render = TurnRender(tok, [t.schema() for t in probe.tools.values()] if native else None)
     make = lambda: ToolEnv(tools, cls() if cls else None, system_prompt, not native, env_cfg.example, few_shot,
                            env_cfg.tool_budget_s)
-    return EnvSpec(make, render, limits, True)
+    return EnvSpec(make=make, render=render, limits=limits, multi_turn=True)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Episodes:
     rollout: Rollout  # completion_mask: model tokens; env_mask: environment tokens
     texts: list[str]  # each row's final model turn, decoded: what reward functions score
@@ -187,16 +189,14 @@ def completion_messages(turns: list[dict]) -> list[dict]:
     return out
 
 
-def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: int, max_new_tokens: int,
-                 temperature: float, top_p: float = 1.0, top_k: int = 0, stop_ids: list[int], pad_id: int,
+def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: int, sampling: SamplingSettings,
                  seeds: list[int] | None = None, generator: torch.Generator | None = None) -> Episodes:
-    """group_size episodes of each problem (module docstring); max_new_tokens caps each model turn."""
-    tok, lim = spec.render.tok, spec.limits
+    """group_size episodes of each problem (module docstring); sampling.max_new_tokens caps each model turn."""
+    tok, lim, max_new_tokens = spec.render.tok, spec.limits, sampling.max_new_tokens
     envs = [spec.make() for _ in range(len(problems) * group_size)]
     prompts, rests = _prompts(spec, envs, problems, group_size)
     extra = {"generator": generator} if generator is not None else {}
-    session = engine.session(prompts, seeds=seeds, group_size=group_size, temperature=temperature, top_p=top_p,
-                             top_k=top_k, stop_ids=stop_ids, pad_id=pad_id, **extra)
+    session = engine.session(prompts, seeds=seeds, group_size=group_size, **sampling.engine_args(), **extra)
     rows = [_Row() for _ in envs]
     own = [b for b, rest in enumerate(rests) if rest]
     if own:  # each episode's own part of its prompt, before its first turn
@@ -221,7 +221,7 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
             break
         session.extend(go, feeds)
         active = go
-    episodes = _assemble(prompts, rows, envs, group_size, pad_id, tok)
+    episodes = _assemble(prompts, rows, envs, group_size, sampling.pad_id, tok)
     episodes.prompts = _episode_prompts(envs, problems, group_size)
     for record, env in zip(episodes.records, envs):
         if getattr(env, "added", ""):  # what a TRL reset added to this episode's question (samples.jsonl)
@@ -290,11 +290,12 @@ def _assemble(prompts, rows: list[_Row], envs, group_size: int, pad_id: int, tok
                 logp[b, span] = torch.tensor(lp)
             at += len(tokens)
     truncated = torch.tensor([r.end != "done" for r in rows])
-    rollout = Rollout([list(p) for p in prompts], ids, model_mask, logp, truncated, group_size, env_mask)
+    rollout = Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=ids, completion_mask=model_mask,
+                      sampler_logp=logp, truncated=truncated, group_size=group_size, env_mask=env_mask)
     records = [{"turns": r.turns, "calls": r.calls, "end": r.end, "tool_truncated": r.cut} for r in rows]
     reward_cols = [env.reward_columns() for env in envs]
     keys = sorted({k for c in reward_cols for k in c})
     columns = {k: [c.get(k) for c in reward_cols] for k in keys}
     if any(isinstance(env, ToolEnv) and env.obj is not None for env in envs):
         columns["environments"] = [env.obj for env in envs]  # TRL passes its reward functions the environments
-    return Episodes(rollout, [r.final for r in rows], records, columns)
+    return Episodes(rollout=rollout, texts=[r.final for r in rows], records=records, columns=columns)

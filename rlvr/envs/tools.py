@@ -43,7 +43,7 @@ class ToolError(Exception):
 
 # ---- tools and their schemas -------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Tool:
     """A callable the model may use. parameters is a JSON schema object:
     {"type": "object", "properties": {...}, "required": [...]}."""
@@ -80,8 +80,8 @@ class Tool:
             properties[p.name] = prop
             if p.default is p.empty:
                 required.append(p.name)
-        return cls(name, summary, {"type": "object", "properties": properties, "required": required}, fn,
-                   concurrent)
+        return cls(name=name, description=summary, fn=fn, concurrent=concurrent,
+                   parameters={"type": "object", "properties": properties, "required": required})
 
     def schema(self) -> dict:
         """The OpenAI / Hugging Face tools entry (what apply_chat_template(tools=[...]) takes)."""

@@ -8,10 +8,11 @@ from rlvr.envs.episodes import EnvSpec, reward_inputs, run_episodes
 from rlvr.eval.grader import Grader
 from rlvr.eval.grading import grade
 from rlvr.rollout.engines import builtin_engine
+from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks import Problem
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalResult:
     accuracy: float  # fraction whose one final answer is correct
     format_rate: float  # fraction in the stated answer format
@@ -31,10 +32,11 @@ def evaluate(policy, tok, problems: list[Problem], spec: EnvSpec, *, max_new_tok
     policy.eval()
     records = []
     engine = builtin_engine(policy)
+    greedy = SamplingSettings(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=tuple(stop_ids),
+                              pad_id=tok.pad_token_id)
     for start in range(0, len(problems), batch_size):
         chunk_problems = problems[start:start + batch_size]
-        ep = run_episodes(engine, spec, chunk_problems, group_size=1, max_new_tokens=max_new_tokens, temperature=0.0,
-                          stop_ids=stop_ids, pad_id=tok.pad_token_id)
+        ep = run_episodes(engine, spec, chunk_problems, group_size=1, sampling=greedy)
         graded = grade(chunk_problems, ep.texts, grader, reward_inputs(chunk_problems, ep, 1))
         for p, text, g, trunc, rec in zip(chunk_problems, ep.texts, graded, ep.rollout.truncated.tolist(), ep.records):
             records.append({"question": p.question, "answer": p.answer, "difficulty": p.difficulty,

@@ -22,7 +22,7 @@ BUILTIN_CHECKS = ("correctness", "code_tests")  # rewards.weights names that are
 NOT_GRADERS = ("format", "length", "env")  # built-ins that do not check the answer
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Grader:
     """The check evaluation counts as correct. `reward` is None for the built-in checker."""
 
@@ -65,7 +65,7 @@ def choose_grader(rewards: list[RewardFunction], name: str = "", threshold: floa
         if name in NOT_GRADERS:
             raise RlvrError(f"eval.grader={name!r}: the built-in '{name}' reward does not check answers; name a "
                             f"correctness reward of rewards.weights or '{BUILTIN}'")
-        return Grader(chosen.name, chosen, threshold, "eval.grader")
+        return Grader(name=chosen.name, reward=chosen, threshold=threshold, why="eval.grader")
     builtin = [n for n in names if n in BUILTIN_CHECKS]
     if builtin:
         return Grader(why=f"rewards.weights has the built-in '{builtin[0]}'")
@@ -73,11 +73,12 @@ def choose_grader(rewards: list[RewardFunction], name: str = "", threshold: floa
     marked = [rf for rf in users if rf.checks_correctness]
     if marked:
         kind = "a verl compute_score" if marked[0].name.startswith("verl:") else "marked checks_correctness"
-        return Grader(marked[0].name, marked[0], threshold, f"{kind}, the first such reward of rewards.weights")
+        return Grader(name=marked[0].name, reward=marked[0], threshold=threshold,
+                      why=f"{kind}, the first such reward of rewards.weights")
     if users:
         best = max(users, key=lambda rf: rf.weight)  # max keeps the first of equal weights
         why = "your only reward" if len(users) == 1 else "your reward of the highest weight"
-        return Grader(best.name, best, threshold, why)
+        return Grader(name=best.name, reward=best, threshold=threshold, why=why)
     return Grader(why="no reward of yours checks answers")
 
 

@@ -14,10 +14,11 @@ from rlvr.eval.lenient import last_number
 from rlvr.rewards.maths.accuracy import check_answer
 from rlvr.envs.episodes import EnvSpec, reward_inputs, run_episodes
 from rlvr.rollout.engines import builtin_engine
+from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks import Problem
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class SampleSettings:
     k: int = 4
     """pass@k and maj@k are reported for this k."""
@@ -50,12 +51,13 @@ def sample_and_grade(policy, tok, problems: list[Problem], spec: EnvSpec, s: Sam
     grader gets each batch's episodes as training's rewards do), grouped per problem."""
     gen = torch.Generator().manual_seed(s.seed)
     engine = builtin_engine(policy)
+    sampling = SamplingSettings(max_new_tokens=s.max_new_tokens, temperature=s.temperature, stop_ids=tuple(stop_ids),
+                                pad_id=tok.pad_token_id)
     texts, scores = [], []
     group = lambda xs: [xs[i:i + s.samples] for i in range(0, len(xs), s.samples)]  # P * S, grouped
     for start in range(0, len(problems), s.batch_size):
         chunk = problems[start:start + s.batch_size]
-        ep = run_episodes(engine, spec, chunk, group_size=s.samples, max_new_tokens=s.max_new_tokens,
-                          temperature=s.temperature, stop_ids=stop_ids, pad_id=tok.pad_token_id, generator=gen)
+        ep = run_episodes(engine, spec, chunk, group_size=s.samples, sampling=sampling, generator=gen)
         graded = grade([p for p in chunk for _ in range(s.samples)], ep.texts, grader,
                        reward_inputs(chunk, ep, s.samples))
         texts += group(ep.texts)

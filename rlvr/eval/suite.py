@@ -12,8 +12,11 @@ Every task is graded by the run's grader (rlvr.eval.grader: eval.grader, or the 
 reward when the config's rewards have one) when it is the config's own task, by the built-in checker
 otherwise; each task's entry names it under "grader". pass@1 is greedy; `format-free@1` is the same greedy completion graded format-free (rlvr.eval.lenient);
 pass@k and maj@k come from the sampled completions (rlvr.eval.estimators). With `--baseline B`, each
-task's entry also holds "baseline": {"model": B, "pass@1", "format-free@1", "flips", "decomposition"},
-the per-problem comparison of B's greedy completions with the model's (rlvr.eval.flips).
+task's entry also holds "baseline": {"model": B, "pass@1", "format-free@1", "pass@k", "maj@k", "n",
+"per_difficulty", "grader", "change", "flips", "decomposition"}: B evaluated as the model was (the same
+problems, samples and seed), `change` the model's figure minus B's per metric (did RL narrow pass@k?), and
+the per-problem comparison of B's greedy completions with the model's (rlvr.eval.flips); B's records go to
+baseline_samples.jsonl.
 """
 from __future__ import annotations
 
@@ -25,7 +28,6 @@ from pathlib import Path
 from rlvr.config import EnvConfig, TaskConfig
 from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
-from rlvr.eval.evaluate import evaluate
 from rlvr.eval.flips import decompose, describe, flips
 from rlvr.eval.grader import Grader
 from rlvr.eval.estimators import summarize_by_difficulty
@@ -116,31 +118,45 @@ def greedy_records(records: list[dict]) -> list[dict]:
 
 def compare_to_baseline(policy, tok, stop_ids: list[int], model: str, tasks: dict[str, TaskConfig], split: str,
                         n: int | None, s: SampleSettings, results: dict, env: EnvConfig = EnvConfig(),
-                        graders: dict[str, Grader] | None = None) -> dict[str, dict]:
-    """label -> the baseline model's greedy pass@1 and format-free@1 on the same problems, and the
-    per-problem flips and decomposition from it to the evaluated model (results of evaluate_tasks),
-    graded as evaluate_tasks graded them."""
+                        graders: dict[str, Grader] | None = None) -> dict[str, tuple[dict, list[dict]]]:
+    """label -> (the baseline model's summary, its records): evaluated as evaluate_tasks evaluated the model
+    (the same problems, sampling settings and seed, graders), so its pass@1, format-free@1, pass@k and maj@k
+    stand beside the model's; with `change` (the model's minus the baseline's, per metric) and the per-problem
+    flips and decomposition of the greedy completions from the baseline to the model (results of evaluate_tasks)."""
+    base = evaluate_tasks(policy, tok, stop_ids, tasks, split, n, s, env, graders)
     out = {}
-    for label, task in tasks.items():
-        problems, few_shot = task_problems(task, split, n)
-        spec = make_spec(env, tok, few_shot, task.system_prompt)
-        base = evaluate(policy, tok, problems, spec, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
-                        stop_ids=stop_ids, grader=(graders or {}).get(label))
-        after = greedy_records(results[label][1])
-        d = decompose(base.records, after)
-        out[label] = {"model": model, "pass@1": base.accuracy, "format-free@1": base.lenient,
-                      "flips": flips(base.records, after), "decomposition": {**d, "text": describe(d)}}
+    for label, (summary, records) in base.items():
+        ours = results[label][0]
+        before, after = greedy_records(records), greedy_records(results[label][1])
+        d = decompose(before, after)
+        change = {m: None if summary[m] is None or ours.get(m) is None else ours[m] - summary[m]
+                  for m in metric_names(s.k) if m in summary}
+        out[label] = ({"model": model, **summary, "change": change, "flips": flips(before, after),
+                       "decomposition": {**d, "text": describe(d)}}, records)
     return out
 
 
+def metric_names(k: int) -> list[str]:
+    """The metrics of a summary, in the table's order (pass@1 once when k is 1)."""
+    return list(dict.fromkeys(["pass@1", "format-free@1", f"pass@{k}", f"maj@{k}"]))
+
+
+def _points(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}"
+
+
 def baseline_lines(label: str, summary: dict, base: dict) -> list[str]:
+    """The baseline beside the model, metric by metric with the change in points, then the flips."""
     f = base["flips"]
-    return [f"{label}: baseline {base['model']} -> this model: pass@1 {_pct(base['pass@1'])} -> "
-            f"{_pct(summary['pass@1'])}, format-free@1 {_pct(base['format-free@1'])} -> "
-            f"{_pct(summary['format-free@1'])}",
-            f"  problems (format-free): {f['fixed']} fixed, {f['broken']} broken, {f['kept']} kept, "
-            f"{f['never']} never right, of {f['n']}",
-            f"  {base['decomposition']['text']}"]
+    names = [m for m in base["change"]]
+    rows = [[m, _pct(base[m]), _pct(summary[m]), _points(base["change"][m])] for m in names]
+    widths = [max(len(r[i]) for r in rows + [["", "baseline", "model", "change"]]) for i in range(4)]
+    line = lambda r: "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return ([f"{label}: baseline {base['model']} -> this model",
+             line(["", "baseline", "model", "change"])] + [line(r) for r in rows] +
+            [f"  problems (format-free): {f['fixed']} fixed, {f['broken']} broken, {f['kept']} kept, "
+             f"{f['never']} never right, of {f['n']}",
+             f"  {base['decomposition']['text']}"])
 
 
 def eval_json(model: str, split: str, s: SampleSettings, summaries: dict[str, dict]) -> dict:
@@ -151,13 +167,17 @@ def eval_json(model: str, split: str, s: SampleSettings, summaries: dict[str, di
             "tasks": summaries}
 
 
-def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]]) -> Path:
-    """Write eval.json and samples.jsonl (one line per problem, with its task) into `out`."""
+def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]],
+                  baseline: dict[str, list[dict]] | None = None) -> Path:
+    """Write eval.json and samples.jsonl (one line per problem, with its task) into `out`, and the
+    baseline's records as baseline_samples.jsonl when there is one."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
-    with open(out / "samples.jsonl", "w") as f:
-        for label, recs in records.items():
-            for r in recs:
-                f.write(json.dumps({"task": label, **r}) + "\n")
+    for name, recs_of in (("samples.jsonl", records), ("baseline_samples.jsonl", baseline or {})):
+        if recs_of:
+            with open(out / name, "w") as f:
+                for label, recs in recs_of.items():
+                    for r in recs:
+                        f.write(json.dumps({"task": label, **r}) + "\n")
     return out / "eval.json"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.report.plot import line_chart
-from rlvr.report.sinks import atomic_write_json, atomic_write_text
+from rlvr.report.sinks import atomic_write_json, atomic_write_text, jsonl_records
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunData:
     name: str
     path: Path
@@ -27,14 +27,11 @@ class RunData:
 def _jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise RlvrError(f"{path}, line {n}: not JSON ({e.msg})") from None
-    return rows
+    lines = list(jsonl_records(path))
+    for n, _, record in lines[:-1]:
+        if record is None:
+            raise RlvrError(f"{path}, line {n}: not a JSON object in UTF-8") from None
+    return [record for _, _, record in lines if record is not None]  # a last line a crash cut short is left out
 
 
 def load_run(path: str | Path, name: str | None = None) -> RunData:
@@ -47,8 +44,9 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         import yaml
 
         preset = (yaml.safe_load((path / "config.yaml").read_text()) or {}).get("algo", {}).get("preset", "")
-    return RunData(name or path.name, path, _jsonl(path / "metrics.jsonl"), _jsonl(path / "evals.jsonl"),
-                   summary, preset)
+    return RunData(name=name or path.name, path=path, metrics=_jsonl(path / "metrics.jsonl"),
+                   evals=_jsonl(path / "evals.jsonl"),
+                   summary=summary, preset=preset)
 
 
 def _train_time(metrics: list[dict]) -> list[float]:

@@ -1,7 +1,9 @@
 """What a person sees in the terminal: a progress bar, sample completions, the before/after table."""
 from __future__ import annotations
 
+import datetime
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -17,9 +19,43 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def progress(total: int, initial: int = 0, disable: bool = False):
-    return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr,
-                disable=disable)
+def progress(total: int, initial: int = 0, disable: bool = False, every_s: float = 10.0):
+    """tqdm's bar on a terminal; elsewhere (a log file, a pipe, CI) LineProgress, whose lines never share
+    one with what `say` writes (tqdm redraws its bar with carriage returns, so in a file a health finding
+    or an evaluation line would follow the bar's text on its line)."""
+    if disable or sys.stderr.isatty():
+        return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr,
+                    disable=disable)
+    return LineProgress(total, initial, every_s)
+
+
+class LineProgress:
+    """A progress bar as whole lines, `train 3/20 [0:00:12 elapsed, 0:01:10 left] reward=0.500 ...`: at the
+    first and last step and at most every `every_s` seconds between."""
+
+    def __init__(self, total: int, initial: int = 0, every_s: float = 10.0):
+        self.total, self.n, self.start_n, self.every_s = total, initial, initial, every_s
+        self.postfix: dict = {}
+        self.started = time.monotonic()
+        self.last = -float("inf")
+
+    def set_postfix(self, ordered_dict: dict | None = None, **kwargs) -> None:
+        self.postfix = {**(ordered_dict or {}), **kwargs}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if self.n - n == self.start_n or self.n >= self.total or now - self.last >= self.every_s:
+            self.last = now
+            done = self.n - self.start_n
+            elapsed = now - self.started
+            left = elapsed / done * (self.total - self.n) if done else 0.0
+            clock = lambda t: str(datetime.timedelta(seconds=round(t)))
+            fields = " ".join(f"{k}={v}" for k, v in self.postfix.items())
+            say(f"train {self.n}/{self.total} [{clock(elapsed)} elapsed, {clock(left)} left] {fields}".rstrip())
+
+    def close(self) -> None:
+        pass
 
 
 def terminal_safe(text: str) -> str:
@@ -40,7 +76,8 @@ def verdict_text(name: str, verdict: dict, sep: str) -> str:
     """'correctness=1 (right answer)': a reward's score, and its reason when it gave one (a TRL function
     returns bare numbers: no empty brackets)."""
     reason = verdict.get("reason")
-    return f"{name}{sep}{verdict['score']:g}" + (f" ({reason})" if reason else "")
+    score = "none" if verdict.get("score") is None else f"{verdict['score']:g}"
+    return f"{name}{sep}{score}" + (f" ({reason})" if reason else "")
 
 
 def format_samples(step: int, samples: list[dict], group_size: int, k: int = 2) -> str:

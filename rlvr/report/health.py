@@ -13,7 +13,7 @@ from typing import Callable
 from rlvr.report.console import say
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Finding:
     step: int
     rule: str
@@ -30,23 +30,25 @@ def _recent(history: list[dict], key: str, n: int) -> list[float] | None:
 def no_learning_signal(history, evals, window: int = 3, threshold: float = 0.9) -> Finding | None:
     vals = _recent(history, "frac_zero_std_groups", window)
     if vals and min(vals) >= threshold:
-        return Finding(history[-1]["step"], "no_learning_signal",
-                       f"{100 * statistics.fmean(vals):.0f}% of groups had identical rewards for {window} steps: "
+        return Finding(step=history[-1]["step"], rule="no_learning_signal",
+                       message=f"{100 * statistics.fmean(vals):.0f}% of groups had identical rewards for {window} "
+                       "steps: "
                        "their advantages are zero and the policy gets no gradient. Make the problems easier "
                        "or harder so some samples pass and some fail (task difficulty, the curriculum), "
                        "raise rollout.group_size, or use algo.dynamic_sampling.",
-                       {"frac_zero_std_groups": vals})
+                       evidence={"frac_zero_std_groups": vals})
     return None
 
 
 def truncation(history, evals, window: int = 2, threshold: float = 0.5) -> Finding | None:
     vals = _recent(history, "completion/truncated_frac", window)
     if vals and min(vals) >= threshold:
-        return Finding(history[-1]["step"], "truncation",
-                       f"{100 * statistics.fmean(vals):.0f}% of completions hit rollout.max_new_tokens: cut-off "
+        return Finding(step=history[-1]["step"], rule="truncation",
+                       message=f"{100 * statistics.fmean(vals):.0f}% of completions hit rollout.max_new_tokens: "
+                       "cut-off "
                        "answers score nothing. Raise rollout.max_new_tokens, or add the length reward "
                        "(rewards.weights.length, rewards.soft_overlong) so the model learns to finish.",
-                       {"completion/truncated_frac": vals})
+                       evidence={"completion/truncated_frac": vals})
     return None
 
 
@@ -61,9 +63,10 @@ def length_trend(history, evals, window: int = 4, factor: float = 1.6) -> Findin
         kind, advice = "collapse", "check the format reward is not paying for empty answers; add a KL term (algo.beta)"
     else:
         return None
-    return Finding(history[-1]["step"], f"length_{kind}",
-                   f"completion length went from {first:.1f} to {last:.1f} tokens (a sustained {kind}): {advice}.",
-                   {"first_window_mean": first, "last_window_mean": last})
+    return Finding(step=history[-1]["step"], rule=f"length_{kind}",
+                   message=f"completion length went from {first:.1f} to {last:.1f} tokens "
+                   f"(a sustained {kind}): {advice}.",
+                   evidence={"first_window_mean": first, "last_window_mean": last})
 
 
 def _half_change(vals: list[float]) -> float:
@@ -77,19 +80,19 @@ def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1) -> Fin
         return None
     acc = [e["heldout_accuracy"] for e in evals if e.get("heldout_accuracy") is not None]
     if len(acc) >= 2 and acc[-1] - acc[0] <= 0:
-        return Finding(history[-1]["step"], "suspected_reward_hacking",
-                       f"training reward rose by {_half_change(rewards):.2f} while held-out accuracy went from "
+        return Finding(step=history[-1]["step"], rule="suspected_reward_hacking",
+                       message=f"training reward rose by {_half_change(rewards):.2f} while held-out accuracy went from "
                        f"{100 * acc[0]:.0f}% to {100 * acc[-1]:.0f}%: the policy may be exploiting the reward. "
                        "Read samples.jsonl, run `rlvr audit`, harden the verifier (hidden tests, stricter parsing).",
-                       {"reward_change": _half_change(rewards), "heldout_accuracy": acc})
+                       evidence={"reward_change": _half_change(rewards), "heldout_accuracy": acc})
     fmt = [h.get("reward/format/mean") for h in history]
     cor = [h.get("reward/correctness/mean") for h in history]
     if None not in fmt and None not in cor and _half_change(fmt) >= 2 * rise and _half_change(cor) < 0.02:
-        return Finding(history[-1]["step"], "suspected_reward_hacking",
-                       f"the format reward rose by {_half_change(fmt):.2f} while correctness did not "
+        return Finding(step=history[-1]["step"], rule="suspected_reward_hacking",
+                       message=f"the format reward rose by {_half_change(fmt):.2f} while correctness did not "
                        f"({_half_change(cor):+.2f}): the model is learning the form, not the answers. "
                        "Lower the format weight or audit the samples.",
-                       {"format_change": _half_change(fmt), "correctness_change": _half_change(cor)})
+                       evidence={"format_change": _half_change(fmt), "correctness_change": _half_change(cor)})
     return None
 
 
@@ -124,8 +127,9 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
             continue
         flipped = f" ({broken} of {n} problems right before training are wrong now, {fixed} fixed)" \
             if broken is not None else ""
-        return Finding(last["step"], "skill_regression",
-                       f"{label} accuracy graded format-free went from {100 * free[0]:.0f}% to {100 * free[1]:.0f}%"
+        return Finding(step=last["step"], rule="skill_regression",
+                       message=f"{label} accuracy graded format-free went from {100 * free[0]:.0f}% to "
+                       f"{100 * free[1]:.0f}%"
                        f"{flipped} while strict accuracy went from {100 * strict[0]:.0f}% to {100 * strict[1]:.0f}%"
                        f"{' and the reward rose' if reward_up else ''}: the run is teaching the answer form and "
                        "losing skill. Read the broken examples (summary.json `flips`, report.html). Compare "
@@ -133,7 +137,7 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
                        "while held-out ones broke, a small problem space is being memorised; train on more "
                        "varied problems, lower optimizer.lr, or stop earlier. Lowering the format weight helps "
                        "when well-formed wrong answers outscore right ones in another form.",
-                       {"split": split, "lenient": list(free), "accuracy": list(strict), "broken": broken,
+                       evidence={"split": split, "lenient": list(free), "accuracy": list(strict), "broken": broken,
                         "fixed": fixed, "n": n})
     return None
 
@@ -142,16 +146,20 @@ def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, en
                 ) -> Finding | None:
     h = history[-1]
     if h.get("kl") is not None and h["kl"] > kl_max:
-        return Finding(h["step"], "kl_blowup", f"KL to the reference is {h['kl']:.2f} per token: the policy is "
-                       "running away. Lower optimizer.lr, raise algo.beta, or clip harder.", {"kl": h["kl"]})
+        return Finding(step=h["step"], rule="kl_blowup",
+                       message=f"KL to the reference is {h['kl']:.2f} per token: the policy is "
+                       "running away. Lower optimizer.lr, raise algo.beta, or clip harder.", evidence={"kl": h["kl"]})
     if h.get("ratio/max") is not None and h["ratio/max"] > ratio_max:
-        return Finding(h["step"], "ratio_blowup", f"an importance ratio reached {h['ratio/max']:.1f}: updates "
-                       "are far off-policy. Lower optimizer.lr or algo.iterations.", {"ratio/max": h["ratio/max"]})
+        return Finding(step=h["step"], rule="ratio_blowup",
+                       message=f"an importance ratio reached {h['ratio/max']:.1f}: updates "
+                       "are far off-policy. Lower optimizer.lr or algo.iterations.",
+                       evidence={"ratio/max": h["ratio/max"]})
     ents = _recent(history, "entropy", 3)
     if ents and max(ents) < entropy_min:
-        return Finding(h["step"], "entropy_collapse", f"policy entropy is {ents[-1]:.3f} nats per token: sampling "
+        return Finding(step=h["step"], rule="entropy_collapse",
+                       message=f"policy entropy is {ents[-1]:.3f} nats per token: sampling "
                        "has become nearly greedy and groups stop differing. Raise the temperature, add "
-                       "algo.entropy_coef, or lower optimizer.lr.", {"entropy": ents})
+                       "algo.entropy_coef, or lower optimizer.lr.", evidence={"entropy": ents})
     return None
 
 
@@ -159,8 +167,9 @@ def non_finite(history, evals) -> Finding | None:
     h = history[-1]
     loss = h.get("loss")
     if h.get("skipped_updates", 0) > 0 or (loss is not None and not math.isfinite(loss)):
-        return Finding(h["step"], "non_finite", "the loss or gradient was not finite; the update was skipped, "
-                       "not applied. If it repeats, lower optimizer.lr or use float32.", {"loss": loss})
+        return Finding(step=h["step"], rule="non_finite",
+                       message="the loss or gradient was not finite; the update was skipped, "
+                       "not applied. If it repeats, lower optimizer.lr or use float32.", evidence={"loss": loss})
     return None
 
 
@@ -170,9 +179,9 @@ def reward_errors(history, evals, rate: float = 0.05) -> Finding | None:
     bad = {k: v for k, v in h.items() if k.startswith("reward/") and k.endswith("/errors") and v / n > rate}
     if bad:
         name = next(iter(bad)).removeprefix("reward/").removesuffix("/errors")
-        return Finding(h["step"], "reward_errors", f"reward function '{name}' raised or timed out on "
+        return Finding(step=h["step"], rule="reward_errors", message=f"reward function '{name}' raised or timed out on "
                        f"{100 * bad[next(iter(bad))] / n:.0f}% of completions (they score 0). Fix it, or raise "
-                       "its limits.", bad)
+                       "its limits.", evidence=bad)
     return None
 
 
@@ -186,12 +195,13 @@ def special_casing(history, evals, window: int = 3, rise: float = 0.1, floor: fl
     first, last = statistics.fmean(vals[:window]), statistics.fmean(vals[-window:])
     if last - first < rise or last < floor:
         return None
-    return Finding(history[-1]["step"], "test_special_casing",
-                   f"{100 * last:.0f}% of completions now pass the visible examples but fail a hidden test (was "
+    return Finding(step=history[-1]["step"], rule="test_special_casing",
+                   message=f"{100 * last:.0f}% of completions now pass the visible examples but fail a hidden "
+                   "test (was "
                    f"{100 * first:.0f}%): the model may be special-casing the examples in the prompt instead of "
                    "solving the problem. Read samples.jsonl for branches on the example inputs; show fewer or "
                    "varied examples, keep more cases hidden, and check held-out pass@1 (hidden tests only).",
-                   {"first_window_mean": first, "last_window_mean": last})
+                   evidence={"first_window_mean": first, "last_window_mean": last})
 
 
 def tool_use_collapse(history, evals, window: int = 3, floor: float = 0.2, zero: float = 0.02, flat: float = 0.05
@@ -209,14 +219,14 @@ def tool_use_collapse(history, evals, window: int = 3, floor: float = 0.2, zero:
     change = statistics.fmean(reward[-window:]) - statistics.fmean(reward[:window])
     if first < floor or max(last) > zero or change >= flat:
         return None
-    return Finding(rows[-1]["step"], "tool_use_collapse",
-                   f"{100 * first:.0f}% of episodes called a tool over the first {window} steps, at most "
+    return Finding(step=rows[-1]["step"], rule="tool_use_collapse",
+                   message=f"{100 * first:.0f}% of episodes called a tool over the first {window} steps, at most "
                    f"{100 * max(last):.0f}% over the last {window}, and the reward changed by {change:+.2f}: "
                    "the model stopped calling the tools and the reward did not rise, so it learned to skip "
                    "them (a known failure of multi-turn RL). Check the calls worked (env/tool_errors_frac, the "
                    "tool results in samples.jsonl); show a worked tool-use turn in the prompt; make correct "
                    "answers reachable only with the tool; lower optimizer.lr or add a KL term (algo.beta).",
-                   {"first_window_tool_use": first, "last_window_tool_use": last, "reward_change": change})
+                   evidence={"first_window_tool_use": first, "last_window_tool_use": last, "reward_change": change})
 
 
 def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: int = 10) -> Finding | None:
@@ -233,13 +243,13 @@ def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: i
             return None
     vals = [h["env/tool_errors_frac"] for h in rows]
     counted = f" ({calls:.0f} calls)" if calls is not None else ""
-    return Finding(rows[-1]["step"], "tool_errors",
-                   f"{100 * statistics.fmean(vals):.0f}% of tool calls failed over the last {window} steps"
+    return Finding(step=rows[-1]["step"], rule="tool_errors",
+                   message=f"{100 * statistics.fmean(vals):.0f}% of tool calls failed over the last {window} steps"
                    f"{counted}: most tool calls fail (a malformed call, an unknown tool, or a tool that "
                    "raised), so the episodes teach little about using the tool. Read the tool results in "
                    "samples.jsonl or report.html, and check the tool-call format the prompt shows matches "
                    "the documented one.",
-                   {"env/tool_errors_frac": vals, "calls": calls})
+                   evidence={"env/tool_errors_frac": vals, "calls": calls})
 
 
 RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, instability,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 import json
 from pathlib import Path
 
@@ -29,6 +30,12 @@ def _series(metrics: list[dict], key: str) -> list[tuple[float, float]]:
     return [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
 
 
+def _moving(series: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    """The series with a value other than 0: at algo.beta 0 there is no KL to a reference (null), and with
+    one update per batch the KL to the old policy is 0 at every step; a flat line at 0 would say nothing."""
+    return {name: s for name, s in series.items() if any(y for _, y in s)}
+
+
 def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
     reward_keys = sorted(k for k in (metrics[0] if metrics else {}) if k.startswith("reward/") and k.endswith("/mean") and k != "reward/mean")
     acc = {split: [(e["step"], e.get(f"{split}_accuracy")) for e in evals if e.get(f"{split}_accuracy") is not None]
@@ -42,8 +49,8 @@ def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
         line_chart({"truncated": _series(metrics, "completion/truncated_frac"),
                     "zero-variance groups": _series(metrics, "frac_zero_std_groups")},
                    "Truncation and learning signal", "step", "fraction"),
-        line_chart({"KL to reference": _series(metrics, "kl"), "approx KL to old": _series(metrics, "approx_kl_old")},
-                   "KL", "step", "nats / token"),
+        line_chart(_moving({"KL to reference": _series(metrics, "kl"), "approx KL to old": _series(metrics, "approx_kl_old")}),
+                   "KL", "step", "nats / token", empty="none: no KL term (algo.beta 0) and one update per batch"),
         line_chart({"entropy": _series(metrics, "entropy")}, "Policy entropy", "step", "nats / token"),
     ] + _env_charts(metrics)
 
@@ -111,7 +118,8 @@ def _multi_turn(s: dict) -> bool:
 def _sample_html(s: dict) -> str:
     verdicts = "; ".join(html.escape(verdict_text(n, v, " = ")) for n, v in s.get("rewards", {}).items())
     body = _episode_html(s["episode"]) if _multi_turn(s) else f"<pre>{html.escape(s['completion'])}</pre>"
-    return (f"<div class='sample'><b>step {s['step']}, reward {s['reward']:.3g}</b> &mdash; {verdicts}"
+    reward = "none" if s.get("reward") is None else f"{s['reward']:.3g}"
+    return (f"<div class='sample'><b>step {s['step']}, reward {reward}</b> &mdash; {verdicts}"
             f"<pre>{html.escape(s['prompt'])}</pre>{body}</div>")
 
 
@@ -138,7 +146,9 @@ def _samples(samples: list[dict], k: int = 4) -> str:
         return "<p>no samples</p>"
     last_step = samples[-1]["step"]
     recent = [s for s in samples if s["step"] >= last_step - 2] or samples
-    ranked = sorted(recent, key=lambda s: s["reward"])
+    # a reward of null (a non-finite number, which JSON cannot hold, in a run written before rlvr refused them)
+    # ranks lowest
+    ranked = sorted(recent, key=lambda s: -math.inf if s.get("reward") is None else s["reward"])
     return ("<h3>Best (last steps)</h3>" + "".join(_sample_html(s) for s in _distinct(ranked[::-1], k)) +
             "<h3>Worst (last steps)</h3>" + "".join(_sample_html(s) for s in _distinct(ranked, k)))
 

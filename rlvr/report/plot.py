@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
@@ -12,13 +13,20 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
 
 
+def _int_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """At most n whole numbers from lo to hi, evenly spaced: steps are counted, never 1.75."""
+    stride = max(1, math.ceil((hi - lo) / (n - 1)))
+    return list(range(math.ceil(lo), math.floor(hi) + 1, stride))
+
+
 def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
 
 
 def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str,
-               width: int = 560, height: int = 300) -> str:
-    """One polyline (with point markers) per named series of (x, y) points."""
+               width: int = 560, height: int = 300, empty: str = "no data") -> str:
+    """One polyline (with point markers) per named series of (x, y) points; x ticks are whole numbers
+    when every x is (steps); `empty`: what the chart says when no series has a point."""
     pts = [p for s in series.values() for p in s if p[1] is not None]
     left, right, top, bottom = 60, 150, 30, 45
     pw, ph = width - left - right, height - top - bottom
@@ -26,7 +34,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel:
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="18" font-size="13" font-weight="bold">{html.escape(title)}</text>']
     if not pts:
-        out.append(f'<text x="{left}" y="{top + ph / 2}">no data</text></svg>')
+        out.append(f'<text x="{left}" y="{top + ph / 2}">{html.escape(empty)}</text></svg>')
         return "\n".join(out)
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
     y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
@@ -40,7 +48,8 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, xlabel:
     for t in _ticks(y0, y1):
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
                    f'<text x="{left - 5}" y="{sy(t) + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
-    for t in _ticks(x0, x1):
+    whole = all(float(p[0]).is_integer() for p in pts)
+    for t in (_int_ticks(x0, x1) if whole else _ticks(x0, x1)):
         out.append(f'<text x="{sx(t):.1f}" y="{top + ph + 15}" text-anchor="middle">{_fmt(t)}</text>')
     out.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{html.escape(xlabel)}</text>')
     out.append(f'<text x="14" y="{top + ph / 2}" text-anchor="middle" '

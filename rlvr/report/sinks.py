@@ -6,12 +6,13 @@ import copy
 import json
 import math
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from rlvr.errors import write_error
 from rlvr.models import is_peft
 from rlvr.nf4 import dequantized, is_nf4
 
@@ -27,21 +28,36 @@ def _clean(value):
     return value
 
 
+def _fresh(path: Path, make):
+    """make(a new hidden name beside `path`), retried on a name taken. The entry gets the mode a plain open
+    or mkdir gives (0666 / 0777 less the umask), not mkstemp's 0600 or mkdtemp's 0700: a run's report,
+    summary and model are read by others (a colleague, a web server) as any file the user writes is."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+        try:
+            return tmp, make(tmp)
+        except FileExistsError:
+            continue
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """UTF-8; a character it cannot encode (a lone surrogate from a model's text) is written as its
     backslash escape rather than failing the write: a model's text must never end a run."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    tmp = None
     try:
+        tmp, fd = _fresh(path, lambda t: os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # a full disk, permissions: one line naming the file
+            raise write_error(path, e) from None
         raise
 
 
@@ -64,13 +80,18 @@ def atomic_save_model(model, tokenizer, path: str | Path) -> None:
     """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    tmp, _ = _fresh(path, lambda t: os.mkdir(t, 0o777))
     try:
-        if is_peft(model):
-            _save_peft(model, tmp)
-        else:
-            model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        try:
+            if is_peft(model):
+                _save_peft(model, tmp)
+            else:
+                model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+        except Exception as e:  # noqa: BLE001 - OSError, or safetensors' own error for the same full disk
+            if isinstance(e, OSError) or type(e).__name__ == "SafetensorError":
+                raise write_error(path, e) from None
+            raise
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -84,23 +105,51 @@ def atomic_save_model(model, tokenizer, path: str | Path) -> None:
 
 
 class JsonlWriter:
+    """Appends one JSON line per record with one unbuffered write: a line is on disk (or cut short, which
+    a resume drops) when write returns, and a failed write (a full disk) leaves nothing buffered to fail
+    again at close; it is raised as one line naming the file."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a", encoding="ascii")   # json.dumps escapes every other character
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise write_error(self.path, e) from None
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(_clean(record)) + "\n")
-        self._f.flush()
+        data = memoryview((json.dumps(_clean(record)) + "\n").encode("ascii"))  # json.dumps escapes the rest
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError as e:
+            raise write_error(self.path, e) from None
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> "JsonlWriter":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def jsonl_records(path: str | Path):
+    """(line number, line, record) for each non-empty line of a JSONL file; record is None for a line
+    that is not a JSON object in UTF-8 (one a crash cut short: a kill mid-write, a full disk)."""
+    for n, raw in enumerate(Path(path).read_bytes().split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+            record = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            yield n, raw.decode("utf-8", "replace"), None
+            continue
+        yield n, line, record if isinstance(record, dict) else None
 
 
 class NullWriter:

@@ -1,6 +1,7 @@
 """Optional experiment trackers, off by default (`log.trackers`): TensorBoard, Weights & Biases, trackio.
 
-metrics.jsonl is always written; a tracker only mirrors each step's numeric metrics. Each needs its
+metrics.jsonl and evals.jsonl are always written; a tracker mirrors each step's numeric metrics and each
+evaluation's accuracies and flips (before training at step 0, every train.eval_every steps, at the end). Each needs its
 own package (the extras `rlvr[tensorboard]`, `rlvr[wandb]`, `rlvr[trackio]`); a missing one is a clear
 error at start-up, not a crash mid-run.
 """
@@ -19,6 +20,12 @@ def _numeric(metrics: dict) -> dict[str, float]:
     protobuf raises on a lone surrogate, which would end the run)."""
     return {_key(k): float(v) for k, v in metrics.items()
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def eval_metrics(row: dict) -> dict:
+    """An evals.jsonl row as tracker metrics: each split's strict, format and format-free accuracy and its
+    flips against step 0 (fixed, broken, kept, never), as eval/<split>_<name>."""
+    return {f"eval/{k}": v for k, v in row.items() if k not in ("step", "train_seconds")}
 
 
 def _key(k: str) -> str:

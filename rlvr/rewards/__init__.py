@@ -11,8 +11,8 @@ import importlib
 from typing import Callable
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.base import (Reward, RewardFunction, Scores, Verdict, completion_text, resolve, score_batch,
-                               strict_rewards)
+from rlvr.rewards.base import (Reward, RewardFunction, Scores, Verdict, completion_text, recipe_of, resolve,
+                               score_batch, strict_rewards)
 from rlvr.rewards.format import format_reward, make_format_reward
 from rlvr.rewards.length import make_overlong_reward, overlong_score
 from rlvr.rewards.maths.accuracy import math_accuracy
@@ -41,9 +41,11 @@ def __getattr__(name: str):
 
 
 def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_buffer: int = 0,
-                  overlong_penalty: float = 1.0, given: dict[str, Callable] | None = None) -> list[RewardFunction]:
+                  overlong_penalty: float = 1.0, given: dict[str, Callable] | None = None, *,
+                  timeout_s: float = 0.0, isolate: bool = False) -> list[RewardFunction]:
     """Reward functions by name: the built-ins above, `length` (soft overlong punishment against
-    max_new_tokens), 'module:function', or a 'python:<name>' callable in `given` (rlvr.fit)."""
+    max_new_tokens), 'module:function', or a 'python:<name>' callable in `given` (rlvr.fit). The user's
+    own ones (files, modules, `given`) get `timeout_s` per call and, with `isolate`, a worker process."""
     builtins = dict(BUILTINS)
     for name, module in LAZY.items():   # every name listed (resolve's error names them); imported only if weighed
         builtins[name] = getattr(importlib.import_module(module), name) if name in weights else None
@@ -51,6 +53,11 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
     if max_new_tokens:
         builtins["length"] = make_overlong_reward(max_new_tokens, overlong_buffer, overlong_penalty)
     functions = [resolve(name, weight, builtins) for name, weight in weights.items()]
+    for rf in functions:
+        if rf.user or rf.spec in (given or {}):
+            rf.user, rf.timeout_s, rf.isolated = True, timeout_s, isolate
+            if isolate:
+                recipe_of(rf.spec, rf.fn)  # a function the worker cannot load is refused now, by name
     names = [rf.name for rf in functions]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:  # two files of one name in different folders: the metrics would mix them
@@ -67,7 +74,8 @@ def rewards_of(cfg, given: dict[str, Callable] | None = None) -> list[RewardFunc
     if cfg.rewards.soft_overlong and "length" not in weights:
         weights["length"] = 1.0
     return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                         cfg.rewards.overlong_penalty, given)
+                         cfg.rewards.overlong_penalty, given, timeout_s=cfg.rewards.timeout_s,
+                         isolate=cfg.rewards.isolate)
 
 
 __all__ = ["BUILTINS", "LAZY", "Reward", "RewardFunction", "Scores", "Verdict", "build_rewards", "code_tests",

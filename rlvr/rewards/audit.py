@@ -18,7 +18,7 @@ from rlvr.sandbox.run import sandbox_problem
 from rlvr.tasks import Problem, Splits, normalise
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AuditReport:
     leaks: list[str] = field(default_factory=list)  # human-readable findings
     table: dict[str, dict[str, float]] = field(default_factory=dict)  # attack -> reward -> max score

@@ -1,8 +1,10 @@
 """Reward plumbing: verdicts, TRL-style completions, and scoring a batch with named weighted functions."""
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
+import pickle
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -10,7 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.call import Reward, RewardLog, Verdict, as_scores, completion_text, invoke, run_all
+from rlvr.rewards.call import (CallTimedOut, Reward, RewardLog, Verdict, as_scores, completion_text, invoke,
+                               run_all)
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
 from rlvr.tasks.base import as_text
 
@@ -44,7 +47,8 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
             return verdicts_fn(texts, *cols)
         return [verdict_fn(t, *vals) for t, *vals in zip(texts, *cols)]
 
-    return Reward(verdict_fn.__name__.removesuffix("_verdict"), verdicts, verdict_fn, columns,
+    return Reward(name=verdict_fn.__name__.removesuffix("_verdict"), verdicts=verdicts, verdict=verdict_fn,
+                  columns=columns,
                   doc=verdict_fn.__doc__ or "", **abilities)
 
 
@@ -52,15 +56,20 @@ class RewardFunctionError(RlvrError):
     """A reward function failed on every completion of a batch: a bug in it, not a bad completion."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RewardFunction:
     """A reward of a run: its name (in metrics and reports), its weight, the function, and its
-    rewards.weights key when that differs from the name (a .py file's path: rlvr.rewards.base.short_name)."""
+    rewards.weights key when that differs from the name (a .py file's path: rlvr.rewards.base.short_name).
+    A user's function (`user`) is called in a thread under `timeout_s` (0: no limit), or with `isolated`
+    in a worker process (rlvr/rewards/isolated.py); rlvr's built-ins run in the caller's thread."""
 
     name: str
     weight: float
     fn: Callable  # a Reward (rlvr's built-ins, verl scorers) or a user's plain TRL-style function
     key: str = ""
+    user: bool = False
+    timeout_s: float = 0.0
+    isolated: bool = False
 
     @property
     def spec(self) -> str:
@@ -82,7 +91,7 @@ class RewardFunction:
         return None if said is None else bool(said)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scores:
     """Per-function scores and reasons for B completions, their weighted total, and which completions
     each function failed on (raised). Errors are kept per completion so that selecting rows (dynamic
@@ -102,15 +111,17 @@ class Scores:
 
     def select(self, rows: list[int]) -> "Scores":
         pick = lambda d: {k: [v[i] for i in rows] for k, v in d.items()}
-        return Scores(pick(self.per_function), pick(self.reasons), [self.total[i] for i in rows], pick(self.failed),
-                      pick(self.extra), self.logged)
+        return Scores(per_function=pick(self.per_function), reasons=pick(self.reasons),
+                      total=[self.total[i] for i in rows], failed=pick(self.failed),
+                      extra=pick(self.extra), logged=self.logged)
 
     @staticmethod
     def concat(parts: list["Scores"]) -> "Scores":
         join = lambda field: {k: [x for p in parts for x in getattr(p, field)[k]] for k in parts[0].per_function}
         extra = {k: [x for p in parts for x in p.extra[k]] for k in parts[0].extra if all(k in p.extra for p in parts)}
-        return Scores(join("per_function"), join("reasons"), [x for p in parts for x in p.total], join("failed"),
-                      extra, parts[0].logged)
+        return Scores(per_function=join("per_function"), reasons=join("reasons"),
+                      total=[x for p in parts for x in p.total], failed=join("failed"),
+                      extra=extra, logged=parts[0].logged)
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
@@ -121,7 +132,9 @@ def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = Fals
 
 
 def load_callable(spec: str, what: str) -> Callable:
-    """'module:function' or 'path/to/file.py:function' (verl's custom_reward_function.path form)."""
+    """'module:function' or 'path/to/file.py:function' (verl's custom_reward_function.path form). A
+    module that cannot be imported (a syntax error, an import that raises anything, sys.exit() at its
+    top level) is an RlvrError naming the file and line."""
     module_name, _, attr = spec.rpartition(":")
     try:
         if module_name.endswith(".py"):
@@ -131,22 +144,74 @@ def load_callable(spec: str, what: str) -> Callable:
                 raise ImportError(f"no such file {path}")
             module = importlib.util.module_from_spec(loader)
             sys.modules[path.stem] = module  # as an import would: dataclasses and pickling look it up there
-            loader.loader.exec_module(module)
+            try:
+                loader.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(path.stem, None)
+                raise
         else:
             module = importlib.import_module(module_name)
         fn = getattr(module, attr)
     except (ImportError, AttributeError) as e:
         raise RlvrError(f"cannot load {what} '{spec}': {e}") from None
+    except SyntaxError as e:
+        raise RlvrError(f"cannot load {what} '{spec}': {e.filename}, line {e.lineno}: SyntaxError: {e.msg}") from None
+    except BaseException as e:  # noqa: BLE001 - whatever the module's top level raised (SystemExit included)
+        if isinstance(e, KeyboardInterrupt) and not _raised_by_code(e):
+            raise
+        raise RlvrError(f"cannot load {what} '{spec}': importing it raised {type(e).__name__}: {e} "
+                        f"({raised_at(e)})") from None
     if not callable(fn):
         raise RlvrError(f"{what} '{spec}' is not callable")
     return fn
+
+
+def _raised_by_code(e: BaseException) -> bool:
+    """A KeyboardInterrupt raised by a statement (`raise KeyboardInterrupt`), not by a Ctrl-C."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return bool(tb) and "raise" in (tb[-1].line or "")
+
+
+def raised_at(e: BaseException) -> str:
+    """'FILE, line N, in FUNCTION': where an exception was raised (its traceback's innermost frame)."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return f"{tb[-1].filename}, line {tb[-1].lineno}, in {tb[-1].name}" if tb else "no traceback"
+
+
+def defined_at(rf: "RewardFunction") -> str:
+    """'FILE:LINE, function NAME': where a reward's own function is defined (a verl scorer's compute_score)."""
+    fn = rf.reward.user_fn if rf.reward is not None and rf.reward.user_fn is not None else rf.fn
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__call__", None), "__code__", None)
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    return f"{code.co_filename}:{code.co_firstlineno}, function {name}" if code else f"function {name}"
+
+
+def recipe_of(spec: str, fn) -> tuple:
+    """How the worker process of rewards.isolate (rlvr/rewards/isolated_worker.py) rebuilds reward `spec` (a
+    rewards.weights key; `fn` what the trainer resolved it to): ("spec", spec) for a name it loads itself,
+    else ("pickled", bytes, verl) for a function given to rlvr.fit, pickled by reference (a module-level
+    function of an importable module). RlvrError, naming it, for one that cannot cross (a lambda, a
+    closure, a function of the notebook or script)."""
+    if not spec.removeprefix(VERL_PREFIX).startswith(PYTHON_PREFIX):
+        return ("spec", spec)
+    own = getattr(fn, "user_fn", None) or fn
+    name = getattr(own, "__qualname__", repr(own))
+    if getattr(own, "__module__", None) == "__main__" or "<locals>" in name or "<lambda>" in name:
+        raise RlvrError(f"rewards.isolate: reward '{spec}' ({name} in {getattr(own, '__module__', '?')}) cannot be "
+                        "loaded by the worker process: define it at the top level of an importable module (a .py "
+                        "file on the import path) and pass it from there, or leave rewards.isolate off")
+    try:
+        return ("pickled", pickle.dumps(own), getattr(fn, "user_fn", None) is not None)
+    except Exception as e:  # noqa: BLE001 - whatever pickle refuses, the message says which function
+        raise RlvrError(f"rewards.isolate: reward '{spec}' cannot be sent to the worker process "
+                        f"({type(e).__name__}: {e}); leave rewards.isolate off for it") from None
 
 
 def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFunction:
     """A built-in by name; 'module:function' (a TRL-style reward); 'verl:module:function' (verl's
     one-sample compute_score, rlvr/rewards/verl.py). A module may be a .py file's path."""
     if name in builtins:
-        return RewardFunction(name, weight, builtins[name])
+        return RewardFunction(name=name, weight=weight, fn=builtins[name])
     if name.startswith(PYTHON_PREFIX) or name.startswith(VERL_PREFIX + PYTHON_PREFIX):
         fn = name.rsplit(":", 1)[-1]
         raise RlvrError(f"reward '{name}' is a Python function given to rlvr.fit, which config.yaml cannot "
@@ -157,8 +222,9 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
                         "'module:function' (TRL's form) or 'verl:module:compute_score'")
     if name.startswith(VERL_PREFIX):
         fn = load_callable(name[len(VERL_PREFIX):], "verl compute_score")
-        return RewardFunction(short_name(name), weight, from_compute_score(fn), name)
-    return RewardFunction(short_name(name), weight, load_callable(name, "reward function"), name)
+        return RewardFunction(name=short_name(name), weight=weight, fn=from_compute_score(fn), key=name, user=True)
+    return RewardFunction(name=short_name(name), weight=weight, fn=load_callable(name, "reward function"), key=name,
+                          user=True)
 
 
 def short_name(spec: str) -> str:
@@ -175,6 +241,58 @@ def _row(columns: dict[str, list], i: int) -> dict[str, list]:
     return {k: v[i:i + 1] for k, v in columns.items()}
 
 
+class RewardTimeoutError(RlvrError):
+    """A user reward ran past rewards.timeout_s in the trainer's process, where it cannot be stopped."""
+
+
+def _own_copy(completions: list, columns: dict[str, list], shared: dict) -> tuple[list, dict, dict]:
+    """Inputs of one call that no other call sees: a reward that edits its completions or columns in place
+    changes neither the next reward's nor the samples. TRL's log_metric and log_extra stay the shared ones."""
+    plain = {k: v for k, v in shared.items() if not callable(v)}
+    completions, columns, plain = copy.deepcopy((completions, columns, plain))
+    return completions, columns, {**shared, **plain}
+
+
+def _call(rf: RewardFunction, completions: list, columns: dict, shared: dict, log: RewardLog) -> Callable[[], object]:
+    """One call of `rf` as a thunk, on its own copy of the inputs; under rewards.isolate, in the worker process
+    of the current run (rlvr.rewards.workers), whose log records join this scoring's."""
+    completions, columns, shared = _own_copy(completions, columns, shared)
+    if not rf.isolated:
+        return lambda: invoke(rf.fn, completions, columns, shared)
+
+    def in_worker():
+        from rlvr.rewards.workers import current
+
+        plain = {k: v for k, v in shared.items() if not callable(v)}
+        result, logged = current().user.call(recipe_of(rf.spec, rf.fn), completions, columns, plain, rf.timeout_s)
+        if logged is not None:
+            for name, values in logged.metrics.items():
+                log.metrics.setdefault(name, []).extend(values)
+            for column, values in logged.extras.items():
+                log.extra(column, values)
+        return result
+    return in_worker
+
+
+def _run(rf_calls: list[tuple[RewardFunction, Callable[[], object]]]) -> list:
+    """Each call's result or exception: a user's function in a thread under its limit (rlvr.rewards.call.run_all),
+    rlvr's own and isolated ones here (the worker process has the limit)."""
+    limits = [rf.timeout_s if rf.user and not rf.isolated else None for rf, _ in rf_calls]
+    results = run_all([thunk for _, thunk in rf_calls], limits)
+    return [CallTimedOut(rf.timeout_s) if isinstance(r, CallTimedOut) and rf.isolated else r
+            for (rf, _), r in zip(rf_calls, results)]
+
+
+def _stop_on_timeout(rf: RewardFunction, result, rows: str) -> None:
+    """A call past its limit in this process: its thread cannot be stopped, so the run stops, naming it."""
+    if isinstance(result, CallTimedOut) and not rf.isolated:
+        raise RewardTimeoutError(
+            f"reward function '{rf.name}' ({defined_at(rf)}) did not return within rewards.timeout_s="
+            f"{rf.timeout_s:g}s on {rows}, so the run stops (a call in the trainer's process cannot be "
+            "stopped); make it faster, raise rewards.timeout_s, or set rewards.isolate=true to run it in a "
+            "worker process where a call past the limit is killed and scores 0")
+
+
 def _outcome(result, n: int):
     """(scores, reasons) of one call's result, or the exception it raised or its unreadable return made."""
     if isinstance(result, BaseException):
@@ -185,52 +303,71 @@ def _outcome(result, n: int):
         return e
 
 
-def _each_row(rf: RewardFunction, completions: list, columns: dict[str, list], shared: dict) -> list:
+def _each_row(rf: RewardFunction, completions: list, columns: dict[str, list], shared: dict, log: RewardLog,
+              origins: list[str]) -> list:
     """A failed batch call retried one completion at a time: (scores, reasons) of one, or the exception."""
-    outs = run_all([lambda i=i: invoke(rf.fn, completions[i:i + 1], _row(columns, i), shared)
-                    for i in range(len(completions))])
+    outs = _run([(rf, _call(rf, completions[i:i + 1], _row(columns, i), shared, log)) for i in range(len(completions))])
+    for i, out in enumerate(outs):
+        _stop_on_timeout(rf, out, f"row {origins[i]}")
     return [_outcome(out, 1) for out in outs]
 
 
-def _stop(name: str, error: Exception, origin: str, completion) -> RewardFunctionError:
+def _trace(error: BaseException) -> str:
     # the exception's message may quote model text: each line printable, the lines kept
-    trace = "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
+    return "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
+
+
+def _stop(rf: RewardFunction, error: BaseException, origin: str, completion) -> RewardFunctionError:
+    where = f" ({defined_at(rf)})" if rf.user else ""
     return RewardFunctionError(
-        f"reward function '{name}' raised on every completion of the batch, so the run stops (a broken reward "
-        f"would look like a run that learned nothing). First row: {origin}; completion "
-        f"{clean_reason(completion_text(completion), 200)!r}.\n{trace}")
+        f"reward function '{rf.name}'{where} raised on every completion of the batch, so the run stops (a broken "
+        f"reward would look like a run that learned nothing). First row: {origin}; completion "
+        f"{clean_reason(completion_text(completion), 200)!r}.\n{_trace(error)}")
+
+
+def failure_reason(error: BaseException) -> str:
+    """What a sample's reason says of a call that failed."""
+    if isinstance(error, CallTimedOut):
+        return f"reward function {error}"
+    return f"reward function raised {type(error).__name__}: {error}"
 
 
 def score_batch(functions: list[RewardFunction], completions: list, columns: dict[str, list],
-                on_error: Callable[[str, Exception], None] | None = None, *, shared: dict | None = None,
+                on_error: Callable[[str, BaseException, str], None] | None = None, *, shared: dict | None = None,
                 origins: list[str] | None = None, stop_if_all_fail: bool = False) -> Scores:
     """Score every completion with every function, called as TRL calls them (rlvr/rewards/call.py):
     `columns` hold one value per completion, `shared` one value for all (trainer_state; TRL's log_metric
-    and log_extra are added, their records kept in Scores.logged and Scores.extra). The functions
-    run together (async ones concurrently). A batch call that raises is retried one completion at a
-    time: the completions it still fails on score 0 and are marked in `failed`, and training goes on;
-    when it fails on every one and stop_if_all_fail, RewardFunctionError names the row (`origins`)."""
+    and log_extra are added, their records kept in Scores.logged and Scores.extra). Each call gets its own
+    copy of the inputs. The functions run together (async ones concurrently); a user's function in a
+    thread under its rewards.timeout_s, or in a worker process (rewards.isolate). A batch call that raises
+    (any BaseException: sys.exit() in a reward ends nothing), returns what is not one finite number or
+    None per completion, or overruns in the worker, is retried one completion at a time: the completions
+    it still fails on score 0 and are marked in `failed`, on_error(name, first error, its row) is told,
+    and training goes on; when it fails on every one and stop_if_all_fail, RewardFunctionError names
+    the row (`origins`). A call that overruns in the trainer's process stops the run (RewardTimeoutError)."""
     log, n = RewardLog(), len(completions)
+    origins = origins or [f"row {i + 1} of the batch" for i in range(n)]
     shared = {"log_metric": log.metric, "log_extra": log.extra, **(shared or {})}
-    firsts = run_all([lambda rf=rf: invoke(rf.fn, completions, columns, shared) for rf in functions])
+    firsts = _run([(rf, _call(rf, completions, columns, shared, log)) for rf in functions])
     per, reasons, failed = {}, {}, {}
     for rf, first in zip(functions, firsts):
+        _stop_on_timeout(rf, first, f"a batch of {n} completions (first row: {origins[0] if n else '-'})")
         whole = _outcome(first, n)
         if not isinstance(whole, BaseException):
             per[rf.name], reasons[rf.name] = whole
             failed[rf.name] = [False] * n
             continue
-        rows = _each_row(rf, completions, columns, shared) if n > 1 else [whole]
-        errors = [r for r in rows if isinstance(r, BaseException)]
+        rows = _each_row(rf, completions, columns, shared, log, origins) if n > 1 else [whole]
+        errors = [(r, origins[i]) for i, r in enumerate(rows) if isinstance(r, BaseException)]
         if stop_if_all_fail and n and len(errors) == n:
-            raise _stop(rf.name, errors[0], (origins or ["row 1"])[0], completions[0])
+            raise _stop(rf, errors[0][0], origins[0], completions[0])
         if errors and on_error is not None:
-            on_error(rf.name, errors[0])
+            on_error(rf.name, *errors[0])
         ok = lambda r: not isinstance(r, BaseException)
         per[rf.name] = [r[0][0] if ok(r) else 0.0 for r in rows]
-        reasons[rf.name] = [r[1][0] if ok(r) else f"reward function raised {type(r).__name__}: {r}" for r in rows]
+        reasons[rf.name] = [r[1][0] if ok(r) else failure_reason(r) for r in rows]
         failed[rf.name] = [not ok(r) for r in rows]
     reasons = {k: [clean_reason(x) for x in v] for k, v in reasons.items()}
     total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(n)]
     extra = {k: v for k, v in log.extras.items() if len(v) == n}  # a column of another length fits no sample
-    return Scores(per, reasons, total, failed, extra, log.means())
+    return Scores(per_function=per, reasons=reasons, total=total, failed=failed, extra=extra, logged=log.means())

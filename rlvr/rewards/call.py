@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -38,7 +39,7 @@ def then(result, f: Callable):
     return later()
 
 
-@dataclass(eq=False)
+@dataclass(kw_only=True, eq=False)
 class Reward:
     """A reward function with what rlvr knows about it, as fields. Called as TRL calls a reward function,
     `reward(completions, **columns) -> list[float]`; `verdicts` gives the same scores with their reasons.
@@ -146,9 +147,55 @@ def invoke(fn: Callable, completions: list, columns: dict[str, list], shared: di
     return target(**accepted(target, {"completions": completions, **columns, **shared}))
 
 
-def _await_all(awaitables: list) -> list:
+class CallTimedOut(Exception):
+    """A user reward's call ran past rewards.timeout_s."""
+
+    def __init__(self, timeout_s: float):
+        super().__init__(f"did not return within rewards.timeout_s={timeout_s:g}s")
+        self.timeout_s = timeout_s
+
+
+def _in_thread(work: Callable[[], object], timeout_s: float):
+    """work() in a daemon thread of its own: its result, or the BaseException it raised (SystemExit,
+    KeyboardInterrupt and the rest included: user code ends nothing), or CallTimedOut past timeout_s
+    (0: no limit). A thread cannot be killed, so one that overran is left running as a daemon: the caller
+    stops the run (rlvr/rewards/base.py), and the process exits without waiting for it. The wait is
+    the main thread's, so signal handlers still run while user code hangs."""
+    box: list = []
+    done = threading.Event()
+
+    def run():
+        try:
+            box.append(work())
+        except BaseException as e:  # noqa: BLE001 - whatever user code raised is that call's outcome
+            box.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="rlvr-reward-call", daemon=True).start()
+    if not done.wait(timeout_s if timeout_s > 0 else None):
+        return CallTimedOut(timeout_s)
+    return box[0]
+
+
+def _await_all(awaitables: list, limits: list) -> list:
+    """Each awaitable's result or exception; those with a limit under asyncio.wait_for, and the whole
+    gather in a thread of its own, which also bounds a coroutine that blocks the loop."""
+    def bounded(aw, limit):
+        return asyncio.wait_for(aw, limit) if limit else aw
+
     async def gather():
-        return await asyncio.gather(*awaitables, return_exceptions=True)
+        return await asyncio.gather(*(bounded(aw, t) for aw, t in zip(awaitables, limits)), return_exceptions=True)
+
+    def timed_out(results):
+        return [CallTimedOut(t) if isinstance(r, asyncio.TimeoutError) and t else r for r, t in zip(results, limits)]
+
+    guarded = [t for t in limits if t is not None]
+    if guarded:  # user code: in a thread, so a loop blocked by a synchronous sleep is bounded too
+        whole = _in_thread(lambda: asyncio.run(gather()), max(guarded) + 1 if all(guarded) else 0)
+        if isinstance(whole, CallTimedOut):
+            return [CallTimedOut(t) if t is not None else whole for t in limits]
+        return timed_out(whole) if isinstance(whole, list) else [whole] * len(limits)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -157,29 +204,41 @@ def _await_all(awaitables: list) -> list:
         return pool.submit(asyncio.run, gather()).result()
 
 
-def run_all(thunks: list[Callable[[], object]]) -> list:
+def run_all(thunks: list[Callable[[], object]], limits: list[float | None] | None = None) -> list:
     """Each thunk's result or the exception it raised, in order; results that are awaitable (async
-    reward functions) are awaited together, concurrently."""
+    reward functions) are awaited together, concurrently. `limits`, one per thunk: None runs it here
+    (rlvr's own code); a number runs user code in a thread under that many seconds (0: no limit), where
+    any BaseException it raises is its result and CallTimedOut marks an overrun."""
+    limits = limits or [None] * len(thunks)
     results: list = []
-    for thunk in thunks:
+    for thunk, limit in zip(thunks, limits):
+        if limit is not None:
+            results.append(_in_thread(thunk, limit))
+            continue
         try:
             results.append(thunk())
         except Exception as e:  # the caller decides what a failing reward means
             results.append(e)
     waiting = [i for i, r in enumerate(results) if inspect.isawaitable(r)]
-    for i, r in zip(waiting, _await_all([results[i] for i in waiting]) if waiting else ()):
+    awaited = _await_all([results[i] for i in waiting], [limits[i] for i in waiting]) if waiting else ()
+    for i, r in zip(waiting, awaited):
         results[i] = r
     return results
 
 
 def _one(v, i: int) -> tuple[float, str]:
     if isinstance(v, Verdict):
+        if not math.isfinite(v.score):
+            raise ValueError(f"returned a verdict of {v.score} for completion {i}: a score must be a finite number")
         return float(v.score), v.reason
     if hasattr(v, "item") and not isinstance(v, (int, float)):  # numpy scalar, 0-d tensor
         v = v.item()
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return 0.0, NOT_APPLICABLE
     if isinstance(v, (int, float)):
+        if math.isinf(v):  # one infinite score makes every advantage of its group NaN or 0
+            raise ValueError(f"returned {v} for completion {i}: a score must be a finite number (or None, NaN: "
+                             "not applicable)")
         return float(v), ""
     raise ValueError(f"returned a {type(v).__name__} for completion {i}, expected a number or None")
 

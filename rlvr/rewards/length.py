@@ -24,4 +24,4 @@ def make_overlong_reward(max_len: int, buffer: int, penalty: float = 1.0) -> Rew
             out.append(Verdict(s, f"{len(ids)} tokens" + ("" if s == 0 else f", {max_len - len(ids)} from the cap")))
         return out
 
-    return Reward("overlong", verdicts, checks_correctness=False, doc=make_overlong_reward.__doc__)
+    return Reward(name="overlong", verdicts=verdicts, checks_correctness=False, doc=make_overlong_reward.__doc__)

@@ -119,7 +119,7 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
 def _call(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list], on_error) -> Scores:
     completions = [as_chat(p, r) for p, r in rows]
     cols = {**columns, "completion_ids": [list(range(max(1, len(r) // 4))) for _, r in rows]}  # no tokenizer yet
-    return score_batch([rf], completions, cols, lambda name, e: on_error(e), shared={"trainer_state": TrainerState()})
+    return score_batch([rf], completions, cols, lambda name, e, row: on_error(e), shared={"trainer_state": TrainerState()})
 
 
 def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list]) -> bool:

@@ -102,5 +102,5 @@ def from_compute_score(fn: Callable) -> Reward:
         return then(out, lambda rs: [verdict_of(r) for r in (rs.tolist() if hasattr(rs, "tolist") else rs)])
 
     # a verl scorer checks the answer: pass rates and the curriculum read it
-    return Reward(getattr(fn, "__name__", "compute_score"), verdicts, checks_correctness=True, user_fn=fn,
+    return Reward(name=getattr(fn, "__name__", "compute_score"), verdicts=verdicts, checks_correctness=True, user_fn=fn,
                   doc=getattr(fn, "__doc__", None) or "")

@@ -47,7 +47,7 @@ class _Block:
     logits: torch.Tensor | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _CachedRow:
     block: _Block
     index: int  # the row's place in its block
@@ -94,7 +94,7 @@ class BuiltinSession:
         out, mask = prefill(model, prompts, pad_id, logits_to_keep=1)  # [P, Tp]; shared prefix run once
         block = _Block([(layer.keys, layer.values) for layer in cache_out(out).layers], mask, out.logits[:, -1])
         lengths = mask.sum(-1).tolist()
-        self.rows = [_CachedRow(block, b // group_size, lengths[b // group_size], [])
+        self.rows = [_CachedRow(block=block, index=b // group_size, next_pos=lengths[b // group_size], pending=[])
                      for b in range(len(prompts) * group_size)]
         self.draws = _Draws(len(self.rows), group_size, temperature, seeds, generator)
 
@@ -234,8 +234,9 @@ def turns_to_rollout(prompts: list[list[int]], turns: list[Turn], group_size: in
         ids[b, :len(t.tokens)] = torch.tensor(t.tokens, dtype=torch.long)
         mask[b, :len(t.tokens)] = 1.0
         logp[b, :len(t.tokens)] = torch.tensor(t.logp)
-    return Rollout([list(p) for p in prompts], ids, mask, logp, torch.tensor([not t.stopped for t in turns]),
-                   group_size)
+    return Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=ids, completion_mask=mask, sampler_logp=logp,
+                   truncated=torch.tensor([not t.stopped for t in turns]),
+                   group_size=group_size)
 
 
 class RecomputeSession:

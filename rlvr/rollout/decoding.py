@@ -20,7 +20,7 @@ from rlvr.rollout.kvcache import cache_arg, cache_out
 from rlvr.rollout.sampling import sample_next
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Rollout:
     """G sampled completions for each of P prompts; row b belongs to prompt b // G."""
 
@@ -42,8 +42,9 @@ class Rollout:
         batch (rlvr.train.batch.make_batch). Rollouts live on the host until then, so that scoring, logging
         and gathering across ranks read plain memory."""
         move = lambda x: None if x is None else x.to(device, non_blocking=True)
-        return Rollout(self.prompt_ids, move(self.completion_ids), move(self.completion_mask), move(self.sampler_logp),
-                       move(self.truncated), self.group_size, move(self.env_mask))
+        return Rollout(prompt_ids=self.prompt_ids, completion_ids=move(self.completion_ids),
+                       completion_mask=move(self.completion_mask), sampler_logp=move(self.sampler_logp),
+                       truncated=move(self.truncated), group_size=self.group_size, env_mask=move(self.env_mask))
 
     def completion_token_lists(self) -> list[list[int]]:
         lengths = self.present.sum(-1).long().tolist()
@@ -54,8 +55,10 @@ def select_groups(r: Rollout, groups: list[int]) -> Rollout:
     """The rollout restricted to the given prompt groups, in that order."""
     g = r.group_size
     rows = torch.tensor([i * g + j for i in groups for j in range(g)], dtype=torch.long)
-    return Rollout([r.prompt_ids[i] for i in groups], r.completion_ids[rows], r.completion_mask[rows],
-                   r.sampler_logp[rows], r.truncated[rows], g, None if r.env_mask is None else r.env_mask[rows])
+    return Rollout(prompt_ids=[r.prompt_ids[i] for i in groups], completion_ids=r.completion_ids[rows],
+                   completion_mask=r.completion_mask[rows],
+                   sampler_logp=r.sampler_logp[rows], truncated=r.truncated[rows], group_size=g,
+                   env_mask=None if r.env_mask is None else r.env_mask[rows])
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
@@ -66,11 +69,11 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
     if any(p.env_mask is not None for p in parts):
         env = torch.cat([pad(torch.zeros_like(p.completion_mask) if p.env_mask is None else p.env_mask, 0.0)
                          for p in parts])
-    return Rollout([ids for p in parts for ids in p.prompt_ids],
-                   torch.cat([pad(p.completion_ids, pad_id) for p in parts]),
-                   torch.cat([pad(p.completion_mask, 0.0) for p in parts]),
-                   torch.cat([pad(p.sampler_logp, 0.0) for p in parts]),
-                   torch.cat([p.truncated for p in parts]), parts[0].group_size, env)
+    return Rollout(prompt_ids=[ids for p in parts for ids in p.prompt_ids],
+                   completion_ids=torch.cat([pad(p.completion_ids, pad_id) for p in parts]),
+                   completion_mask=torch.cat([pad(p.completion_mask, 0.0) for p in parts]),
+                   sampler_logp=torch.cat([pad(p.sampler_logp, 0.0) for p in parts]),
+                   truncated=torch.cat([p.truncated for p in parts]), group_size=parts[0].group_size, env_mask=env)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | None = None

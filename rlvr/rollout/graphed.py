@@ -54,7 +54,7 @@ class _SlotKV:
         return self.keys[:, :, :self.window], self.values[:, :, :self.window]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _State:
     """Every tensor one decode step reads or writes; a captured graph is bound to these addresses."""
 
@@ -174,11 +174,12 @@ def _new_state(cache, n_rows: int, length: int, width: int, u_width: int, greedy
     for layer in kv:
         layer.slot = slot  # one counter for every layer
     zeros = lambda *shape, **kw: torch.zeros(shape, device=device, **kw)
-    return _State(kv, zeros(n_rows, length, dtype=torch.long), zeros(n_rows, dtype=torch.long),
-                  zeros(n_rows, dtype=torch.long), slot, zeros(1, dtype=torch.long),
-                  None if greedy else zeros(n_rows, u_width), zeros(n_rows, dtype=torch.long),
-                  zeros(n_rows, dtype=torch.bool), zeros(n_rows, width, dtype=torch.long), zeros(n_rows, width),
-                  torch.tensor(stop_ids, dtype=torch.long, device=device))
+    return _State(kv=kv, mask=zeros(n_rows, length, dtype=torch.long), tok=zeros(n_rows, dtype=torch.long),
+                  pos=zeros(n_rows, dtype=torch.long), slot=slot, t=zeros(1, dtype=torch.long),
+                  u=None if greedy else zeros(n_rows, u_width), caps=zeros(n_rows, dtype=torch.long),
+                  done=zeros(n_rows, dtype=torch.bool), tokens=zeros(n_rows, width, dtype=torch.long),
+                  logp=zeros(n_rows, width),
+                  stop=torch.tensor(stop_ids, dtype=torch.long, device=device))
 
 
 def _load(st: _State, cache, logits0: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,

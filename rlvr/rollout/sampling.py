@@ -2,9 +2,33 @@
 and the per-group seeds the draws come from."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingSettings:
+    """How every model turn of a rollout samples: fixed for a run (rollout.* and the tokenizer's ids),
+    passed whole from the run's settings to rlvr.envs.episodes.run_episodes and on to the engine."""
+
+    max_new_tokens: int  # the longest model turn
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k cut
+    stop_ids: tuple[int, ...] = ()  # tokens that end a turn (kept in it)
+    pad_id: int = 0
+
+    def engine_args(self) -> dict:
+        """What RolloutEngine.generate / session take besides the prompts, seeds and group size."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "stop_ids": list(self.stop_ids), "pad_id": self.pad_id}
+
+    def greedy(self, max_new_tokens: int) -> SamplingSettings:
+        """The same stop and pad ids, greedy (evaluation's pass@1)."""
+        return dataclasses.replace(self, max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, top_k=0)
 
 
 def sample_next(

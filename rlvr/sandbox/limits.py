@@ -7,7 +7,7 @@ from dataclasses import dataclass
 MiB = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class SandboxLimits:
     """Per program run. memory_bytes is each process's address space; run_memory_bytes the whole
     run's (cgroup, no swap). max_procs counts processes and threads of the run."""
@@ -29,7 +29,7 @@ class SandboxLimits:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got {value!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Sandbox:
     """How to isolate. bwrap: its path (None: look it up on PATH); unsafe: allow running without
     it (None: read RLVR_UNSAFE_NO_SANDBOX); isolate=False skips bubblewrap on purpose (needs

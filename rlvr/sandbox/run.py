@@ -59,7 +59,7 @@ class SandboxUnavailable(RlvrError):
     """Bubblewrap is missing or cannot start a sandbox, and unsafe mode was not asked for."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RunResult:
     stdout: bytes
     stderr_tail: str

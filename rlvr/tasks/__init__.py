@@ -120,7 +120,7 @@ def finalise(splits: Splits, template: str) -> Splits:
     train, heldout, ood = (_templated(s, template) for s in (splits.train, splits.heldout, splits.ood))
     few_shot = [(template.format(prompt=q), a) for q, a in splits.few_shot]
     notes = list(splits.notes)
-    shots = [Problem(q, "") for q, _ in few_shot]  # no gold: a worked turn is not compared as an answer
+    shots = [Problem(question=q, answer="") for q, _ in few_shot]  # no gold: a worked turn is not compared as an answer
     heldout = _drop_shared(heldout, shots, "held-out", "the few-shot examples", notes)
     ood = _drop_shared(ood, shots + heldout, "OOD", "the few-shot examples or held-out", notes)
     train = _drop_shared(train, shots + heldout + ood, "train", "the few-shot examples, held-out or OOD", notes)

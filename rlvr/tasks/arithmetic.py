@@ -147,8 +147,8 @@ def solution(numbers: list[int], ops: list[str]) -> str:
 
 
 def problem(numbers: list[int], ops: list[str], difficulty: str) -> Problem:
-    return Problem(INSTRUCTION.format(expr=expression(numbers, ops)), str(evaluate(numbers, ops)),
-                   difficulty, solution=solution(numbers, ops))
+    return Problem(question=INSTRUCTION.format(expr=expression(numbers, ops)), answer=str(evaluate(numbers, ops)),
+                   difficulty=difficulty, solution=solution(numbers, ops))
 
 
 def space_size(digits: int, operands: int, operators: str) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 HELDOUT_SIZE = 100  # task.heldout_size when null, but for a small train file (rlvr.tasks.files.scaled_heldout)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Problem:
     """One verifiable prompt. `columns` are passed to reward functions as keyword lists (TRL style)."""
 
@@ -54,7 +54,7 @@ def as_text(value):
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Splits:
     train: list[Problem]
     heldout: list[Problem]

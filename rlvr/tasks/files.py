@@ -268,8 +268,9 @@ def to_problem(row: dict, columns: dict[str, str], where: str, fence: str = "") 
             continue
         values[key] = "" if value is None else _text(value, key, where)
     rest = {k: v for k, v in row.items() if k != "prompt"}
-    return Problem(values["prompt"], values["answer"], values["difficulty"], values["tests"], values["solution"],
-                   messages, rest, where)
+    return Problem(question=values["prompt"], answer=values["answer"], difficulty=values["difficulty"],
+                   tests=values["tests"], solution=values["solution"],
+                   messages=messages, row=rest, origin=where)
 
 
 def gold_candidates(row: dict) -> list[str]:

@@ -69,8 +69,8 @@ def to_problem(entry: dict, dataset: str, suffix: str) -> Problem:
         raise RlvrError(f"reasoning_gym:{dataset} entry {entry.get('metadata', {}).get('source_index')} "
                         f"has no single gold answer; this dataset needs its own reward function")
     question = entry["question"].rstrip()
-    return Problem(f"{question}\n\n{suffix}" if suffix else question, str(entry["answer"]),
-                   difficulty_label(entry.get("metadata") or {}))
+    return Problem(question=f"{question}\n\n{suffix}" if suffix else question, answer=str(entry["answer"]),
+                   difficulty=difficulty_label(entry.get("metadata") or {}))
 
 
 def distinct_problems(dataset: str, params: dict, n: int, seed: int, suffix: str) -> list[Problem]:

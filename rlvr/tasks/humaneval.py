@@ -72,7 +72,8 @@ def solution(row: dict) -> str:
 
 
 def to_problem(row: dict, where: str) -> Problem:
-    return Problem(question(row), "", NAME, tests_spec(row, where), solution(row))
+    return Problem(question=question(row), answer="", difficulty=NAME, tests=tests_spec(row, where),
+                   solution=solution(row))
 
 
 def load_humaneval() -> list[Problem]:

@@ -113,7 +113,7 @@ def make_problem(t: Template, level: int, name: str, args: tuple[str, ...], cons
                     "cases": [{"args": list(a), "expected": v} for a, v in visible],
                     "hidden": [{"args": list(a), "expected": v} for a, v in hidden]}
             solution = f"```python\n{reference(t, name, args, consts)}```"
-            return Problem(text, "", label(level), json.dumps(spec), solution)
+            return Problem(question=text, answer="", difficulty=label(level), tests=json.dumps(spec), solution=solution)
     return None
 
 

@@ -1,4 +1,5 @@
-"""Building a `Run` from a config: models, tasks, rewards, optimizer, prompt sampler, rollout engine."""
+"""Building a `Run` from a config: each phase's settings (rlvr/train/settings.py), models, tasks, rewards,
+optimizer, prompt sampler, rollout engine."""
 from __future__ import annotations
 
 import random
@@ -26,7 +27,8 @@ from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.logprobs import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
-from rlvr.train.state import Run
+from rlvr.train.settings import Settings
+from rlvr.train.state import Data, Models, Run
 
 def seed_everything(seed: int) -> None:
     """The global generators (weight init of a critic, anything a reward function draws); rollouts
@@ -43,7 +45,8 @@ def check_distributed(cfg: Config, d: Dist) -> None:
     a = cfg.algo
     unsupported = [(a.dynamic_sampling, "algo.dynamic_sampling"), (a.adv_estimator in ("reinforce_pp", "gae"),
                    f"algo.adv_estimator={a.adv_estimator}"), (a.adv_scale == "batch", "algo.adv_scale=batch"),
-                   (cfg.rollout.engine == "vllm", "rollout.engine=vllm"),
+                   (cfg.rollout.engine == "vllm" and not cfg.rollout.vllm.server_url,
+                    "rollout.engine=vllm colocated (rollout.vllm.server_url samples from vLLM servers under torchrun)"),
                    (cfg.rollout.overlap != "none", f"rollout.overlap={cfg.rollout.overlap}")]
     if cfg.train.parallel == "fsdp":
         unsupported += [(cfg.model.lora.r > 0, "model.lora.r > 0"), (cfg.optimizer.micro_batch_tokens > 0,
@@ -67,7 +70,7 @@ def _optimizer(cfg: Config, policy: torch.nn.Module) -> tuple[torch.optim.Optimi
         torch.nn.init.zeros_(critic.weight)
         torch.nn.init.zeros_(critic.bias)
         groups.append({"params": list(critic.parameters()), "lr": a.value_lr})
-    optimizer = adamw(groups, o.weight_decay)
+    optimizer = adamw(groups, o.weight_decay, o.state)
     return optimizer, warmup_scheduler(optimizer, o.warmup_steps), critic
 
 
@@ -89,10 +92,19 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     return splits, rewards, grader
 
 
+def claim_run_dir(cfg: Config, fresh: bool) -> None:
+    """The run directory made this run's (rank 0): config.yaml written (a fresh run first clears an
+    earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml names."""
+    out = Path(cfg.train.out)
+    prepare_run_dir(out, to_yaml(cfg), fresh)
+    save_rows(out)
+
+
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
-    """Load tasks, rewards, models, environment, optimizer and rollout engine, then set up the run
-    directory (rank 0 writes): a start that fails on the way leaves an earlier run's directory untouched.
-    A fresh run clears its logs. `given`: Python reward functions by name (rlvr.fit)."""
+    """Load tasks, rewards, models, environment, optimizer and rollout engine, then, for a fresh run,
+    set up the run directory (rank 0 writes): a start that fails on the way leaves an earlier run's
+    directory untouched. A resumed run's directory is claimed only once its checkpoint has loaded too
+    (rlvr.train.grpo.start). `given`: Python reward functions by name (rlvr.fit)."""
     check_distributed(cfg, d)
     out = Path(cfg.train.out)
     if cfg.train.threads > 0:
@@ -114,8 +126,9 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     optimizer, scheduler, critic = _optimizer(cfg, policy)
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, policy, out, precision)
-    if d.is_main:  # everything has loaded: only now is an earlier run's directory replaced
-        prepare_run_dir(out, to_yaml(cfg), fresh)
-        save_rows(out)  # rows given in memory (rlvr.fit) become the files config.yaml names
-    return Run(cfg, out, policy, tok, splits, env, rewards, ref, critic, optimizer, scheduler, sampler, engine,
-               stop_token_ids(policy, tok), tok.pad_token_id, d, precision, grader=grader)
+    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
+        claim_run_dir(cfg, fresh)
+    settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
+    models = Models(policy=policy, tok=tok, ref=ref, critic=critic, optimizer=optimizer, scheduler=scheduler)
+    data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)
+    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d)

@@ -14,7 +14,7 @@ from rlvr.train.logprobs import completion_logprobs, reference_logprobs
 from rlvr.train.state import Collected, Run
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Batch:
     """What one policy update trains on, on the device: whole groups of G completions per prompt."""
 
@@ -57,30 +57,32 @@ def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, ma
 
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
-    a, r = run.cfg.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
+    s, m = run.settings.update, run.models
+    a, r = s.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
     mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
     sampler_logp, env_mask, dropped = r.sampler_logp, r.env_mask, None
     if sampler_logp is not None:  # a -inf sampler log-prob would make an inf importance ratio: not trained on
         mask, env_mask, sampler_logp, dropped = drop_nonfinite(sampler_logp, mask, env_mask)
     logp = ref_logp = values = None
     with torch.no_grad():
-        if a.kl_in == "reward" and run.ref is not None:
-            ref_logp = reference_logprobs(run.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                          r.group_size, run.pad_id, run.cfg.rollout.temperature, r.env_mask)
-        if ref_logp is not None or run.critic is not None:
+        if a.kl_in == "reward" and m.ref is not None:
+            ref_logp = reference_logprobs(m.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
+                                          r.group_size, s.pad_id, s.temperature, r.env_mask)
+        if ref_logp is not None or m.critic is not None:
             # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
             # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
-            out = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                      r.group_size, run.pad_id, run.cfg.rollout.temperature, with_hidden=True,
+            out = completion_logprobs(m.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
+                                      r.group_size, s.pad_id, s.temperature, with_hidden=True,
                                       env_mask=r.env_mask)
             logp = out.logp  # [B, T]
-            if run.critic is not None:
-                values = run.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
+            if m.critic is not None:
+                values = m.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
     rewards = torch.tensor(c.scores.total, device=run.dist.device)  # [B]
     adv, returns, metrics = compute_advantages(a, rewards, r.group_size, mask, logp, ref_logp,
                                                values)  # whitened over trained tokens
     if dropped is not None:
         metrics["rollout/nonfinite_logp_tokens"] = int(dropped)
-    batch = Batch(r.prompt_ids, r.completion_ids, mask, adv, r.group_size, returns, values,
+    batch = Batch(prompts=r.prompt_ids, completion_ids=r.completion_ids, completion_mask=mask, advantages=adv,
+                  group_size=r.group_size, returns=returns, old_values=values,
                   sampler_logp=sampler_logp, env_mask=env_mask)
     return batch, metrics

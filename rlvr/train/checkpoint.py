@@ -1,13 +1,15 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
 One file per checkpoint, RUN_DIR/checkpoints/step_NNNNNN.pt, written to a temporary name and renamed,
-so a crash mid-write leaves the previous checkpoint whole. Model and optimizer states are full
-(unsharded) tensors, so a checkpoint written by N processes resumes on M.
+so a crash mid-write leaves the previous checkpoint whole; beside it step_NNNNNN.pt.sha256 (the format
+`sha256sum -c` reads), written before the rename, so a checkpoint damaged later on disk is known at load
+and the newest whole one is used instead. Model and optimizer states are full (unsharded) tensors, so a
+checkpoint written by N processes resumes on M.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
+import hashlib
 import os
 import random
 import re
@@ -22,11 +24,11 @@ import torch
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 
-from rlvr.errors import RlvrError
+from rlvr.errors import RlvrError, write_error
 from rlvr.report.console import say
-from rlvr.report.sinks import atomic_write_text
+from rlvr.report.sinks import atomic_save_model, atomic_write_text, jsonl_records
 from rlvr.models import load_model
-from rlvr.report.sinks import atomic_save_model
+from rlvr.train.rundir import LOCK, remove_leftovers
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.state import Progress, Run
 
@@ -54,7 +56,7 @@ def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train")
     resume, elsewhere, replace = WAYS[command]
     if out.exists() and not out.is_dir():
         raise RlvrError(f"train.out={out} is a file, not a directory; choose another with {elsewhere}")
-    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
     if not held or overwrite:
         return
     shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
@@ -66,14 +68,19 @@ def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train")
 
 def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
     """Create the run directory and write its config.yaml; a fresh run first removes an earlier run's
-    records, checkpoints and final model (a resumed run keeps them). Called by rank 0 only, once the
-    config, data and model have loaded: a start that fails before it leaves the directory as it was."""
-    out.mkdir(parents=True, exist_ok=True)
+    records, checkpoints and final model (a resumed run keeps them); both remove what writes cut short
+    by a kill left. Called by rank 0 only, once the config, data and model (and a resumed run's
+    checkpoint) have loaded: a start that fails before it leaves the directory as it was."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(out, e) from None
     if fresh:
         for name in RUN_RECORDS:
             (out / name).unlink(missing_ok=True)
         for name in RUN_DIRS:
             shutil.rmtree(out / name, ignore_errors=True)
+    remove_leftovers(out, ("config.yaml", *RUN_RECORDS, *RUN_DIRS))
     atomic_write_text(out / "config.yaml", config_yaml)
 
 
@@ -101,73 +108,141 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def checksum_file(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+class _Hashing:
+    """A file that hashes what is written through it: the checksum costs no second read of the file."""
+
+    def __init__(self, f):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def save_checkpoint(run_dir: str | Path, step: int, state: dict, keep: int) -> Path:
-    """Write atomically, then delete all but the newest `keep` checkpoints. An OSError (disk full,
-    permissions; torch's RuntimeError for a short write becomes one) propagates after the temporary file
-    is removed; older checkpoints are untouched."""
+    """Write atomically (the checksum file first, then the checkpoint renamed into place), then delete
+    all but the newest `keep` checkpoints. An OSError (disk full, permissions; torch's RuntimeError for a
+    short write becomes one) propagates after the temporary file is removed; older checkpoints are
+    untouched."""
     d = Path(run_dir) / CHECKPOINTS
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"step_{step:06d}.pt"
     tmp = d / f".{path.name}.tmp"
     try:
         with open(tmp, "wb") as f:
+            hashing = _Hashing(f)
             try:
-                torch.save(state, f)
+                torch.save(state, hashing)
             except RuntimeError as e:  # torch's zip writer reports a short write (disk full) this way
                 raise OSError(f"writing {tmp} failed: {e}") from e
             f.flush()
             os.fsync(f.fileno())
+        atomic_write_text(checksum_file(path), f"{hashing.sha.hexdigest()}  {path.name}\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     for old in checkpoints(run_dir)[:-max(keep, 1)]:
         old.unlink(missing_ok=True)
+        checksum_file(old).unlink(missing_ok=True)
     return path
 
 
+def damage(path: Path) -> str | None:
+    """Why a checkpoint cannot be trusted (its bytes differ from the checksum written with it), or None.
+    A checkpoint without a checksum file (written before they were) is not checked here."""
+    sums = checksum_file(path)
+    if not sums.is_file():
+        return None
+    want = sums.read_text(errors="replace").split(" ", 1)[0].strip()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    if h.hexdigest() != want:
+        return f"its sha256 differs from the one written with it in {sums.name}"
+    return None
+
+
 def load_checkpoint(path: str | Path) -> dict:
+    path = Path(path)
+    why = damage(path)
+    if why is not None:
+        raise RlvrError(f"checkpoint {path} is damaged: {why}")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are objects
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        raise RlvrError(f"checkpoint {path} cannot be read ({type(e).__name__}: {e}); "
-                        "delete it to resume from the one before") from None
+        raise RlvrError(f"checkpoint {path} cannot be read ({type(e).__name__}: {e})") from None
 
 
-def truncate_jsonl(path: str | Path, last_step: int) -> None:
-    """Keep the records whose step is at most `last_step`, dropping a torn last line: after a resume the
-    file has no duplicated or missing steps."""
+def load_newest(run_dir: str | Path) -> tuple[Path, dict, list[tuple[Path, str]]] | None:
+    """The newest checkpoint that is whole: (path, state, the newer ones that were not, with why); None
+    when there is no checkpoint. Reads only: the damaged ones are set aside by `set_aside`, once the
+    resume has loaded. No whole checkpoint at all is an error naming each."""
+    found = checkpoints(run_dir)
+    if not found:
+        return None
+    bad = []
+    for path in reversed(found):
+        try:
+            state = load_checkpoint(path)
+        except RlvrError as e:
+            bad.append((path, str(e).split(f"checkpoint {path} ", 1)[-1]))
+            continue
+        for p, why in bad:
+            say(f"note: checkpoint {p} {why}; resuming from {path.name}, the newest whole one")
+        return path, state, bad
+    raise RlvrError(f"no checkpoint in {Path(run_dir) / CHECKPOINTS} can be loaded: "
+                    + "; ".join(f"{p.name} {why}" for p, why in bad))
+
+
+def set_aside(damaged: list[tuple[Path, str]]) -> None:
+    """Rename damaged checkpoints to step_N.pt.damaged (with their checksums): kept for a look, no longer
+    a checkpoint, so neither a later resume nor the pruning of old checkpoints counts them."""
+    for path, _ in damaged:
+        os.replace(path, path.with_name(path.name + ".damaged"))
+        checksum_file(path).unlink(missing_ok=True)
+
+
+def truncate_jsonl(path: str | Path, last_step: int | None = None, keep: int | None = None) -> None:
+    """Keep the records whose step is at most `last_step` (or the first `keep` records), dropping lines
+    a crash cut short (not JSON, or not UTF-8): after a resume the file has no duplicated or missing
+    steps."""
     path = Path(path)
     if not path.exists():
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by the crash
-        if record.get("step", 0) <= last_step:
-            kept.append(line + "\n")
-    atomic_write_text(path, "".join(kept))
+    kept = [line for _, line, record in jsonl_records(path) if record is not None
+            and (last_step is None or record.get("step", 0) <= last_step)]
+    atomic_write_text(path, "".join(line + "\n" for line in kept[:keep]))
 
 
 def _optimizer_state(run: Run) -> dict:
     """Keyed by parameter name (torch.distributed.checkpoint's full state), so it loads into a plain,
     DDP or FSDP2 policy alike; a PPO critic (single process only) keeps the optimizer's own form."""
-    if run.critic is not None:
-        return {"format": "torch", "state": run.optimizer.state_dict()}
+    m = run.models
+    if m.critic is not None:
+        return {"format": "torch", "state": m.optimizer.state_dict()}
+    if not m.optimizer.state:  # never stepped (stopped during the first evaluation): get_optimizer_state_dict
+        return {"format": "none"}  # would step it once with zero moments to make a state, and save that
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {"format": "full", "state": get_optimizer_state_dict(run.policy, run.optimizer, options=options)}
+    return {"format": "full", "state": get_optimizer_state_dict(m.policy, m.optimizer, options=options)}
 
 
 def checkpoint_state(run: Run, p: Progress, train_seconds: float, pending: dict | None = None) -> dict:
     """The whole state, collected on every rank (FSDP gathers shards); only rank 0's is complete.
     `pending`: the next step's batch, collected already (rollout.overlap one_step_off)."""
-    d = run.dist
-    return {"step": p.step, "world": d.world, "policy": full_state_dict(run.policy, d),
-            "critic": run.critic.state_dict() if run.critic is not None else None,
-            "ref": run.ref.model.state_dict() if run.ref is not None and not run.ref.adapters_off else None,
-            "optimizer": _optimizer_state(run), "scheduler": run.scheduler.state_dict(),
-            "sampler": run.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
+    d, m = run.dist, run.models
+    return {"step": p.step, "world": d.world, "policy": full_state_dict(m.policy, d),
+            "critic": m.critic.state_dict() if m.critic is not None else None,
+            "ref": m.ref.model.state_dict() if m.ref is not None and not m.ref.adapters_off else None,
+            "optimizer": _optimizer_state(run), "scheduler": m.scheduler.state_dict(),
+            "sampler": run.data.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
             "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds},
             "pending": pending}
 
@@ -176,27 +251,35 @@ def restore(run: Run, state: dict) -> Progress:
     """Load a checkpoint written by any number of processes. With the same world size every rank gets
     its own global generators back (Python, NumPy, torch); with another, all take rank 0's. Rollouts
     need no generator state: they draw from per-group seeds (rlvr.rollout.sampling.group_seed)."""
-    d = run.dist
-    load_full_state_dict(run.policy, state["policy"], d)
-    if run.critic is not None:
-        run.critic.load_state_dict(state["critic"])
-    if run.ref is not None and state["ref"] is not None:
-        run.ref.model.load_state_dict(state["ref"])
+    d, m = run.dist, run.models
+    load_full_state_dict(m.policy, state["policy"], d)
+    if m.critic is not None:
+        m.critic.load_state_dict(state["critic"])
+    if m.ref is not None and state["ref"] is not None:
+        m.ref.model.load_state_dict(state["ref"])
     opt = state["optimizer"]
-    if opt["format"] == "full":
-        set_optimizer_state_dict(run.policy, run.optimizer, optim_state_dict=opt["state"],
+    if opt["format"] == "none":
+        pass  # the fresh optimizer of this start is the one the checkpoint had
+    elif opt["format"] == "full":
+        set_optimizer_state_dict(m.policy, m.optimizer, optim_state_dict=opt["state"],
                                  options=StateDictOptions(full_state_dict=True))
     else:
-        run.optimizer.load_state_dict(opt["state"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    run.sampler.load_state_dict(state["sampler"])
+        m.optimizer.load_state_dict(opt["state"])
+    m.scheduler.load_state_dict(state["scheduler"])
+    run.data.sampler.load_state_dict(state["sampler"])
     rngs = state["rng"]  # one per rank that wrote it; on another number of ranks, rank 0's
     set_rng_state(rngs[d.rank] if len(rngs) == d.world else rngs[0])
-    p = Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
-    if d.is_main:
-        for name in ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "health.jsonl"):
-            truncate_jsonl(run.out / name, p.step)
-    return p
+    return Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
+
+
+def resume_records(out: Path, p: Progress) -> None:
+    """A resumed run's records as they were at its checkpoint: later steps and torn lines dropped; the
+    evaluations the checkpoint knows kept (so a finished run's final evaluation, made after its last
+    checkpoint, goes, with its eval_after.jsonl: an extended run makes its own at its new end)."""
+    for name in ("metrics.jsonl", "samples.jsonl", "health.jsonl"):
+        truncate_jsonl(out / name, p.step)
+    truncate_jsonl(out / "evals.jsonl", keep=len(p.eval_rows))
+    (out / "eval_after.jsonl").unlink(missing_ok=True)
 
 
 def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | None = None) -> None:
@@ -206,7 +289,7 @@ def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | 
     if not run.dist.is_main:
         return
     try:
-        save_checkpoint(run.out, p.step, state, run.cfg.train.keep_checkpoints)
+        save_checkpoint(run.out, p.step, state, run.settings.checkpoint.keep)
     except OSError as e:
         last = latest_checkpoint(run.out)
         say(f"warning: checkpoint at step {p.step} could not be written ({e}); "
@@ -215,15 +298,17 @@ def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | 
 
 def save_final(run: Run) -> None:
     """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
-    if not is_fsdp(run.policy):
+    m = run.models
+    if not is_fsdp(m.policy):
         if run.dist.is_main:
-            atomic_save_model(run.policy, run.tok, run.out / "final")
+            atomic_save_model(m.policy, m.tok, run.out / "final")
         return
-    state = full_state_dict(run.policy, run.dist)  # every rank gathers; rank 0 gets the weights
+    state = full_state_dict(m.policy, run.dist)  # every rank gathers; rank 0 gets the weights
     if run.dist.is_main:
-        plain, _ = load_model(run.cfg.model.name, run.cfg.model.dtype)
+        c = run.settings.checkpoint
+        plain, _ = load_model(c.model_name, c.model_dtype)
         plain.load_state_dict(state)
-        atomic_save_model(plain, run.tok, run.out / "final")
+        atomic_save_model(plain, m.tok, run.out / "final")
 
 
 class StopOnSignal:

@@ -35,7 +35,7 @@ from rlvr.nf4 import is_nf4
 SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups", "micro_batches", "untrained_micro_batches")
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Dist:
     """Where this process sits; world 1 means single process and no process group."""
 
@@ -75,7 +75,7 @@ def init_distributed(device: str = "auto", env: dict | None = None) -> Dist:
         torch.cuda.set_device(where)
     if not tdist.is_initialized():
         tdist.init_process_group(backend, rank=rank, world_size=world)
-    return Dist(rank, world, local_rank, where, backend)
+    return Dist(rank=rank, world=world, local_rank=local_rank, device=where, backend=backend)
 
 
 def close_distributed(d: Dist) -> None:

@@ -1,10 +1,10 @@
 """Greedy evaluation during a run: held-out and OOD accuracy (strict), format and format-free accuracy,
 and per-problem flips against the evaluation before training; logged to evals.jsonl (every completion
-to eval_before/after.jsonl). Under torchrun it runs on rank 0. `rlvr sft` uses the same functions."""
+to eval_before/after.jsonl). Under torchrun it runs on rank 0. `rlvr sft` uses the same functions, on
+the same Models, Data and EvalSettings."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.device import sampling_autocast
@@ -14,30 +14,14 @@ from rlvr.eval.flips import decompose, describe, flips
 from rlvr.report.console import say
 from rlvr.report.sinks import JsonlWriter
 from rlvr.train.distributed import Dist, gathered
-from rlvr.train.state import Run
+from rlvr.train.settings import EvalSettings
+from rlvr.train.state import Data, Models
 
 METRICS = (("accuracy", "accuracy"), ("format", "format_rate"), ("lenient", "lenient"))
 SPLITS = ("heldout", "ood")
 
 
-@dataclass
-class EvalTarget:
-    """What an evaluation reads of a run. rlvr train passes its Run, which has these fields too."""
-
-    policy: object
-    tok: object
-    splits: object  # rlvr.tasks.Splits
-    env: object  # rlvr.envs.episodes.EnvSpec: how an episode of a problem runs (its prompt, its turns)
-    cfg: object  # rlvr.config.Config
-    stop_ids: list[int]
-    out: Path
-    baseline: dict = field(default_factory=dict)  # split -> records before training (flips)
-    dist: Dist = field(default_factory=Dist)  # its device is where the policy is
-    precision: str = "no"  # train.mixed_precision resolved for that device
-    grader: Grader = field(default_factory=Grader)  # what counts as correct (rlvr.eval.grader)
-
-
-def evaluate_splits(policy, tok, problems: dict, spec, eval_cfg, stop_ids: list[int], tag: str,
+def evaluate_splits(policy, tok, problems: dict, spec, s: EvalSettings, tag: str,
                     baseline: dict[str, list[dict]] | None = None, grader: Grader | None = None
                     ) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation of each split that has problems, graded by `grader`. Returns the flat result
@@ -47,8 +31,8 @@ def evaluate_splits(policy, tok, problems: dict, spec, eval_cfg, stop_ids: list[
     for split, probs in problems.items():
         if not probs:  # e.g. a file task with no OOD file
             continue
-        r = evaluate(policy, tok, probs, spec, max_new_tokens=eval_cfg.max_new_tokens,
-                     batch_size=eval_cfg.batch_size, stop_ids=stop_ids, grader=grader)
+        r = evaluate(policy, tok, probs, spec, max_new_tokens=s.sampling.max_new_tokens, batch_size=s.batch_size,
+                     stop_ids=list(s.sampling.stop_ids), grader=grader)
         records[split] = r.records
         for name, attr in METRICS:
             result[f"{split}_{name}_{tag}"] = getattr(r, attr)
@@ -105,16 +89,19 @@ def eval_line(result: dict, tag: str) -> str:
     return "; ".join(parts)
 
 
-def run_eval(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
-    problems = {s: getattr(run.splits, s) for s in splits}
-    result, records = evaluate_splits(run.policy, run.tok, problems, run.env, run.cfg.eval, run.stop_ids,
-                                      tag, None if tag == "before" else run.baseline, run.grader)
+def run_eval(models: Models, data: Data, s: EvalSettings, tag: str, baseline: dict | None = None,
+             splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
+    """Greedy evaluation of the policy on `splits` of data (flips against `baseline` unless tag is before);
+    the before and after evaluations' records go to the run directory."""
+    problems = {split: getattr(data.splits, split) for split in splits}
+    result, records = evaluate_splits(models.policy, models.tok, problems, data.env, s, tag,
+                                      None if tag == "before" else baseline, data.grader)
     if tag in ("before", "after"):
-        write_records(run.out, tag, records)
+        write_records(s.out, tag, records)
     return result, records
 
 
-def log_eval(run: Run | EvalTarget, sink: JsonlWriter, step: int, result: dict, tag: str, train_seconds: float) -> dict:
+def log_eval(sink: JsonlWriter, step: int, result: dict, tag: str, train_seconds: float) -> dict:
     row = {"step": step, "train_seconds": train_seconds}
     row.update({k.removesuffix(f"_{tag}"): v for k, v in result.items()})
     sink.write(row)
@@ -122,7 +109,8 @@ def log_eval(run: Run | EvalTarget, sink: JsonlWriter, step: int, result: dict, 
     return row
 
 
-def eval_on_main(run: Run | EvalTarget, tag: str, splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
+def eval_on_main(models: Models, data: Data, s: EvalSettings, dist: Dist, tag: str, baseline: dict | None = None,
+                 splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation on rank 0 (the others get {}, {}); under FSDP every rank helps gather the weights."""
-    with gathered(run.policy), sampling_autocast(run.dist.device, run.precision):
-        return run_eval(run, tag, splits) if run.dist.is_main else ({}, {})
+    with gathered(models.policy), sampling_autocast(dist.device, s.precision):
+        return run_eval(models, data, s, tag, baseline, splits) if dist.is_main else ({}, {})

@@ -8,6 +8,7 @@ make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,70 +23,75 @@ from rlvr.report.console import before_after_table, format_samples, live_postfix
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
 from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
-from rlvr.report.trackers import open_trackers
+from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards import score_batch, strict_rewards
-from rlvr.rewards.base import Scores
+from rlvr.rewards.base import Scores, defined_at, failure_reason
 from rlvr.rewards.call import TrainerState
+from rlvr.rewards.workers import owned_by_run
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_checkpoint,
-                                   restore, save_final, try_checkpoint)
+from rlvr.errors import RlvrError, WriteError
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest, restore,
+                                   resume_records, save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.overlap import Rollouts
-from rlvr.train.assemble import setup
-from rlvr.train.sft import baseline_of
+from rlvr.train.assemble import claim_run_dir, setup
+from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
-from rlvr.train.update import EntropyState, UpdateSettings, policy_update
+from rlvr.train.rundir import RunLock, check_data, fingerprint
+from rlvr.train.update import EntropyState, policy_update
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
 
 def _on_reward_error(run: Run):
-    def warn(name: str, e: Exception) -> None:
+    def warn(name: str, e: BaseException, row: str) -> None:
         if name not in run.warned:
             run.warned.add(name)
-            say(f"warning: reward function '{name}' raised {type(e).__name__}: {e}; "
-                f"its completions score 0 and are counted in reward/{name}/errors")
+            rf = next(rf for rf in run.data.rewards if rf.name == name)
+            where = f" ({defined_at(rf)})" if rf.user else ""
+            say(f"warning: reward function '{name}'{where} failed on {row}: "
+                f"{failure_reason(e).removeprefix('reward function ')}; its failed completions score 0 and are "
+                f"counted in reward/{name}/errors")
     return warn
 
 
-def group_pass_rates(run: Run, scores: Scores) -> list[float]:
+def group_pass_rates(rewards: list, scores: Scores, group_size: int) -> list[float]:
     """Mean of the strict correctness reward (else the total) over each group: what the curriculum sees."""
-    strict = strict_rewards(run.rewards)
+    strict = strict_rewards(rewards)
     values = scores.per_function[strict[0].name] if strict else scores.total
-    return torch.tensor(values, dtype=torch.float64).view(-1, run.cfg.rollout.group_size).mean(1).tolist()
+    return torch.tensor(values, dtype=torch.float64).view(-1, group_size).mean(1).tolist()
 
 
 def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Collected:
     """Phases 1-3: draw prompts, sample G completions each, score them. Group i of the global batch
     samples from group_seed(train.seed, step, round * n_prompts + i), whichever rank holds it."""
-    r, d = run.cfg.rollout, run.dist
-    idx = run.sampler.next(n_prompts, step)  # the same global batch on every rank
+    r, d, data = run.settings.rollout, run.dist, run.data
+    idx = data.sampler.next(n_prompts, step)  # the same global batch on every rank
     mine = shard_groups(len(idx), d.rank, d.world)  # this rank's whole groups
-    problems = [run.splits.train[i] for i in idx[mine]]
-    seeds = [group_seed(run.cfg.train.seed, step, round_ * n_prompts + i) for i in range(mine.start, mine.stop)]
-    with gathered(run.policy), sampling_autocast(run.dist.device, run.precision):  # FSDP: this rank holds the full weights while it samples
-        ep = run_episodes(run.engine, run.env, problems, group_size=r.group_size, seeds=seeds,
-                          max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                          stop_ids=run.stop_ids, pad_id=run.pad_id)
+    problems = [data.splits.train[i] for i in idx[mine]]
+    seeds = [group_seed(r.seed, step, round_ * n_prompts + i) for i in range(mine.start, mine.stop)]
+    with gathered(run.models.policy), sampling_autocast(d.device, r.precision):  # FSDP: this rank holds the full weights while it samples
+        ep = run_episodes(run.engine, data.env, problems, group_size=r.group_size, sampling=r.sampling, seeds=seeds)
     run.engine.sleep()
     rollout, texts = ep.rollout, ep.texts  # texts: each episode's final answer
     completions, columns = reward_inputs(problems, ep, r.group_size)  # as TRL passes them
     origins = [p.origin or repr(p.question[:80]) for p in problems for _ in range(r.group_size)]
     t0 = time.perf_counter()
-    scores = score_batch(run.rewards, completions, columns, _on_reward_error(run),  # code: across the sandbox pool
-                         shared={"trainer_state": TrainerState(step - 1, run.cfg.train.steps)}, origins=origins,
+    scores = score_batch(data.rewards, completions, columns, _on_reward_error(run),  # code: across the sandbox pool
+                         shared={"trainer_state": TrainerState(step - 1, r.steps)}, origins=origins,
                          stop_if_all_fail=True)
     reward_s = time.perf_counter() - t0
-    passes = [x for part in gather_objects(group_pass_rates(run, scores), d) for x in part]
-    run.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
-    episodes = ep.records if run.env.multi_turn else []  # single-turn tasks log what they always logged
-    return Collected(problems, rollout, texts, scores, {"time/reward_s": reward_s, **logged_metrics(scores)}, episodes)
+    passes = [x for part in gather_objects(group_pass_rates(data.rewards, scores, r.group_size), d) for x in part]
+    data.sampler.observe(idx, passes, step)  # every rank's sampler sees the whole batch
+    episodes = ep.records if data.env.multi_turn else []  # single-turn tasks log what they always logged
+    return Collected(problems=problems, rollout=rollout, texts=texts, scores=scores,
+                     metrics={"time/reward_s": reward_s, **logged_metrics(scores)}, episodes=episodes)
 
 
 def memory_metrics(rollout: float | None, update: float | None) -> dict[str, float]:
@@ -106,13 +112,14 @@ def logged_metrics(scores: Scores) -> dict[str, float]:
 def collect(run: Run, step: int) -> Collected:
     """One step's batch; with dynamic sampling (DAPO), groups whose rewards are all equal are dropped
     and more prompts are sampled until the batch is full or algo.max_refill extra rounds pass."""
-    want, g = run.cfg.rollout.prompts_per_step, run.cfg.rollout.group_size
-    if not run.cfg.algo.dynamic_sampling:
+    r = run.settings.rollout
+    want, g = r.prompts_per_step, r.group_size
+    if not r.dynamic_sampling:
         return sample_and_score(run, want, step)
     kept: list[tuple[Collected, int]] = []
     dropped = rounds = 0
     last, reward_s = None, 0.0
-    while len(kept) < want and rounds <= run.cfg.algo.max_refill:
+    while len(kept) < want and rounds <= r.max_refill:
         last = sample_and_score(run, want, step, rounds)
         reward_s += last.metrics["time/reward_s"]
         rewards = torch.tensor(last.scores.total).view(-1, g)  # [P, G]
@@ -126,50 +133,52 @@ def collect(run: Run, step: int) -> Collected:
         kept = [(last, i) for i in range(want)]
     kept = kept[:want]
     rows = lambda i: list(range(i * g, (i + 1) * g))
-    out = merge_collected([Collected([c.problems[i]], select_groups(c.rollout, [i]), [c.texts[j] for j in rows(i)],
-                                     c.scores.select(rows(i)), {}, [c.episodes[j] for j in rows(i) if c.episodes]) for c, i in kept],
-                          run.pad_id)
+    out = merge_collected([Collected(problems=[c.problems[i]], rollout=select_groups(c.rollout, [i]),
+                                     texts=[c.texts[j] for j in rows(i)],
+                                     scores=c.scores.select(rows(i)), metrics={},
+                                     episodes=[c.episodes[j] for j in rows(i) if c.episodes]) for c, i in kept],
+                          r.sampling.pad_id)
     out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s,
                    **logged_metrics(out.scores)}
     return out
 
 
-def train_step(run: Run, step: int, settings: UpdateSettings, rollouts: Rollouts,
-               entropy: EntropyState | None = None) -> tuple[dict, Collected]:
+def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | None = None
+               ) -> tuple[dict, Collected]:
     """Phases 1-6 of one step; returns its metrics row and the global batch. entropy: the adaptive entropy
     controller's state (None: its start)."""
-    device = run.dist.device
+    device, m_, settings = run.dist.device, run.models, run.settings.update
     reset_peak_memory(device)
     t0 = time.perf_counter()
-    collected = rollouts.take(step, run.cfg.train.steps)                  # 1-3. prompts, rollout, rewards
+    collected = rollouts.take(step, run.settings.steps)                    # 1-3. prompts, rollout, rewards
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
     batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
-    a = run.cfg.algo
-    kl_ref = run.ref if settings.loss_beta > 0 else None
-    update = policy_update(run.policy, run.optimizer, batch, settings, kl_ref, run.critic, run.dist, entropy)  # 5.
-    run.scheduler.step()
-    if run.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
-        run.ref.sync(run.policy, a.ref_mixup)
+    a = settings.algo
+    kl_ref = m_.ref if settings.loss_beta > 0 else None
+    update = policy_update(m_.policy, m_.optimizer, batch, settings, kl_ref, m_.critic, run.dist, entropy)  # 5.
+    m_.scheduler.step()
+    if m_.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
+        m_.ref.sync(m_.policy, a.ref_mixup)
     rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
                                **memory_metrics(rollout_peak, peak_memory_gib(device))}
     if run.dist.enabled:
-        whole = merge_collected(gather_objects(collected, run.dist), run.pad_id)
+        whole = merge_collected(gather_objects(collected, run.dist), settings.pad_id)
         extra = reduce_metrics(extra, run.dist, len(collected.texts))
-    m = step_metrics(step, whole, update, run.rewards, t2 - t0, t1 - t0, t2 - t1)
+    m = step_metrics(step, whole, update, run.data.rewards, t2 - t0, t1 - t0, t2 - t1)
     m.update(extra)
-    m.update(run.sampler.metrics())
+    m.update(run.data.sampler.metrics())
     m["time/reward_share"] = m["time/reward_s"] / max(m["time/step_s"], 1e-9)  # of the step, in scoring
-    m["lr"] = run.scheduler.get_last_lr()[0]
+    m["lr"] = m_.scheduler.get_last_lr()[0]
     return m, whole
 
 
 # ---------------------------------------------------------------- the run: start, log, evaluate, checkpoint, finish
 
-@dataclass
+@dataclass(kw_only=True)
 class Outputs:
     """Where a run's records go: JSONL files on rank 0 (null writers elsewhere), trackers, health rules."""
 
@@ -184,10 +193,17 @@ class Outputs:
     def open(run: Run, p: Progress) -> Outputs:
         main = run.dist.is_main
         sink = (lambda name: JsonlWriter(run.out / name)) if main else (lambda name: NullWriter())
-        trackers = open_trackers(run.cfg.log.trackers, run.out, run.cfg.log.project, to_dict(run.cfg)) if main else []
-        out = Outputs(sink("metrics.jsonl"), sink("samples.jsonl"), sink("evals.jsonl"), sink("health.jsonl"), trackers)
+        log = run.settings.log
+        trackers = open_trackers(list(log.trackers), run.out, log.project, log.config) if main else []
+        out = Outputs(metrics=sink("metrics.jsonl"), samples=sink("samples.jsonl"), evals=sink("evals.jsonl"),
+                      health=sink("health.jsonl"), trackers=trackers)
         out.monitor.fired = p.fired
         return out
+
+    def track_eval(self, row: dict) -> None:
+        """An evaluation's row of evals.jsonl (accuracies and flips per split) to every tracker, at its step."""
+        for t in self.trackers:
+            t.log(row["step"], eval_metrics(row))
 
     def close(self) -> None:
         for w in (self.metrics, self.samples, self.evals, self.health, *self.trackers):
@@ -195,25 +211,82 @@ class Outputs:
 
 
 def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tuple[Run, Progress, bool, dict | None]:
-    """A fresh run, or the run directory's newest checkpoint restored; returns (run, progress, resumed,
-    the batch collected for the next step when the checkpoint was written: rollout.overlap)."""
-    last = latest_checkpoint(cfg.train.out) if resume else None
-    if resume and last is None:
+    """A fresh run, or the run directory's newest whole checkpoint restored; returns (run, progress,
+    resumed, the batch collected for the next step when the checkpoint was written: rollout.overlap).
+    A resume writes nothing into the run directory (config.yaml included) until the checkpoint, the data
+    it trained on and the models have all loaded: one that fails leaves the run as it was."""
+    newest = load_newest(cfg.train.out) if resume else None  # damaged ones skipped with a note
+    if resume and newest is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
-    run = setup(cfg, fresh=last is None, d=d, given=given)
+    if newest is not None:
+        check_data(newest[1]["progress"]["summary"].get("data", {}).get("files"), cfg.task, newest[0])
+    run = setup(cfg, fresh=newest is None, d=d, given=given)
     p = Progress()
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
+        differ = prompt_differences(sft["run"], cfg.task)
+        if differ:  # the baseline's accuracy was measured on other prompts: not like with like
+            say(f"warning: the SFT baseline ({sft['run']}) was evaluated with other prompts than this run: "
+                + "; ".join(f"{k}={there!r} there, {here!r} here" for k, there, here in differ)
+                + f"; give this run the same (--{differ[0][0]}={differ[0][1]!r}) to compare like with like")
     pending = None
-    if last is not None:
-        state = load_checkpoint(last)
-        p, pending = restore(run, state), state.get("pending")
-        run.engine.sync_weights(run.policy)  # an engine with its own weights (vLLM) got them before the restore
+    if newest is not None:
+        last, state, damaged = newest
+        p, pending = restore_checkpoint(run, state, last, cfg), state.get("pending")
+        run.engine.sync_weights(run.models.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
+        if d.is_main:  # everything has loaded: only now is the directory written
+            set_aside(damaged)
+            resume_records(run.out, p)
+            claim_run_dir(cfg, fresh=False)
         say(f"resuming {run.out} from step {p.step} ({last.name})")
-    p.summary["grader"] = run.grader.name  # what the accuracies in the summary count as correct
-    return run, p, last is not None, pending
+    p.summary["grader"] = run.data.grader.name  # what the accuracies in the summary count as correct
+    p.summary["data"] = {"files": fingerprint(cfg.task), "problems": {s: len(getattr(run.data.splits, s)) for s in
+                                                                       ("train", "heldout", "ood")}}
+    return run, p, newest is not None, pending
+
+
+def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
+    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
+    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
+    from the run's config.yaml, instead of the error of whichever state failed to load."""
+    problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
+    why = None
+    if problems is not None and problems != len(run.data.splits.train):
+        why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
+    else:
+        try:
+            return restore(run, state)
+        except RlvrError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
+    changed = changed_keys(run.out / "config.yaml", cfg)
+    raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
+                    + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
+                    + "; nothing in the run directory was changed: resume without those overrides")
+
+
+def changed_keys(saved: Path, cfg: Config) -> list[str]:
+    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
+    train.steps and train.out aside (a resume changes them freely)."""
+    import yaml
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
+                                                                                        "ood_params") else {f"{prefix}{k}": v})
+        return out
+
+    try:
+        old = flat(yaml.safe_load(saved.read_text()) or {})
+    except (OSError, yaml.YAMLError):
+        return []
+    new = flat(to_dict(cfg))
+    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
 
 
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
@@ -223,23 +296,23 @@ def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected:
         t.log(step, m)
     p.history.append(m)
     out.monitor.report(p.history, p.eval_rows, out.health)
-    records = sample_records(step, collected, run.rewards)
+    records = sample_records(step, collected, run.data.rewards)
     for rec in records:
         out.samples.write(rec)
-    if run.cfg.train.samples_every and step % run.cfg.train.samples_every == 0:
-        say(format_samples(step, records, run.cfg.rollout.group_size))
+    every = run.settings.log.samples_every
+    if every and step % every == 0:
+        say(format_samples(step, records, run.settings.rollout.group_size))
 
 
 def evaluate_mid(run: Run, p: Progress, out: Outputs, step: int, clock: Callable[[], float]) -> None:
     """Held-out greedy evaluation during the run (train.eval_every), then the skill health rules."""
     t0 = time.perf_counter()
-    result, _ = eval_on_main(run, "mid", ("heldout",))
-    p.eval_rows.append(log_eval(run, out.evals, step, result, "mid", clock() - p.eval_seconds))
+    result, _ = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "mid", run.baseline, ("heldout",))
+    p.eval_rows.append(log_eval(out.evals, step, result, "mid", clock() - p.eval_seconds))
     out.monitor.report(p.history, p.eval_rows, out.health)  # the skill rules read this evaluation
-    for t in out.trackers:
-        t.log(step, {f"eval/{k}": v for k, v in p.eval_rows[-1].items() if k.endswith(("accuracy", "lenient"))})
+    out.track_eval(p.eval_rows[-1])
     p.eval_seconds += time.perf_counter() - t0
-    run.policy.train()
+    run.models.policy.train()
 
 
 def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_seconds: float) -> dict:
@@ -249,12 +322,13 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
     if interrupted:
         summary["interrupted"] = interrupted
         say(f"stopped at step {p.step} by {interrupted}; continue with: rlvr train --resume {run.out}")
-    elif run.cfg.eval.after:
-        after, records = eval_on_main(run, "after")
+    elif run.settings.eval.after:
+        after, records = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "after", run.baseline)
         summary.update(after)
         if run.baseline:
             summary.update(flip_summary(run.baseline, records))
-        p.eval_rows.append(log_eval(run, out.evals, summary["steps"], after, "after", train_seconds - p.eval_seconds))
+        p.eval_rows.append(log_eval(out.evals, summary["steps"], after, "after", train_seconds - p.eval_seconds))
+        out.track_eval(p.eval_rows[-1])
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
     out.close()
@@ -270,12 +344,25 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
     reward functions by their rewards.weights name (rlvr.fit). Under torchrun every process runs this."""
     wall_start = time.perf_counter()
     cfg = anchored(cfg)  # config.yaml resumes from any working directory
-    if not resume:
-        check_run_dir(cfg.train.out, cfg.train.overwrite)
+    # one process writes a run directory: the lock is taken before anything loads (torchrun: by rank 0),
+    # so a second start into a directory in use is told the PID that holds it
+    with RunLock(cfg.train.out, enabled=os.environ.get("RANK", "0") == "0"):
+        if not resume:
+            check_run_dir(cfg.train.out, cfg.train.overwrite)
+        try:
+            return _locked(cfg, resume, given, wall_start)
+        except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it
+            last = latest_checkpoint(cfg.train.out)
+            raise WriteError(f"{e}; " + (f"the checkpoints up to {last.name} are whole: free space, then continue "
+                                         f"with `rlvr train --resume {cfg.train.out}`" if last else
+                                         "no checkpoint was written yet")) from None
+
+
+def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
     try:
-        with StopOnSignal() as stop:
+        with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)
     finally:
         close_distributed(d)
@@ -289,39 +376,40 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 
 def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:
     run, p, resumed, pending = start(cfg, resume, d, given)
+    s = run.settings  # from here on the loop reads its settings, not the config
     out = Outputs.open(run, p)
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
-    if cfg.eval.before and not resumed:
-        before, run.baseline = eval_on_main(run, "before")
+    if s.eval.before and not resumed:
+        before, run.baseline = eval_on_main(run.models, run.data, s.eval, d, "before")
         p.summary.update(before)
-        p.eval_rows.append(log_eval(run, out.evals, 0, before, "before", 0.0))
+        p.eval_rows.append(log_eval(out.evals, 0, before, "before", 0.0))
+        out.track_eval(p.eval_rows[-1])
     started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started
-    settings = UpdateSettings.of(cfg, run.pad_id, run.precision)
-    bar = progress(cfg.train.steps, initial=p.step, disable=not d.is_main)
-    run.policy.train()
+    bar = progress(s.steps, initial=p.step, disable=not d.is_main)
+    run.models.policy.train()
     stopped = False
-    with Rollouts(lambda step: collect(run, step), run.engine, run.policy,
-                  one_step_off=cfg.rollout.overlap == "one_step_off", updates=p.step, pending=pending) as rollouts:
-        for step in range(p.step + 1, cfg.train.steps + 1):
+    with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy,
+                  one_step_off=s.rollout.one_step_off, updates=p.step, pending=pending) as rollouts:
+        for step in range(p.step + 1, s.steps + 1):
             if stopped := stopping():  # arrived before this step began
                 try_checkpoint(run, p, clock(), rollouts.state())
                 break
-            entropy = EntropyState(cfg.algo.entropy_coef if p.entropy_coef is None else p.entropy_coef,
-                                   p.last_entropy)
-            m, collected = train_step(run, step, settings, rollouts, entropy)
-            if cfg.algo.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
-                entropy = entropy.after(cfg.algo, m["entropy/watched_mean"])
+            a = s.update.algo
+            entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
+            m, collected = train_step(run, step, rollouts, entropy)
+            if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
+                entropy = entropy.after(a, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
             log_step(run, p, out, step, m, collected)
-            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
+            if s.eval.every and step % s.eval.every == 0 and step != s.steps:
                 evaluate_mid(run, p, out, step, clock)
             bar.set_postfix(live_postfix(m, p.eval_rows))
             bar.update(1)
             p.step = p.summary["steps"] = step
             stopped = stopping()
-            every = cfg.train.save_every
-            if stopped or step == cfg.train.steps or (every and step % every == 0):
+            every = s.checkpoint.every
+            if stopped or step == s.steps or (every and step % every == 0):
                 try_checkpoint(run, p, clock(), rollouts.state())
             if stopped:
                 break

@@ -8,7 +8,7 @@ import torch
 
 from rlvr.envs.episode_metrics import episode_metrics
 from rlvr.rewards import strict_rewards
-from rlvr.rewards.maths.worker import checker_restarts
+from rlvr.rewards.workers import current
 
 # Phrases the DeepSeek-R1 report ties to longer, self-checking reasoning.
 SELF_VERIFICATION = re.compile(r"\b(wait|let me check|let me verify|verify|double[- ]check)\b", re.IGNORECASE)
@@ -32,7 +32,7 @@ def step_metrics(step, collected, update, rewards, t_step, t_roll, t_train) -> d
     m.update(episode_metrics(collected.episodes))  # env/*: multi-turn runs only
     m.update(pass_rates(collected, rewards))
     m.update(code_metrics(scores, rewards))
-    m["reward/checker_restarts"] = checker_restarts()  # cumulative
+    m["reward/checker_restarts"] = current().maths_restarts  # cumulative over the run
     m.update(update)
     m.update({"time/step_s": t_step, "time/rollout_s": t_roll, "time/train_s": t_train})
     return m

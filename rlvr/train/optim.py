@@ -1,13 +1,111 @@
-"""The optimizer and learning-rate schedule both trainers use (rlvr train and rlvr sft)."""
+"""The optimizer and learning-rate schedule both trainers use (rlvr train and rlvr sft).
+
+optimizer.state picks where AdamW keeps its two moments (8 bytes a trained weight in fp32):
+
+    fp32     torch's fused AdamW, state beside the weights
+    8bit     torchao's AdamW8bit: both moments block-quantised to 8 bits (256 values a block, dynamic-tree
+             codes, Dettmers et al. 2022), about 2 bytes a weight; tensors under 4096 values keep fp32 state
+    offload  HostAdamW: fp32 master weights, gradients and moments in host memory, the step run there by the
+             fused CPU AdamW; the accelerator holds only the weights and their gradients
+"""
 from __future__ import annotations
+
+import types
+from contextlib import nullcontext
 
 import torch
 
+from rlvr.errors import RlvrError
 
-def adamw(groups: list[dict], weight_decay: float) -> torch.optim.AdamW:
+
+
+def adamw(groups: list[dict], weight_decay: float, state: str = "fp32") -> torch.optim.Optimizer:
     """AdamW over param groups, each a dict with its "params" and "lr" (GRPO adds a critic group with
-    its own learning rate)."""
+    its own learning rate), its state as optimizer.state says (module docstring)."""
+    if state == "8bit":
+        return _adamw_8bit(groups, weight_decay)
+    if state == "offload":
+        return HostAdamW(groups, weight_decay)
     return torch.optim.AdamW(groups, weight_decay=weight_decay, fused=True)  # fused: a 2-3x faster step
+
+
+def _adamw_8bit(groups: list[dict], weight_decay: float) -> torch.optim.Optimizer:
+    try:
+        from torchao.optim import AdamW8bit
+    except ImportError as e:
+        raise RlvrError("optimizer.state=8bit needs torchao: pip install --no-deps torchao==0.18.0") from e
+    optimizer = AdamW8bit(groups, weight_decay=weight_decay)
+    compiled = optimizer.step
+
+    def step(self, closure=None):
+        # torchao compiles each tensor shape's step; on a CPU that is minutes of C++ builds for a few
+        # seconds of work, so it runs eagerly there (the same arithmetic, measured equal to the last bit)
+        on_cpu = all(p.device.type == "cpu" for g in self.param_groups for p in g["params"])
+        with torch.compiler.set_stance("force_eager") if on_cpu else nullcontext():
+            return compiled(closure)
+
+    optimizer.step = types.MethodType(step, optimizer)  # a method: the lr schedule wraps it as one
+    return optimizer
+
+
+class HostAdamW(torch.optim.Optimizer):
+    """AdamW whose fp32 master weights, gradients and moments live in host memory (optimizer.state=offload):
+    16 bytes a trained weight off the accelerator. step() copies each gradient to the host (after the
+    clip: the trainer clips the device gradients first), runs torch's fused CPU AdamW there, and copies the
+    weights back in the parameters' own dtype. param_groups are the device parameters' (the trainer clips
+    them, the schedule sets their lr), mirrored into the host optimizer's groups at each step. On a CPU the
+    host copy is a second fp32 copy and the step is AdamW's to the last bit (tests/train/test_optim.py)."""
+
+    def __init__(self, groups: list[dict], weight_decay: float):
+        super().__init__(groups, {"weight_decay": weight_decay})
+        self.pairs: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        host_groups = []
+        for group in self.param_groups:
+            hosts = []
+            for p in group["params"]:
+                pin = p.device.type == "cuda"  # page-locked: copies overlap and run at full bus speed
+                h = torch.empty(p.shape, dtype=torch.float32, pin_memory=pin)
+                h.copy_(p.detach())
+                h.grad = torch.zeros(p.shape, dtype=torch.float32, pin_memory=pin)
+                hosts.append(h)
+                self.pairs.append((p, h))
+            host_groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": hosts})
+        self.host = torch.optim.AdamW(host_groups, fused=True)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group, host_group in zip(self.param_groups, self.host.param_groups):
+            host_group.update({k: v for k, v in group.items() if k != "params"})
+        for p, h in self.pairs:
+            if p.grad is None:
+                h.grad = None
+            else:
+                if h.grad is None:
+                    h.grad = torch.zeros_like(h)
+                h.grad.copy_(p.grad, non_blocking=True)
+        if any(p.is_cuda for p, _ in self.pairs):
+            torch.cuda.synchronize()  # the gradients have landed in host memory
+        self.host.step()
+        for p, h in self.pairs:
+            p.copy_(h, non_blocking=True)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p, _ in self.pairs:
+            if p.grad is not None:
+                p.grad = None if set_to_none else p.grad.zero_()
+
+    def state_dict(self) -> dict:
+        return self.host.state_dict()
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: dict) -> None:
+        """The host optimizer's moments; the master weights are taken again from the parameters (a resume
+        has loaded the policy's weights by then)."""
+        self.host.load_state_dict(state_dict)
+        for p, h in self.pairs:
+            h.copy_(p.detach())
 
 
 def warmup_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 
 from rlvr.config import Config, to_yaml
 from rlvr.device import autocast, of_model, resolve_device, resolve_precision
@@ -39,7 +40,9 @@ from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.config.paths import anchored
 from rlvr.train.checkpoint import check_run_dir, prepare_run_dir
 from rlvr.train.distributed import Dist
-from rlvr.train.evaluation import EvalTarget, eval_line, eval_on_main, flip_summary
+from rlvr.train.evaluation import eval_line, eval_on_main, flip_summary
+from rlvr.train.settings import eval_settings
+from rlvr.train.state import Data, Models
 from rlvr.train.optim import adamw, warmup_scheduler
 
 READS = ("model.", "task.", "eval.", "optimizer.", "sft.", "train.steps", "train.seed", "train.out", "train.threads",
@@ -128,8 +131,9 @@ def sft_step(policy, optimizer, batch: list[Example], pad_id: int, micro: int, m
     return {"loss": float(total), "examples": len(batch), "tokens": tokens, "grad_norm": float(norm)}
 
 
-def sft(cfg: Config) -> dict:
-    """Fine-tune cfg.model on the task's worked solutions; write the run directory; return the summary."""
+def sft(cfg: Config, then: str = "") -> dict:
+    """Fine-tune cfg.model on the task's worked solutions; write the run directory; return the summary.
+    `then`: the rlvr train command that starts GRPO from the result, said at the end."""
     wall_start = time.perf_counter()
     if cfg.model.lora.r > 0:
         raise RlvrError("rlvr sft trains every weight: set model.lora.r=0")
@@ -146,6 +150,8 @@ def sft(cfg: Config) -> dict:
     precision = resolve_precision(cfg.train.mixed_precision, device)
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, device)
     splits = build_splits(cfg.task)
+    for note in splits.notes:  # as rlvr train says them: held-out carved, rows dropped, sizes cut
+        say(f"task: {note}")
     stop_ids = stop_token_ids(policy, tok)
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
@@ -154,17 +160,20 @@ def sft(cfg: Config) -> dict:
     if grader.user:
         say(grader.line())
     prepare_run_dir(out, to_yaml(cfg), fresh=True)  # only once the config, data, rewards and model have loaded
-    target = EvalTarget(policy, tok, splits, make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), cfg,
-                        stop_ids, out, dist=Dist(device=device), precision=precision, grader=grader)
+    # the evaluation of a GRPO run of cfg: the same builders, settings and functions
+    models = Models(policy=policy, tok=tok)
+    data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), grader=grader)
+    evals, dist = eval_settings(cfg, stop_ids=stop_ids, pad_id=tok.pad_token_id, precision=precision), Dist(device=device)
+    baseline = {}
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0,
                      "grader": grader.name}
-    if cfg.eval.before:
-        before, target.baseline = eval_on_main(target, "before")
+    if evals.before:
+        before, baseline = eval_on_main(models, data, evals, dist, "before")
         say(f"eval before: {eval_line(before, 'before')}")
         summary.update(before)
     a = cfg.optimizer
     optimizer = adamw([{"params": [p for p in policy.parameters() if p.requires_grad], "lr": a.lr}],
-                      a.weight_decay)
+                      a.weight_decay, a.state)
     scheduler = warmup_scheduler(optimizer, a.warmup_steps)
     sampler = Epochs(range(len(examples)), cfg.train.seed)
     bar = progress(cfg.train.steps)
@@ -183,18 +192,31 @@ def sft(cfg: Config) -> dict:
             bar.update(1)
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
-    if cfg.eval.after:
-        after, records = eval_on_main(target, "after")
+    if evals.after:
+        after, records = eval_on_main(models, data, evals, dist, "after", baseline)
         say(f"eval after: {eval_line(after, 'after')}")
         summary.update(after)
-        if target.baseline:
-            summary.update(flip_summary(target.baseline, records))
+        if baseline:
+            summary.update(flip_summary(baseline, records))
     atomic_save_model(policy, tok, out / "final")
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(out / "summary.json", summary)
     say(before_after_table(summary))
-    say(f"model: {out / 'final'}  (start GRPO from it: rlvr train configs/arithmetic.yaml --model.name={out / 'final'})")
+    say(f"model: {out / 'final'}" + (f"  (start GRPO from it: {then})" if then else ""))
     return summary
+
+
+PROMPT_KEYS = ("name", "few_shot", "system_prompt", "prompt_template")  # task keys that shape what is evaluated
+
+
+def prompt_differences(run_dir: str | Path, task) -> list[tuple[str, object, object]]:
+    """How the prompts an SFT run (its config.yaml) was evaluated with differ from `task`'s (an
+    rlvr.config.TaskConfig): (key, its value there, here) per task key of PROMPT_KEYS that differs."""
+    try:
+        there = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()).get("task", {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+    return [(f"task.{k}", there[k], getattr(task, k)) for k in PROMPT_KEYS if k in there and there[k] != getattr(task, k)]
 
 
 def baseline_of(model_name: str) -> dict | None:

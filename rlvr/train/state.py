@@ -1,15 +1,16 @@
-"""What a run holds: `Run` (models, data, optimizer, engine; built by rlvr/train/assemble.py), `Progress`
-(what the loop carries from step to step; checkpointed) and `Collected` (one step's scored rollouts).
-Plain dataclasses, so every phase of the loop can say `run: Run`."""
+"""What a run holds: `Run` (its settings by phase, its `Models`, its `Data`, the rollout engine and the run
+directory; built by rlvr/train/assemble.py), `Progress` (what the loop carries from step to step;
+checkpointed) and `Collected` (one step's scored rollouts). Plain dataclasses; the config itself is not
+held: what a phase reads of it is in `settings` (rlvr/train/settings.py)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from rlvr.config import Config
 from rlvr.envs.episodes import EnvSpec
 from rlvr.eval.grader import Grader
 from rlvr.rewards.base import RewardFunction, Scores
@@ -20,34 +21,48 @@ from rlvr.tasks.curriculum import CurriculumSampler
 from rlvr.train.distributed import Dist
 from rlvr.train.logprobs import Reference
 
+if TYPE_CHECKING:  # settings.py imports the update, which imports this module
+    from rlvr.train.settings import Settings
 
-@dataclass
+
+@dataclass(kw_only=True)
+class Models:
+    """The weights a run trains or reads, and what steps them (rlvr sft: the policy and tokenizer only)."""
+
+    policy: torch.nn.Module
+    tok: object
+    ref: Reference | None = None  # the KL reference (algo.beta > 0)
+    critic: torch.nn.Module | None = None  # PPO's value head (algo.adv_estimator gae)
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: object = None
+
+
+@dataclass(kw_only=True)
+class Data:
+    """The problems, how an episode of one runs, how it is scored, and which a step sees."""
+
+    splits: Splits
+    env: EnvSpec  # every problem is an episode: its prompt, its turns, their limits
+    rewards: list[RewardFunction] = field(default_factory=list)
+    grader: Grader = field(default_factory=Grader)  # what evaluation counts as correct (rlvr.eval.grader)
+    sampler: CurriculumSampler | None = None  # the train prompts of each step (rlvr sft: none)
+
+
+@dataclass(kw_only=True)
 class Run:
     """Everything a run holds between steps."""
 
-    cfg: Config
-    out: Path
-    policy: torch.nn.Module
-    tok: object
-    splits: Splits
-    env: EnvSpec  # every problem is an episode: its prompt, its turns, their limits
-    rewards: list[RewardFunction]
-    ref: Reference | None
-    critic: torch.nn.Module | None
-    optimizer: torch.optim.Optimizer
-    scheduler: object
-    sampler: CurriculumSampler
+    settings: Settings  # each phase's settings, built once from the config
+    models: Models
+    data: Data
     engine: RolloutEngine
-    stop_ids: list[int]
-    pad_id: int
+    out: Path  # the run directory
     dist: Dist = field(default_factory=Dist)  # this process's place under torchrun, and its device
-    precision: str = "no"  # train.mixed_precision resolved for dist.device: "bf16" or "no"
     baseline: dict = field(default_factory=dict)  # split -> greedy records before training (flips)
     warned: set = field(default_factory=set)  # reward functions whose first error was reported
-    grader: Grader = field(default_factory=Grader)  # what evaluation counts as correct (rlvr.eval.grader)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Progress:
     """What the loop carries from step to step besides models and optimizer; all of it is checkpointed."""
 
@@ -64,7 +79,7 @@ class Progress:
     last_entropy: float = math.inf
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Collected:
     """One step's batch: the problems, their G episodes each, the final answers' texts and their scores."""
 
@@ -78,6 +93,8 @@ class Collected:
 
 def merge_collected(parts: list[Collected], pad_id: int) -> Collected:
     """One batch from several (groups kept by dynamic sampling, or every rank's shard)."""
-    return Collected([p for c in parts for p in c.problems], concat_rollouts([c.rollout for c in parts], pad_id),
-                     [t for c in parts for t in c.texts], Scores.concat([c.scores for c in parts]), {},
-                     [e for c in parts for e in c.episodes])
+    return Collected(problems=[p for c in parts for p in c.problems],
+                     rollout=concat_rollouts([c.rollout for c in parts], pad_id),
+                     texts=[t for c in parts for t in c.texts], scores=Scores.concat([c.scores for c in parts]),
+                     metrics={},
+                     episodes=[e for c in parts for e in c.episodes])

@@ -87,7 +87,7 @@ def test_a_trl_reset_gets_every_column_and_adds_to_the_user_turn():
             return f"Reach {target}."
 
     env = ToolEnv([], Env())
-    p = Problem("Play.", "", row={"target": 24}, messages=({"role": "user", "content": "Play."},))
+    p = Problem(question="Play.", answer="", row={"target": 24}, messages=({"role": "user", "content": "Play."},))
     messages = env.reset(p)
     assert env.obj.target == 24 and env.obj.seen == [{"role": "user", "content": "Play."}]
     assert messages[-1] == {"role": "user", "content": "Play.\n\nReach 24."}
@@ -101,14 +101,15 @@ def test_a_reset_naming_a_missing_column_is_one_clear_error():
 
     with pytest.raises(RlvrError, match=r"Env\.reset: .*missing 1 required positional argument: 'target'; it gets "
                                         r"the row's columns \(question, answer, prompt\) by name"):
-        ToolEnv([], Env()).reset(Problem("Play.", "1"))
+        ToolEnv([], Env()).reset(Problem(question="Play.", answer="1"))
 
 
 def test_a_chat_prompts_system_turn_joins_the_tools_description():
     from rlvr.envs.calculator import calculator
     from rlvr.envs.tools import Tool
 
-    p = Problem("Add.", "", messages=({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Add."}))
+    p = Problem(question="Add.", answer="",
+                messages=({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Add."}))
     messages = ToolEnv([Tool.from_function(calculator)], system_prompt="ignored").reset(p)
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"].startswith("Be brief.\n\nYou may call one or more tools")  # the row's own wins

@@ -7,19 +7,20 @@ from rlvr.config import EnvConfig
 from rlvr.envs.episodes import make_spec, reward_inputs, run_episodes
 from rlvr.rewards import build_rewards, score_batch
 from rlvr.rollout.engines import builtin_engine
+from rlvr.rollout.sampling import SamplingSettings
 from rlvr.rollout.builtin import RecomputeSession, generate
 from rlvr.tasks import Problem
 from rlvr.train.logprobs import completion_logprobs
 
-PROBLEMS = [Problem("Solve it.", "", messages=({"role": "user", "content": "Solve it."},)),
-            Problem("Solve this one.", "", messages=({"role": "user", "content": "Solve this one."},))]
+PROBLEMS = [Problem(question="Solve it.", answer="", messages=({"role": "user", "content": "Solve it."},)),
+            Problem(question="Solve this one.", answer="", messages=({"role": "user", "content": "Solve this one."},))]
 
 
 def episodes(model, tok, engine=None, g=2):
     random.seed(1)  # the environment draws from the global generator
     spec = make_spec(EnvConfig(name="tests.compat.conventions:DrawsItsOwnProblem", tools=[], max_turns=2), tok, [])
-    return run_episodes(engine or builtin_engine(model), spec, PROBLEMS, group_size=g, max_new_tokens=6,
-                        temperature=1.0, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, seeds=[3, 4])
+    sampling = SamplingSettings(max_new_tokens=6, temperature=1.0, stop_ids=(tok.eos_token_id,), pad_id=tok.pad_token_id)
+    return run_episodes(engine or builtin_engine(model), spec, PROBLEMS, group_size=g, sampling=sampling, seeds=[3, 4])
 
 
 def test_each_episode_answers_its_own_draw(tiny):

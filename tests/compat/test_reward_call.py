@@ -26,7 +26,7 @@ def test_trl_functions_get_keywords_columns_and_trainer_state():
     completions = [chat("<think>a</think> 12"), chat("13")]
     columns = {"prompts": [[{"role": "user", "content": "q"}]] * 2, "completion_ids": [[1, 2], [3]],
                "solution": ["12", "12"], "answer": ["12", "12"], "data_source": ["toy", "toy"]}
-    fns = [RewardFunction("spy", 1.0, spy), *build_rewards({f"{CONV}:accuracy_reward": 1.0,
+    fns = [RewardFunction(name="spy", weight=1.0, fn=spy), *build_rewards({f"{CONV}:accuracy_reward": 1.0,
                                                              f"{CONV}:think_format_reward": 0.5,
                                                              f"{CONV}:length_penalty": 1.0})]
     s = score_batch(fns, completions, columns, shared={"trainer_state": TrainerState(3, 10)})
@@ -49,7 +49,7 @@ def test_builtins_read_conversational_completions_as_before():
 
 def test_tensor_none_and_nan_returns():
     fns = build_rewards({f"{CONV}:tensor_reward": 2.0, f"{CONV}:only_with_solution": 1.0})
-    fns.append(RewardFunction("nan", 1.0, lambda completions, **kw: [float("nan"), 3.0]))
+    fns.append(RewardFunction(name="nan", weight=1.0, fn=lambda completions, **kw: [float("nan"), 3.0]))
     s = score_batch(fns, ["a", "b"], {"solution": ["", "x"]})
     # None and NaN add nothing to the weighted total (TRL: NaN, then nansum over the functions)
     assert s.total == pytest.approx([1.0, 1.0 + 1.0 + 3.0])
@@ -71,7 +71,8 @@ def test_async_functions_are_awaited_concurrently():
         await asyncio.wait_for(a_started.wait(), 5)
         return [2.0] * len(completions)
 
-    fns = [RewardFunction("a", 1.0, a), RewardFunction("b", 1.0, b), *build_rewards({f"{CONV}:async_judge": 1.0})]
+    fns = [RewardFunction(name="a", weight=1.0, fn=a), RewardFunction(name="b", weight=1.0, fn=b),
+           *build_rewards({f"{CONV}:async_judge": 1.0})]
     s = score_batch(fns, ["xy", "xyz"], {})
     assert s.errors == {"a": 0, "b": 0, f"{CONV}:async_judge": 0}
     assert s.total == [3.0 + 0.0, 3.0 + 1.0]
@@ -84,8 +85,8 @@ def test_a_failing_batch_is_retried_row_by_row():
         return [1.0] * len(completions)
 
     seen = []
-    s = score_batch([RewardFunction("picky", 1.0, picky)], ["ok", "bad", "fine"], {},
-                    on_error=lambda name, e: seen.append(str(e)), stop_if_all_fail=True)
+    s = score_batch([RewardFunction(name="picky", weight=1.0, fn=picky)], ["ok", "bad", "fine"], {},
+                    on_error=lambda name, e, row: seen.append(str(e)), stop_if_all_fail=True)
     assert s.per_function["picky"] == [1.0, 0.0, 1.0]
     assert s.failed["picky"] == [False, True, False]
     assert seen == ["cannot read 'bad'"]
@@ -95,7 +96,7 @@ def test_a_reward_failing_on_every_completion_stops_with_traceback_and_row():
     def needs_missing_column(completions, reference, **kw):
         return [float(r in c) for c, r in zip(completions, reference)]
 
-    fns = [RewardFunction("broken", 1.0, needs_missing_column)]
+    fns = [RewardFunction(name="broken", weight=1.0, fn=needs_missing_column)]
     with pytest.raises(RewardFunctionError) as got:
         score_batch(fns, ["a", "b"], {"answer": ["1", "2"]}, origins=["data.jsonl line 7", "data.jsonl line 7"],
                     stop_if_all_fail=True)

@@ -22,7 +22,7 @@ class CheckAgain:
 
     def step(self, text):
         self.turns += 1
-        return Reply("Check it and answer again.", "user") if self.turns == 1 else Reply(done=True)
+        return Reply(text="Check it and answer again.", role="user") if self.turns == 1 else Reply(done=True)
 
     def reward_columns(self):
         return {}

@@ -21,10 +21,17 @@ def test_unsolvable_task_fires_no_learning_signal_within_5_steps(tmp_path):
     assert "zero-variance groups" in page
 
 
-def test_tiny_max_new_tokens_fires_truncation(tmp_path):
+def test_tiny_max_new_tokens_fires_truncation(tmp_path, capsys):
+    """`rlvr train ... 2> log`: the finding is said on a line of its own, never after the progress bar's text
+    (a log is not a terminal: the bar is written as whole lines)."""
     out = tmp_path / "trunc"
     assert main(["train", *SMOKE, f"--train.out={out}", "--train.steps=3", "--rollout.max_new_tokens=2"]) == 0
     assert "truncation" in {f["rule"] for f in findings(out)}
+    log = capsys.readouterr().err
+    assert "\r" not in log.split("eval at step 0")[1].split("eval at step 3")[0]
+    lines = log.splitlines()
+    assert any(line.startswith("health [truncation] at step ") for line in lines)
+    assert [line.split(" [")[0] for line in lines if line.startswith("train ")] == ["train 1/3", "train 3/3"]
     assert "truncation" in (out / "report.html").read_text()
 
 
@@ -41,10 +48,19 @@ def test_tensorboard_tracker_and_missing_tracker(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "tb"
-    assert main(["train", *SMOKE, f"--train.out={out}", "--log.trackers=[tensorboard]"]) == 0
+    assert main(["train", *SMOKE, f"--train.out={out}", "--log.trackers=[tensorboard]", "--train.steps=4",
+                 "--train.eval_every=2"]) == 0
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("reward/mean")] == [1, 2]
+    assert [e.step for e in acc.Scalars("reward/mean")] == [1, 2, 3, 4]
+    # every evaluation reaches the tracker as evals.jsonl has it: before (0), mid-run (2), at the end (4)
+    evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
+    for key, steps in (("heldout_accuracy", [0, 2, 4]), ("heldout_lenient", [0, 2, 4]), ("heldout_format", [0, 2, 4]),
+                       ("ood_accuracy", [0, 4]), ("ood_lenient", [0, 4]), ("heldout_fixed", [2, 4]),
+                       ("heldout_broken", [2, 4]), ("ood_never", [4])):
+        got = [(e.step, e.value) for e in acc.Scalars(f"eval/{key}")]
+        assert got == [(r["step"], r[key]) for r in evals if key in r] and [s for s, _ in got] == steps, key
+    assert "eval/train_seconds" not in acc.Tags()["scalars"]
     assert main(["train", *SMOKE, f"--train.out={out}", "--log.trackers=[tensorbored]"]) == 2
     assert "unknown tracker in log.trackers ['tensorbored']: each one of tensorboard, wandb, trackio" in \
         capsys.readouterr().err

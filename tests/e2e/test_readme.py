@@ -32,7 +32,8 @@ def test_custom_environment_example_runs():
     namespace: dict = {}
     exec(code, namespace)
     env = ToolEnv([], namespace["Guess"]())
-    assert env.reset(Problem("Guess it.", "42"))[-1]["content"].startswith("Guess it.\n\nFind the number")
+    assert env.reset(Problem(question="Guess it.",
+                             answer="42"))[-1]["content"].startswith("Guess it.\n\nFind the number")
     call = '<tool_call>{"name": "guess", "arguments": {"n": %d}}</tool_call>'
     assert env.step(call % 50).text == "lower" and env.step(call % 40).text == "higher"
     assert env.reward_columns() == {"env_reward": 0.0}
@@ -49,8 +50,8 @@ def test_trl_and_verl_examples_run_unchanged():
     code = re.search(r"## TRL and verl code, unchanged\n\n```python\n(.*?)```", readme, re.S).group(1)
     namespace: dict = {}
     exec(code, namespace)
-    fns = [RewardFunction("trl", 1.0, namespace["accuracy"]),
-           RewardFunction("verl", 0.5, from_compute_score(namespace["compute_score"]))]
+    fns = [RewardFunction(name="trl", weight=1.0, fn=namespace["accuracy"]),
+           RewardFunction(name="verl", weight=0.5, fn=from_compute_score(namespace["compute_score"]))]
     completions = [[{"role": "assistant", "content": "so 12"}], [{"role": "assistant", "content": "13"}]]
     s = score_batch(fns, completions, {"solution": ["12", "12"], "reward_model": [{"ground_truth": "12"}] * 2,
                                        "data_source": ["toy"] * 2, "extra_info": [{}, {}]})

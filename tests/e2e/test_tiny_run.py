@@ -242,3 +242,19 @@ def test_every_completion_truncated_under_mask_truncated_trains_nothing_and_says
         all_cut = m["completion/truncated_frac"] == 1.0
         assert (m["untrained_micro_batches"] == m["micro_batches"]) == all_cut and m["skipped_updates"] == 0
         assert (m["loss"] == 0.0 and m["grad_norm"] == 0.0) or not all_cut
+
+
+@pytest.mark.slow
+def test_a_run_raises_no_future_warning(tmp_path):
+    """`python -W error::FutureWarning -m rlvr train configs/smoke.yaml`: no deprecated transformers API is
+    read on the way (is_gradient_checkpointing was, on every step)."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-m", "rlvr", "train", "configs/smoke.yaml",
+                           "--train.steps=1", f"--train.out={tmp_path / 'run'}"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "FutureWarning" not in done.stderr

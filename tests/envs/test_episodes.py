@@ -5,6 +5,7 @@ import torch
 from rlvr.config import EnvConfig
 from rlvr.envs.base import Reply, SingleTurn, ToolEnv
 from rlvr.envs.episodes import EnvSpec, Limits, make_spec, model_token_lists, run_episodes
+from rlvr.rollout.sampling import SamplingSettings
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool
 from rlvr.envs.calculator import calculator
@@ -12,7 +13,7 @@ from rlvr.rollout.builtin import generate
 from rlvr.rollout.engines import builtin_engine
 from rlvr.tasks import Problem, encode_prompt
 
-PROBLEMS = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 6?", "42")]
+PROBLEMS = [Problem(question="What is 2 + 3?", answer="5"), Problem(question="What is 7 * 6?", answer="42")]
 
 
 class Scripted:
@@ -28,20 +29,22 @@ class Scripted:
         self.seen.append(text)
         if len(self.seen) >= self.turns:
             return Reply(done=True)
-        return Reply(f"ok {len(self.seen)}", "user")
+        return Reply(text=f"ok {len(self.seen)}", role="user")
 
     def reward_columns(self):
         return {"turns_seen": len(self.seen)}
 
 
 def spec_of(tok, make, **limits):
-    return EnvSpec(make, TurnRender(tok), Limits(**limits), True)
+    return EnvSpec(make=make, render=TurnRender(tok), limits=Limits(**limits), multi_turn=True)
 
 
 def run(model, tok, spec, g=2, **kw):
     kw = dict(max_new_tokens=6, temperature=1.0, stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id,
               seeds=[3, 4]) | kw
-    return run_episodes(builtin_engine(model), spec, PROBLEMS, group_size=g, **kw)
+    seeds, kw["stop_ids"] = kw.pop("seeds"), tuple(kw["stop_ids"])
+    return run_episodes(builtin_engine(model), spec, PROBLEMS, group_size=g, sampling=SamplingSettings(**kw),
+                        seeds=seeds)
 
 
 def test_single_turn_episodes_are_todays_rollout(tiny):
@@ -126,7 +129,7 @@ class Counter:
 
 def test_tool_env_runs_calls_and_reports_errors():
     env = ToolEnv([Tool.from_function(calculator)], Counter(), describe=True)
-    messages = env.reset(Problem("What is 2 + 3?", "5"))
+    messages = env.reset(Problem(question="What is 2 + 3?", answer="5"))
     assert messages[0]["role"] == "system" and '"name": "bump"' in messages[0]["content"]
     assert '"name": "calculator"' in messages[0]["content"]
     assert messages[-1] == {"role": "user", "content": "What is 2 + 3?\n\nYou have a counter tool."}
@@ -179,6 +182,7 @@ def test_unknown_tool_and_class_are_clear_errors(tiny):
 
 def test_single_turn_env_is_the_task_prompt():
     env = SingleTurn([("q1", "a1")], "sys")
-    assert env.reset(Problem("q2", "x")) == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+    assert env.reset(Problem(question="q2", answer="x")) == [{"role": "system", "content": "sys"},
+                                                             {"role": "user", "content": "q1"},
                                               {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]
     assert env.step("anything").done and env.reward_columns() == {}

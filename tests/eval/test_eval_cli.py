@@ -33,8 +33,9 @@ def test_eval_cli_baseline_compares_problem_by_problem(tmp_path, capsys):
     assert rc == 0
     doc = json.loads((out / "eval.json").read_text())
     base = doc["tasks"]["arithmetic"]["baseline"]
-    # the same model greedily on the same problems: nothing fixed or broken, the same pass@1
+    # the same model on the same problems: nothing fixed or broken, the same figures, no change
     assert base["model"] == "tiny-random" and base["pass@1"] == doc["pass@1"]
+    assert base["change"] == {"pass@1": 0.0, "format-free@1": 0.0, "maj@1": 0.0}
     f = base["flips"]
     assert (f["fixed"], f["broken"], f["n"], f["kept"] + f["never"]) == (0, 0, 3, 3)
     assert base["decomposition"]["strict"] == 0.0
@@ -123,3 +124,39 @@ def test_eval_of_a_model_directory_with_a_truncated_weights_file_names_the_file(
     assert err.startswith(f"rlvr: error: model directory {tmp_path / 'm'} cannot be loaded: {weights} is damaged "
                           "or cut short (Error while deserializing header: incomplete metadata")
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_eval_baseline_gets_pass_at_k_and_maj_at_k_with_the_change(tmp_path, capsys):
+    """`rlvr eval --model runs/seven/final --baseline tiny-random --task seven.jsonl --k 2 --samples 4`: the
+    baseline is evaluated as the model is, so its pass@k and maj@k are those `rlvr eval --model tiny-random`
+    gives on its own (same problems, samples and seed), and `change` is the model's figure minus them. The
+    model is tiny-random fine-tuned (rlvr sft) to answer 'Answer: 7', which every problem's gold is."""
+    rows = [{"prompt": f"Q{i}: what is seven?", "answer": "7", "solution": "Answer: 7"} for i in range(30)]
+    data = tmp_path / "seven.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sft = tmp_path / "seven"
+    assert main(["sft", f"--task.name={data}", "--model.name=tiny-random", "--train.steps=30", "--optimizer.lr=1e-2",
+                 "--optimizer.warmup_steps=0", "--sft.batch_size=8", "--eval.before=false", "--eval.after=false",
+                 f"--train.out={sft}"]) == 0
+    common = ["--task", str(data), "--k", "2", "--samples", "4", "--max-new-tokens", "12", "--seed", "3"]
+    assert main(["eval", f"--task.name={data}", "--model", str(sft / "final"), "--baseline", "tiny-random", *common,
+                 "--out", str(tmp_path / "ev")]) == 0
+    assert main(["eval", f"--task.name={data}", "--model", "tiny-random", *common, "--out", str(tmp_path / "alone")]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((tmp_path / "ev" / "eval.json").read_text())
+    alone = json.loads((tmp_path / "alone" / "eval.json").read_text())
+    base = doc["baseline"] if "baseline" in doc else doc["tasks"][str(data)]["baseline"]
+    metrics = ("pass@1", "format-free@1", "pass@2", "maj@2")
+    assert {m: base[m] for m in metrics} == {m: alone[m] for m in metrics}
+    assert base["per_difficulty"] == alone["per_difficulty"] and base["n"] == alone["n"] == 6
+    assert doc["pass@1"] == 1.0 and base["pass@1"] == 0.0     # greedy: the fine-tuned model always says 7
+    assert base["change"] == {m: doc[m] - alone[m] for m in metrics}
+    assert base["flips"]["fixed"] == 6
+    base_rows = [json.loads(line) for line in (tmp_path / "ev" / "baseline_samples.jsonl").read_text().splitlines()]
+    alone_rows = [json.loads(line) for line in (tmp_path / "alone" / "samples.jsonl").read_text().splitlines()]
+    assert [r["sampled"] for r in base_rows] == [r["sampled"] for r in alone_rows]
+    table = printed.split("baseline tiny-random -> this model\n")[1].splitlines()
+    assert table[0].split() == ["baseline", "model", "change"]
+    assert table[1].split() == ["pass@1", "0.0%", "100.0%", "+100.0"]
+    assert [r.split()[0] for r in table[2:5]] == ["format-free@1", "pass@2", "maj@2"]

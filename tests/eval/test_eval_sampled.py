@@ -10,7 +10,7 @@ from rlvr.eval.suite import evaluate_tasks, format_table, task_configs, task_pro
 from rlvr.models import stop_token_ids
 from rlvr.tasks import Problem
 
-PROBLEM = Problem("What is 1 + 1?", "2", "d1-n2")
+PROBLEM = Problem(question="What is 1 + 1?", answer="2", difficulty="d1-n2")
 SAMPLED = ["1 + 1 = 2\nAnswer: 2", "Answer: 3", "Answer: 3.0", "no idea"]
 
 

@@ -32,28 +32,31 @@ def fmt(completions, **kwargs):
 
 
 def test_choose_grader_prefers_the_builtin_checker_when_the_rewards_have_it():
-    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction("m:hashes", 1.0, hashes)]
+    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction(name="m:hashes", weight=1.0,
+                                                                                   fn=hashes)]
     g = choose_grader(rewards)
     assert not g.user and g.name == "builtin" and "'correctness'" in g.why
 
 
 def test_choose_grader_takes_a_verl_scorer_before_a_heavier_trl_function():
-    rewards = [RewardFunction("m:fmt", 2.0, fmt), RewardFunction("verl:s.py:compute_score", 1.0,
-                                                                 from_compute_score(compute_score))]
+    rewards = [RewardFunction(name="m:fmt", weight=2.0, fn=fmt),
+               RewardFunction(name="verl:s.py:compute_score", weight=1.0,
+                                                                 fn=from_compute_score(compute_score))]
     g = choose_grader(rewards + build_rewards({"format": 0.2}))
     assert (g.name, g.user, g.threshold) == ("verl:s.py:compute_score", True, 1.0)
     assert "verl compute_score" in g.why and "eval.grader=NAME" in g.line()
 
 
 def test_choose_grader_takes_the_user_reward_of_highest_weight_then_the_first():
-    a, b, c = (RewardFunction(n, w, hashes) for n, w in (("m:a", 0.5), ("m:b", 1.0), ("m:c", 1.0)))
+    a, b, c = (RewardFunction(name=n, weight=w, fn=hashes) for n, w in (("m:a", 0.5), ("m:b", 1.0), ("m:c", 1.0)))
     assert choose_grader([a, b, c]).name == "m:b"
     assert choose_grader([a]).why == "your only reward"
     assert not choose_grader(build_rewards({"format": 1.0})).user
 
 
 def test_choose_grader_by_name_and_its_errors():
-    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction("m:hashes", 1.0, hashes)]
+    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction(name="m:hashes", weight=1.0,
+                                                                                   fn=hashes)]
     g = choose_grader(rewards, "m:hashes", 0.5)
     assert (g.name, g.threshold, g.why) == ("m:hashes", 0.5, "eval.grader")
     assert not choose_grader(rewards, "builtin").user and not choose_grader(rewards, "correctness").user
@@ -63,12 +66,12 @@ def test_choose_grader_by_name_and_its_errors():
         choose_grader(rewards, "format")
 
 
-P = Problem("Tom has 3 apples and buys 5 more. How many?", "8")
+P = Problem(question="Tom has 3 apples and buys 5 more. How many?", answer="8")
 TEXTS = ["3+5=8\n#### 8", "The total is 8", "#### 7", "Answer: 8"]
 
 
 def test_grade_with_a_user_grader_counts_its_verdict_and_keeps_the_format_free_grade():
-    g = grade([P] * 4, TEXTS, Grader("m:hashes", RewardFunction("m:hashes", 1.0, hashes)))
+    g = grade([P] * 4, TEXTS, Grader(name="m:hashes", reward=RewardFunction(name="m:hashes", weight=1.0, fn=hashes)))
     # the user's check: only '#### 8' is right; format-free: also the bare 8 and the built-in answer line
     assert [x["correct"] for x in g] == [1.0, 0.0, 0.0, 0.0]
     assert [x["lenient"] for x in g] == [1.0, 1.0, 0.0, 1.0]
@@ -79,10 +82,10 @@ def test_grade_with_a_user_grader_counts_its_verdict_and_keeps_the_format_free_g
 
 
 def test_grade_with_a_verl_grader_applies_the_threshold_to_its_score():
-    rf = RewardFunction("verl:s.py:compute_score", 1.0, from_compute_score(compute_score))
-    g = grade([P] * 3, ["#### 8", "#### 7", "no hashes"], Grader(rf.name, rf, 1.0))
+    rf = RewardFunction(name="verl:s.py:compute_score", weight=1.0, fn=from_compute_score(compute_score))
+    g = grade([P] * 3, ["#### 8", "#### 7", "no hashes"], Grader(name=rf.name, reward=rf, threshold=1.0))
     assert [(x["correct"], x["score"]) for x in g] == [(1.0, 1.0), (0.0, 0.1), (0.0, 0.0)]
-    low = grade([P] * 3, ["#### 8", "#### 7", "no hashes"], Grader(rf.name, rf, 0.1))
+    low = grade([P] * 3, ["#### 8", "#### 7", "no hashes"], Grader(name=rf.name, reward=rf, threshold=0.1))
     assert [x["correct"] for x in low] == [1.0, 1.0, 0.0]
 
 
@@ -90,7 +93,8 @@ def test_grade_stops_when_the_user_grader_raises_on_every_completion():
     def broken(completions, **kwargs):
         raise ZeroDivisionError("oops")
     with pytest.raises(RewardFunctionError, match="'m:broken' raised on every completion"):
-        grade([P] * 2, ["#### 8", "#### 7"], Grader("m:broken", RewardFunction("m:broken", 1.0, broken)))
+        grade([P] * 2, ["#### 8", "#### 7"],
+              Grader(name="m:broken", reward=RewardFunction(name="m:broken", weight=1.0, fn=broken)))
 
 
 def test_user_vote_reads_the_stated_answer_else_the_last_number():

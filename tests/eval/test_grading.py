@@ -10,8 +10,8 @@ from rlvr.tasks import Problem
 
 SPEC = {"kind": "function", "entry_point": "f", "cases": [{"args": [1, 2], "expected": 3}],
         "hidden": [{"args": [10, 20], "expected": 30}]}
-CODE = Problem("Write f(a, b) returning a + b.", "", "add", tests=json.dumps(SPEC))
-MATHS = Problem("What is 1 + 1?", "2", "d1")
+CODE = Problem(question="Write f(a, b) returning a + b.", answer="", difficulty="add", tests=json.dumps(SPEC))
+MATHS = Problem(question="What is 1 + 1?", answer="2", difficulty="d1")
 RIGHT = "def f(a, b):\n    return a + b"
 
 

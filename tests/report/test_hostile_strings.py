@@ -73,3 +73,23 @@ def test_format_samples_is_terminal_safe_whoever_prints_it():
     assert text.isprintable() or all(line.isprintable() for line in text.split("\n"))
     assert f"[tool] {ESCAPED}" in text and "Q: Q\\x1b[2J" in text and "Q: P\\x1b]0;x\\x07" in text
     assert "r=1 (ok\\x07)" in text and "r=0 (\\r)" in text
+
+
+def test_an_evaluation_reaches_tensorboard_with_its_flips(tmp_path):
+    """What `--log.trackers=[tensorboard]` shows of one evaluation: its evals.jsonl row, read back from the
+    event file (strict, format and format-free accuracy, flips), at the evaluation's step."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlvr.report.trackers import TensorBoard
+    from rlvr.train.grpo import Outputs
+
+    out = Outputs(metrics=None, samples=None, evals=None, health=None, trackers=[TensorBoard(tmp_path, "p", {})])
+    out.track_eval({"step": 6, "train_seconds": 12.5, "heldout_accuracy": 0.25, "heldout_format": 0.75,
+                    "heldout_lenient": 0.5, "heldout_fixed": 3, "heldout_broken": 1, "ood_accuracy": 0.125})
+    out.trackers[0].close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert {k: [(e.step, e.value) for e in acc.Scalars(k)] for k in acc.Tags()["scalars"]} == {
+        "eval/heldout_accuracy": [(6, 0.25)], "eval/heldout_format": [(6, 0.75)], "eval/heldout_lenient": [(6, 0.5)],
+        "eval/heldout_fixed": [(6, 3.0)], "eval/heldout_broken": [(6, 1.0)], "eval/ood_accuracy": [(6, 0.125)]}

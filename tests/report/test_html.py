@@ -86,3 +86,62 @@ def test_single_turn_report_is_unchanged(tmp_path):
         pages.append(write_report(run).read_text().replace(str(run), "RUN"))
     assert pages[0] == pages[1]
     assert SINGLE_TURN_SAMPLE in pages[0] and "turn" not in pages[0] and pages[0].count("<svg") == 6
+
+
+def test_a_null_reward_in_the_records_is_shown_not_a_crash(tmp_path):
+    """JSON writes a non-finite number as null: a run directory written before rlvr refused inf scores holds
+    them, and `rlvr report` of it must still write the page (a null reward ranks lowest)."""
+    from rlvr.cli import main
+
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 3, "reward/mean": None, "reward/r.py:f/mean": None}])
+    nulls = [sample("P1", None, "p1 null"), sample("P2", 0.5, "p2 half"), sample("P3", 1.0, "p3 one")]
+    write_jsonl(tmp_path / "samples.jsonl", nulls)
+    assert main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    worst = page.split("<h3>Worst (last steps)</h3>")[1]
+    assert "step 3, reward none</b> &mdash; correctness = none (r)" in worst
+    assert worst.index("p1 null") < worst.index("p2 half") < worst.index("p3 one")
+    write_jsonl(tmp_path / "samples.jsonl", nulls[1:])  # the honest records: as before
+    assert main(["report", str(tmp_path)]) == 0 and "reward none" not in (tmp_path / "report.html").read_text()
+
+
+def test_report_and_summary_are_readable_by_others_as_any_file_the_user_writes(tmp_path):
+    """`rlvr report RUN_DIR` (and every whole-file write of a run: summary.json, config.yaml, final/) gets the
+    mode a plain open gives under the umask, 0644 under 022, not the temp file's 0600."""
+    import os
+
+    from rlvr.cli import main
+    from rlvr.models import tiny_random
+    from rlvr.report.sinks import atomic_save_model, atomic_write_json
+
+    old = os.umask(0o022)
+    try:
+        write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "reward/mean": 0.5}])
+        atomic_write_json(tmp_path / "summary.json", {"steps": 1})
+        assert main(["report", str(tmp_path)]) == 0
+        model, tok = tiny_random(seed=0)
+        atomic_save_model(model, tok, tmp_path / "final")
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "report.html").stat().st_mode & 0o777) == oct(0o644)
+    assert oct((tmp_path / "summary.json").stat().st_mode & 0o777) == oct(0o644)
+    assert oct((tmp_path / "final").stat().st_mode & 0o777) == oct(0o755)
+
+
+def test_charts_count_steps_in_whole_numbers_and_draw_no_flat_kl_line_at_beta_0(tmp_path):
+    """`rlvr report RUN_DIR` of a 2-step run at algo.beta 0 (kl null, the KL to the old policy 0 with one
+    update per batch): the step axis reads 1 and 2, never 1.25, and the KL chart says why it is empty."""
+    import re
+
+    from rlvr.report.plot import line_chart
+
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": s, "reward/mean": 0.5 * s, "kl": None, "approx_kl_old": 0.0,
+                                              "entropy": 1.0} for s in (1, 2)])
+    page = write_report(tmp_path).read_text()
+    kl = page.split(">KL</text>")[1].split("</svg>")[0]
+    assert "none: no KL term (algo.beta 0) and one update per batch" in kl and "<polyline" not in kl
+    reward = page.split(">Reward</text>")[1].split("</svg>")[0]
+    x_labels = re.findall(r'text-anchor="middle">([^<]*)</text>', reward)
+    assert x_labels[:2] == ["1", "2"] and x_labels[2] == "step"
+    seconds = line_chart({"a": [(0.0, 1.0), (2.5, 2.0)]}, "t", "training seconds", "y")
+    assert re.findall(r'text-anchor="middle">([^<]*)</text>', seconds)[:5] == ["0", "0.625", "1.25", "1.88", "2.5"]

@@ -12,9 +12,11 @@ from rlvr.tasks import Problem, Splits
 
 
 def splits():
-    train = [Problem("What is 2 + 3?", "5"), Problem("What is 7 * 0? The answer is 0.", "0"),
-             Problem("What is 4 - 1?", "3")]
-    return Splits(train=train, heldout=[Problem("What is 2 + 3?", "5")], ood=[Problem("What is 40 + 2?", "42")])
+    train = [Problem(question="What is 2 + 3?", answer="5"),
+             Problem(question="What is 7 * 0? The answer is 0.", answer="0"),
+             Problem(question="What is 4 - 1?", answer="3")]
+    return Splits(train=train, heldout=[Problem(question="What is 2 + 3?", answer="5")],
+                  ood=[Problem(question="What is 40 + 2?", answer="42")])
 
 
 def test_leaks_are_found():
@@ -31,7 +33,8 @@ def naive_last_number(completions, answer, **kw):
 
 
 def test_builtin_rewards_hold_and_a_naive_checker_is_weak():
-    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction("naive", 1.0, naive_last_number)]
+    rewards = build_rewards({"correctness": 1.0, "format": 0.2}) + [RewardFunction(name="naive", weight=1.0,
+                                                                                   fn=naive_last_number)]
     report = audit(splits(), rewards)
     assert set(report.table) == {a.name for a in MATH_ATTACKS}
     assert "correctness" not in report.weak and "format" not in report.weak
@@ -45,7 +48,7 @@ def zeros(completions, **kw):
 def test_a_reward_that_fails_the_reference_solutions_cannot_be_judged(capsys):
     """Attacks scoring 0 under a reward that also gives right answers 0 (a wrong gold column, a reward that
     cannot run) say nothing: the control catches it."""
-    report = audit(splits(), build_rewards({"correctness": 1.0}) + [RewardFunction("zeros", 1.0, zeros)])
+    report = audit(splits(), build_rewards({"correctness": 1.0}) + [RewardFunction(name="zeros", weight=1.0, fn=zeros)])
     assert report.control == {"correctness": 1.0, "zeros": 0.0}   # `Answer: <gold>` for each problem
     assert "zeros" not in report.weak and set(report.unjudged) == {"zeros"}
     assert "reference solutions 0" in report.unjudged["zeros"]
@@ -56,7 +59,7 @@ def test_without_a_sandbox_a_code_audit_says_it_cannot_judge(monkeypatch):
     import rlvr.rewards.audit as audit_module
 
     monkeypatch.setattr(audit_module, "sandbox_problem", lambda: "bubblewrap not found at /usr/bin/bwrap")
-    report = audit(code_splits(hidden=True), [RewardFunction("tests_reward", 1.0, zeros)])
+    report = audit(code_splits(hidden=True), [RewardFunction(name="tests_reward", weight=1.0, fn=zeros)])
     assert report.control == {}   # no reference solution in these problems
     assert report.unjudged == {"tests_reward": "no code sandbox can start here (bubblewrap not found at /usr/bin/bwrap)"}
 
@@ -72,7 +75,7 @@ def code_splits(hidden: bool):
     spec = {"kind": "function", "entry_point": "add", "cases": [{"args": [1, 2], "expected": 3}]}
     if hidden:
         spec["hidden"] = [{"args": [5, 5], "expected": 10}]
-    p = Problem("Write add(a, b).", "", tests=json.dumps(spec))
+    p = Problem(question="Write add(a, b).", answer="", tests=json.dumps(spec))
     return Splits(train=[p], heldout=[], ood=[])
 
 
@@ -96,7 +99,8 @@ def test_code_audit_warns_about_hidden_cases_shown_in_the_prompt_and_runs_the_ne
     from rlvr.rewards.audit import code_findings
 
     spec = {"kind": "assert", "asserts": ["assert add(1, 2) == 3"], "hidden": ["assert add(40, 2) == 42"]}
-    shown = Problem("Write add(a, b) so that assert add(40, 2) == 42 holds.", "", tests=json.dumps(spec))
+    shown = Problem(question="Write add(a, b) so that assert add(40, 2) == 42 holds.", answer="",
+                    tests=json.dumps(spec))
     found = code_findings(Splits(train=[shown], heldout=[], ood=[]))
     assert found == ["train: 1 hidden test inputs/outputs appear in their prompts "
                      "(e.g. 'assert add(40, 2) == 42' in 'Write add(a, b) so that assert add(40, 2')"]
@@ -139,7 +143,8 @@ def test_leaks_gold_is_a_stated_or_long_gold_not_a_small_quantity(question, gold
 
 def test_audit_flags_cases_that_never_call_the_candidate():
     spec = {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert sum([1, 2]) == 3"]}
-    found = code_findings(Splits(train=[Problem("write f", "", tests=json.dumps(spec))], heldout=[], ood=[]))
+    found = code_findings(Splits(train=[Problem(question="write f", answer="", tests=json.dumps(spec))], heldout=[],
+                                 ood=[]))
     assert found == ["train: 1 assert cases never call a function of the candidate, so every program passes "
                      "them (e.g. case 2 of 'write f': 'assert sum([1, 2]) == 3'); a function named like a "
                      "builtin needs its name as 'entry_point'"]

@@ -107,7 +107,8 @@ def test_a_missing_module_is_an_environment_error_naming_the_install_line():
 
 
 def test_audit_reports_a_missing_module():
-    found = code_findings(Splits(train=[Problem("write f", "", tests=json.dumps(MISSING))] * 2, heldout=[], ood=[]))
+    found = code_findings(Splits(train=[Problem(question="write f", answer="", tests=json.dumps(MISSING))] * 2,
+                                 heldout=[], ood=[]))
     assert len(found) == 1 and found[0].startswith(
         "train: 2 code specs import a module the test-code interpreter lacks: rlvr_no_such_module_xyz")
 
@@ -132,8 +133,8 @@ def test_training_refuses_specs_whose_test_code_cannot_import():
     from rlvr.errors import RlvrError
     from rlvr.rewards.preflight import check_test_modules
 
-    check_test_modules([Problem("write f", "", tests=json.dumps(KODCODE))])
+    check_test_modules([Problem(question="write f", answer="", tests=json.dumps(KODCODE))])
     with pytest.raises(RlvrError, match="1 problems' test code cannot run here; the first: tests spec .* imports "
                                         "rlvr_no_such_module_xyz"):
-        check_test_modules([Problem("write f", "", tests=json.dumps(KODCODE)),
-                            Problem("g", "", tests=json.dumps(MISSING))])
+        check_test_modules([Problem(question="write f", answer="", tests=json.dumps(KODCODE)),
+                            Problem(question="g", answer="", tests=json.dumps(MISSING))])

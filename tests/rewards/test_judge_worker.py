@@ -16,17 +16,17 @@ SET_SPEC = {"kind": "assert", "asserts": ["assert set(f(1)) == {4, 5}"]}
 
 @pytest.mark.slow  # waits out a wall clock
 def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
-    from rlvr.rewards.code.judge import shared_pool
+    from rlvr.rewards.workers import current
 
     quick = make_code_tests(timeout_s=1.0, test_code_s=1.0)
-    killed = shared_pool().killed
+    killed = current().judge.killed
     honest = python_block("def f(x):\n    return [4, 5, 4]")
     t = time.monotonic()
     verdicts = quick.verdicts([COLLIDING, honest], tests=[SET_SPEC] * 2)
     # set() over 40k colliding ints takes ~8 s holding the GIL: run in the trainer it would have no limit
     assert [(v.score, v.reason) for v in verdicts] == [
         (0.0, "timed out after 2.0s (the whole check, test code included)"), (1.0, "passed 1/1")]
-    assert shared_pool().killed == killed + 1
+    assert current().judge.killed == killed + 1
     assert time.monotonic() - t < 6.0
 
 

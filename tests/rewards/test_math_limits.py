@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.eval.estimators import stated_answer
 from rlvr.rewards import format_reward, make_format_reward, math_accuracy
-from rlvr.rewards.maths.worker import shared_worker
+from rlvr.rewards.workers import current
 
 TOWER = "5^{5^{5^{5^5}}}"  # the symbolic worker times out on it (or runs out of memory)
 
@@ -20,7 +20,7 @@ def test_a_set_answer_spends_one_time_budget_not_one_per_element(monkeypatch):
     monkeypatch.setattr("rlvr.rewards.maths.accuracy.huge_power", lambda text: False)
     gold = "\\{" + ", ".join(str(k) for k in range(1, 11)) + "\\}"
     answer = "\\{" + ", ".join([TOWER] + [str(k) for k in range(2, 11)]) + "\\}"
-    worker = shared_worker()
+    worker = current().maths
     worker.compare("1", "1")  # started outside the count
     before = worker.restarts
     v = math_accuracy.verdict(f"\\boxed{{{answer}}}", gold)
@@ -34,7 +34,7 @@ def test_a_set_answer_spends_one_time_budget_not_one_per_element(monkeypatch):
 @pytest.mark.slow  # waits out a wall clock
 def test_a_matrix_of_towers_stops_at_the_first_spent_budget():
     cells = " & ".join([TOWER] * 4)
-    worker = shared_worker()
+    worker = current().maths
     worker.compare("1", "1")
     before = worker.restarts
     v = math_accuracy.verdict(f"\\boxed{{\\begin{{pmatrix}} {cells} \\end{{pmatrix}}}}",

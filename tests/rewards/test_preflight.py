@@ -9,8 +9,10 @@ from rlvr.rewards.base import RewardFunction, resolve
 from rlvr.rewards.preflight import check_rewards, diagnose, missing_names, preflight
 from rlvr.tasks import Problem
 
-ROWS = [Problem("Tom has 3 apples and buys 5 more. How many?", "8", row={"question": "Tom ...", "answer": "8"}),
-        Problem("A box holds 4 rows of 6 eggs. How many?", "24", row={"question": "A box ...", "answer": "24"})]
+ROWS = [Problem(question="Tom has 3 apples and buys 5 more. How many?", answer="8",
+                row={"question": "Tom ...", "answer": "8"}),
+        Problem(question="A box holds 4 rows of 6 eggs. How many?", answer="24",
+                row={"question": "A box ...", "answer": "24"})]
 
 REWARDS = '''
 import re
@@ -99,7 +101,7 @@ def test_an_environment_column_is_not_an_error(module):
 
 
 def test_preflight_skips_rows_without_a_reference_and_the_env_reward():
-    found = preflight(build_rewards({"env": 1.0, "correctness": 1.0}), [Problem("q", "")] + ROWS)
+    found = preflight(build_rewards({"env": 1.0, "correctness": 1.0}), [Problem(question="q", answer="")] + ROWS)
     assert (found.rows, found.failed, found.zero) == (2, {}, [])
 
 

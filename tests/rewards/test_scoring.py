@@ -42,8 +42,9 @@ def test_custom_functions_by_import_path():
 
 def test_raising_reward_scores_zero_and_is_counted():
     seen = []
-    fns = [RewardFunction("broken", 1.0, broken_reward), RewardFunction("len", 1.0, length_reward)]
-    s = score_batch(fns, ["ab", "abcd"], {}, on_error=lambda name, e: seen.append((name, str(e))))
+    fns = [RewardFunction(name="broken", weight=1.0, fn=broken_reward),
+           RewardFunction(name="len", weight=1.0, fn=length_reward)]
+    s = score_batch(fns, ["ab", "abcd"], {}, on_error=lambda name, e, row: seen.append((name, str(e))))
     assert s.per_function["broken"] == [0.0, 0.0]
     assert s.errors == {"broken": 2, "len": 0}
     assert s.failed["broken"] == [True, True]
@@ -53,7 +54,7 @@ def test_raising_reward_scores_zero_and_is_counted():
 
 
 def test_none_means_not_applicable():
-    s = score_batch([RewardFunction("p", 1.0, partial_reward)], ["a", "b"], {})
+    s = score_batch([RewardFunction(name="p", weight=1.0, fn=partial_reward)], ["a", "b"], {})
     assert s.total == [0.0, 1.0]
     assert s.reasons["p"][0] == "not applicable"
 
@@ -68,7 +69,7 @@ def test_unknown_reward_names_builtins():
 def test_selected_groups_count_only_their_own_errors():
     # dynamic sampling keeps some groups (G = 2) of each round and concatenates them: the errors are
     # those of the kept completions, never a whole round's count once per kept group
-    fns = [RewardFunction("picky", 1.0, picky_reward)]
+    fns = [RewardFunction(name="picky", weight=1.0, fn=picky_reward)]
     a = score_batch(fns, ["x", "xb", "xc", "xd"], {})  # raises on each: all 4 of round a fail
     b = score_batch(fns, ["e", "f", "g", "h"], {})  # no error in round b
     assert a.errors == {"picky": 4} and b.errors == {"picky": 0}
@@ -122,7 +123,7 @@ def test_reasons_are_sanitised():
     v = make_code_tests(timeout_s=1.0).verdicts([hostile], tests=[spec])[0]
     assert v.reason.startswith("failed case 1: raised ValueError: \\x1b[2J\\rok\\u202e")
     assert v.reason.isprintable() and len(v.reason) <= 300
-    noisy = RewardFunction("noisy", 1.0, lambda completions, **kw: 1 / 0)
+    noisy = RewardFunction(name="noisy", weight=1.0, fn=lambda completions, **kw: 1 / 0)
     assert clean_reason("a\nb\tc") == "a\\nb\\tc"
     scores = score_batch([noisy], ["x"], {})
     assert scores.reasons["noisy"][0].isprintable()

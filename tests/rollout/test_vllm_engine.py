@@ -91,23 +91,34 @@ def test_strip_wrappers():
     assert weights.strip_wrappers("lm_head.modules_to_save.default.weight") == "lm_head.modules_to_save.default.weight"
 
 
-def test_plain_policy_keeps_hf_names_and_drops_tied_head(tiny):
+def test_plain_policy_keeps_hf_names_and_sends_the_tied_head(tiny):
+    # vLLM's in-place reload rebuilds the output head from lm_head.weight alone: a tied head left out kept
+    # its old weights there (0.62 nats a token of mismatch on SmolLM2 after the embeddings moved)
     model, _ = tiny
+    assert model.config.tie_word_embeddings
     sd = model.state_dict()
     items = weights.policy_weight_items(model)
     names = [n for n, _ in items]
-    assert names == [n for n in sd if n != "lm_head.weight"]  # tie_word_embeddings=True
-    assert "model.embed_tokens.weight" in names
+    assert names == list(sd) and "lm_head.weight" in names and "model.embed_tokens.weight" in names
     for n, t in items:
         assert torch.equal(t, sd[n])
-    wrapped = weights.vllm_weight_items([(f"module._orig_mod.{n}", t) for n, t in sd.items()], tie_word_embeddings=True)
+    assert dict(items)["lm_head.weight"].data_ptr() == dict(items)["model.embed_tokens.weight"].data_ptr()
+    wrapped = weights.vllm_weight_items([(f"module._orig_mod.{n}", t) for n, t in sd.items()])
     assert [n for n, _ in wrapped] == names
+
+
+def test_tied_head_missing_from_the_state_dict_is_added():
+    emb = torch.arange(4.0).view(2, 2)
+    items = weights.vllm_weight_items([("module.model.embed_tokens.weight", emb), ("model.norm.weight", emb[0])],
+                                      tied_head_from="model.embed_tokens.weight")
+    assert [n for n, _ in items] == ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+    assert items[2][1] is items[0][1]
 
 
 def test_untied_head_is_kept():
     w = torch.ones(2, 2)
     items = weights.vllm_weight_items([("module.lm_head.weight", w), ("model.norm.weight", w[0]),
-                                  ("model.rotary_emb.inv_freq", w[0])], tie_word_embeddings=False)
+                                  ("model.rotary_emb.inv_freq", w[0])])
     assert [n for n, _ in items] == ["lm_head.weight", "model.norm.weight"]
 
 
@@ -123,7 +134,7 @@ def test_lora_merge_matches_hand_computation(tiny):
                 p.copy_(torch.randn_like(p) * 0.1)
     sd = pm.state_dict()
     items = dict(weights.policy_weight_items(pm))
-    assert list(items) == [n for n in base if n != "lm_head.weight"]
+    assert list(items) == list(base)  # the tied head included
     q = "model.layers.1.self_attn.q_proj"
     a = sd[f"base_model.model.{q}.lora_A.default.weight"]  # [r, in]
     b = sd[f"base_model.model.{q}.lora_B.default.weight"]  # [out, r]
@@ -148,8 +159,7 @@ def test_lora_scalings_reads_each_layer(tiny):
 def test_modules_to_save_replaces_the_original():
     new, old = torch.full((2, 2), 2.0), torch.zeros(2, 2)
     items = weights.vllm_weight_items([("base_model.model.score.original_module.weight", old),
-                                  ("base_model.model.score.modules_to_save.default.weight", new)],
-                                 tie_word_embeddings=True)
+                                  ("base_model.model.score.modules_to_save.default.weight", new)])
     assert len(items) == 1 and items[0][0] == "score.weight" and torch.equal(items[0][1], new)
 
 
@@ -158,11 +168,11 @@ def test_lora_without_scale_or_with_dora_is_an_error():
     named = [("base_model.model.x.base_layer.weight", w), ("base_model.model.x.lora_A.default.weight", a),
              ("base_model.model.x.lora_B.default.weight", b)]
     with pytest.raises(ValueError, match="LoRA module 'x'"):
-        weights.vllm_weight_items(named, tie_word_embeddings=False)
-    merged = dict(weights.vllm_weight_items(named, tie_word_embeddings=False, lora_scaling={"x": 1.0}))
+        weights.vllm_weight_items(named)
+    merged = dict(weights.vllm_weight_items(named, lora_scaling={"x": 1.0}))
     assert list(merged) == ["x.weight"]
     with pytest.raises(RlvrError, match="DoRA"):
-        weights.vllm_weight_items([("x.lora_magnitude_vector.default.weight", a)], tie_word_embeddings=False)
+        weights.vllm_weight_items([("x.lora_magnitude_vector.default.weight", a)])
 
 
 # ---------------------------------------------------------------- guards
@@ -174,11 +184,35 @@ def test_missing_vllm_names_the_extra(monkeypatch):
         ve.check_vllm_usable()
 
 
-def test_no_gpu_points_to_builtin(monkeypatch):
+def test_no_platform_points_to_builtin(monkeypatch):
     monkeypatch.setattr(ve, "_vllm_installed", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RlvrError, match="needs a CUDA GPU.*rollout.engine=builtin works on CPU"):
+    monkeypatch.setattr(ve, "vllm_platform", lambda: "none")  # a CUDA build of vLLM without a GPU
+    with pytest.raises(RlvrError, match="needs a CUDA GPU or vLLM's CPU build.*rollout.engine=builtin works on CPU"):
         ve.check_vllm_usable()
+    for platform in ("cuda", "cpu"):
+        monkeypatch.setattr(ve, "vllm_platform", lambda: platform)
+        assert ve.check_vllm_usable() == platform
+
+
+def test_engine_kwargs_per_platform():
+    common = dict(dtype="float32", gpu_memory_utilization=0.3, max_model_len=0, sleep=True, seed=7)
+    cpu = ve.engine_kwargs(platform="cpu", kv_cache_gib=None, **common)
+    assert cpu == {"dtype": "float32", "seed": 7, "logprobs_mode": "processed_logprobs", "max_model_len": None,
+                   "enable_sleep_mode": False, "kv_cache_memory_bytes": 2**30, "enforce_eager": True}
+    gpu = ve.engine_kwargs(platform="cuda", kv_cache_gib=None, **common)
+    assert gpu == {"dtype": "float32", "seed": 7, "logprobs_mode": "processed_logprobs", "max_model_len": None,
+                   "enable_sleep_mode": True, "gpu_memory_utilization": 0.3}
+    sized = ve.engine_kwargs(platform="cuda", kv_cache_gib=0.5, **{**common, "max_model_len": 512})
+    assert sized["kv_cache_memory_bytes"] == 2**29 and sized["max_model_len"] == 512
+    assert "gpu_memory_utilization" not in sized
+
+
+def test_cpu_thread_env_keeps_what_the_user_set(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert ve.cpu_thread_env(2) == {"OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert ve.cpu_thread_env(2)["OMP_NUM_THREADS"] == "8"
 
 
 def test_this_machine_has_no_vllm():
@@ -203,10 +237,10 @@ class FakeLLM:
     def reset_prefix_cache(self):
         self.calls.append(("reset_prefix_cache",))
 
-    def apply_model(self, func):
-        self.calls.append(("apply_model",))
-        model = SimpleNamespace(load_weights=lambda weights: setattr(self, "loaded", list(weights)) or set())
-        return [func(model)]
+    def collective_rpc(self, method, kwargs):
+        self.calls.append(("collective_rpc", method))
+        self.loaded = list(kwargs["weights_iterator"])
+        return [None]
 
     def generate(self, prompts, params, use_tqdm):
         self.calls.append(("generate", prompts, params))
@@ -215,7 +249,7 @@ class FakeLLM:
 
 def fake_engine(llm, sleep):
     engine = object.__new__(ve.VllmEngine)  # skip __init__: it needs vllm and a GPU
-    engine.llm, engine.sleep_enabled, engine.asleep = llm, sleep, False
+    engine.llm, engine.sleep_enabled, engine.asleep, engine.weights_version = llm, sleep, False, 0
     return engine
 
 
@@ -234,9 +268,10 @@ def test_sleep_wake_and_sync_order(tiny):
     engine.sleep()
     engine.sleep()  # already asleep: once
     n = engine.sync_weights(model)  # wakes first: a sleeping engine's weights are not mapped
-    assert llm.calls == [("sleep", ve.SLEEP_LEVEL), ("wake_up",), ("apply_model",), ("reset_prefix_cache",)]
-    assert n == len(llm.loaded) == len(model.state_dict()) - 1
-    assert not engine.asleep
+    assert llm.calls == [("sleep", ve.SLEEP_LEVEL), ("wake_up",), ("collective_rpc", "reload_weights"),
+                         ("reset_prefix_cache",)]
+    assert n == len(llm.loaded) == len(model.state_dict())  # the tied head included
+    assert not engine.asleep and engine.weights_version == 1
 
 
 def test_generate_builds_requests_and_rollout(monkeypatch):

@@ -96,7 +96,8 @@ def test_sync_weights_reaches_vllm():
     cfg.optimizer.lr = 2e-3  # an update large enough to dwarf bf16 noise
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optimizer.lr)
     adv = torch.randn(ro.completion_ids.shape[0], device=device)  # [B]
-    batch = Batch(ro.prompt_ids, ro.completion_ids, ro.completion_mask, adv, ro.group_size)
+    batch = Batch(prompts=ro.prompt_ids, completion_ids=ro.completion_ids, completion_mask=ro.completion_mask,
+                  advantages=adv, group_size=ro.group_size)
     policy_update(policy, opt, batch, UpdateSettings.of(cfg, tok.pad_token_id, precision))
     stale = rollout(*run)[1][MISMATCH]
     start = time.perf_counter()

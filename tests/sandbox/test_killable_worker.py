@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from rlvr.rewards.maths import worker as maths_worker
 from rlvr.rewards.maths.worker import SymbolicWorker
 from rlvr.sandbox.worker import KillableWorker
 
@@ -50,13 +49,21 @@ def test_ask_answers_then_a_hung_worker_is_killed_with_its_group():
         os.kill(pid, 0)   # killed and reaped, not left stopped
 
 
-def test_shared_worker_is_one_worker_across_racing_threads(monkeypatch):
-    monkeypatch.setattr(maths_worker, "_shared", None)
+def test_shared_worker_is_one_worker_across_racing_threads():
+    from rlvr.rewards.workers import current, owned_by_run
+
+    with owned_by_run():   # a fresh set: the first use races
+        _race_for_the_worker()
+
+
+def _race_for_the_worker():
+    from rlvr.rewards.workers import current
+
     barrier, got = threading.Barrier(8), []
 
     def take():
         barrier.wait()
-        got.append(maths_worker.shared_worker())
+        got.append(current().maths)
 
     threads = [threading.Thread(target=take) for _ in range(8)]
     for t in threads:

@@ -141,7 +141,7 @@ def test_a_list_reply_tag_fails_only_its_own_program(spec):
 
 
 def test_evaluation_grading_survives_a_list_reply_tag():
-    p = Problem("write f", "", tests=json.dumps(ADD_ONE_ASSERT_SPEC))
+    p = Problem(question="write f", answer="", tests=json.dumps(ADD_ONE_ASSERT_SPEC))
     grades = grade([p, p], [ADD_ONE, LIST_TAG])
     assert [g["correct"] for g in grades] == [1.0, 0.0]
     assert grades[1]["reason"] == "malformed answer from the sandbox"

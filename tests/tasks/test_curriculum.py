@@ -13,7 +13,8 @@ from rlvr.tasks.curriculum import (CurriculumSampler, adaptive_counts, build_sam
 
 
 def make_problems(counts: dict[str, int]) -> list[Problem]:
-    return [Problem(f"{label} #{i}", "0", label) for label, n in counts.items() for i in range(n)]
+    return [Problem(question=f"{label} #{i}", answer="0", difficulty=label) for label,
+            n in counts.items() for i in range(n)]
 
 
 def test_natural_order_of_labels():

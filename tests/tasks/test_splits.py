@@ -85,5 +85,5 @@ def test_no_train_left_is_an_error(tmp_path):
 def test_problem_columns_leave_out_a_difficulty_the_data_does_not_have():
     from rlvr.tasks import Problem
 
-    assert Problem("q", "1", row={"question": "q"}).columns() == {"question": "q", "answer": "1"}
-    assert Problem("q", "1", "d2").columns() == {"answer": "1", "difficulty": "d2"}
+    assert Problem(question="q", answer="1", row={"question": "q"}).columns() == {"question": "q", "answer": "1"}
+    assert Problem(question="q", answer="1", difficulty="d2").columns() == {"answer": "1", "difficulty": "d2"}

@@ -26,7 +26,8 @@ def global_batch() -> Batch:
     lengths = torch.tensor([6, 5, 6, 4, 1, 2, 0, 3])  # row 6 is empty: seq-mean counts only rows with tokens
     mask = (torch.arange(WIDTH)[None, :] < lengths[:, None]).float()  # [8, 6]
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.7, -0.7])
-    return Batch(prompts, ids * mask.long(), mask, adv, GROUP)
+    return Batch(prompts=prompts, completion_ids=ids * mask.long(), completion_mask=mask, advantages=adv,
+                 group_size=GROUP)
 
 
 def rank_one_untrained() -> Batch:
@@ -41,8 +42,9 @@ def rank_one_untrained() -> Batch:
 def shard(batch: Batch, rank: int, world: int) -> Batch:
     ps = dd.shard_groups(len(batch.prompts), rank, world)
     rows = slice(ps.start * batch.group_size, ps.stop * batch.group_size)
-    return Batch(batch.prompts[ps], batch.completion_ids[rows], batch.completion_mask[rows],
-                 batch.advantages[rows], batch.group_size)
+    return Batch(prompts=batch.prompts[ps], completion_ids=batch.completion_ids[rows],
+                 completion_mask=batch.completion_mask[rows],
+                 advantages=batch.advantages[rows], group_size=batch.group_size)
 
 
 def settings(aggregation: str) -> UpdateSettings:

@@ -1,3 +1,5 @@
+import warnings
+
 import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
@@ -66,7 +68,9 @@ def test_gradient_checkpointing_runs_full_rows_with_equal_values_and_gradients(t
     for checkpointing in (False, True):
         if checkpointing:
             enable_gradient_checkpointing(model)  # transformers then drops the cache: full rows are run
-        assert checkpointing_active(model) == checkpointing
+        with warnings.catch_warnings():  # transformers 5.24's deprecated is_gradient_checkpointing is never read
+            warnings.simplefilter("error", FutureWarning)
+            assert checkpointing_active(model) == checkpointing
         model.zero_grad()
         lp = completion_logprobs(model, prompts, r.completion_ids, r.completion_mask, 3, tok.pad_token_id)
         (lp * torch.linspace(-1, 1, lp.numel(), device=lp.device).view_as(lp)).sum().backward()

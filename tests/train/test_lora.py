@@ -20,7 +20,8 @@ def rollout_batch(model, tok):
     r = generate(model, prompts, group_size=2, max_new_tokens=6, temperature=1.0,
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, -2.0, 2.0])
-    return Batch(prompts, r.completion_ids, r.completion_mask, adv, 2, sampler_logp=r.sampler_logp)
+    return Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask, advantages=adv,
+                 group_size=2, sampler_logp=r.sampler_logp)
 
 
 def settings(tok, **algo):

@@ -12,7 +12,7 @@ from rlvr.train.batch import make_batch
 from rlvr.train.grpo import collect
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.assemble import setup
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import policy_update
 
 
 def tiny_run(tmp_path, *extra):
@@ -25,11 +25,11 @@ def tiny_run(tmp_path, *extra):
 @pytest.mark.parametrize("preset", ["rloo", "reinforce_pp", "ppo"])
 def test_kl_reward_is_zero_at_equal_weights_with_int8_rollouts(tmp_path, preset):
     run = tiny_run(tmp_path, f"--algo.preset={preset}")
-    cfg = run.cfg
+    s = run.settings.update
     c = collect(run, 1)
     r = c.rollout
-    trainer = completion_logprobs(run.policy, r.prompt_ids, r.completion_ids, r.completion_mask, r.group_size,
-                                  run.pad_id, cfg.rollout.temperature).detach()
+    trainer = completion_logprobs(run.models.policy, r.prompt_ids, r.completion_ids, r.completion_mask, r.group_size,
+                                  s.pad_id, s.temperature).detach()
     gap = ((trainer - r.sampler_logp).abs() * r.completion_mask).amax()
     assert gap > 1e-3  # the int8 sampler really is off-policy, so the sampler's log-probs would show a KL
     _, metrics = make_batch(run, c)
@@ -47,6 +47,5 @@ def test_a_minus_inf_sampler_logprob_leaves_the_loss_and_is_counted(tmp_path):
     assert float(batch.completion_mask.sum()) == float(mask.sum()) - 2
     assert batch.completion_mask[0, 0] == 0 and batch.env_mask[0, 0] == 1  # still attended to, not scored
     assert torch.isfinite(batch.sampler_logp).all()
-    settings = UpdateSettings.of(run.cfg, run.pad_id, run.precision)
-    m = policy_update(run.policy, run.optimizer, batch, settings)
+    m = policy_update(run.models.policy, run.models.optimizer, batch, run.settings.update)
     assert m["skipped_updates"] == 0 and math.isfinite(m["loss"]) and math.isfinite(m["rollout/logp_mismatch_max"])

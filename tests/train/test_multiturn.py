@@ -11,12 +11,13 @@ from rlvr.envs.base import Reply
 from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
 from rlvr.envs.render import TurnRender
 from rlvr.rollout.engines import builtin_engine
+from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks import Problem
 from rlvr.train.logprobs import completion_logprobs
 from rlvr.train.batch import Batch
 from rlvr.train.update import UpdateSettings, policy_update
 
-PROBLEMS = [Problem("What is 2 + 3?", "5"), Problem("Name a colour.", "red")]
+PROBLEMS = [Problem(question="What is 2 + 3?", answer="5"), Problem(question="Name a colour.", answer="red")]
 
 
 class Echo:
@@ -28,17 +29,17 @@ class Echo:
 
     def step(self, text):
         self.n += 1
-        return Reply(done=True) if self.n == 3 else Reply(f"len {len(text)}", "tool")
+        return Reply(done=True) if self.n == 3 else Reply(text=f"len {len(text)}", role="tool")
 
     def reward_columns(self):
         return {}
 
 
 def episodes(model, tok):
-    spec = EnvSpec(Echo, TurnRender(tok), Limits(max_turns=3), True)
+    spec = EnvSpec(make=Echo, render=TurnRender(tok), limits=Limits(max_turns=3), multi_turn=True)
     stops = [tok.eos_token_id] + tok("aeiou")["input_ids"]  # turns end early and at different steps
-    ep = run_episodes(builtin_engine(model), spec, PROBLEMS, group_size=2, max_new_tokens=8, temperature=1.0,
-                      stop_ids=stops, pad_id=tok.pad_token_id, seeds=[1, 2])
+    sampling = SamplingSettings(max_new_tokens=8, temperature=1.0, stop_ids=tuple(stops), pad_id=tok.pad_token_id)
+    ep = run_episodes(builtin_engine(model), spec, PROBLEMS, group_size=2, sampling=sampling, seeds=[1, 2])
     assert float(ep.rollout.env_mask.sum()) > 0  # the episodes really have environment turns
     return ep.rollout
 
@@ -97,7 +98,8 @@ def test_policy_update_on_episodes(tiny):
     model, tok = tiny
     r = episodes(model, tok)
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
-    batch = Batch(r.prompt_ids, r.completion_ids, r.completion_mask, adv, r.group_size, sampler_logp=r.sampler_logp,
+    batch = Batch(prompts=r.prompt_ids, completion_ids=r.completion_ids, completion_mask=r.completion_mask,
+                  advantages=adv, group_size=r.group_size, sampler_logp=r.sampler_logp,
                   env_mask=r.env_mask)
     cfg = Config(algo=AlgoConfig(aggregation="token-mean"),
                  optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))

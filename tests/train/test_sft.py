@@ -14,7 +14,8 @@ from rlvr.train import sft as sft_module
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.sft import baseline_of, collate, end_of_turn_id, make_example, sft_step, target_nll
 
-SOLVED = [Problem(f"What is {a} + {b}?", str(a + b), "d1", solution=f"{a} + {b} = {a + b}\nAnswer: {a + b}")
+SOLVED = [Problem(question=f"What is {a} + {b}?", answer=str(a + b), difficulty="d1",
+                  solution=f"{a} + {b} = {a + b}\nAnswer: {a + b}")
           for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 0)]]
 
 
@@ -25,7 +26,8 @@ def test_end_of_turn_is_im_end(tiny):
 
 def test_loss_mask_covers_exactly_the_solution_and_the_stop_token(tiny):
     _, tok = tiny
-    long, short = (make_example(tok, p, [], "", 3) for p in (SOLVED[0], Problem("Hi?", "1", solution="1")))
+    long, short = (make_example(tok, p, [], "", 3) for p in (SOLVED[0],
+                                                             Problem(question="Hi?", answer="1", solution="1")))
     # the tiny tokenizer is one token per character: "<|im_start|>" "user\n" question "<|im_end|>" "\n"
     # "<|im_start|>" "assistant\n" is 1 + 5 + 14 + 1 + 1 + 1 + 10 = 33 prompt tokens
     assert len(long.prompt) == 33 and len(long.target) == len("1 + 2 = 3\nAnswer: 3") + 1 == 20
@@ -162,6 +164,65 @@ def test_baseline_of_other_models_is_none(tmp_path):
 
 
 def test_no_solutions_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sft_module, "build_splits", hand_made([Problem("What is 1 + 1?", "2", "d1")]))
+    monkeypatch.setattr(sft_module, "build_splits",
+                        hand_made([Problem(question="What is 1 + 1?", answer="2", difficulty="d1")]))
     assert main(["sft", *SMALL, f"--train.out={tmp_path / 'x'}"]) == 2
     assert "no train problem of task 'arithmetic' has a worked solution" in capsys.readouterr().err
+
+
+def test_sft_of_a_config_names_its_own_run_directory_and_the_grpo_command(tmp_path, monkeypatch):
+    """`rlvr sft mine.yaml` writes runs/mine-sft (not runs/mine, where `rlvr train mine.yaml` goes) and says
+    `rlvr train mine.yaml --model.name=runs/mine-sft/final`; plain `rlvr sft` (configs/sft.yaml) says
+    configs/arithmetic.yaml, the same task; `rlvr sft --task.name=F` carries the task's overrides."""
+    from pathlib import Path
+
+    from rlvr.cli import SFT_CONFIG, grpo_command
+    from rlvr.config import build_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("task: {name: mine.jsonl}\n")
+    assert build_config("mine.yaml", [], command="sft").train.out == "runs/mine-sft"
+    assert build_config("mine.yaml", []).train.out == "runs/mine"
+    assert build_config(None, ["--task.name=f.jsonl"], command="sft").train.out == "runs/sft"
+    assert build_config(SFT_CONFIG, [], command="sft").train.out == "runs/sft"   # the file's own
+    assert grpo_command("mine.yaml", ["--train.steps=3", "--optimizer.lr=1e-4"], Path("runs/mine-sft/final")) == \
+        "rlvr train mine.yaml --model.name=runs/mine-sft/final"
+    assert grpo_command(SFT_CONFIG, [], Path("runs/sft/final")) == \
+        f"rlvr train {SFT_CONFIG.parent / 'arithmetic.yaml'} --model.name=runs/sft/final"   # tmp_path is outside the repo
+    monkeypatch.chdir(SFT_CONFIG.parent.parent)
+    assert grpo_command(SFT_CONFIG, [], Path("runs/sft/final")) == "rlvr train configs/arithmetic.yaml --model.name=runs/sft/final"
+    assert grpo_command(None, ["--task.name=my data.jsonl", "--task.columns.prompt=question", "--sft.batch_size=2"],
+                        Path("runs/sft/final")) == \
+        "rlvr train '--task.name=my data.jsonl' --task.columns.prompt=question --model.name=runs/sft/final"
+
+
+@pytest.mark.slow
+def test_sft_on_a_small_file_starts_from_the_defaults_as_train_does(tmp_path, monkeypatch, capsys):
+    """`rlvr sft --task.name=small.jsonl --task.columns.prompt=question` on a 20-row file: held-out a fifth
+    (4 rows) and no few-shot turn, as `rlvr train` would (not configs/sft.yaml's arithmetic settings, held-out
+    100 and one worked example); its hint runs as printed; a GRPO run that evaluates with a few-shot turn
+    the SFT baseline did not have is warned about."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"question": f"What is {a} + {b}?", "answer": str(a + b), "solution": f"{a} + {b} = {a + b}\nAnswer: {a + b}"}
+            for a in range(4) for b in range(5)]
+    (tmp_path / "small.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tiny = ["--model.name=tiny-random", "--train.steps=1", "--sft.batch_size=4", "--eval.max_new_tokens=4"]
+    assert main(["sft", "--task.name=small.jsonl", "--task.columns.prompt=question", *tiny]) == 0
+    out = capsys.readouterr().err
+    assert "small.jsonl: 20 rows: holding out 4 (a fifth)" in out
+    summary = json.loads((tmp_path / "runs/sft/summary.json").read_text())
+    assert summary["examples"] == 16 and summary["flips"]["heldout"]["n"] == 4   # no row taken as a few-shot turn
+    hint = out.split("(start GRPO from it: ")[1].split(")\n")[0]
+    assert hint == ("rlvr train --task.name=small.jsonl --task.columns.prompt=question --eval.max_new_tokens=4 "
+                    "--model.name=runs/sft/final")
+    grpo = [*shlex.split(hint)[1:], "--train.steps=1", "--rollout.max_new_tokens=4", "--rollout.group_size=2",
+            "--rollout.prompts_per_step=2"]
+    assert main(grpo) == 0
+    assert "warning: the SFT baseline" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "runs/run/summary.json").read_text())["sft"]["run"] == str(tmp_path / "runs/sft")
+    assert main([*grpo, "--train.out=runs/shots", "--task.few_shot=1"]) == 0
+    assert (f"warning: the SFT baseline ({tmp_path / 'runs/sft'}) was evaluated with other prompts than this run: "
+            "task.few_shot=0 there, 1 here; give this run the same (--task.few_shot=0) to compare like with like"
+            ) in capsys.readouterr().err

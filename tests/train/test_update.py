@@ -21,7 +21,8 @@ def make_batch(model, tok):
                  stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     r = r.to(model.device)
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, -2.0, 2.0], device=model.device)
-    return Batch(prompts, r.completion_ids, r.completion_mask, adv, 2)
+    return Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask, advantages=adv,
+                 group_size=2)
 
 
 def settings(tok, mixed_precision="no", tis_cap=0.0, **keys):
@@ -149,8 +150,9 @@ def test_token_budget_groups_hand_computed():
     # prompt lengths 3, 5, 2, 4; longest completion per group (G = 2) 4, 2, 6, 1
     lengths = [[4, 1], [2, 2], [6, 3], [1, 0]]
     mask = torch.tensor([[1.0] * n + [0.0] * (6 - n) for g in lengths for n in g])  # [8, 6]
-    batch = Batch([[7] * n for n in (3, 5, 2, 4)], torch.zeros(8, 6, dtype=torch.long), mask,
-                  torch.zeros(8), 2)
+    batch = Batch(prompts=[[7] * n for n in (3, 5, 2, 4)], completion_ids=torch.zeros(8, 6, dtype=torch.long),
+                  completion_mask=mask,
+                  advantages=torch.zeros(8), group_size=2)
     # [0, 1]: 2 * (5 + 2 * 4) = 26 <= 30; + group 2: 3 * (5 + 2 * 6) = 51; [2, 3]: 2 * (4 + 2 * 6) = 32
     mbs = _micro_batches(batch, 4, 30)
     assert [(sl.start, sl.stop, w) for _, sl, w in mbs] == [(0, 4, 4), (4, 6, 6), (6, 8, 1)]

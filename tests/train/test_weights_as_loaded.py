@@ -60,24 +60,26 @@ def test_lora_on_a_bf16_base_holds_no_fp32_copy_and_its_reference_is_adapters_of
                                     "--rollout.max_new_tokens=6", f"--train.out={tmp_path / 'run'}",
                                     "--task.heldout_size=2", "--task.ood_size=0"])
     run = setup(cfg)
-    frozen = [p for p in run.policy.parameters() if not p.requires_grad]
-    trained = [p for p in run.policy.parameters() if p.requires_grad]
+    m_, s = run.models, run.settings
+    frozen = [p for p in m_.policy.parameters() if not p.requires_grad]
+    trained = [p for p in m_.policy.parameters() if p.requires_grad]
     assert sum(p.numel() for p in frozen if p.dtype == torch.float32) == 0  # the base: all bf16
     assert {p.dtype for p in trained} == {torch.float32}  # the adapters (PEFT keeps them fp32)
-    assert run.engine.policy is run.policy and run.ref.model is run.policy  # no second copy of the base
-    prompts = [run.tok(t)["input_ids"] for t in ("1+1=", "2*3=")]
+    assert run.engine.policy is m_.policy and m_.ref.model is m_.policy  # no second copy of the base
+    prompts = [m_.tok(t)["input_ids"] for t in ("1+1=", "2*3=")]
     r = run.engine.generate(prompts, seeds=[0, 1], group_size=3, max_new_tokens=6, temperature=1.0, top_p=1.0,
-                            top_k=0, stop_ids=run.stop_ids, pad_id=run.pad_id)
-    batch = Batch(prompts, r.completion_ids, r.completion_mask, torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), 3)
-    m = policy_update(run.policy, run.optimizer, batch, UpdateSettings.of(cfg, run.pad_id, run.precision), run.ref)
+                            top_k=0, stop_ids=list(s.rollout.sampling.stop_ids), pad_id=s.rollout.sampling.pad_id)
+    batch = Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask,
+                  advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), group_size=3)
+    m = policy_update(m_.policy, m_.optimizer, batch, s.update, m_.ref)
     assert m["grad_norm"] > 0
-    state = [t for s in run.optimizer.state.values() for t in s.values() if t.dim() > 0]
+    state = [t for s in m_.optimizer.state.values() for t in s.values() if t.dim() > 0]
     assert sum(t.numel() for t in state) == 2 * sum(p.numel() for p in trained)  # AdamW: m and v of adapters only
-    args = (batch.prompts, batch.completion_ids, batch.completion_mask, 3, run.pad_id)
+    args = (batch.prompts, batch.completion_ids, batch.completion_mask, 3, s.rollout.sampling.pad_id)
     with torch.no_grad():
-        ref = reference_logprobs(run.ref, *args)
-        with run.policy.disable_adapter():
-            base = completion_logprobs(run.policy, *args)
-        policy = completion_logprobs(run.policy, *args)
+        ref = reference_logprobs(m_.ref, *args)
+        with m_.policy.disable_adapter():
+            base = completion_logprobs(m_.policy, *args)
+        policy = completion_logprobs(m_.policy, *args)
     assert torch.equal(ref, base)
     assert (policy - base).abs().max() > 0  # the update moved the adapters: the reference is not the policy

@@ -56,7 +56,7 @@ class CandidateError(Exception):
     """A candidate's exception with no built-in counterpart safe to re-raise here."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class TestCode:
     """One test, compiled. names: the candidate's functions it calls; calls_check: it defines
     check(candidate) and leaves calling it to us; prefetch: calls whose arguments are literals,
@@ -132,9 +132,11 @@ def compile_test(source: str, label: str, entry_point: str | None) -> TestCode:
                     f"{label} uses .{node.attr} of the candidate's {base.id}: only calls that return plain "
                     "data can be decided outside the sandbox; rewrite the test as calls")
     alias = {p: entry_point for p in _check_params(tree)} if calls_check else {}
-    return TestCode(source, compile(tree, f"<{label}>", "exec"), names, modules, calls_check,
-                    tuple(_prefetchable(tree, names, {**alias, **aliases})), _test_functions(tree, label),
-                    tuple(aliases.items()))
+    return TestCode(source=source, code=compile(tree, f"<{label}>", "exec"), names=names, modules=modules,
+                    calls_check=calls_check,
+                    prefetch=tuple(_prefetchable(tree, names, {**alias, **aliases})),
+                    tests=_test_functions(tree, label),
+                    aliases=tuple(aliases.items()))
 
 
 # The module a pytest-style test file imports the program from (KodCode: `from solution import f`).

@@ -40,7 +40,8 @@ def check(request: dict) -> dict:
     from rlvr.rewards.code.outcomes import CodeTestsConfig, program_outcomes
     from rlvr.sandbox.limits import Sandbox, SandboxLimits
 
-    cfg = CodeTestsConfig(request["partial"], SandboxLimits(**request["limits"]), Sandbox(**request["sandbox"]))
+    cfg = CodeTestsConfig(partial=request["partial"], limits=SandboxLimits(**request["limits"]),
+                          sandbox=Sandbox(**request["sandbox"]))
     try:
         return {"outcomes": program_outcomes(request["program"], _spec(request["tests"]), cfg)}
     except UndecidableSpec as e:
@@ -124,18 +125,6 @@ class JudgePool:
         self.killed += 1
         pipes.reap_orphans()
         cgroup.remove_left_by(worker.last_pid)
-
-
-_shared: JudgePool | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_pool() -> JudgePool:
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = JudgePool()
-        return _shared
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from rlvr.sandbox.program import Program
 from rlvr.sandbox.run import run_harness
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class CodeTestsConfig:
     partial: bool = False
     limits: SandboxLimits = SandboxLimits()

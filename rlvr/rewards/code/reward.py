@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 
 from rlvr.rewards.base import Verdict, batch_form, clean_reason
 from rlvr.rewards.code.checks import UndecidableSpec
-from rlvr.rewards.code.judge import shared_pool
+from rlvr.rewards.workers import current
 from rlvr.rewards.code.outcomes import CodeTestsConfig, same, program_outcomes, stdio_outcomes  # same: part of this API
 from rlvr.rewards.code.spec import Spec, parse_spec, with_prelude  # parse_spec: part of this API
 from rlvr.sandbox.limits import Sandbox, SandboxLimits
@@ -54,7 +54,7 @@ def last_code_block(text: str) -> str | None:
 def _worker_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
     """program_outcomes in a judge worker, killed past the check's wall clock."""
     sandbox = replace(cfg.sandbox, unsafe=unsafe_requested(cfg.sandbox))   # the worker's environment is bare
-    reply = shared_pool().check({"program": program, "tests": spec.text, "partial": cfg.partial,
+    reply = current().judge.check({"program": program, "tests": spec.text, "partial": cfg.partial,
                                  "limits": asdict(cfg.limits), "sandbox": asdict(sandbox)},
                                 cfg.limits.wall_s + cfg.test_code_s)
     if "spec_error" in reply:
@@ -139,7 +139,8 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
     limits = limits or SandboxLimits()
     if timeout_s is not None:
         limits = replace(limits, wall_s=timeout_s, cpu_s=timeout_s)
-    cfg = CodeTestsConfig(partial, limits, sandbox or Sandbox(), workers, test_code_s)
+    cfg = CodeTestsConfig(partial=partial, limits=limits, sandbox=sandbox or Sandbox(), workers=workers,
+                          test_code_s=test_code_s)
 
     def verdict(completion: str, tests) -> Verdict:
         return _verdict_parsed(cfg, completion, parse_spec(tests))

@@ -22,7 +22,7 @@ _KEYS = {"kind", "cases", "hidden", "entry_point", "asserts", "prelude"}
 _FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*$", re.M)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Case:
     """One test case. stdio: stdin/stdout; function: args/kwargs/expected; assert: test code."""
 
@@ -36,7 +36,7 @@ class Case:
     test: TestCode | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Spec:
     kind: str
     cases: tuple[Case, ...]
@@ -84,8 +84,8 @@ def parse_spec(tests) -> Spec:
     if kind == "assert":   # what the judge worker parses again: the validated fields, as JSON
         text = json.dumps({"kind": kind, "asserts": shown, "hidden": hidden, "prelude": prelude,
                            **({"entry_point": entry} if entry is not None else {})})
-        return Spec(kind, cases, entry, prelude, text)
-    return Spec(kind, cases, entry, prelude)
+        return Spec(kind=kind, cases=cases, entry_point=entry, prelude=prelude, text=text)
+    return Spec(kind=kind, cases=cases, entry_point=entry, prelude=prelude)
 
 
 def calls_candidate(test: TestCode) -> bool:
@@ -136,7 +136,7 @@ def _stdio_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Cas
     stdin, stdout = item.get("stdin", ""), item["stdout"]
     if not isinstance(stdin, str) or not isinstance(stdout, str):
         raise ValueError(f"tests spec (stdio) case {n}: 'stdin' and 'stdout' must be strings")
-    return Case(n, hidden, stdin=stdin, stdout=stdout)
+    return Case(number=n, hidden=hidden, stdin=stdin, stdout=stdout)
 
 
 def _function_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
@@ -144,7 +144,7 @@ def _function_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> 
     args, kwargs = item.get("args", []), item.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise ValueError(f"tests spec (function) case {n}: 'args' must be a list, 'kwargs' an object")
-    return Case(n, hidden, args=args, kwargs=kwargs, expected=item["expected"])
+    return Case(number=n, hidden=hidden, args=args, kwargs=kwargs, expected=item["expected"])
 
 
 def _assert_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Case:
@@ -154,4 +154,4 @@ def _assert_case(item, n: int, hidden: bool, kind: str, entry: str | None) -> Ca
         test = compile_test(item, f"tests spec (assert) case {n}", entry)
     except SyntaxError as e:
         raise ValueError(f"tests spec (assert) case {n} does not parse: {e.msg}") from None
-    return Case(n, hidden, test=test)
+    return Case(number=n, hidden=hidden, test=test)

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer, loose_answers
 from rlvr.rewards.base import Verdict, batch_form
-from rlvr.rewards.maths.worker import shared_worker
+from rlvr.rewards.workers import current
 from rlvr.rewards.maths.forms import Form, as_abs_union, as_interval, labelled_list, one_answer, parse_form, unlabel
 from rlvr.rewards.maths.normalise import (MAX_ANSWER_CHARS, MAX_EXPONENT, MAX_FACTORIAL, clean, decimal_places,
                                           exact_value, has_plus_minus, huge_power, is_rounded_decimal, is_words,
@@ -78,7 +78,7 @@ def _value_equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     if not budget.symbolic:
         return False, "undecided without the symbolic checker"
     tol = str(Fraction(1, 2 * 10 ** decimal_places(g))) if is_rounded_decimal(g) else None
-    equal, reason = shared_worker().compare(a, g, tol, timeout_s=budget.left())
+    equal, reason = current().maths.compare(a, g, tol, timeout_s=budget.left())
     return equal, ("correct (" + reason + ")") if equal else f"wrong: {reason}"
 
 
@@ -131,14 +131,14 @@ def _equation_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
         return _equal(ra, rg, budget)
     if a.ops != ("=",) or not budget.symbolic:
         return False, "not the same equation"
-    equal, reason = shared_worker().compare(f"({la})-({ra})", f"({lg})-({rg})", None, "proportional", budget.left())
+    equal, reason = current().maths.compare(f"({la})-({ra})", f"({lg})-({rg})", None, "proportional", budget.left())
     return equal, ("correct (" + reason + ")") if equal else f"wrong: {reason}"
 
 
 def _upward(f: Form) -> Form:
     """`a > b > c` as `c < b < a`: one direction, so that `x > 5` equals `5 < x`."""
     if f.ops and all(o.startswith(">") for o in f.ops):
-        return Form(f.kind, f.parts[::-1], ops=tuple(o.replace(">", "<") for o in f.ops[::-1]))
+        return Form(kind=f.kind, parts=f.parts[::-1], ops=tuple(o.replace(">", "<") for o in f.ops[::-1]))
     return f
 
 
@@ -198,7 +198,7 @@ def _inequality_equal(a: Form, g: Form, budget: _Budget) -> tuple[bool, str]:
     if equal or len(a.ops) != 1 or not budget.symbolic:
         return equal, reason
     (la, ra), (lg, rg) = a.parts, g.parts
-    equal, reason = shared_worker().compare(f"({ra})-({la})", f"({rg})-({lg})", None, "positive", budget.left())
+    equal, reason = current().maths.compare(f"({ra})-({la})", f"({rg})-({lg})", None, "positive", budget.left())
     return equal, ("correct (" + reason + ")") if equal else f"wrong: {reason}"
 
 
@@ -214,7 +214,7 @@ def _equal(a: str, g: str, budget: _Budget) -> tuple[bool, str]:
     if fa.kind != "equation":
         fg = unlabel(fg, gold=True)
     if fa.kind in ("set", "list") and fg.kind == "value" and (pm := _PLUS_MINUS.fullmatch(fg.parts[0])):
-        fg = Form("set", (f"-({pm.group(1)})", pm.group(1)))  # a gold of \pm 2021 is the pair of them
+        fg = Form(kind="set", parts=(f"-({pm.group(1)})", pm.group(1)))  # a gold of \pm 2021 is the pair of them
     return _forms_equal(fa, fg, budget)
 
 
@@ -238,7 +238,7 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
         return False, f"an exponent over {MAX_EXPONENT} or a factorial over {MAX_FACTORIAL}: too large to compare"
     if has_plus_minus(ans.text) and not has_plus_minus(gold.text):
         return False, "\\pm answer for a single gold value"
-    budget = _Budget(time.monotonic() + shared_worker().timeout_s)
+    budget = _Budget(time.monotonic() + current().maths.timeout_s)
     equal, reason = _equal(ans.text, gold.text, budget)
     if not equal and gold.percent and not ans.percent:  # 0.5 for a gold of 50%
         a, g = exact_value(ans.text), exact_value(gold.text)

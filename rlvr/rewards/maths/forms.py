@@ -29,7 +29,7 @@ _STRUCTURE = re.compile(r"[,=<>≤≥≠]|\\(?:cup|in|le|ge|lt|gt|ne|begin)")
 _VARIABLE = re.compile(r"[a-zA-Z]" + _SUB)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Form:
     """kind: value | list | set | tuple | union | matrix | equation | inequality | chain.
     parts: the pieces as text (union: as Forms; matrix: rows of cells; inequality: sides, with
@@ -82,25 +82,25 @@ def parse_form(s: str) -> Form:
     """The shape of a cleaned answer (module docstring)."""
     s = s.strip()
     if not _STRUCTURE.search(s) and not s.startswith(("(", "[", "{", "\\{")):
-        return Form("value", (s,))  # most answers: no separator, relation or bracket to look at
+        return Form(kind="value", parts=(s,))  # most answers: no separator, relation or bracket to look at
     if m := _MATRIX.fullmatch(s):
         rows = split_top(m.group(2), ["\\\\"])[0]
         cells = tuple(tuple(split_top(r, ["&"])[0]) for r in rows if r)
-        return Form("matrix", cells, "|" if m.group(1).startswith("v") else "")
+        return Form(kind="matrix", parts=cells, brackets="|" if m.group(1).startswith("v") else "")
     sides, ops = split_top(s, _INEQ_TOKENS)
     if ops:
-        return Form("inequality", tuple(sides), ops=tuple(_INEQUALITIES[o] for o in ops))
+        return Form(kind="inequality", parts=tuple(sides), ops=tuple(_INEQUALITIES[o] for o in ops))
     pieces = split_top(s, [","])[0] if s.count("=") > 1 else []
     if len(pieces) > 1 and all(_labelled(p) for p in pieces):  # `a_3 = 2, a_{37} = 19`: one value per name
-        return Form("list", tuple(pieces))
+        return Form(kind="list", parts=tuple(pieces))
     sides, eqs = split_top(s, ["\\in", "="])
     if len(sides) > 2 or (eqs and not all(sides)):
-        return Form("chain", tuple(sides))
+        return Form(kind="chain", parts=tuple(sides))
     if eqs:
-        return Form("equation", tuple(sides), ops=tuple(eqs))
+        return Form(kind="equation", parts=tuple(sides), ops=tuple(eqs))
     parts = split_top(s, ["\\cup"])[0]
     if len(parts) > 1:
-        return Form("union", tuple(parse_form(p) for p in parts))
+        return Form(kind="union", parts=tuple(parse_form(p) for p in parts))
     return _bracketed(s)
 
 
@@ -110,17 +110,17 @@ def _bracketed(s: str) -> Form:
             items = split_top(s[len(open_):-len(close)], [","])[0]
             if open_ == "{" and len(items) == 1:  # a plain LaTeX group: `{5}` is 5
                 return parse_form(items[0])
-            return Form("set", tuple(items) if items != [""] else ())
+            return Form(kind="set", parts=tuple(items) if items != [""] else ())
     if s[:1] in "([" and s[-1:] in ")]" and _enclosed(s):
         items = split_top(s[1:-1], [","])[0]
         if len(items) > 1:
-            return Form("tuple", tuple(items), s[0] + s[-1])
+            return Form(kind="tuple", parts=tuple(items), brackets=s[0] + s[-1])
         if s[0] == "(" and _MATRIX.fullmatch(items[0]):   # `(\begin{pmatrix}...\end{pmatrix})`: the matrix
             return parse_form(items[0])
-        return Form("value", (s,))
+        return Form(kind="value", parts=(s,))
     if "," in s and not _THOUSANDS.match(s) and not decimal_comma(s) and len(items := split_top(s, [","])[0]) > 1:
-        return Form("list", tuple(items))
-    return Form("value", (s,))
+        return Form(kind="list", parts=tuple(items))
+    return Form(kind="value", parts=(s,))
 
 
 def is_gold_label(s: str) -> bool:
@@ -165,7 +165,8 @@ def as_interval(form: Form) -> Form | None:
         low, high, left, right = "-\\infty", sides[1], "<", ops[0]
     else:
         return None
-    return Form("tuple", (low, high), ("[" if left == "<=" else "(") + ("]" if right == "<=" else ")"))
+    return Form(kind="tuple", parts=(low, high),
+                brackets=("[" if left == "<=" else "(") + ("]" if right == "<=" else ")"))
 
 
 _ABSOLUTE = re.compile(r"\|\s*([a-zA-Z](?:_\{?\w+\}?)?)\s*\|")
@@ -179,18 +180,18 @@ def as_abs_union(form: Form) -> Form | None:
     if len(where) != 1:
         return None
     sides[where[0]] = _ABSOLUTE.fullmatch(sides[where[0]]).group(1)
-    band = as_interval(Form("inequality", tuple(sides), ops=form.ops))
+    band = as_interval(Form(kind="inequality", parts=tuple(sides), ops=form.ops))
     if band is None:
         return None
     (low, high), (left, right) = band.parts, band.brackets
     if low == "-\\infty" and high != "\\infty":                  # |x| < b: (-b, b)
-        return Form("tuple", (f"-{high}", high), ("[" if right == "]" else "(") + right)
+        return Form(kind="tuple", parts=(f"-{high}", high), brackets=("[" if right == "]" else "(") + right)
     if (v := exact_value(low)) is None or v < 0:
         return None
     flip = {"(": ")", "[": "]"}
-    negative = Form("tuple", ("-\\infty" if high == "\\infty" else f"-{high}", f"-{low}"),
-                    ("(" if high == "\\infty" else "[" if right == "]" else "(") + flip[left])
-    return Form("union", (negative, Form("tuple", (low, high), left + right)))
+    negative = Form(kind="tuple", parts=("-\\infty" if high == "\\infty" else f"-{high}", f"-{low}"),
+                    brackets=("(" if high == "\\infty" else "[" if right == "]" else "(") + flip[left])
+    return Form(kind="union", parts=(negative, Form(kind="tuple", parts=(low, high), brackets=left + right)))
 
 
 def answer_parts(answer: str) -> tuple[str, str]:

@@ -256,23 +256,5 @@ class SymbolicWorker:
             self._kill()
 
 
-_shared: SymbolicWorker | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_worker() -> SymbolicWorker:
-    """The process's one symbolic worker, made on first use (under a lock: reward threads race here)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = SymbolicWorker()
-        return _shared
-
-
-def checker_restarts() -> int:
-    """How many times the shared worker was killed and replaced in this process (cumulative)."""
-    return _shared.restarts if _shared is not None else 0
-
-
 if __name__ == "__main__":
     serve()

@@ -1,0 +1,329 @@
+"""vLLM servers as the rollout engine (`rollout.engine=vllm` with `rollout.vllm.server_url`): vLLM runs in
+processes the user started (on other GPUs, other nodes, or beside the trainer on the CPU), and the trainer
+talks to them over HTTP. docs/vllm.md gives the server command.
+
+    engine.generate(prompts, seeds=...)   one /v1/completions request per prompt (n = group size, prompt
+                                          and completion as token ids, the sampled tokens' log-probs),
+                                          spread over the servers; checked against the weights version
+    engine.sync_weights(policy)           push the policy's weights to every server (rank 0), then name
+                                          the new weights version on each
+
+Pushing weights (rank 0 under torchrun; every rank gathers, since an FSDP gather is a collective):
+- `disk` (the CPU platform, and any servers sharing a filesystem with the trainer): the weights are
+  written as safetensors under rollout.vllm.weights_dir (a new directory per version, renamed into place
+  whole), and each server reloads them in place: `POST /collective_rpc {"method": "reload_weights",
+  "kwargs": {"weights_path": DIR}}` (needs VLLM_SERVER_DEV_MODE=1).
+- `nccl` (servers on GPUs): vLLM's own weight-transfer API (`/init_weight_transfer_engine`,
+  `/update_weights`, ...: vllm.distributed.weight_transfer), broadcast from the trainer's GPU into each
+  server's. Written against vLLM 0.32's API and NOT tested here (no GPU); docs/vllm.md says how to run it.
+
+The version check: after a push the trainer names the version on every server
+(`POST /update_weight_version`); before and after each rollout every server used is asked for its
+version (`GET /weight_info`). A server that restarted, or missed a push, answers another version, and the
+rollout stops with an error naming it: a rollout never silently comes from stale weights.
+
+Failures: every request has a timeout (rollout.vllm.timeout_s); a server that refuses, dies or hangs
+stops the run with an RlvrError naming its URL and what it was asked; the run directory keeps its last
+checkpoint, so `rlvr train --resume` continues once the server is back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import urllib.error
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from rlvr.errors import RlvrError
+from rlvr.rollout.builtin import RecomputeSession
+from rlvr.rollout.decoding import Rollout
+from rlvr.rollout.vllm_engine import outputs_to_rollout
+from rlvr.rollout.weights import policy_weight_items
+
+DEV_MODE_HINT = ("start it with VLLM_SERVER_DEV_MODE=1 (its weight-reload and weight-version routes) and "
+                 "--logprobs-mode processed_logprobs: docs/vllm.md")
+
+
+class ServerError(RlvrError):
+    """A vLLM server that refused, failed or did not answer in time."""
+
+
+def call(url: str, path: str, body: dict | None = None, *, timeout: float, what: str) -> dict:
+    """One HTTP request to a server: GET without a body, POST with one (JSON); the JSON answer ({} when
+    empty). Any failure is a ServerError naming the server, the route and `what` it was for."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:500].decode(errors="replace")
+        hint = f"; {DEV_MODE_HINT}" if e.code == 404 else ""
+        raise ServerError(f"vLLM server {url}: {path} ({what}) answered HTTP {e.code}: {detail}{hint}") from None
+    except (TimeoutError, socket.timeout) as e:
+        raise ServerError(f"vLLM server {url}: no answer to {path} ({what}) within rollout.vllm.timeout_s="
+                          f"{timeout:g} s: is it overloaded or hung? The run can go on with rlvr train --resume "
+                          "once the server answers") from e
+    except (urllib.error.URLError, ConnectionError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ServerError(f"vLLM server {url}: {path} ({what}) failed: {reason}. Is the server running? The run "
+                          "can go on with rlvr train --resume once it is back") from None
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        raise ServerError(f"vLLM server {url}: {path} ({what}) answered with something that is not JSON: "
+                          f"{raw[:200]!r}") from None
+
+
+def completion_body(model: str, prompt: list[int], *, seed: int | None, group_size: int, max_new_tokens: int,
+                    temperature: float, top_p: float, top_k: int, stop_ids: list[int]) -> dict:
+    """The /v1/completions request for one prompt's group: token ids in and out, the sampled token's
+    log-prob at each position (logprobs 0), vLLM's own stop on stop_ids."""
+    return {"model": model, "prompt": list(prompt), "n": group_size, "max_tokens": max_new_tokens,
+            "temperature": temperature, "top_p": top_p, "top_k": top_k if top_k > 0 else -1, "seed": seed,
+            "stop_token_ids": list(stop_ids), "logprobs": 0, "return_token_ids": True,
+            "skip_special_tokens": False}
+
+
+def completion_lists(answer: dict, group_size: int, url: str) -> tuple[list[list[int]], list[list[float]], list]:
+    """A /v1/completions answer -> token ids, their log-probs and finish reasons of its choices, in index
+    order."""
+    choices = sorted(answer.get("choices", []), key=lambda c: c["index"])
+    if len(choices) != group_size:
+        raise ServerError(f"vLLM server {url}: asked for {group_size} completions, got {len(choices)}")
+    tokens, logps, reasons = [], [], []
+    for c in choices:
+        ids = c.get("token_ids")
+        lp = (c.get("logprobs") or {}).get("token_logprobs")
+        if ids is None or lp is None:
+            raise ServerError(f"vLLM server {url}: a completion came without token_ids or logprobs: is it a vLLM "
+                              "server (0.10.2 or later, return_token_ids)?")
+        tokens.append(list(ids))
+        logps.append([float(x) for x in lp])
+        reasons.append(c.get("finish_reason"))
+    return tokens, logps, reasons
+
+
+def write_weights(items: list[tuple[str, torch.Tensor]], target: Path) -> Path:
+    """The weights as one safetensors file in directory `target`, which appears whole or not at all
+    (written beside it, then renamed). Tensors that share memory (a tied head) are written as copies."""
+    from safetensors.torch import save_file
+
+    seen, tensors = set(), {}
+    for name, t in items:
+        t = t.detach().to("cpu").contiguous()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        tensors[name] = t.clone() if key in seen else t
+        seen.add(key)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"))
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class VllmServerEngine:
+    """Rollouts from vLLM servers (module docstring). rank/world: this trainer process's place under
+    torchrun (rank 0 pushes; prompts go to the servers round robin, offset by rank)."""
+
+    def __init__(self, urls: list[str], *, weights_dir: Path, timeout_s: float, push: str = "disk",
+                 rank: int = 0, world: int = 1):
+        if not urls:
+            raise RlvrError("rollout.vllm.server_url: no server URL given")
+        if push not in ("disk", "nccl"):
+            raise ValueError(f"push must be disk or nccl, not {push}")
+        self.urls, self.timeout, self.push = urls, timeout_s, push
+        self.weights_dir, self.rank, self.world = Path(weights_dir), rank, world
+        self.tag = uuid.uuid4().hex[:8]  # this engine's versions: another run's pushes never match
+        self.weights_version = 0  # pushes so far
+        self.expected: str | None = None  # the version every server must hold; None until the first push
+        self.models = {url: self._connect(url) for url in urls}
+        self._nccl = None
+
+    def _connect(self, url: str) -> str:
+        """The server's model name, once it has shown it runs with what rlvr needs."""
+        models = call(url, "/v1/models", timeout=self.timeout, what="listing its model").get("data", [])
+        if not models:
+            raise ServerError(f"vLLM server {url} serves no model")
+        info = call(url, "/server_info?config_format=json", timeout=self.timeout, what="reading its settings")
+        mode = (info.get("vllm_config", {}).get("model_config") or {}).get("logprobs_mode")
+        if mode != "processed_logprobs":
+            raise ServerError(f"vLLM server {url} runs with logprobs_mode {mode!r}: its log-probs are not of the "
+                              "distribution it samples from (temperature, top-p); restart it with "
+                              "--logprobs-mode processed_logprobs")
+        return models[0]["id"]
+
+    # ------------------------------------------------------------ versions
+
+    def version_of(self, url: str) -> str:
+        return str(call(url, "/weight_info", timeout=self.timeout, what="its weights version")["weight_version"])
+
+    def check_versions(self, urls: list[str]) -> None:
+        """Every server in `urls` holds the weights last pushed (nothing to check before the first push)."""
+        if self.expected is None:
+            return
+        for url in urls:
+            held = self.version_of(url)
+            if held != self.expected:
+                raise ServerError(f"vLLM server {url} holds weights version {held!r}, not {self.expected!r} (the "
+                                  "last pushed): it restarted or missed a push, and would sample from stale weights. "
+                                  "Restart the run with rlvr train --resume (it pushes the weights again)")
+
+    # ------------------------------------------------------------ sampling
+
+    def generate(self, prompts: list[list[int]], *, seeds: list[int] | None = None, group_size: int,
+                 max_new_tokens: int, temperature: float, top_p: float = 1.0, top_k: int = 0, stop_ids: list[int],
+                 pad_id: int) -> Rollout:
+        """group_size completions of each prompt (prompt i on server (rank + i) mod servers; seeds[i] seeds
+        its request); the servers' versions checked before and after."""
+        targets = [self.urls[(self.rank + i) % len(self.urls)] for i in range(len(prompts))]
+        used = list(dict.fromkeys(targets))
+        self.check_versions(used)
+        bodies = [completion_body(self.models[url], p, seed=None if seeds is None else seeds[i],
+                                  group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  top_p=top_p, top_k=top_k, stop_ids=stop_ids) for i, (p, url) in enumerate(zip(prompts, targets))]
+        tokens, logps, reasons = [], [], []
+        if prompts:
+            with ThreadPoolExecutor(max_workers=min(len(prompts), 64)) as pool:
+                answers = list(pool.map(lambda a: call(a[0], "/v1/completions", a[1], timeout=self.timeout,
+                                                       what=f"{group_size} completions"), zip(targets, bodies)))
+            for answer, url in zip(answers, targets):
+                t, lp, r = completion_lists(answer, group_size, url)
+                tokens += t
+                logps += lp
+                reasons += r
+        self.check_versions(used)  # a server that restarted mid-rollout answered from its initial weights
+        return outputs_to_rollout(prompts, tokens, logps, reasons, group_size=group_size, stop_ids=stop_ids,
+                                  pad_id=pad_id)
+
+    def session(self, prompts: list[list[int]], **sampling):
+        """Episodes turn by turn: each later turn sends the row's history as a prompt (the server's prefix
+        cache keeps the earlier turns' KV)."""
+        return RecomputeSession(self.generate, prompts, **sampling)
+
+    def sleep(self) -> None:
+        """Nothing to free here: the servers hold their own memory."""
+
+    # ------------------------------------------------------------ pushing weights
+
+    def sync_weights(self, policy: torch.nn.Module) -> int:
+        """Push the policy's weights (LoRA merged, the tied head included) to every server and name the new
+        version there; returns how many tensors. Called on every rank: rank 0 pushes, the others wait for it."""
+        items = policy_weight_items(policy)  # every rank: an FSDP gather is a collective
+        self.weights_version += 1
+        version = f"{self.tag}-{self.weights_version}"
+        error = None
+        if self.rank == 0:
+            try:
+                self._push(items, version, policy)
+            except RlvrError as e:  # raised after the barrier, so the other ranks are not left waiting
+                error = e
+        self._barrier()
+        if error is not None:
+            raise error
+        self.expected = version
+        return len(items)
+
+    def _push(self, items, version: str, policy) -> None:
+        if self.push == "nccl":
+            self._push_nccl(items, policy)
+        else:
+            path = write_weights(items, self.weights_dir / version)
+            self._each(lambda url: call(url, "/collective_rpc", {"method": "reload_weights",
+                                                                 "kwargs": {"weights_path": str(path)}},
+                                        timeout=self.timeout, what=f"reloading the weights from {path}"))
+        self._each(lambda url: call(url, "/reset_prefix_cache", {}, timeout=self.timeout,
+                                    what="dropping the prompt cache computed with the old weights"))
+        self._each(lambda url: call(url, "/update_weight_version", {"new_version": version}, timeout=self.timeout,
+                                    what="naming the new weights version"))
+        if self.push == "disk":
+            for old in self.weights_dir.glob(f"{self.tag}-*"):  # every server holds the new ones now
+                if old.name != version:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    def _each(self, fn) -> None:
+        """fn(url) on every server at once; the first failure is raised."""
+        with ThreadPoolExecutor(max_workers=len(self.urls)) as pool:
+            list(pool.map(fn, self.urls))
+
+    def _barrier(self) -> None:
+        if self.world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+
+    def _push_nccl(self, items, policy) -> None:
+        """vLLM's NCCL weight transfer into GPU servers started with --weight-transfer-config
+        '{"backend": "nccl"}': one NCCL group per server (the trainer's rank 0 as sender), set up at the
+        first push. NOT tested here (no GPU); docs/vllm.md."""
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.nccl_engine import (NCCLTrainerInitInfo,
+                                                                  NCCLTrainerWeightTransferEngine)
+
+        source = _ItemsSource(items)
+        if self._nccl is None:
+            self._nccl = []
+            for url in self.urls:
+                workers = int(call(url, "/get_world_size?include_dp=true", timeout=self.timeout,
+                                   what="its number of GPU workers")["world_size"])
+                info = NCCLTrainerInitInfo(master_address=os.environ.get("RLVR_NCCL_ADDRESS", socket.gethostname()),
+                                           master_port=_free_port(), world_size=workers + 1, rank=0)
+                client = HTTPVLLMWeightSyncClient(url, timeout=self.timeout)
+                self._nccl.append(NCCLTrainerWeightTransferEngine.trainer_init(info, client=client, source=source))
+        for engine in self._nccl:
+            engine.source.items = items
+            engine.send_weights()
+
+
+class _ItemsSource:
+    """policy_weight_items as a vLLM WeightSource (names, dtypes and shapes, then the tensors)."""
+
+    def __init__(self, items: list[tuple[str, torch.Tensor]]):
+        self.items = items
+
+    def metadata(self):
+        from vllm.distributed.weight_transfer.base import ParamMeta
+
+        return [ParamMeta(name=n, dtype=t.dtype, shape=tuple(t.shape)) for n, t in self.items]
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def held_names(self):
+        return None
+
+    def iter_groups(self):
+        for name, t in self.items:
+            yield [name], [t]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def make_server_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmServerEngine:
+    """The server engine for cfg (rollout.vllm.server_url set), the policy's weights pushed to every server.
+    Under torchrun every rank connects and samples its share; rank 0 pushes."""
+    v = cfg.rollout.vllm
+    dist = torch.distributed
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    if v.weight_push == "nccl" and next(policy.parameters()).device.type != "cuda":
+        raise RlvrError("rollout.vllm.weight_push=nccl broadcasts from the trainer's GPU, and the trainer is on "
+                        f"{next(policy.parameters()).device}: use rollout.vllm.weight_push=disk")
+    weights_dir = Path(v.weights_dir).expanduser() if v.weights_dir else Path(workdir) / "vllm-weights"
+    engine = VllmServerEngine(v.urls(), weights_dir=weights_dir, timeout_s=v.timeout_s, push=v.weight_push,
+                              rank=rank, world=world)
+    engine.sync_weights(policy)  # the trainer's weights are the truth (LoRA, a resume, tiny random weights)
+    return engine

@@ -1,0 +1,97 @@
+"""Each phase's settings, built once from the config (`Settings.of`, the one place that reads it), so a
+phase's signature says what it depends on and no phase reads the whole config. Frozen: a run's settings
+do not change after it starts (the adaptive entropy coefficient is state the update carries, not a
+setting)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.config import Config, to_dict
+from rlvr.rollout.sampling import SamplingSettings
+from rlvr.train.update import UpdateSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutSettings:
+    """What collecting a step's batch needs: how many prompts and completions, how they sample."""
+
+    sampling: SamplingSettings  # every model turn of a training rollout (rollout.*)
+    prompts_per_step: int
+    group_size: int
+    seed: int  # train.seed: the per-group sampling seeds
+    steps: int  # train.steps: the reward functions' trainer_state.max_steps
+    dynamic_sampling: bool  # algo.dynamic_sampling: drop groups with equal rewards and refill
+    max_refill: int  # algo.max_refill
+    precision: str  # train.mixed_precision resolved: rollouts sample under its autocast
+    one_step_off: bool  # rollout.overlap: step k+1's batch collected during step k's update
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalSettings:
+    """Greedy held-out / OOD evaluation: its sampling, when it runs, where its records go."""
+
+    sampling: SamplingSettings  # greedy, eval.max_new_tokens, the run's stop and pad ids
+    batch_size: int
+    before: bool
+    after: bool
+    every: int  # train.eval_every: mid-run held-out evaluations (0: none)
+    precision: str  # train.mixed_precision resolved: evaluation samples under the same autocast
+    out: Path  # the run directory: eval_before.jsonl, eval_after.jsonl
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSettings:
+    out: Path  # the run directory (checkpoints/, final/)
+    every: int  # train.save_every (0: only at the end and on a signal)
+    keep: int  # train.keep_checkpoints
+    model_name: str  # model.name and model.dtype: what final/ is loaded back from (LoRA: the base)
+    model_dtype: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogSettings:
+    samples_every: int  # train.samples_every: console samples
+    trackers: tuple[str, ...]
+    project: str
+    config: dict  # the whole config as plain values, for the trackers' run record
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """A GRPO run's settings by phase."""
+
+    steps: int
+    rollout: RolloutSettings
+    update: UpdateSettings
+    eval: EvalSettings
+    checkpoint: CheckpointSettings
+    log: LogSettings
+
+    @staticmethod
+    def of(cfg: Config, *, stop_ids: list[int], pad_id: int, precision: str) -> Settings:
+        """The settings of cfg; stop_ids and pad_id are the tokenizer's, `precision` train.mixed_precision
+        resolved for the run's device."""
+        r, t, out = cfg.rollout, cfg.train, Path(cfg.train.out)
+        sampling = SamplingSettings(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+                                    top_k=r.top_k, stop_ids=tuple(stop_ids), pad_id=pad_id)
+        return Settings(
+            steps=t.steps,
+            rollout=RolloutSettings(sampling=sampling, prompts_per_step=r.prompts_per_step, group_size=r.group_size,
+                                    seed=t.seed, steps=t.steps, dynamic_sampling=cfg.algo.dynamic_sampling,
+                                    max_refill=cfg.algo.max_refill, precision=precision,
+                                    one_step_off=r.overlap == "one_step_off"),
+            update=UpdateSettings.of(cfg, pad_id, precision),
+            eval=eval_settings(cfg, stop_ids=stop_ids, pad_id=pad_id, precision=precision),
+            checkpoint=CheckpointSettings(out=out, every=t.save_every, keep=t.keep_checkpoints,
+                                          model_name=cfg.model.name, model_dtype=cfg.model.dtype),
+            log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project,
+                            config=to_dict(cfg)))
+
+
+def eval_settings(cfg: Config, *, stop_ids: list[int], pad_id: int, precision: str) -> EvalSettings:
+    """The evaluation's settings of cfg (rlvr train and rlvr sft)."""
+    greedy = SamplingSettings(max_new_tokens=cfg.eval.max_new_tokens, temperature=0.0, stop_ids=tuple(stop_ids),
+                              pad_id=pad_id)
+    return EvalSettings(sampling=greedy, batch_size=cfg.eval.batch_size, before=cfg.eval.before, after=cfg.eval.after,
+                        every=cfg.train.eval_every, precision=precision, out=Path(cfg.train.out))

@@ -1,0 +1,237 @@
+"""What happens to a run directory from outside the model: a stop during the first evaluation, resumes
+that cannot load, damaged checkpoints, two processes on one directory, data that changed, leftovers of
+killed writes, a finished run extended. Each through `rlvr train` itself on real files (processes where
+two must overlap), both ways: the fault handled, the honest run unchanged (resumed = uninterrupted,
+value for value)."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.cli import main
+from rlvr.train.checkpoint import checkpoints
+from rlvr.train.rundir import LOCK
+from tests.e2e.test_resume import RUN, read_jsonl, same_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def learning_run(folder: Path) -> list[str]:
+    """test_resume's run with a reward that varies within groups, so the weights move from step 1 on
+    (tiny-random scores 0 on the arithmetic rewards, and a run whose weights never move would resume
+    "exactly" whatever its optimizer state)."""
+    reward = folder / "varied.py"
+    reward.write_text("def varied(completions, **kwargs):\n    return [float(len(set(c)) % 3) for c in completions]\n")
+    return [*RUN, f"--rewards.weights={{{reward}:varied: 1.0}}"]
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory) -> list[str]:
+    return learning_run(tmp_path_factory.mktemp("reward"))
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory, learning):
+    out = tmp_path_factory.mktemp("alone") / "run"
+    assert main(["train", *learning, f"--train.out={out}"]) == 0
+    kl = [m["kl"] for m in read_jsonl(out / "metrics.jsonl")]
+    assert kl[0] == 0.0 and kl[1] > 0  # the policy moved away from the reference at step 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def stopped_at_4(tmp_path_factory, learning):
+    """The same run ended after step 4: checkpoints at steps 2 and 4, a final evaluation."""
+    out = tmp_path_factory.mktemp("at4") / "run"
+    assert main(["train", *learning, "--train.steps=4", f"--train.out={out}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p.name for p in checkpoints(out)] == ["step_000002.pt", "step_000004.pt"]
+    return out, summary
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_sigterm_during_the_first_evaluation_resumes_value_for_value(alone, learning, tmp_path, monkeypatch):
+    """The step-0 checkpoint holds the optimizer as it is (never stepped), not a state stepped once with
+    zero moments: the resumed run's steps equal the uninterrupted run's (they differed from step 2)."""
+    import rlvr.train.grpo as grpo
+
+    real = grpo.eval_on_main
+
+    def signalled(run, tag, *a):  # a real SIGTERM, arriving while the real evaluation before training runs
+        if tag == "before":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(run, tag, *a)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(grpo, "eval_on_main", signalled)
+    assert main(["train", *learning, f"--train.out={out}"]) == 0
+    monkeypatch.setattr(grpo, "eval_on_main", real)
+    (ckpt,) = checkpoints(out)
+    assert ckpt.name == "step_000000.pt"
+    assert torch.load(ckpt, weights_only=False)["optimizer"] == {"format": "none"}  # it had not stepped
+    assert not (out / "metrics.jsonl").read_text()
+    assert main(["train", "--resume", str(out)]) == 0
+    same_run(alone, out)
+
+
+def test_a_resume_the_checkpoint_cannot_take_leaves_the_run_as_it_was(stopped_at_4, tmp_path, capsys):
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    before = tree(out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--algo.preset=ppo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 or not any("Traceback" in line for line in err)
+    assert err[-1].startswith(f"rlvr: error: checkpoint {out / 'checkpoints' / 'step_000004.pt'} does not fit this "
+                              "config (")
+    assert "it differs from the run's config.yaml in algo.adv_estimator=gae (was group)" in err[-1]
+    assert err[-1].endswith("nothing in the run directory was changed: resume without those overrides")
+    assert tree(out) == before  # config.yaml too
+    assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0  # resumable as it was
+
+
+def test_a_truncated_only_checkpoint_is_refused_with_one_line_and_nothing_changes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.steps=2", f"--train.out={out}"]) == 0
+    (ckpt,) = checkpoints(out)
+    with open(ckpt, "r+b") as f:
+        f.truncate(ckpt.stat().st_size // 2)
+    before = tree(out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=4"]) == 2
+    err = capsys.readouterr().err
+    assert (f"rlvr: error: no checkpoint in {out / 'checkpoints'} can be loaded: step_000002.pt is damaged: its "
+            "sha256 differs from the one written with it in step_000002.pt.sha256") in err
+    assert tree(out) == before
+
+
+def test_a_damaged_checkpoint_is_refused_and_the_one_before_resumes_value_for_value(alone, stopped_at_4, tmp_path,
+                                                                                   capsys):
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    newest = out / "checkpoints" / "step_000004.pt"
+    assert (out / "checkpoints" / "step_000004.pt.sha256").read_text().split() == [
+        hashlib.sha256(newest.read_bytes()).hexdigest(), "step_000004.pt"]  # sha256sum -c reads it
+    data = bytearray(newest.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 1024] = bytes(1024)  # 1 KiB of one tensor overwritten: torch.load would not notice
+    newest.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0
+    err = capsys.readouterr().err
+    assert (f"note: checkpoint {newest} is damaged: its sha256 differs from the one written with it in "
+            "step_000004.pt.sha256; resuming from step_000002.pt, the newest whole one") in err
+    assert "resuming" in err and "from step 2" in err
+    assert (out / "checkpoints" / "step_000004.pt.damaged").is_file()  # kept for a look, no longer a checkpoint
+    same_run(alone, out)
+
+
+def test_the_honest_resume_reads_no_damage_and_extends_a_finished_run_once(alone, stopped_at_4, tmp_path, capsys):
+    """A finished run extended: one eval_after.jsonl (the new end's), its evals equal the uninterrupted
+    run's; a non-UTF-8 tail in metrics.jsonl and the temporary files of killed writes are dropped."""
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    n_eval = len((out / "eval_after.jsonl").read_text().splitlines())
+    with open(out / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 5, "loss": \xff\xfe\x00')  # a tail cut short by a kill, bytes that are not UTF-8
+    tmp = out / "checkpoints" / ".step_000006.pt.tmp"
+    tmp.write_bytes(b"\0" * 4096)  # a checkpoint write a SIGKILL cut short
+    (out / ".config.yaml.abcd1234").write_text("half")  # an atomic write's temporary file
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0
+    err = capsys.readouterr().err
+    assert "note:" not in err
+    assert f"{out}: removed 2 temporary file(s) of writes cut short" in err
+    assert not tmp.exists() and not (out / ".config.yaml.abcd1234").exists()
+    assert len((out / "eval_after.jsonl").read_text().splitlines()) == n_eval  # not appended twice
+    assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3, 6]
+    same_run(alone, out)
+    assert not (out / LOCK).exists()  # released at the end
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline
+        time.sleep(0.01)
+
+
+def test_two_trains_into_one_directory_and_a_resume_of_a_running_run_are_refused(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlvr", "train", *RUN, "--train.steps=1000", "--train.save_every=1",
+           f"--train.out={out}"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(out / LOCK, first)
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert (f"rlvr: error: {out} is in use by another rlvr process (PID {first.pid}), which holds {out / LOCK}"
+                in second.stderr), second.stderr
+        wait_for(out / "config.yaml", first)  # it has loaded and claimed the directory
+        resumed = subprocess.run([sys.executable, "-m", "rlvr", "train", "--resume", str(out)], capture_output=True,
+                                 text=True, timeout=120)
+        assert resumed.returncode == 2 and f"(PID {first.pid})" in resumed.stderr, resumed.stderr
+        assert "Traceback" not in second.stderr + resumed.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err  # the first run was not disturbed: it stops on SIGTERM as ever
+    steps = [m["step"] for m in read_jsonl(out / "metrics.jsonl")]
+    assert steps == list(range(1, len(steps) + 1))  # one writer: no step twice
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(alone, learning, tmp_path, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK).write_text(f"{dead.pid}\n")  # what a SIGKILLed run leaves: the file, no flock
+    capsys.readouterr()
+    assert main(["train", *learning, f"--train.out={out}"]) == 0  # a fresh run: the lock file is not "a file it holds"
+    assert f"{out}: taking over the lock of process {dead.pid}, which is no longer running" in capsys.readouterr().err
+    same_run(alone, out)
+
+
+FAST = ["--train.steps=2", "--train.save_every=1", "--train.samples_every=0", "--eval.after=false",
+        "--task.heldout_size=2", "--task.ood_size=0", "--rollout.max_new_tokens=4", "--eval.max_new_tokens=4"]
+
+
+def test_data_that_changed_since_the_checkpoint_is_named_and_the_run_records_its_data(tmp_path, capsys):
+    data = tmp_path / "sums.jsonl"
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(12)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    assert main(["train", SMOKE, *FAST, f"--task.name={data}", f"--train.out={out}"]) == 0
+    recorded = json.loads((out / "summary.json").read_text())["data"]
+    assert recorded["files"] == [{"path": str(data), "bytes": data.stat().st_size,
+                                  "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}]
+    assert recorded["problems"] == {"train": 10, "heldout": 2, "ood": 0}  # 12 rows, 2 held out
+    whole = data.read_bytes()
+    before = tree(out)
+    for changed, how in ((whole[: whole.rindex(b"{")], "shrank"), (whole.replace(b"12", b"13"), "changed")):
+        data.write_bytes(changed)
+        capsys.readouterr()
+        assert main(["train", "--resume", str(out), "--train.steps=3"]) == 2
+        err = capsys.readouterr().err
+        assert f"rlvr: error: {data} {how} since checkpoint {out / 'checkpoints' / 'step_000002.pt'} was written" in err
+        assert "IndexError" not in err and tree(out) == before
+    data.write_bytes(whole)
+    assert main(["train", "--resume", str(out), "--train.steps=3"]) == 0
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
