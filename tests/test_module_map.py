@@ -42,3 +42,39 @@ def test_importing_the_loop_leaves_the_sandbox_unloaded():
     # loaded until code or a tool needs it
     assert {m for m in loaded if m.startswith("rlvr.sandbox")} <= {"rlvr.sandbox", "rlvr.sandbox.worker"}
     assert "rlvr.rewards.code" not in loaded and "rlvr.envs.python_tool" not in loaded
+
+
+# The packages of rlvr from the bottom up: a module may import only from its own package or one in a lower
+# layer (at module level or inside a function), so no two packages import each other, however indirectly.
+# Shared types and helpers live low: rlvr/text.py (reasons, console lines), rlvr/io.py (atomic writes,
+# loading a user's callable). "rlvr" is the package's own __init__ (rlvr.fit).
+LAYERS = [{"errors", "nf4", "text", "device"}, {"hub"}, {"models"}, {"io"}, {"algo", "sandbox"}, {"tasks"},
+          {"rewards"}, {"rollout"}, {"envs"}, {"report"}, {"config"}, {"eval"}, {"train"}, {"api"},
+          {"cli", "rlvr", "__main__"}]
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "rlvr"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, imported module) pairs that import from a higher layer; a package missing from LAYERS is
+    an error (a new package needs its place)."""
+    layer = {pkg: i for i, pkgs in enumerate(LAYERS) for pkg in pkgs}
+    packages = {package_of(m) for m in graph} | {package_of(t) for targets in graph.values() for t in targets}
+    assert packages <= set(layer), f"packages without a layer in LAYERS: {sorted(packages - set(layer))}"
+    return sorted((m, t) for m, targets in graph.items() for t in targets
+                  if package_of(t) != package_of(m) and layer[package_of(t)] > layer[package_of(m)])
+
+
+def test_packages_import_only_downwards():
+    assert upward_imports(module_map.import_graph(in_functions=True)) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    # rlvr.tasks.gym used to check gold answers with the maths checker (rewards imports tasks)
+    graph = {"rlvr.tasks.gym": {"rlvr.rewards.maths.accuracy"}, "rlvr.rewards.base": {"rlvr.tasks.base", "rlvr.text"}}
+    assert upward_imports(graph) == [("rlvr.tasks.gym", "rlvr.rewards.maths.accuracy")]
+    graph = {"rlvr.report.console": {"rlvr.rewards.base"}}  # report sits above rewards: fine
+    assert upward_imports(graph) == []

@@ -22,7 +22,8 @@ from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor
 from rlvr.report.html import write_report
-from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
+from rlvr.io import atomic_write_json
+from rlvr.report.sinks import JsonlWriter, NullWriter
 from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores, defined_at, failure_reason
