@@ -1,4 +1,4 @@
-"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...], and audit, compare, report, eval, sft.
+"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...], and audit, compare, report, eval, sft, tasks.
 
 One rule for every command: `--section.key=value` (a dotted key with '=') is a config override; every
 other argument is the command's own and may be spelled `--flag value` or `--flag=value`."""
@@ -303,10 +303,33 @@ def cmd_sft(argv: list[str]) -> int:
     return 0
 
 
+def tasks_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlvr tasks", description="List the task sources task.name takes, and reasoning-gym's datasets "
+        "(reasoning_gym:<name>) with their settings (task.params) and defaults.")
+    parser.add_argument("match", nargs="?", default="", help="only the datasets whose name contains this")
+    return parser
+
+
+def cmd_tasks(argv: list[str]) -> int:
+    args, _ = parse(tasks_parser(), argv)
+    from rlvr.tasks import TASKS
+    from rlvr.tasks.gym import PREFIX, gym_datasets
+
+    if not args.match:
+        print("task.name takes: " + ", ".join(TASKS))
+    found = {n: p for n, p in gym_datasets().items() if args.match in n}
+    print(f"reasoning-gym datasets ({len(found)}), as task.name={PREFIX}<name> with task.params:")
+    width = max((len(n) for n in found), default=0)
+    for name, params in found.items():
+        print(f"  {name:{width}}  " + " ".join(f"{k}={v!r}" for k, v in params.items()))
+    return 0
+
+
 PARSERS = {"train": train_parser, "audit": audit_parser, "compare": compare_parser, "report": report_parser,
-           "eval": eval_parser, "sft": sft_parser}
+           "eval": eval_parser, "sft": sft_parser, "tasks": tasks_parser}
 COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
-            "eval": cmd_eval, "sft": cmd_sft}
+            "eval": cmd_eval, "sft": cmd_sft, "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:

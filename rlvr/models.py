@@ -64,6 +64,18 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
                     f"a built-in name ({', '.join(BUILTINS)})")
 
 
+def base_model_path(name: str) -> str | None:
+    """What a LoRA adapter's base_model_name_or_path should say for model.name `name`: a name
+    from_pretrained loads (a Hub name, a local directory made absolute, the built-in SmolLM2's converted
+    copy); None for tiny-random, which is built in code."""
+    if name == TINY:
+        return None
+    if name == SMOLLM2:
+        return str(prepare_smollm2())
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
+
+
 def checkpoint_dtype(path: Path) -> str | None:
     """The dtype a model directory's config.json says its weights are stored in (transformers writes
     `dtype`, older releases `torch_dtype`), None where it says none."""

@@ -28,7 +28,7 @@ from rlvr.errors import RlvrError, write_error
 from rlvr.report.console import say
 from rlvr.io import atomic_save_model, atomic_write_text
 from rlvr.report.sinks import jsonl_records
-from rlvr.models import load_model
+from rlvr.models import base_model_path, load_model
 from rlvr.train.rundir import LOCK, remove_leftovers
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.state import Progress, Run
@@ -302,7 +302,7 @@ def save_final(run: Run) -> None:
     m = run.models
     if not is_fsdp(m.policy):
         if run.dist.is_main:
-            atomic_save_model(m.policy, m.tok, run.out / "final")
+            atomic_save_model(m.policy, m.tok, run.out / "final", base_model_path(run.settings.checkpoint.model_name))
         return
     state = full_state_dict(m.policy, run.dist)  # every rank gathers; rank 0 gets the weights
     if run.dist.is_main:

@@ -3,8 +3,9 @@
     tasks -> prompts;  rollout -> G completions each;  rewards -> scores;
     algo -> advantages and loss;  train -> optimizer step;  report -> metrics, samples, summary
 
-`train` -> `_train`: start (setup or resume), evaluate before, then per step `train_step` (collect,
-make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when due; then `finish`.
+`train` -> `_train`: start (setup or resume), evaluate before, then per step `train_step` (collect, then
+`learn`: make_batch, policy_update), `log_step`, `evaluate_mid` and `try_checkpoint` when due; then
+`finish`. Every phase reads its own settings (`run.settings`, rlvr/train/settings.py), never the config.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from rlvr.config import Config, to_dict
 from rlvr.config.paths import anchored
 from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
-from rlvr.report.health import HealthMonitor
+from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
 from rlvr.io import atomic_write_json
 from rlvr.report.sinks import JsonlWriter, NullWriter
@@ -144,10 +145,22 @@ def collect(run: Run, step: int) -> Collected:
     return out
 
 
+def learn(run: Run, collected: Collected, step: int, entropy: EntropyState | None = None) -> tuple[dict, dict]:
+    """Phases 4-5: advantages, the policy update, the schedule and the reference after it. Returns
+    (update metrics, advantage metrics). entropy: the adaptive entropy controller's state (None: its start)."""
+    m, s = run.models, run.settings.update
+    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
+    kl_ref = m.ref if s.loss_beta > 0 else None
+    update = policy_update(m.policy, m.optimizer, batch, s, kl_ref, m.critic, run.dist, entropy)  # 5.
+    m.scheduler.step()
+    if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
+        m.ref.sync(m.policy, s.algo.ref_mixup)
+    return update, adv_metrics
+
+
 def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | None = None
                ) -> tuple[dict, Collected]:
-    """Phases 1-6 of one step; returns its metrics row and the global batch. entropy: the adaptive entropy
-    controller's state (None: its start)."""
+    """Phases 1-6 of one step; returns its metrics row and the global batch. entropy: as `learn`'s."""
     device, m_, settings = run.dist.device, run.models, run.settings.update
     reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -155,13 +168,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | 
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
-    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
-    a = settings.algo
-    kl_ref = m_.ref if settings.loss_beta > 0 else None
-    update = policy_update(m_.policy, m_.optimizer, batch, settings, kl_ref, m_.critic, run.dist, entropy)  # 5.
-    m_.scheduler.step()
-    if m_.ref is not None and a.ref_sync_every and step % a.ref_sync_every == 0:
-        m_.ref.sync(m_.policy, a.ref_mixup)
+    update, adv_metrics = learn(run, collected, step, entropy)            # 4-5. advantages, update
     rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
@@ -196,8 +203,9 @@ class Outputs:
         sink = (lambda name: JsonlWriter(run.out / name)) if main else (lambda name: NullWriter())
         log = run.settings.log
         trackers = open_trackers(list(log.trackers), run.out, log.project, log.config) if main else []
+        monitor = HealthMonitor(names=RewardNames.of(run.data.rewards, run.data.grader))  # the run's strict reward
         out = Outputs(metrics=sink("metrics.jsonl"), samples=sink("samples.jsonl"), evals=sink("evals.jsonl"),
-                      health=sink("health.jsonl"), trackers=trackers)
+                      health=sink("health.jsonl"), trackers=trackers, monitor=monitor)
         out.monitor.fired = p.fired
         return out
 
@@ -362,6 +370,10 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
+    if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
+        say(f"torchrun: {d.world} processes ({d.backend}, train.parallel={cfg.train.parallel}, {d.device.type}), "
+            f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
+            "on each; rank 0 prints and writes")
     try:
         with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,9 +19,6 @@ from rlvr.tasks import Problem, Splits
 from rlvr.tasks.curriculum import CurriculumSampler
 from rlvr.train.distributed import Dist
 from rlvr.train.logprobs import Reference
-
-if TYPE_CHECKING:  # settings.py imports the update, which imports this module
-    from rlvr.train.settings import Settings
 
 
 @dataclass(kw_only=True)
@@ -52,7 +48,9 @@ class Data:
 class Run:
     """Everything a run holds between steps."""
 
-    settings: Settings  # each phase's settings, built once from the config
+    # each phase's settings, built once from the config: rlvr.train.settings.Settings (a name only here:
+    # settings.py imports the update, which imports this module)
+    settings: Settings
     models: Models
     data: Data
     engine: RolloutEngine

@@ -13,16 +13,17 @@ from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
+from rlvr.report import schema
 from rlvr.train.batch import Batch
 from rlvr.train.logprobs import MAX_BUCKETS, Reference, completion_logprobs, reference_logprobs
+from rlvr.train.optim import step_keeping_finite
 
-# policy_loss metrics that are means over real tokens: combined over micro-batches weighted by their tokens
-TOKEN_MEANS = ("clip/low_frac", "clip/high_frac", "clip/dual_frac", "ratio/mean", "approx_kl_old",
-               "objective/clipped_frac")
+# from the metric schema (rlvr/report/schema.py): policy_loss's statistics that are means over real tokens,
+# combined over micro-batches weighted by their tokens (kl and entropy are summed by the update itself);
 # the token weights' metrics, each a count over real tokens or sequences, reported as a share of them
-WEIGHT_TOKEN_COUNTS = ("sampler/masked_token_frac", "sampler/truncated_token_frac", "sampler/weight_mean",
-                       "entropy/selected_frac")
-WEIGHT_SEQ_COUNTS = ("sampler/masked_seq_frac", "off_policy/masked_seq_frac")
+TOKEN_MEANS = tuple(k for k in schema.names(schema.TOKEN_MEAN) if k not in ("kl", "entropy"))
+WEIGHT_TOKEN_COUNTS = schema.names(schema.TOKEN_SHARE)
+WEIGHT_SEQ_COUNTS = schema.names(schema.SEQ_SHARE)
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,8 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
 
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
-    is not finite is skipped (no optimizer step) and counted in skipped_updates.
+    is not finite is skipped (no optimizer step) and counted in skipped_updates; so is one whose step made
+    a weight non-finite (undone: rlvr.train.optim.step_keeping_finite), also in skipped_nonfinite_weights.
 
     A micro-batch with no trained token (algo.mask_truncated on completions all truncated) skips its
     forward and backward, counted in untrained_micro_batches; with none anywhere the step leaves the
@@ -350,7 +352,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
     untrained = _untrained(batch, mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
-    skipped = 0
+    skipped = undone = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, it == 0,
@@ -364,7 +366,9 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
         low = dd.allreduce_scalars({"r": low}, dist, "min")["r"]
         top = dd.allreduce_scalars({"r": high, "m": peak}, dist, "max")
         if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
-            optimizer.step()
+            if not step_keeping_finite(optimizer, params, dist):  # finite gradient, weights overflowed: undone
+                skipped += 1
+                undone += 1
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics
             skipped += 1
             optimizer.zero_grad(set_to_none=True)
@@ -375,6 +379,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
+    metrics["skipped_nonfinite_weights"] = undone  # of those, steps undone for the weights they made
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     # of them, those with no trained token, whose backward was skipped (all of them: the step trained nothing)
     metrics["untrained_micro_batches"] = sum(untrained)

@@ -5,6 +5,7 @@ two must overlap), both ways: the fault handled, the honest run unchanged (resum
 value for value)."""
 import hashlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -235,3 +236,28 @@ def test_data_that_changed_since_the_checkpoint_is_named_and_the_run_records_its
     data.write_bytes(whole)
     assert main(["train", "--resume", str(out), "--train.steps=3"]) == 0
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_an_lr_that_overflows_the_weights_is_undone_each_step_and_never_checkpointed(alone, learning, tmp_path,
+                                                                                    capsys):
+    out = tmp_path / "run"
+    assert main(["train", *learning, "--optimizer.lr=1e38", "--optimizer.warmup_steps=0", f"--train.out={out}"]) == 0
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # step 2 no longer crashes
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in rows)
+    assert [(r["skipped_updates"], r["skipped_nonfinite_weights"]) for r in rows] == [(1, 1)] * 6  # each undone
+    health = read_jsonl(out / "health.jsonl")
+    assert health[0]["rule"] == "non_finite" and health[0]["message"].startswith(
+        "the update made weights non-finite (inf or NaN) although the loss and gradient were finite: "
+        "optimizer.lr=")
+    initial = torch.load(checkpoints(alone)[0], weights_only=False)  # only to read the names
+    for ckpt in checkpoints(out):
+        policy = torch.load(ckpt, weights_only=False)["policy"]
+        assert set(policy) == set(initial["policy"])
+        assert all(bool(torch.isfinite(v).all()) for v in policy.values())
+    from rlvr.models import tiny_random
+
+    fresh, _ = tiny_random(seed=0)  # the weights never moved: every update was undone
+    last = torch.load(checkpoints(out)[-1], weights_only=False)["policy"]
+    assert all(torch.equal(last[k], v) for k, v in fresh.state_dict().items())
+    assert all(r.get("skipped_nonfinite_weights") == 0 for r in read_jsonl(alone / "metrics.jsonl"))  # honest lr
