@@ -58,7 +58,7 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
         raise RlvrError(f"{repo_type} '{repo_id}' is not a local path and not in the Hugging Face cache ({cache}), "
                         f"and HF_HUB_OFFLINE is set: download it on a machine that is online with `{command}` "
                         f"(into that cache), or unset HF_HUB_OFFLINE")
-    from rlvr.report.console import say
+    from rlvr.text import say
 
     say(f"downloading {repo_type} {repo_id} from the Hugging Face Hub into {cache}")
     patterns = MODEL_FILES if repo_type == "model" else [f"*{s}" for s in DATA_SUFFIXES] + ["*.md"]

@@ -67,6 +67,10 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
                     f"a built-in name ({', '.join(BUILTINS)})")
 
 
+# the shipped architectures (public configs) random_shape builds and rlvr plan reads (rlvr.plan imports it)
+SHAPES = Path(__file__).resolve().parent / "shapes"
+
+
 def random_shape(shape: str, dtype: str, device: torch.device, quantize: str = "none", seed: int = 0):
     """(model, tokenizer): a shipped shape's architecture (rlvr/shapes/, public configs: no download) with
     random weights and the tiny character tokenizer, for trying a model's memory and speed without its
@@ -75,7 +79,6 @@ def random_shape(shape: str, dtype: str, device: torch.device, quantize: str = "
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from rlvr.nf4 import quantizable, to_nf4
-    from rlvr.plan import SHAPES
 
     path = SHAPES / f"{shape}.json"
     if not path.is_file():

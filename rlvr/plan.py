@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlvr.errors import RlvrError
+from rlvr.models import SHAPES
 
-SHAPES = Path(__file__).resolve().parent / "shapes"
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2}
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes, an int8 absmax per 64, an fp32 scale per 256 absmaxes

@@ -89,7 +89,7 @@ class AlgoConfig(AllKnobs, _Head):
     """Skywork-OR1's adaptive entropy control: after each step the coefficient rises by entropy_coef_delta
     while the mean token entropy is at or below entropy_target and falls otherwise (within
     [entropy_coef_min, entropy_coef_max]); the bonus applies only while the entropy is at or below the
-    target. The coefficient restarts from entropy_coef when a run resumes."""
+    target. The coefficient is in the checkpoint: a resumed run goes on with it."""
     entropy_target: float = 0.2
     """adaptive_entropy: target mean token entropy (nats)."""
     entropy_coef_delta: float = 0.005

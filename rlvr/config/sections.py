@@ -97,13 +97,15 @@ class CurriculumConfig:
     mode: str = "none"
     """none (seeded epochs over all of train), schedule (only the level open at each step), or adaptive
     (open levels whose running pass rate is inside [band_low, band_high], half the prompts from the
-    hardest open level)."""
+    hardest open level; with 2 or more prompts a step, one reviews an earlier level outside the band, in
+    turn, so a level whose rate falls back inside the band is trained again)."""
     levels: list[str] = field(default_factory=list)
     """Difficulty labels from easiest to hardest; empty sorts the train split's labels naturally."""
     schedule: list[int] = field(default_factory=list)
     """schedule: the step at which each level after the first starts, e.g. [10, 20] for three levels."""
     band_low: float = 0.1
-    """adaptive: a level whose pass rate is below this is too hard for now."""
+    """adaptive: a level whose pass rate is below this is too hard for now: an earlier level fallen below
+    it gets review prompts only, and the hardest open level none while another level is inside the band."""
     band_high: float = 0.9
     """adaptive: a level whose pass rate is above this is mastered; the next one opens."""
     smoothing: float = 0.5

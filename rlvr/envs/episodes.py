@@ -21,7 +21,7 @@ from rlvr.envs.base import Environment, SingleTurn, ToolEnv
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
-from rlvr.rewards.base import load_callable
+from rlvr.io import load_callable
 from rlvr.rewards.call import dataset_columns
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.sampling import SamplingSettings

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.report.plot import line_chart
-from rlvr.report.sinks import atomic_write_json, atomic_write_text, jsonl_records
+from rlvr.io import atomic_write_json, atomic_write_text
+from rlvr.report.sinks import jsonl_records
 
 
 @dataclass(kw_only=True)

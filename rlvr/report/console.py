@@ -7,16 +7,7 @@ import time
 
 from tqdm import tqdm
 
-from rlvr.rewards.base import clean_reason
-
-
-_quiet = False
-
-
-def set_quiet(quiet: bool) -> None:
-    """Silence `say` (the other ranks of a torchrun job: one process prints)."""
-    global _quiet
-    _quiet = quiet
+from rlvr.text import say, set_quiet, terminal_safe  # noqa: F401 - the console's API too
 
 
 def progress(total: int, initial: int = 0, disable: bool = False, every_s: float = 10.0):
@@ -56,20 +47,6 @@ class LineProgress:
 
     def close(self) -> None:
         pass
-
-
-def terminal_safe(text: str) -> str:
-    """text with every character a terminal could act on (ESC sequences: window title, clear screen,
-    OSC 52 clipboard writes; carriage returns, bells, bidi overrides, lone surrogates) as its
-    backslash escape; newlines stay. Model turns and tool output reach the console,
-    and a model can write any of these."""
-    return "\n".join(clean_reason(line, limit=sys.maxsize) for line in str(text).split("\n"))
-
-
-def say(text: str) -> None:
-    """Every console line of a run goes through here, escaped."""
-    if not _quiet:
-        tqdm.write(terminal_safe(text), file=sys.stderr)
 
 
 def verdict_text(name: str, verdict: dict, sep: str) -> str:

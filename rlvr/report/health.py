@@ -2,7 +2,7 @@
 to try. A rule fires at most once per run; its finding goes to health.jsonl and the report.
 
 Every rule is a pure function (history, evals) -> Finding | None, tested on synthetic streams; the
-metric names they read are the metric schema's (rlvr/train/schema.py), and a reward's metric is named
+metric names they read are the metric schema's (rlvr/report/schema.py), and a reward's metric is named
 after the run's own rewards (`RewardNames.of`), so a run graded by the user's correctness reward is
 judged by it.
 """
@@ -16,7 +16,7 @@ from typing import Callable
 
 from rlvr.report.console import say
 from rlvr.rewards.base import strict_rewards
-from rlvr.train.schema import reward_metric, reward_of
+from rlvr.report.schema import reward_metric, reward_of
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from rlvr.errors import RlvrError
 from rlvr.report.compare import _jsonl
 from rlvr.report.console import ROWS, verdict_text
 from rlvr.report.plot import line_chart
-from rlvr.report.sinks import atomic_write_text
+from rlvr.io import atomic_write_text
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{margin-bottom:0}.sub{color:#666}.charts div{display:inline-block}

@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
-import importlib.util
 import pickle
-import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,21 +13,11 @@ from rlvr.errors import RlvrError
 from rlvr.rewards.call import (CallTimedOut, Reward, RewardLog, Verdict, as_scores, completion_text, invoke,
                                run_all)
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
-from rlvr.tasks.base import as_text
+from rlvr.io import load_callable
+from rlvr.text import as_text, clean_reason  # noqa: F401 - clean_reason: rewards.base's too
 
 
-MAX_REASON_CHARS = 300
 PYTHON_PREFIX = "python:"  # names a callable handed to rlvr.fit (by its __name__): config.yaml cannot hold it
-
-
-def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """Printable text of bounded length: a reason may quote a program's exception message, and
-    control characters (terminal escapes, carriage returns, bidi overrides) must not reach the
-    console, logs or report as themselves (a hostile program chooses them). Each becomes its backslash escape."""
-    text = str(text)
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
@@ -131,53 +118,6 @@ def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = Fals
     pass rates and the curriculum read. A plain function says nothing of itself: it is strict only when
     `unknown_is_strict` (rlvr audit holds unknown user functions to every attack)."""
     return [rf for rf in rewards if (unknown_is_strict if rf.checks_correctness is None else rf.checks_correctness)]
-
-
-def load_callable(spec: str, what: str) -> Callable:
-    """'module:function' or 'path/to/file.py:function' (verl's custom_reward_function.path form). A
-    module that cannot be imported (a syntax error, an import that raises anything, sys.exit() at its
-    top level) is an RlvrError naming the file and line."""
-    module_name, _, attr = spec.rpartition(":")
-    try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            loader = importlib.util.spec_from_file_location(path.stem, path)
-            if loader is None or not path.exists():
-                raise ImportError(f"no such file {path}")
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[path.stem] = module  # as an import would: dataclasses and pickling look it up there
-            try:
-                loader.loader.exec_module(module)
-            except BaseException:
-                sys.modules.pop(path.stem, None)
-                raise
-        else:
-            module = importlib.import_module(module_name)
-        fn = getattr(module, attr)
-    except (ImportError, AttributeError) as e:
-        raise RlvrError(f"cannot load {what} '{spec}': {e}") from None
-    except SyntaxError as e:
-        raise RlvrError(f"cannot load {what} '{spec}': {e.filename}, line {e.lineno}: SyntaxError: {e.msg}") from None
-    except BaseException as e:  # noqa: BLE001 - whatever the module's top level raised (SystemExit included)
-        if isinstance(e, KeyboardInterrupt) and not _raised_by_code(e):
-            raise
-        raise RlvrError(f"cannot load {what} '{spec}': importing it raised {type(e).__name__}: {e} "
-                        f"({raised_at(e)})") from None
-    if not callable(fn):
-        raise RlvrError(f"{what} '{spec}' is not callable")
-    return fn
-
-
-def _raised_by_code(e: BaseException) -> bool:
-    """A KeyboardInterrupt raised by a statement (`raise KeyboardInterrupt`), not by a Ctrl-C."""
-    tb = traceback.extract_tb(e.__traceback__)
-    return bool(tb) and "raise" in (tb[-1].line or "")
-
-
-def raised_at(e: BaseException) -> str:
-    """'FILE, line N, in FUNCTION': where an exception was raised (its traceback's innermost frame)."""
-    tb = traceback.extract_tb(e.__traceback__)
-    return f"{tb[-1].filename}, line {tb[-1].lineno}, in {tb[-1].name}" if tb else "no traceback"
 
 
 def defined_at(rf: "RewardFunction") -> str:

@@ -15,9 +15,11 @@ import traceback
 from dataclasses import dataclass, field
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.base import RewardFunction, Scores, clean_reason, score_batch
+from rlvr.rewards.base import RewardFunction, Scores, score_batch
+from rlvr.text import clean_reason
 from rlvr.rewards.call import RESERVED, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
+from rlvr.rewards.maths.accuracy import math_accuracy, math_accuracy_verdict
 from rlvr.tasks import Problem
 from rlvr.tasks.files import check_gold
 
@@ -174,11 +176,28 @@ def check_gold_answers(rewards: list[RewardFunction], splits, columns: dict[str,
             check_gold(problems, rf.name, columns.get("answer", "answer"))
     if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
         check_test_modules(problems)
+    warnings = maths_gold_note(problems) if any(rf.fn is math_accuracy for rf in rewards) else []
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)
     if bare:  # the user's own rewards may not need a gold answer, but evaluation grades against it
-        return [f"{bare} held-out/OOD problems have no gold answer (column '{columns.get('answer', 'answer')}'): "
-                "evaluation grades them wrong; name it with task.columns.answer"]
-    return []
+        warnings.append(f"{bare} held-out/OOD problems have no gold answer (column "
+                        f"'{columns.get('answer', 'answer')}'): evaluation grades them wrong; name it with "
+                        "task.columns.answer")
+    return warnings
+
+
+GOLD_CHECKS = 20  # gold answers scored by the maths checker before a run
+
+
+def maths_gold_note(problems: list[Problem]) -> list[str]:
+    """A note when gold answers written 'Answer: <gold>' do not score 1 with the maths checker (the built-in
+    correctness reward): a task whose golds it cannot read (some reasoning-gym datasets) needs its own."""
+    golds = [p for p in problems if p.answer and not p.tests][:GOLD_CHECKS]
+    failed = [p for p in golds if math_accuracy_verdict(f"Answer: {p.answer}", p.answer).score != 1.0]
+    if not failed:
+        return []
+    return [f"{len(failed)} of {len(golds)} gold answers checked do not score 1 with the maths checker (the "
+            f"correctness reward) even when written 'Answer: <gold>' (e.g. {failed[0].answer!r}); give this task "
+            f"its own reward function"]
 
 
 def check_test_modules(problems: list[Problem]) -> None:

@@ -1,9 +1,10 @@
 """Problems, splits, and turning a problem into a chat prompt."""
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
+
+from rlvr.text import as_text  # noqa: F401 - tasks.base.as_text, as before
 
 
 HELDOUT_SIZE = 100  # task.heldout_size when null, but for a small train file (rlvr.tasks.files.scaled_heldout)
@@ -44,14 +45,6 @@ class Problem:
         if not self.messages:
             return self.question
         return [*(dict(m) for m in self.messages[:-1]), {**self.messages[-1], "content": self.question}]
-
-
-def as_text(value):
-    """A dataset value as the text rlvr's checkers compare: numbers as written, lists and dicts as JSON;
-    None stays None."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
 @dataclass(kw_only=True)

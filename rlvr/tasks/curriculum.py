@@ -63,6 +63,15 @@ def adaptive_counts(rates: list[float | None], unlocked: int, k: int, band_low: 
     return counts
 
 
+def review_pool(rates: list[float | None], unlocked: int, band_low: float, band_high: float) -> list[int]:
+    """The open levels below the frontier whose running pass rate lies outside [band_low, band_high]: mastered
+    ones (above it, which is how a level is left) and ones fallen below it (too hard for now). A level is
+    rated only when sampled, so each step one of these, in turn, gets a review prompt: its rate stays
+    current, and once it falls back inside the band it is a candidate again (adaptive_counts)."""
+    inside = lambda r: band_low <= r <= band_high
+    return [i for i in range(unlocked - 1) if rates[i] is not None and not inside(rates[i])]
+
+
 def resolve_levels(problems: list[Problem], levels: list[str]) -> list[str]:
     """curriculum.levels checked against the train labels, or the labels in natural order."""
     present = {p.difficulty for p in problems}
@@ -89,7 +98,9 @@ class CurriculumSampler:
     schedule: every prompt of a step comes from the one level open at that step; earlier levels are
         not mixed back in (the adaptive mode revisits unmastered ones).
     adaptive: start at the easiest level; when the frontier's running pass rate exceeds band_high the
-        next level opens; sample open levels whose rate lies in the band (adaptive_counts).
+        next level opens; sample open levels whose rate lies in the band (adaptive_counts), and with two
+        prompts or more a step, one review prompt for an earlier level outside the band, in turn
+        (review_pool), so that a level whose rate falls back inside the band is revisited.
     """
 
     def __init__(self, problems: list[Problem], levels: list[str], seed: int, *, mode: str = "none",
@@ -112,6 +123,7 @@ class CurriculumSampler:
         self.last_counts = [0] * len(levels)  # prompts per level in the latest next()
         self.unlocked = 1  # adaptive: levels open so far
         self.level = 0  # schedule: the open level; adaptive: the frontier
+        self.reviews = 0  # adaptive: review prompts given so far (whose turn is next in the review pool)
 
     def next(self, k: int, step: int) -> list[int]:
         """k train indices for `step` (1-based)."""
@@ -123,7 +135,13 @@ class CurriculumSampler:
             self.level = scheduled_level(self.schedule, step)
             self.last_counts = [k if j == self.level else 0 for j in range(len(self.levels))]
         else:
-            self.last_counts = adaptive_counts(self.rates, self.unlocked, k, self.band_low, self.band_high)
+            pool = review_pool(self.rates, self.unlocked, self.band_low, self.band_high)
+            review = pool[self.reviews % len(pool)] if pool and k >= 2 else None
+            self.last_counts = adaptive_counts(self.rates, self.unlocked, k - (review is not None), self.band_low,
+                                               self.band_high)
+            if review is not None:
+                self.last_counts[review] += 1
+                self.reviews += 1
         return [i for stream, c in zip(self.streams, self.last_counts) for i in stream.take(c)]
 
     def observe(self, indices: list[int], group_pass: list[float], step: int) -> None:
@@ -154,6 +172,7 @@ class CurriculumSampler:
         """Plain lists and numbers (safe for torch.load(weights_only=True) and JSON)."""
         return {"mode": self.mode, "levels": list(self.levels), "rates": list(self.rates),
                 "last_counts": list(self.last_counts), "unlocked": self.unlocked, "level": self.level,
+                "reviews": self.reviews,
                 "all": self.all.state_dict(), "streams": [s.state_dict() for s in self.streams]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -162,6 +181,7 @@ class CurriculumSampler:
                             f"differs from this run's (mode {self.mode}, levels {self.levels})")
         self.rates, self.last_counts = list(state["rates"]), list(state["last_counts"])
         self.unlocked, self.level = int(state["unlocked"]), int(state["level"])
+        self.reviews = int(state.get("reviews", 0))  # a checkpoint from before reviews: none given yet
         self.all.load_state_dict(state["all"])
         for stream, s in zip(self.streams, state["streams"]):
             stream.load_state_dict(s)

@@ -138,7 +138,7 @@ def give_rows(path: Path, label: str, rows: list[dict]) -> None:
 
 def save_rows(run_dir: Path) -> None:
     """Write the registered rows that belong under `run_dir` to their files (atomically) and forget them."""
-    from rlvr.report.sinks import atomic_write_text
+    from rlvr.io import atomic_write_text
 
     root = Path(run_dir).resolve()
     for path in [p for p in _GIVEN if Path(p).is_relative_to(root)]:

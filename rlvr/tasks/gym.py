@@ -17,7 +17,6 @@ PREFIX = "reasoning_gym:"
 SUFFIX = "End with a line 'Answer: <answer>'."
 DEFAULT_TRAIN = 2_000  # train problems when task.train_size is 0 (the generators are unbounded)
 _DRAW_FACTOR = 4  # read up to this many entries per wanted problem before giving up on duplicates
-_GOLD_CHECKS = 20
 
 
 def _reasoning_gym():
@@ -98,18 +97,6 @@ def distinct_problems(dataset: str, params: dict, n: int, seed: int, suffix: str
     return chosen
 
 
-def gold_check_note(dataset: str, problems: list[Problem]) -> list[str]:
-    """A note when a gold answer written as 'Answer: <gold>' does not score 1 with our checker."""
-    from rlvr.rewards.maths.accuracy import math_accuracy_verdict  # lazily: rewards is a heavier import
-
-    failed = [p for p in problems[:_GOLD_CHECKS] if math_accuracy_verdict(f"Answer: {p.answer}", p.answer).score != 1.0]
-    if not failed:
-        return []
-    return [f"reasoning_gym:{dataset}: {len(failed)} of {min(len(problems), _GOLD_CHECKS)} gold answers checked "
-            f"do not score 1 with the maths checker even when written 'Answer: <gold>' (e.g. {failed[0].answer!r}); "
-            f"give this task its own reward function"]
-
-
 def gym_splits(dataset: str, params: dict, ood_params: dict, heldout_size: int, ood_size: int,
                train_size: int, few_shot: int, seed: int, suffix: str = SUFFIX) -> Splits:
     """Held-out from entry positions [0, heldout_size), few-shot turns next, train after them; OOD from
@@ -130,6 +117,5 @@ def gym_splits(dataset: str, params: dict, ood_params: dict, heldout_size: int, 
         ood = distinct_problems(dataset, {**params, **ood_params}, ood_size, seed + 1, suffix)
     elif ood_size:
         notes.append(f"reasoning_gym:{dataset}: no task.ood_params or task.ood_name, so the OOD split is empty")
-    notes += gold_check_note(dataset, pool)
     return Splits(train=train, heldout=heldout, ood=ood,
                   few_shot=[(p.question, f"Answer: {p.answer}") for p in shots], notes=notes)

@@ -28,7 +28,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 from rlvr.config import Config, to_dict
 from rlvr.errors import RlvrError, write_error
 from rlvr.report.console import say
-from rlvr.report.sinks import atomic_save_model, atomic_write_text, jsonl_records
+from rlvr.io import atomic_save_model, atomic_write_text
+from rlvr.report.sinks import jsonl_records
 from rlvr.models import base_model_path, load_model
 from rlvr.train.rundir import LOCK, remove_leftovers
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
 from rlvr.nf4 import is_nf4
-from rlvr.train import schema
+from rlvr.report import schema
 
 
 
@@ -265,7 +265,7 @@ def allreduce_scalars(values: dict[str, float], d: Dist, op: str = "sum") -> dic
 # ---------------------------------------------------------------- metrics and objects
 
 def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
-    """Merge each rank's metrics as the metric schema says (rlvr/train/schema.py `across_ranks`): counts
+    """Merge each rank's metrics as the metric schema says (rlvr/report/schema.py `across_ranks`): counts
     are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other number is the
     mean weighted by each rank's weight (its number of completions). A non-count value
     equal on every rank is kept as it is (step, lr, globally reduced update metrics); None stays None; a key

@@ -23,7 +23,8 @@ from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
-from rlvr.report.sinks import JsonlWriter, NullWriter, atomic_write_json
+from rlvr.io import atomic_write_json
+from rlvr.report.sinks import JsonlWriter, NullWriter
 from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards import score_batch, strict_rewards
 from rlvr.rewards.base import Scores, defined_at, failure_reason
@@ -45,7 +46,7 @@ from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
 from rlvr.train.rundir import RunLock, check_data, fingerprint
-from rlvr.train.update import policy_update, reference_forward
+from rlvr.train.update import EntropyState, policy_update, reference_forward
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
@@ -144,9 +145,10 @@ def collect(run: Run, step: int) -> Collected:
     return out
 
 
-def learn(run: Run, collected: Collected, step: int) -> tuple[dict, dict]:
+def learn(run: Run, collected: Collected, step: int, entropy: EntropyState | None = None) -> tuple[dict, dict]:
     """Phases 4-8: the batch on the device, the forwards before the update, advantages, the policy update,
-    then the schedule and the reference. Returns (update metrics, advantage metrics)."""
+    then the schedule and the reference. Returns (update metrics, advantage metrics). entropy: the
+    adaptive entropy controller's state (None: its start)."""
     m, s = run.models, run.settings.update
     batch, crossed = make_batch(run, collected)                           # 4. the batch on the device
     # the forwards of a step: the reference (only with a KL term), the policy before its update (only for the
@@ -154,15 +156,16 @@ def learn(run: Run, collected: Collected, step: int) -> tuple[dict, dict]:
     ref_logp = reference_forward(m.ref, batch, s)                         # 5. reference forward
     old_logp, values = old_policy_forward(run, batch)                     # 6. old-policy forward
     batch, adv_metrics = with_advantages(s.algo, batch, old_logp, ref_logp, values)  # 7. advantages
-    update = policy_update(m.policy, m.optimizer, batch, s, ref_logp, m.critic, run.dist)  # 8. the update
+    update = policy_update(m.policy, m.optimizer, batch, s, ref_logp, m.critic, run.dist, entropy)  # 8.
     m.scheduler.step()
     if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
         m.ref.sync(m.policy, s.algo.ref_mixup)
     return update, {**adv_metrics, **crossed}
 
 
-def train_step(run: Run, step: int, rollouts: Rollouts) -> tuple[dict, Collected]:
-    """Phases 1-9 of one step; returns its metrics row and the global batch."""
+def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | None = None
+               ) -> tuple[dict, Collected]:
+    """Phases 1-9 of one step; returns its metrics row and the global batch. entropy: as `learn`'s."""
     device, m_, settings = run.dist.device, run.models, run.settings.update
     reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -170,7 +173,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts) -> tuple[dict, Collected
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
-    update, adv_metrics = learn(run, collected, step)                     # 4-8. forwards, update
+    update, adv_metrics = learn(run, collected, step, entropy)            # 4-8. forwards, update
     rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
     whole, extra = collected, {**adv_metrics, **collected.metrics,       # 9. report, on the global batch
@@ -368,7 +371,12 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
             if stopped := stopping():  # arrived before this step began
                 try_checkpoint(run, p, clock(), rollouts.state())
                 break
-            m, collected = train_step(run, step, rollouts)
+            a = s.update.algo
+            entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
+            m, collected = train_step(run, step, rollouts, entropy)
+            if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
+                entropy = entropy.after(a, m["entropy/watched_mean"])
+                p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
             log_step(run, p, out, step, m, collected)
             if s.eval.every and step % s.eval.every == 0 and step != s.steps:
                 evaluate_mid(run, p, out, step, clock)

@@ -31,7 +31,8 @@ from rlvr.device import autocast, of_model, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
-from rlvr.report.sinks import JsonlWriter, atomic_save_model, atomic_write_json
+from rlvr.io import atomic_save_model, atomic_write_json
+from rlvr.report.sinks import JsonlWriter
 from rlvr.envs.episodes import make_spec
 from rlvr.eval.grader import choose_grader
 from rlvr.rewards import rewards_of

@@ -4,6 +4,7 @@ checkpointed) and `Collected` (one step's scored rollouts). Plain dataclasses; t
 held: what a phase reads of it is in `settings` (rlvr/train/settings.py)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,10 @@ class Progress:
     fired: set = field(default_factory=set)  # health rules that already fired
     train_seconds: float = 0.0  # training time before this process (resumed runs)
     eval_seconds: float = 0.0  # mid-run evaluation time, left out of train_seconds
+    # algo.adaptive_entropy's controller (rlvr.train.update.EntropyState): its coefficient (None: not
+    # started, algo.entropy_coef) and the last step's watched entropy (none yet: inf)
+    entropy_coef: float | None = None
+    last_entropy: float = math.inf
 
 
 @dataclass(kw_only=True)

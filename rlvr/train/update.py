@@ -13,14 +13,14 @@ from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
-from rlvr.train import schema
+from rlvr.report import schema
 from rlvr.train.batch import Batch
 from rlvr.device import autocast
-from rlvr.train.forward import (Reference, completion_forward, reference_logprobs, reference_precision,
-                                use_fused_head)
+from rlvr.train.forward import (MAX_BUCKETS, Reference, completion_forward, reference_logprobs,
+                                reference_precision, use_fused_head)
 from rlvr.train.optim import step_keeping_finite
 
-# from the metric schema (rlvr/train/schema.py): policy_loss's statistics that are means over real tokens,
+# from the metric schema (rlvr/report/schema.py): policy_loss's statistics that are means over real tokens,
 # combined over micro-batches weighted by their tokens (kl and entropy are summed by the update itself);
 # the token weights' metrics, each a count over real tokens or sequences, reported as a share of them
 TOKEN_MEANS = tuple(k for k in schema.names(schema.TOKEN_MEAN) if k not in ("kl", "entropy"))
@@ -28,13 +28,15 @@ WEIGHT_TOKEN_COUNTS = schema.names(schema.TOKEN_SHARE)
 WEIGHT_SEQ_COUNTS = schema.names(schema.SEQ_SHARE)
 
 
-@dataclass
-class EntropyControl:
-    """The entropy bonus's coefficient between steps: algo.entropy_coef, or under algo.adaptive_entropy
-    Skywork-OR1's controller (rlvr.algo.adaptive_entropy_coef), held for the run (not checkpointed)."""
+@dataclass(frozen=True)
+class EntropyState:
+    """The entropy bonus's coefficient between steps under algo.adaptive_entropy (Skywork-OR1's controller,
+    rlvr.algo.adaptive_entropy_coef): state the loop carries in Progress and the checkpoint holds, so a
+    resumed run applies the coefficients of the run left alone. Without adaptive_entropy the coefficient
+    is algo.entropy_coef at every step."""
 
     coef: float
-    last_entropy: float = math.inf  # the mean entropy of the last step's trained tokens (none yet: inf)
+    last_entropy: float = math.inf  # the mean entropy of the last step's watched tokens (none yet: inf)
 
     def applied(self, a: AlgoConfig) -> float:
         """The coefficient of this step's bonus."""
@@ -42,11 +44,12 @@ class EntropyControl:
             return a.entropy_coef
         return entropy_bonus_coef(self.coef, self.last_entropy, a.entropy_target)
 
-    def after_step(self, a: AlgoConfig, entropy: float) -> None:
-        if a.adaptive_entropy:
-            self.coef = adaptive_entropy_coef(self.coef, entropy, a.entropy_target, a.entropy_coef_delta,
-                                              a.entropy_coef_min, a.entropy_coef_max)
-            self.last_entropy = entropy
+    def after(self, a: AlgoConfig, entropy: float) -> EntropyState:
+        """The state after a step whose watched tokens' mean entropy was `entropy`."""
+        if not a.adaptive_entropy:
+            return self
+        return EntropyState(adaptive_entropy_coef(self.coef, entropy, a.entropy_target, a.entropy_coef_delta,
+                                                  a.entropy_coef_min, a.entropy_coef_max), entropy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +64,6 @@ class UpdateSettings:
     tis_cap: float = 0.0  # rollout.tis_cap as resolved by tis_cap_of
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
-    entropy: EntropyControl | None = None  # None: algo.entropy_coef as it stands
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
     lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (forward.use_fused_head)
 
@@ -71,8 +73,7 @@ class UpdateSettings:
         (rlvr.device.resolve_precision: "bf16" or "no")."""
         r = cfg.rollout
         return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
-                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens,
-                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer,
+                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens, optimizer=cfg.optimizer,
                               lm_head=cfg.train.lm_head)
 
     @property
@@ -83,10 +84,6 @@ class UpdateSettings:
         if a.sampler_correction == "auto":
             return ("token_truncate", 0.0, self.tis_cap) if self.tis_cap > 0 else ("off", 0.0, None)
         return a.sampler_correction, a.sampler_c_min, a.sampler_c_max
-
-    @property
-    def entropy_coef(self) -> float:
-        return self.entropy.applied(self.algo) if self.entropy is not None else self.algo.entropy_coef
 
     @property
     def objective_knobs(self) -> NoKnobs:
@@ -182,19 +179,26 @@ def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old
     return sampler_w, keep, chosen, counts
 
 
-def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict):
+def _buckets(policy) -> int:
+    """Forward calls a micro-batch's completions may take. Under FSDP every rank must run the same
+    collectives (each sharded layer all-gathers per call), so one call, whatever this rank's lengths."""
+    return 1 if dd.is_fsdp(policy) else MAX_BUCKETS
+
+
+def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict,
+                coef: float):
     """Forward one micro-batch. Its loss is already divided by the whole batch's units, so the
     micro-batches' losses (and gradients) sum to the batch's. Returns (new log-probs [b, w] detached,
-    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max)."""
+    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max). coef: the entropy bonus's."""
     prompts, sl, w = mb
     a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
-    coef = s.entropy_coef
     device = batch.completion_ids.device
     with autocast(device, s.mixed_precision):
         out = completion_forward(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size, s.pad_id,
                                  s.temperature, entropy=True, entropy_grad=coef != 0,
-                                 env_mask=_cut(batch.env_mask, sl, w), fused_head=use_fused_head(s.lm_head, device))
+                                 env_mask=_cut(batch.env_mask, sl, w), fused_head=use_fused_head(s.lm_head, device),
+                                 max_buckets=_buckets(policy))
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
@@ -260,6 +264,8 @@ def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -
     per_token = lambda k: sums[k] / max(n_tok, 1.0)
     m = {"loss": sums["loss"], "kl": per_token("kl") if want_ref else None, "entropy": per_token("entropy"),
          **{k: per_token(k) for k in TOKEN_MEANS}}
+    if n_tok == 0:  # no trained token anywhere: the ratio statistics are 1, as policy_loss gives them
+        m["ratio/mean"] = 1.0
     m["ratio/min"] = extremes.get("ratio/min", 1.0)
     m["ratio/max"] = extremes.get("ratio/max", 1.0)
     if critic is not None:
@@ -267,9 +273,35 @@ def _metrics(sums: dict, extremes: dict, n_tok: float, want_ref: bool, critic) -
     return m
 
 
+def _untrained(batch: Batch, mbs) -> list[bool]:
+    """For each micro-batch, whether it holds no trained token (every completion of it truncated under
+    algo.mask_truncated, or dropped): one host read for all of them."""
+    if not mbs:
+        return []
+    counts = torch.stack([batch.completion_mask[sl, :w].sum() for _, sl, w in mbs])
+    return (counts == 0).tolist()
+
+
+def _placeholder_backward(policy, batch: Batch, s: UpdateSettings, mb) -> None:
+    """An FSDP rank whose micro-batch holds no trained token still runs the collectives its peers run
+    (each sharded module's all-gather in the forward, its reduce-scatter in the backward): the forward
+    of two placeholder tokens (the prompt pass and one completion call, as a peer's micro-batch makes)
+    and the backward of that at weight 0, so it adds nothing to any gradient."""
+    prompts, sl, w = mb
+    ids = batch.completion_ids[sl, :2]
+    mask = torch.zeros_like(ids, dtype=batch.completion_mask.dtype)
+    mask[0] = 1.0
+    with autocast(batch.completion_ids.device, s.mixed_precision):
+        out = completion_forward(policy, prompts, ids, mask, batch.group_size, s.pad_id, s.temperature,
+                                 max_buckets=1)
+    (out.logp.sum() * 0.0).backward()
+
+
 def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_logp: list, critic, units: dict,
-              compare: bool) -> tuple[dict[str, float], float, float, float]:
+              compare: bool, untrained: list[bool], coef: float) -> tuple[dict[str, float], float, float, float]:
     """Forward and backward every micro-batch (gradients accumulate); the first pass fills old_logp.
+    A micro-batch with no trained token has no loss: it is skipped (an FSDP rank runs the placeholder's
+    collectives instead), so a step whose every completion was left out trains nothing and fails nothing.
     Returns this rank's sums (loss, token-weighted metrics, sampler mismatch when `compare`), the ratio's
     min and max, and the largest sampler mismatch. They accumulate as tensors on the policy's device and
     the host reads them once, after the last micro-batch."""
@@ -278,9 +310,14 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
     zero = batch.completion_mask.new_zeros(())
     sums = dict.fromkeys(keys, zero)
     low, high, peak = zero + math.inf, zero - math.inf, zero
+    sharded = dd.is_fsdp(policy)
     for k, (prompts, sl, w) in enumerate(mbs):
+        if untrained[k]:
+            if sharded:
+                _placeholder_backward(policy, batch, s, (prompts, sl, w))
+            continue
         logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
-                                                 critic, units)
+                                                 critic, units, coef)
         if old_logp[k] is None:
             old_logp[k] = logp
         loss.backward()
@@ -297,16 +334,25 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
 
 
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: torch.Tensor | None = None,
-                  critic=None, dist: dd.Dist = dd.Dist()) -> dict[str, float]:
+                  critic=None, dist: dd.Dist = dd.Dist(), entropy: EntropyState | None = None) -> dict[str, float]:
     """Clipped-surrogate update (+ loss beta * KL to the reference, whose log-probs `ref_logp` [B, Tc] are
     reference_forward's, + entropy bonus, + value loss of `critic`, a head on the policy's hidden states):
     one forward and backward per micro-batch, algo.iterations times. Returns the last pass's metrics as
     floats.
 
+    The entropy bonus's coefficient is `entropy`'s (the adaptive controller's state; None: its start,
+    algo.entropy_coef); with a bonus or the controller on, the metrics hold the coefficient applied
+    (entropy/coef) and the mean entropy of the tokens it watched (entropy/watched_mean), from which the
+    caller steps the state (EntropyState.after).
+
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
     is not finite is skipped (no optimizer step) and counted in skipped_updates; so is one whose step made
     a weight non-finite (undone: rlvr.train.optim.step_keeping_finite), also in skipped_nonfinite_weights.
+
+    A micro-batch with no trained token (algo.mask_truncated on completions all truncated) skips its
+    forward and backward, counted in untrained_micro_batches; with none anywhere the step leaves the
+    weights as they are (no gradient: AdamW moves no parameter) and grad_norm is 0.
 
     Every micro-batch's loss is divided by the units of the whole batch (`aggregate`'s units), summed
     over ranks under torch.distributed (`dist`, where `batch` is this rank's shard of whole groups), and
@@ -315,17 +361,20 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     """
     a = s.algo
     o = s.optimizer
+    coef = (entropy or EntropyState(a.entropy_coef)).applied(a)
     mbs = micro_batches(batch, s)
     units = _batch_units(batch.completion_mask, a.aggregation, dist)
     want_ref = s.loss_beta > 0 and ref_logp is not None
     ref_logp = [ref_logp[sl, :w] if want_ref else None for _, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
+    untrained = _untrained(batch, mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
     skipped = undone = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
-        sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
+        sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, it == 0,
+                                          untrained, coef)
         dd.allreduce_gradients(params, dist)
         limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
@@ -350,8 +399,10 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     metrics["skipped_updates"] = skipped
     metrics["skipped_nonfinite_weights"] = undone  # of those, steps undone for the weights they made
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
-    if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
-        metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied
-        s.entropy.after_step(a, sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0))
+    # of them, those with no trained token, whose backward was skipped (all of them: the step trained nothing)
+    metrics["untrained_micro_batches"] = sum(untrained)
+    if a.adaptive_entropy or a.entropy_coef != 0:
+        metrics["entropy/coef"] = coef  # the coefficient this step applied
+        metrics["entropy/watched_mean"] = sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0)
     optimizer.zero_grad(set_to_none=True)
     return metrics

@@ -66,6 +66,35 @@ def test_sigkill_then_resume_matches_the_run_left_alone(alone, tmp_path, kill_af
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
+# Skywork-OR1's adaptive entropy coefficient, with a target above tiny-random's entropy: the coefficient
+# rises every step (0.01, 0.015, 0.02, ...) and the bonus applies from step 2, so a resume that restarted
+# the controller (coefficient 0.01, no entropy measured: no bonus) would train step 3 differently
+ADAPTIVE = ["--algo.adaptive_entropy=true", "--algo.entropy_coef=0.01", "--algo.entropy_target=100",
+            "--algo.entropy_coef_delta=0.005"]
+
+
+def test_adaptive_entropy_resumes_value_for_value(tmp_path):
+    alone_out = tmp_path / "alone"
+    assert main(["train", *RUN, *ADAPTIVE, f"--train.out={alone_out}"]) == 0
+    coefs = [m["entropy/coef"] for m in read_jsonl(alone_out / "metrics.jsonl")]
+    assert coefs[0] == 0.0 and coefs[1:] == pytest.approx([0.015, 0.02, 0.025, 0.03, 0.035])
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, *ADAPTIVE, f"--train.out={out}"],
+                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics, deadline = out / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert [p.name for p in checkpoints(out)] == ["step_000002.pt"]  # it resumes from step 2
+    assert main(["train", "--resume", str(out)]) == 0
+    same_run(alone_out, out)
+
+
 def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0",

@@ -229,6 +229,21 @@ def test_bf16_training_holds_a_bf16_reference_whose_kl_starts_at_zero(tmp_path):
     assert [m["kl"] for m in metrics] == [0.0, 0.0]
 
 
+def test_every_completion_truncated_under_mask_truncated_trains_nothing_and_says_so(tmp_path):
+    """The user's command: with 2 new tokens every completion of step 1 is cut, algo.mask_truncated leaves
+    them all out, and the run completes (it raised 'element 0 of tensors does not require grad' at the
+    backward): that step's micro-batches are counted as untrained and nothing moves."""
+    out = tmp_path / "cut"
+    assert main(["train", "--model.name=tiny-random", "--rollout.max_new_tokens=2", "--train.steps=2",
+                 "--algo.mask_truncated=true", f"--train.out={out}"]) == 0
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2] and metrics[0]["completion/truncated_frac"] == 1.0
+    for m in metrics:
+        all_cut = m["completion/truncated_frac"] == 1.0
+        assert (m["untrained_micro_batches"] == m["micro_batches"]) == all_cut and m["skipped_updates"] == 0
+        assert (m["loss"] == 0.0 and m["grad_norm"] == 0.0) or not all_cut
+
+
 @pytest.mark.slow
 def test_a_run_raises_no_future_warning(tmp_path):
     """`python -W error::FutureWarning -m rlvr train configs/smoke.yaml`: no deprecated transformers API is
@@ -254,7 +269,7 @@ def test_lora_final_adapter_names_its_base_and_loads_with_peft(tmp_path):
     from peft import PeftModel
 
     from rlvr.models import tiny_random
-    from rlvr.report.sinks import atomic_save_model
+    from rlvr.io import atomic_save_model
 
     base_dir = tmp_path / "base"
     atomic_save_model(*tiny_random(seed=0), base_dir)

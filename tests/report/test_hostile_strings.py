@@ -6,7 +6,8 @@ import pytest
 
 from rlvr.report.console import format_samples, say
 from rlvr.report.html import write_report
-from rlvr.report.sinks import JsonlWriter, atomic_write_text
+from rlvr.io import atomic_write_text
+from rlvr.report.sinks import JsonlWriter
 
 HOSTILE = "\ud800 \x1b]0;owned\x07 \x1b[2J \x1b]52;c;ZXZpbA==\x07 \r\u202e"
 ESCAPED = "\\ud800 \\x1b]0;owned\\x07 \\x1b[2J \\x1b]52;c;ZXZpbA==\\x07 \\r\\u202e"

@@ -112,7 +112,7 @@ def test_report_and_summary_are_readable_by_others_as_any_file_the_user_writes(t
 
     from rlvr.cli import main
     from rlvr.models import tiny_random
-    from rlvr.report.sinks import atomic_save_model, atomic_write_json
+    from rlvr.io import atomic_save_model, atomic_write_json
 
     old = os.umask(0o022)
     try:

@@ -135,3 +135,23 @@ def test_rlvr_audit_shows_a_reward_exception(tmp_path, module, capsys):
     assert rc == 1
     assert "ERROR: reward 'verl:user_rewards.py:my_reward' raised on 3 of the reference solutions tried" in out
     assert "remove the prefix" in out and "CANNOT JUDGE" not in out
+
+
+def test_gold_answers_the_maths_checker_cannot_read_are_noted_before_a_run():
+    """With the built-in correctness reward, golds that do not score 1 even as 'Answer: <gold>' are noted (a
+    reasoning-gym dataset whose golds are prose needs its own reward); another reward set checks nothing."""
+    from rlvr.config import build_config
+    from rlvr.rewards import rewards_of
+    from rlvr.rewards.preflight import check_gold_answers, maths_gold_note
+    from rlvr.tasks import Problem, Splits
+
+    prose = [Problem(question="q", answer="x=1 or x=2"), Problem(question="q", answer="12"),
+             Problem(question="q", answer="The answer is yes")]
+    assert maths_gold_note(prose) == ["2 of 3 gold answers checked do not score 1 with the maths checker (the "
+                                      "correctness reward) even when written 'Answer: <gold>' (e.g. 'x=1 or x=2'); "
+                                      "give this task its own reward function"]
+    assert maths_gold_note(prose[1:2]) == []
+    splits = Splits(train=prose, heldout=[], ood=[])
+    maths = rewards_of(build_config(None))
+    assert check_gold_answers(maths, splits, {}) == maths_gold_note(prose)
+    assert check_gold_answers([r for r in maths if r.name == "format"], splits, {}) == []

@@ -2,7 +2,8 @@ import pytest
 
 from rlvr.errors import RlvrError
 from rlvr.rewards import build_rewards, score_batch, strict_rewards
-from rlvr.rewards.base import RewardFunction, Scores, clean_reason
+from rlvr.rewards.base import RewardFunction, Scores
+from rlvr.text import clean_reason
 from rlvr.rewards.code import make_code_tests
 from tests.conftest import python_block
 

@@ -9,7 +9,7 @@ from rlvr.config import CurriculumConfig
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import Epochs, Problem
 from rlvr.tasks.curriculum import (CurriculumSampler, adaptive_counts, build_sampler, ema, natural_key,
-                                   scheduled_level, unlocked_after)
+                                   review_pool, scheduled_level, unlocked_after)
 
 
 def make_problems(counts: dict[str, int]) -> list[Problem]:
@@ -63,6 +63,46 @@ def test_adaptive_counts():
     assert adaptive_counts([0.95, 0.97, 0.05], 3, 6, 0.1, 0.9) == [0, 0, 6]
     # levels not yet open are never drawn
     assert adaptive_counts([0.5, None, None], 1, 4, 0.1, 0.9) == [4, 0, 0]
+
+
+def test_review_pool_holds_the_earlier_levels_outside_the_band():
+    assert review_pool([0.95, 0.5, None], 3, 0.1, 0.9) == [0]  # mastered; level 1 is in the band
+    assert review_pool([0.95, 0.05, 0.3], 3, 0.1, 0.9) == [0, 1]  # mastered, and fallen below band_low
+    assert review_pool([0.95, 0.05, 0.3], 3, 0.2, 0.9) == [0, 1]
+    assert review_pool([0.5, None], 1, 0.1, 0.9) == []  # the frontier is never reviewed
+
+
+def run_adaptive(band_low: float) -> list[list[int]]:
+    """Three levels of 8 problems, 4 prompts a step; level 0 is mastered at step 1, then fails its review
+    at step 2 (rate 0.5 * 1 + 0.5 * 0 = 0.5) while level 1 sits at 0.5. Returns each step's counts."""
+    s = CurriculumSampler(make_problems({"d1": 8, "d2": 8, "d3": 8}), ["d1", "d2", "d3"], 0, mode="adaptive",
+                          band_low=band_low, band_high=0.9, smoothing=0.5)
+    counts = []
+    for step, rate_of in enumerate(({0: 1.0}, {0: 0.0, 1: 0.5}, {0: 0.5, 1: 0.5}), start=1):
+        idx = s.next(4, step)
+        counts.append(list(s.last_counts))
+        s.observe(idx, [rate_of[s.level_of[i]] for i in idx], step)
+    return counts
+
+
+def test_a_level_whose_rate_falls_back_inside_the_band_is_revisited_and_band_low_decides():
+    # step 1: level 0 alone, mastered (1.0 > 0.9): level 1 opens. Step 2: 3 prompts from the frontier
+    # (unseen), 1 review of level 0, which fails: its rate 0.5. Step 3 with band_low 0.1: levels 0 and 1
+    # are both inside the band: the frontier takes half (2), level 0 the rest (2)
+    assert run_adaptive(0.1) == [[4, 0, 0], [1, 3, 0], [2, 2, 0]]
+    # band_low 0.6: 0.5 is too hard for now: level 0 gets only its review prompt, the frontier the others
+    assert run_adaptive(0.6) == [[4, 0, 0], [1, 3, 0], [1, 3, 0]]
+
+
+def test_reviews_are_in_the_checkpoint():
+    s = CurriculumSampler(make_problems({"d1": 4, "d2": 4}), ["d1", "d2"], 0, mode="adaptive")
+    s.observe(s.next(2, 1), [1.0, 1.0], 1)
+    s.next(2, 2)
+    state = s.state_dict()
+    assert state["reviews"] == 1 and state["last_counts"] == [1, 1]
+    fresh = CurriculumSampler(make_problems({"d1": 4, "d2": 4}), ["d1", "d2"], 0, mode="adaptive")
+    fresh.load_state_dict(state)
+    assert fresh.reviews == 1 and fresh.next(2, 3) == s.next(2, 3)
 
 
 def test_schedule():

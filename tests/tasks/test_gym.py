@@ -56,9 +56,15 @@ def test_no_partial_credit_unlike_reasoning_gym():
 
 
 def test_note_when_gold_answers_do_not_fit_the_maths_checker():
-    # a matrix over several lines does not fit on one answer line
+    # a matrix over several lines does not fit on one answer line: the run's preflight notes it when the
+    # maths checker is a reward (rlvr.rewards.preflight.maths_gold_note; tasks import no reward)
+    from rlvr.config import build_config
+    from rlvr.rewards import rewards_of
+    from rlvr.rewards.preflight import check_gold_answers
+
     s = build_splits(TaskConfig(name="reasoning_gym:rotate_matrix", heldout_size=5, ood_size=0, train_size=10))
-    assert any("rotate_matrix" in n and "do not score 1" in n for n in s.notes)
+    assert any("do not score 1 with the maths checker" in n
+               for n in check_gold_answers(rewards_of(build_config(None)), s, {}))
 
 
 def test_template_asking_for_the_answer_line_replaces_the_suffix():

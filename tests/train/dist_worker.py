@@ -3,6 +3,7 @@ LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Trains this rank's shard of a fixed glo
 real policy_update (dist=the process group) in ddp and fsdp mode and writes what it got to OUT_DIR/rank{R}.pt for the test to compare with one process."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -29,6 +30,15 @@ def global_batch() -> Batch:
                  group_size=GROUP)
 
 
+def rank_one_untrained() -> Batch:
+    """global_batch with rank 1's shard (prompts 2 and 3: rows 4-7) left out of the loss, as
+    algo.mask_truncated leaves out completions that were all truncated: that rank has no trained token."""
+    batch = global_batch()
+    mask = batch.completion_mask.clone()
+    mask[4:] = 0.0
+    return dataclasses.replace(batch, completion_mask=mask)
+
+
 def shard(batch: Batch, rank: int, world: int) -> Batch:
     ps = dd.shard_groups(len(batch.prompts), rank, world)
     rows = slice(ps.start * batch.group_size, ps.stop * batch.group_size)
@@ -43,12 +53,13 @@ def settings(aggregation: str) -> UpdateSettings:
     return UpdateSettings.of(cfg, pad_id=0, precision="no")
 
 
-def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True) -> tuple[dict, dict]:
+def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True,
+               batch=global_batch) -> tuple[dict, dict]:
     torch.manual_seed(0)
     model, _ = load_model("tiny-random")
     model = dd.wrap_model(model, mode, d)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    local = shard(global_batch(), d.rank, d.world)
+    local = shard(batch(), d.rank, d.world)
     with torch.no_grad(), dd.gathered(model):  # a rank-local "rollout" first, as in the loop
         for _ in range(d.rank + 1):
             model(input_ids=torch.tensor(local.prompts[0])[None])
@@ -79,6 +90,8 @@ def main(out: str) -> None:
         for agg in AGGREGATIONS:
             result[mode, agg] = train_once(mode, agg, d)
     result["naive"] = train_once("ddp", "token-mean", d, global_norm=False)
+    for mode in ("ddp", "fsdp"):  # rank 1 holds no trained token: it skips (ddp) or zero-weights (fsdp) its backward
+        result["untrained", mode] = train_once(mode, "seq-mean-token-mean", d, batch=rank_one_untrained)
     result["rollout_logit_diff"] = rollout_check(d)
     # portability: a full state written by this world, loaded into a freshly sharded model, reads back the same
     torch.manual_seed(0)

@@ -48,22 +48,22 @@ def ranks(tmp_path_factory):
 
 
 @functools.lru_cache(maxsize=None)
-def single_process(aggregation: str):
+def single_process(aggregation: str, batch=worker.global_batch):
     # One thread, as each rank has (OMP_NUM_THREADS=1): another thread count sums in another order,
     # and AdamW turns those last-bit differences in near-zero gradients into differences of order lr.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _single_process(aggregation)
+        return _single_process(aggregation, batch)
     finally:
         torch.set_num_threads(threads)
 
 
-def _single_process(aggregation: str):
+def _single_process(aggregation: str, batch):
     torch.manual_seed(0)
     model, _ = load_model("tiny-random")
     opt = torch.optim.AdamW(model.parameters(), lr=worker.LR, weight_decay=0.01)
-    m = policy_update(model, opt, worker.global_batch(), worker.settings(aggregation))
+    m = policy_update(model, opt, batch(), worker.settings(aggregation))
     return m, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -90,6 +90,20 @@ def test_two_processes_match_one_process(ranks, mode, aggregation):
         assert metrics[key] == pytest.approx(ref_metrics[key], abs=1e-6), key
     other_metrics, _ = ranks[1][mode, aggregation]
     assert other_metrics == metrics  # every rank holds the same reduced metrics
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.slow  # the ranks fixture starts two processes
+def test_a_rank_with_no_trained_token_joins_the_step(ranks, mode):
+    """Rank 1's whole shard is left out of the loss: it skips its backward (ddp) or runs its collectives at
+    weight 0 (fsdp), still joins the gradient sum, and the step equals one process on the whole batch."""
+    ref_metrics, ref_state = single_process("seq-mean-token-mean", worker.rank_one_untrained)
+    (metrics, state), (other, _) = ranks[0]["untrained", mode], ranks[1]["untrained", mode]
+    assert _max_diff(state, ref_state) < 1e-5
+    assert metrics["loss"] == pytest.approx(ref_metrics["loss"], abs=1e-6) and metrics["grad_norm"] > 0
+    assert metrics["grad_norm"] == pytest.approx(ref_metrics["grad_norm"], rel=1e-5)
+    assert (metrics["untrained_micro_batches"], other["untrained_micro_batches"]) == (0, 2)
+    assert other["loss"] == metrics["loss"]  # the reduced metrics: rank 1 holds the same
 
 
 @pytest.mark.slow  # the ranks fixture starts two processes

@@ -6,7 +6,7 @@ import torch
 from rlvr.config import AlgoConfig, Config, LoraConfig, OptimizerConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
-from rlvr.report.sinks import atomic_save_model
+from rlvr.io import atomic_save_model
 from rlvr.rollout.builtin import generate
 from rlvr.train.forward import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.batch import Batch

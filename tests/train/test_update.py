@@ -11,7 +11,7 @@ from rlvr.rollout.builtin import generate
 from rlvr.train.forward import completion_logprobs
 from rlvr.train.batch import Batch
 from rlvr.train.forward import Reference
-from rlvr.train.update import UpdateSettings, _micro_batches, policy_update, reference_forward
+from rlvr.train.update import EntropyState, UpdateSettings, _micro_batches, policy_update, reference_forward
 
 OPTIMIZER_KEYS = {f.name for f in dataclasses.fields(OptimizerConfig)}
 
@@ -287,8 +287,46 @@ def test_adaptive_entropy_raises_the_coefficient_below_the_target(tiny):
     batch = make_batch(model, tok)
     s = settings(tok, adaptive_entropy=True, entropy_coef=0.01, entropy_target=100.0, entropy_coef_delta=0.005)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: only the coefficient moves
-    first = policy_update(model, opt, batch, s)
-    second = policy_update(model, opt, batch, s)
+    state = EntropyState(0.01)
+    first = policy_update(model, opt, batch, s, entropy=state)
+    state = state.after(s.algo, first["entropy/watched_mean"])
+    second = policy_update(model, opt, batch, s, entropy=state)
+    state = state.after(s.algo, second["entropy/watched_mean"])
     # no entropy measured before the first step: no bonus; then the entropy (< 100 nats) is below target
     assert first["entropy/coef"] == 0.0 and abs(second["entropy/coef"] - 0.015) < 1e-9
-    assert abs(s.entropy.coef - 0.02) < 1e-9
+    assert abs(state.coef - 0.02) < 1e-9 and state.last_entropy == second["entropy/watched_mean"]
+    assert 0 < state.last_entropy == first["entropy"] < 100  # every real token is watched (no selection)
+
+
+def masked_rows(batch, rows):
+    mask = batch.completion_mask.clone()
+    mask[rows] = 0.0  # as algo.mask_truncated leaves truncated completions out
+    return dataclasses.replace(batch, completion_mask=mask)
+
+
+def test_a_micro_batch_with_no_trained_token_skips_its_backward(tiny):
+    """Prompt 2's group has no trained token: in its own micro-batch it is skipped (and counted), and the
+    step equals the one where that group's micro-batch never existed: the same units, the same gradient."""
+    model, tok = tiny
+    batch = masked_rows(make_batch(model, tok), slice(2, 4))
+    for agg in ("token-mean", "seq-mean-token-mean"):
+        split, m_split = one_step(model, tok, batch, aggregation=agg, micro_batch_prompts=1, beta=0.1,
+                                  ref=copy.deepcopy(model).requires_grad_(False), iterations=2)
+        whole, m_whole = one_step(model, tok, batch, aggregation=agg, micro_batch_prompts=4, beta=0.1,
+                                  ref=copy.deepcopy(model).requires_grad_(False), iterations=2)
+        assert (m_split["micro_batches"], m_split["untrained_micro_batches"]) == (4, 1)
+        assert (m_whole["micro_batches"], m_whole["untrained_micro_batches"]) == (1, 0)
+        for a, b in zip(split.parameters(), whole.parameters()):
+            assert torch.allclose(a, b, atol=1e-6)
+        assert abs(m_split["loss"] - m_whole["loss"]) < 1e-6 and m_split["grad_norm"] > 0
+
+
+def test_a_step_with_no_trained_token_leaves_the_weights_and_says_so(tiny):
+    model, tok = tiny
+    batch = masked_rows(make_batch(model, tok), slice(None))
+    for kw in ({}, {"entropy_coef": 0.01, "top_entropy_quantile": 0.5}, {"aggregation": "token-mean"}):
+        stepped, m = one_step(model, tok, batch, micro_batch_prompts=2, **kw)
+        assert (m["micro_batches"], m["untrained_micro_batches"], m["skipped_updates"]) == (2, 2, 0)
+        assert m["grad_norm"] == 0.0 and m["loss"] == 0.0
+        for a, b in zip(model.parameters(), stepped.parameters()):
+            assert torch.equal(a, b)

@@ -18,7 +18,8 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 
-from rlvr.rewards.base import Verdict, batch_form, clean_reason
+from rlvr.rewards.base import Verdict, batch_form
+from rlvr.text import clean_reason
 from rlvr.rewards.code.checks import UndecidableSpec
 from rlvr.rewards.workers import current
 from rlvr.rewards.code.outcomes import (CaseOutcome, CodeTestsConfig, same, program_outcomes,  # same: part of this API

@@ -30,7 +30,8 @@ METRICS: dict[str, str] = {
     "ratio/mean": TOKEN_MEAN, "approx_kl_old": TOKEN_MEAN, "objective/clipped_frac": TOKEN_MEAN,
     "ratio/min": MIN, "ratio/max": MAX, "grad_norm": MEAN, "value_loss": MEAN, "skipped_updates": MEAN,
     "skipped_nonfinite_weights": MEAN,
-    "micro_batches": SUM, "entropy/coef": MEAN, "lr": MEAN,
+    "micro_batches": SUM, "untrained_micro_batches": SUM, "entropy/coef": MEAN, "entropy/watched_mean": MEAN,
+    "lr": MEAN,
     "rollout/logp_mismatch_mean_abs": MEAN, "rollout/logp_mismatch_max": MAX, "rollout/policy_lag": MEAN,
     # the update's token weights: the sampler correction, the off-policy mask, the high-entropy selection
     "sampler/masked_token_frac": TOKEN_SHARE, "sampler/truncated_token_frac": TOKEN_SHARE,

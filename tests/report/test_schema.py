@@ -1,10 +1,10 @@
-"""The metric schema (rlvr/train/schema.py) is what the update, the cross-rank reduction and the health
+"""The metric schema (rlvr/report/schema.py) is what the update, the cross-rank reduction and the health
 rules read: every metric a step writes is in it, and combine_metrics merges each as it says."""
 import ast
 import json
 from pathlib import Path
 
-from rlvr.train import schema
+from rlvr.report import schema
 from rlvr.train.distributed import combine_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
