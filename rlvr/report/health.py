@@ -1,16 +1,40 @@
 """Run-health rules: each reads the metric history and says, in plain words, what is wrong and what
 to try. A rule fires at most once per run; its finding goes to health.jsonl and the report.
 
-Every rule is a pure function (history, evals) -> Finding | None, tested on synthetic streams.
+Every rule is a pure function (history, evals) -> Finding | None, tested on synthetic streams; the
+metric names they read are the metric schema's (rlvr/train/schema.py), and a reward's metric is named
+after the run's own rewards (`RewardNames.of`), so a run graded by the user's correctness reward is
+judged by it.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 from rlvr.report.console import say
+from rlvr.rewards.base import strict_rewards
+from rlvr.train.schema import reward_metric, reward_of
+
+
+@dataclass(frozen=True)
+class RewardNames:
+    """The run's rewards the rules compare: the strict one (the first correctness-checking reward, else
+    the user's reward named by eval.grader) and the format reward; None where the run has none."""
+
+    strict: str | None = "correctness"
+    form: str | None = "format"
+
+    @staticmethod
+    def of(rewards: list, grader=None) -> RewardNames:
+        """From a run's reward functions and its evaluation grader (rlvr.eval.grader.Grader)."""
+        strict = [rf.name for rf in strict_rewards(rewards)]
+        if grader is not None and grader.user:
+            strict.append(grader.name)
+        form = next((rf.name for rf in rewards if rf.name == "format"), None)
+        return RewardNames(strict[0] if strict else None, form)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -74,7 +98,8 @@ def _half_change(vals: list[float]) -> float:
     return statistics.fmean(vals[half:]) - statistics.fmean(vals[:half])
 
 
-def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1) -> Finding | None:
+def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1, names: RewardNames = RewardNames()
+                   ) -> Finding | None:
     rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None]
     if len(rewards) < min_steps or _half_change(rewards) < rise:
         return None
@@ -85,8 +110,10 @@ def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1) -> Fin
                        f"{100 * acc[0]:.0f}% to {100 * acc[-1]:.0f}%: the policy may be exploiting the reward. "
                        "Read samples.jsonl, run `rlvr audit`, harden the verifier (hidden tests, stricter parsing).",
                        evidence={"reward_change": _half_change(rewards), "heldout_accuracy": acc})
-    fmt = [h.get("reward/format/mean") for h in history]
-    cor = [h.get("reward/correctness/mean") for h in history]
+    if names.form is None or names.strict is None:
+        return None
+    fmt = [h.get(reward_metric(names.form)) for h in history]
+    cor = [h.get(reward_metric(names.strict)) for h in history]
     if None not in fmt and None not in cor and _half_change(fmt) >= 2 * rise and _half_change(cor) < 0.02:
         return Finding(step=history[-1]["step"], rule="suspected_reward_hacking",
                        message=f"the format reward rose by {_half_change(fmt):.2f} while correctness did not "
@@ -166,6 +193,11 @@ def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, en
 def non_finite(history, evals) -> Finding | None:
     h = history[-1]
     loss = h.get("loss")
+    if h.get("skipped_nonfinite_weights", 0) > 0:
+        return Finding(step=h["step"], rule="non_finite",
+                       message=f"the update made weights non-finite (inf or NaN) although the loss and gradient "
+                       f"were finite: optimizer.lr={h.get('lr')} is too large. The update was undone, not applied. "
+                       "Lower optimizer.lr.", evidence={"lr": h.get("lr")})
     if h.get("skipped_updates", 0) > 0 or (loss is not None and not math.isfinite(loss)):
         return Finding(step=h["step"], rule="non_finite",
                        message="the loss or gradient was not finite; the update was skipped, "
@@ -176,9 +208,9 @@ def non_finite(history, evals) -> Finding | None:
 def reward_errors(history, evals, rate: float = 0.05) -> Finding | None:
     h = history[-1]
     n = max(h.get("completions", 0), 1)
-    bad = {k: v for k, v in h.items() if k.startswith("reward/") and k.endswith("/errors") and v / n > rate}
+    bad = {k: v for k, v in h.items() if reward_of(k, "errors") is not None and v / n > rate}
     if bad:
-        name = next(iter(bad)).removeprefix("reward/").removesuffix("/errors")
+        name = reward_of(next(iter(bad)), "errors")
         return Finding(step=h["step"], rule="reward_errors", message=f"reward function '{name}' raised or timed out on "
                        f"{100 * bad[next(iter(bad))] / n:.0f}% of completions (they score 0). Fix it, or raise "
                        "its limits.", evidence=bad)
@@ -256,11 +288,16 @@ RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_ha
                          non_finite, reward_errors, special_casing, tool_use_collapse, tool_errors]
 
 
+def rules_for(names: RewardNames) -> list[Callable]:
+    """RULES, those that read a reward's metric told the run's reward names."""
+    return [functools.partial(rule, names=names) if rule is reward_hacking else rule for rule in RULES]
+
+
 class HealthMonitor:
     """Runs every rule after each step; each rule fires once per run."""
 
-    def __init__(self, rules: list[Callable] = RULES):
-        self.rules, self.fired, self.findings = rules, set(), []
+    def __init__(self, rules: list[Callable] | None = None, names: RewardNames = RewardNames()):
+        self.rules, self.fired, self.findings = rules if rules is not None else rules_for(names), set(), []
 
     def check(self, history: list[dict], evals: list[dict]) -> list[Finding]:
         new = []

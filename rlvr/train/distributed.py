@@ -7,7 +7,7 @@ the GLOBAL batch's units (`rlvr.algo.loss_units`, summed over ranks by `allreduc
 rlvr/train/update.py) and the gradients are then SUMMED over ranks (`allreduce_gradients`), the same
 sum a single process accumulates over micro-batches.
 
-Why no DistributedDataParallel wrapper: the training forward (rlvr/train/logprobs.py) calls the trunk
+Why no DistributedDataParallel wrapper: the training forward (rlvr/train/forward.py) calls the trunk
 (`model.base_model`) and the head separately, so `DDP.forward`, whose hooks arm the gradient
 all-reduce, would never run and gradients would silently stay unsynchronised. DDP would also
 average, where the global-normaliser scheme needs a sum, and its per-backward bucketed all-reduce
@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from rlvr.device import resolve_device
 from rlvr.errors import RlvrError
 from rlvr.nf4 import is_nf4
+from rlvr.train import schema
 
-SUM_KEYS = ("completions", "tokens/generated", "dynamic/dropped_groups", "micro_batches")  # and every key ending in /errors
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -264,20 +264,10 @@ def allreduce_scalars(values: dict[str, float], d: Dist, op: str = "sum") -> dic
 
 # ---------------------------------------------------------------- metrics and objects
 
-def _rule(key: str) -> str:
-    if key in SUM_KEYS or key.endswith("/errors"):
-        return "sum"
-    if key == "ratio/min":
-        return "min"
-    if key == "ratio/max" or key.startswith(("time/", "memory/")):
-        return "max"  # a step takes as long as its slowest rank, and needs its fullest rank's memory
-    return "mean"
-
-
 def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
-    """Merge each rank's metrics: counts (completions, tokens/generated, */errors,
-    dynamic/dropped_groups, micro_batches) are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other
-    number is the mean weighted by each rank's weight (its number of completions). A non-count value
+    """Merge each rank's metrics as the metric schema says (rlvr/train/schema.py `across_ranks`): counts
+    are summed; ratio/min is the min, ratio/max, time/* and memory/* the max; any other number is the
+    mean weighted by each rank's weight (its number of completions). A non-count value
     equal on every rank is kept as it is (step, lr, globally reduced update metrics); None stays None; a key
     some ranks lack (a pass_rate/<difficulty> not in their shard) is combined over those that have it.
     Weighted means of stds and quantiles (reward/std, completion/length_p90) are approximations."""
@@ -287,7 +277,7 @@ def combine_metrics(per_rank: list[dict], weights: list[float]) -> dict:
         if not pairs:
             out[key] = None
             continue
-        values, rule = [v for v, _ in pairs], _rule(key)
+        values, rule = [v for v, _ in pairs], schema.across_ranks(key)
         if rule == "sum":
             out[key] = sum(values)
         elif all(v == values[0] for v in values):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,10 +17,7 @@ from rlvr.rollout.engines import RolloutEngine
 from rlvr.tasks import Problem, Splits
 from rlvr.tasks.curriculum import CurriculumSampler
 from rlvr.train.distributed import Dist
-from rlvr.train.logprobs import Reference
-
-if TYPE_CHECKING:  # settings.py imports the update, which imports this module
-    from rlvr.train.settings import Settings
+from rlvr.train.forward import Reference
 
 
 @dataclass(kw_only=True)
@@ -51,7 +47,9 @@ class Data:
 class Run:
     """Everything a run holds between steps."""
 
-    settings: Settings  # each phase's settings, built once from the config
+    # each phase's settings, built once from the config: rlvr.train.settings.Settings (a name only here:
+    # settings.py imports the update, which imports this module)
+    settings: Settings
     models: Models
     data: Data
     engine: RolloutEngine

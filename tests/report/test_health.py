@@ -1,9 +1,12 @@
 """Each health rule on synthetic metric streams: fires when it should, stays quiet when it should not."""
 import pytest
 
-from rlvr.report.health import (RULES, HealthMonitor, instability, length_trend, no_learning_signal, non_finite,
-                                reward_errors, reward_hacking, skill_regression, special_casing, tool_errors,
-                                tool_use_collapse, truncation)
+from rlvr.config import build_config
+from rlvr.eval.grader import choose_grader
+from rlvr.report.health import (RULES, HealthMonitor, RewardNames, instability, length_trend, no_learning_signal,
+                                non_finite, reward_errors, reward_hacking, skill_regression, special_casing,
+                                tool_errors, tool_use_collapse, truncation)
+from rlvr.rewards import rewards_of
 
 
 def stream(**series):
@@ -44,6 +47,31 @@ def test_reward_hacking_by_heldout_and_by_format():
     honest = stream(reward__mean=[0.1, 0.1, 0.1, 0.4, 0.4, 0.4], reward__format__mean=[0.1, 0.1, 0.1, 0.9, 0.9, 0.9],
                     reward__correctness__mean=[0.3, 0.3, 0.3, 0.6, 0.6, 0.6])
     assert reward_hacking(honest, []) is None
+
+
+def my_grader(completions, answer, **kw):
+    """A user's own correctness reward: 1 where the completion holds the gold answer."""
+    return [float(a in c) for c, a in zip(completions, answer)]
+
+
+def test_the_format_rule_reads_the_runs_own_correctness_reward():
+    """A run graded by the user's reward (eval.grader) is judged by that reward's metric: the format
+    reward rising while it stays flat fires the rule, and built-in names it does not have change nothing."""
+    name = "tests.report.test_health:my_grader"
+    cfg = build_config(None, ["--model.name=tiny-random", f"--rewards.weights={{{name}: 1.0, format: 0.2}}",
+                              f"--eval.grader={name}"])
+    rewards = rewards_of(cfg)
+    names = RewardNames.of(rewards, choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold))
+    assert names == RewardNames(strict=name, form="format")
+    series = {"reward/mean": [0.1, 0.1, 0.1, 0.4, 0.4, 0.4], "reward/format/mean": [0.1, 0.1, 0.1, 0.9, 0.9, 0.9],
+              f"reward/{name}/mean": [0.3, 0.3, 0.3, 0.3, 0.3, 0.3]}
+    history = [{"step": i + 1, **{k: v[i] for k, v in series.items()}} for i in range(6)]
+    found = HealthMonitor(names=names).check(history, [])
+    assert [f.rule for f in found] == ["suspected_reward_hacking"]
+    assert found[0].evidence["correctness_change"] == 0.0
+    assert HealthMonitor().check(history, []) == []  # read as reward/correctness/mean: absent, no finding
+    honest = [{**h, f"reward/{name}/mean": 0.3 if h["step"] <= 3 else 0.6} for h in history]
+    assert HealthMonitor(names=names).check(honest, []) == []
 
 
 def ev(step, acc, free, fixed=None, broken=None, n=100, split="heldout"):

@@ -44,7 +44,7 @@ def colocated(tmp_path_factory):
 
 def mismatch(policy, rollout, pad_id) -> float:
     """Mean |trainer - sampler| log-prob over the sampled tokens, as the training loop logs it."""
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.forward import completion_logprobs
 
     with torch.no_grad():
         trainer = completion_logprobs(policy, rollout.prompt_ids, rollout.completion_ids, rollout.completion_mask,

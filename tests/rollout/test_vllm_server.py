@@ -85,7 +85,7 @@ def server(tmp_path_factory):
 
 
 def trainer_logprobs(policy, rollout, temperature):
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.forward import completion_logprobs
 
     with torch.no_grad():
         return completion_logprobs(policy, rollout.prompt_ids, rollout.completion_ids, rollout.completion_mask,
@@ -156,6 +156,19 @@ def test_a_short_run_through_the_server(short_run):
         assert r[MISMATCH] < 1e-3, r
     pushed = list((out / "vllm-weights").iterdir())
     assert len(pushed) == 1 and pushed[0].name.endswith("-3")  # at start, after steps 1 and 2: the last kept
+
+
+def test_one_step_off_samples_from_the_server_while_the_trainer_updates(server, short_run, tmp_path):
+    """rollout.overlap=one_step_off through a server: each push lands before the next rollout starts, so the
+    version check holds while every batch after the first is one update old."""
+    url, model, *_ = server
+    out = tmp_path / "off"
+    done = run_train(out, url, model, "--train.steps=3", "--rollout.overlap=one_step_off")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout/policy_lag"] for r in rows] == [0, 1, 1]
+    assert rows[0][MISMATCH] < 1e-3  # step 1: sampled from the weights the trainer holds
+    assert all(0.0 <= r["time/overlap_frac"] <= 1.0 for r in rows)
 
 
 def test_a_killed_server_is_named_and_the_run_resumes_later(server, short_run):
