@@ -292,7 +292,7 @@ def probe(job: dict) -> dict:
 
     from rlvr.models import enable_gradient_checkpointing, tiny_random
     from rlvr.rollout.builtin import generate
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.forward import completion_logprobs
 
     model, tok = tiny_random()
     prompts = [tok.encode("What is 2 + 2?"), tok.encode("What is 3 + 5? Answer:")]

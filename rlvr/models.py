@@ -291,7 +291,7 @@ def apply_lora(policy, lora):
     """Wrap `policy` with PEFT LoRA adapters (`lora`: config.LoraConfig, r > 0); only adapters train.
 
     The base weights stay frozen, so the KL reference is the same model with its adapters disabled
-    (rlvr.train.logprobs.Reference) and no second copy is held.
+    (rlvr.train.forward.Reference) and no second copy is held.
     """
     try:
         from peft import LoraConfig, TaskType, get_peft_model

@@ -42,7 +42,7 @@ ACTIVATION_TERMS = {"hidden": 8, "kv": 4, "intermediate": 4}
 # [n, vocab] fp32 tensors alive at once: the decode step's logits, softmax and sampling copy; on the CPU the
 # update keeps each chunk's log-softmax for the backward; on CUDA one chunk's logits, log-softmax and grads
 LOGIT_COPIES = {"rollout": 3, "update_cpu": 1, "update_cuda": 4}
-CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/logprobs.py token_logprobs)
+CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/forward.py token_logprobs)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -105,7 +105,7 @@ class Settings:
 
         from rlvr.device import resolve_precision
         from rlvr.models import weight_dtype
-        from rlvr.train.logprobs import reference_in_bf16
+        from rlvr.train.forward import reference_in_bf16
 
         dev = torch.device(device)
         dtype = str(weight_dtype(cfg.model.dtype, stored_dtype, dev)).removeprefix("torch.")

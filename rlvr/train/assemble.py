@@ -26,7 +26,7 @@ from rlvr.tasks.files import save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
-from rlvr.train.logprobs import Reference, reference_in_bf16
+from rlvr.train.forward import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.settings import Settings
 from rlvr.train.state import Data, Models, Run

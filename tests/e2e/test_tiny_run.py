@@ -222,7 +222,7 @@ def test_vllm_engine_without_vllm_is_a_clear_error(tmp_path, capsys):
 
 
 def test_bf16_training_holds_a_bf16_reference_whose_kl_starts_at_zero(tmp_path):
-    """Under bf16 autocast the reference is a bf16 copy (rlvr.train.logprobs.Reference); at the first
+    """Under bf16 autocast the reference is a bf16 copy (rlvr.train.forward.Reference); at the first
     step the policy is still the reference, and the KL is exactly 0, as with an fp32 copy."""
     out = run(tmp_path, "bf16", "--train.mixed_precision=bf16", "--algo.beta=0.04")
     metrics = read_jsonl(out / "metrics.jsonl")
