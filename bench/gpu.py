@@ -97,10 +97,27 @@ MEMORY_ROWS = [  # (name, shape, PxGxT, overrides, target GiB)
     ("8B LoRA nf4", "llama-3.1-8b", (8, 8, 512), LEAN + " --model.quantize=nf4", 12),
     ("32B LoRA nf4", "qwen2.5-32b", (8, 4, 1024), LEAN + " --model.quantize=nf4", 80),
 ]
+MEMORY_TIMEOUT_S = 240  # a 32B step: building it, 1024 decode steps through 4-bit weights, 8 micro-batches
 FITS_CARDS = (24, 48, 80)  # GiB: the "largest model that fits" table, set with set_per_process_memory_fraction
 FITS_SHAPES = ("qwen2.5-32b", "llama-3.1-8b", "qwen3-1.7b")  # largest first; each at 8x8x256, nf4 + LoRA
 SMOKE_ROWS = [("tiny LoRA fp32", "tiny-random", (2, 2, 8), "--model.lora.r=4", 1),
               ("tiny LoRA nf4", "tiny-random", (2, 2, 8), "--model.lora.r=4 --model.quantize=nf4", 1)]
+
+
+def planned_to_fit(shapes: tuple[str, ...], card: int, smoke: bool) -> tuple[str, ...]:
+    """The shapes from the largest rlvr plan says fits `card` GiB on down (nf4 + LoRA r=16, checkpointing,
+    micro-batches of 1 prompt, 8x8x256, 80-token prompts): the GPU verifies the plan's pick, and tries the
+    next smaller only where that runs out of memory. rlvr.plan needs neither torch nor transformers."""
+    if smoke:
+        return shapes
+    if str(ROOT) not in sys.path:  # the repository's rlvr, as the children import it
+        sys.path.insert(0, str(ROOT))
+    from rlvr.plan import GIB, Settings, estimate, shape_of
+
+    s = Settings(dtype="bfloat16", quantize="nf4", lora_r=16, prompts=8, group=8, prompt_tokens=80, new_tokens=256,
+                 micro_batch_prompts=1, checkpointing=True)
+    fits = [i for i, name in enumerate(shapes) if estimate(shape_of(name), s).peak <= card * GIB]
+    return shapes[fits[0]:] if fits else shapes[-1:]
 
 
 def memory_jobs(args, base: dict, work: Path) -> tuple[list[Job], list[Job]]:
@@ -108,13 +125,14 @@ def memory_jobs(args, base: dict, work: Path) -> tuple[list[Job], list[Job]]:
     rows = SMOKE_ROWS if args.smoke else MEMORY_ROWS
     model = lambda shape: shape if shape == "tiny-random" else f"random:{shape}"
     head = [Job(f"{name} {'x'.join(map(str, pgt))}", {**base, "kind": "rlvr", "model_dir": model(shape), "shape": pgt,
-                "model": shape, "name": f"mem-{i}", "overrides": extra, "warmup": 0, "steps": 1, "target_gib": gib})
+                "model": shape, "name": f"mem-{i}", "overrides": extra, "warmup": 0, "steps": 1, "target_gib": gib,
+                "timeout_s": max(args.timeout, MEMORY_TIMEOUT_S)})
             for i, (name, shape, pgt, extra, gib) in enumerate(rows)]
     later = []
     cards, shapes = ((1,), ("tiny-random",)) if args.smoke else (FITS_CARDS, FITS_SHAPES)
     for card in cards:
         before = ""
-        for shape in shapes:
+        for shape in planned_to_fit(shapes, card, args.smoke):
             name = f"fits {card} GiB: {shape}"
             later.append(Job(name, {**base, "kind": "rlvr", "model_dir": model(shape), "shape": (8, 8, 256) if not
                                     args.smoke else (2, 2, 8), "model": shape, "name": f"fit-{card}-{shape}",
@@ -205,7 +223,7 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
             print(f"[{time.monotonic() - (deadline - args.budget):5.0f} s] {job.name} ...", flush=True)
             env = envs["trl"] if job.spec["kind"] == "trl" else envs["plain"]
             log = work / f"{job.spec['kind']}-{len(done)}.log"
-            job.result = run_child(job, min(args.timeout, left), env, log)
+            job.result = run_child(job, min(job.spec.get("timeout_s", args.timeout), left), env, log)
             if job.result["status"] == "timeout" and job.spec["kind"] == "rlvr":
                 job.result["why"] += partial_steps(work / f"run-{job.spec['name']}" / "metrics.jsonl")
             if args.log:  # every process's output in one file, which survives the work directory
