@@ -107,6 +107,10 @@ def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "n
     train.mixed_precision resolved ("bf16": vLLM samples in bf16)."""
     r = cfg.rollout
     check_device(r, of_model(policy))
+    if r.engine == "vllm" and r.vllm.server_url:  # vLLM servers the user started (HTTP only: no vllm here)
+        from rlvr.rollout.vllm_server import make_server_engine
+
+        return make_server_engine(cfg, policy, workdir)
     if r.engine == "vllm":
         from rlvr.rollout.vllm_engine import make_vllm_engine
 

@@ -284,15 +284,11 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
 
 
 def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no"):
-    """The engine for cfg (a rlvr Config), holding the policy's current weights: colocated, or through the
-    servers at rollout.vllm.server_url (rlvr/rollout/vllm_server.py). Raises RlvrError up front when vllm
-    or its platform is missing. The settings were checked where every setting is: their values in
-    rlvr/config/validate.py, what torchrun supports in rlvr.train.assemble.check_distributed."""
+    """The colocated engine for cfg (a rlvr Config), holding the policy's current weights (servers:
+    rlvr/rollout/vllm_server.py). Raises RlvrError up front when vllm or its platform is missing. The
+    settings were checked where every setting is: their values in rlvr/config/validate.py, what torchrun
+    supports in rlvr.train.assemble.check_distributed."""
     v = cfg.rollout.vllm
-    if v.server_url:
-        from rlvr.rollout.vllm_server import make_server_engine
-
-        return make_server_engine(cfg, policy, workdir)
     platform = check_vllm_usable()
     device = next(policy.parameters()).device
     if device.type != platform:
