@@ -28,7 +28,7 @@ from common import ROOT, task_prompts  # bench/common.py
 from rlvr.config import build_config
 from rlvr.models import load_model, stop_token_ids
 from rlvr.rollout import builtin, hf_engine
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 
 TARGET = 4.0
 

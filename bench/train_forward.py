@@ -17,7 +17,7 @@ import time
 import torch
 
 from rlvr.models import load_model
-from rlvr.train.logprobs import _positions_needed, completion_logprobs, plan_buckets
+from rlvr.train.forward import _positions_needed, completion_logprobs, plan_buckets
 
 GROUP = 8
 LENGTHS = [7, 5, 12, 9, 32, 6, 8, 10,  # prompt 0

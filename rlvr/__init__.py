@@ -14,6 +14,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # torchao (model.quantize=nf4, optimizer.state=8bit; peft imports it wherever it is installed) logs a warning
 # for each of its optional GPU kernels that did not load: on a CPU, every one, on every import
 logging.getLogger("torchao").setLevel(logging.ERROR)
+# transformers imports torchao wherever it is installed (its quantizers), and torchao 0.18 registers two enums
+# with torch's pytree the way torch 2.13 deprecates: two warnings at the start of every run, none of them ours
+logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 from rlvr.api import fit  # noqa: E402 (after the OpenMP setting, though rlvr.api loads no torch itself)
 

@@ -55,6 +55,21 @@ def name_rewards(rewards) -> tuple[dict[str, float], dict[str, Callable]]:
     return weights, given
 
 
+def check_resumed(weights: dict[str, float], given: dict[str, Callable]) -> None:
+    """A resume's Python rewards are the run's: matched to config.yaml's python:<name> entries by each
+    function's __name__ (a repeated name by order, as name_rewards names them); the weights stay the run's.
+    A function renamed, left out or added since is an error listing both sides, before anything loads."""
+    from rlvr.rewards.base import PYTHON_PREFIX
+    from rlvr.rewards.verl import VERL_PREFIX
+
+    theirs = [n for n in weights if n.startswith((PYTHON_PREFIX, VERL_PREFIX + PYTHON_PREFIX))]
+    if sorted(theirs) != sorted(given):
+        raise RlvrError(f"rlvr.fit(resume=...): the run's Python rewards are {', '.join(theirs) or 'none'} "
+                        f"(config.yaml names each by its function's __name__), and this call gives "
+                        f"{', '.join(given) or 'none'}; pass the same functions under the same names (the run's "
+                        "weights are kept)")
+
+
 def as_rows(data, label: str) -> list[dict]:
     """A list of dicts, or a datasets.Dataset (anything with to_list), as a list of row dicts."""
     if hasattr(data, "to_list"):
@@ -110,7 +125,9 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
         path = Path(resume) / "config.yaml"
         if not path.is_file():
             raise RlvrError(f"resume={resume}: no config.yaml there; give a run directory that rlvr wrote")
-        return train(build_config(path, [*argv, _override("train.out", str(resume))]), resume=True, given=given)
+        cfg = build_config(path, [*argv, _override("train.out", str(resume))])
+        check_resumed(cfg.rewards.weights, given)
+        return train(cfg, resume=True, given=given)
     if weights:
         argv.append(_override("rewards.weights", weights))
     cfg = build_config(config, argv)

@@ -64,3 +64,38 @@ def test_a_config_file_that_is_not_utf8_names_file_line_and_offset(tmp_path, cap
     path.write_bytes(text[:cut] + "# café\n".encode() + text[cut:])  # the same comment in UTF-8 is fine
     code, err = train(capsys, tmp_path, str(path))
     assert code == 0, err
+
+
+def test_a_prompt_longer_than_the_context_is_left_out_with_a_count_and_named(tmp_path, capsys):
+    """tiny-random's context is 1024 positions and its tokenizer reads a character a token: a 1500-character
+    question cannot fit, and is left out (said with a count, the row named); the others train."""
+    rows = [dict(r) for r in ROWS]
+    rows[4]["prompt"] = "What is " + "1 + " * 375 + "1?"
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(jsonl(rows))
+    code, err = train(capsys, tmp_path, SMOKE, "--model.name=tiny-random", f"--task.name={path}")
+    assert code == 0, err
+    line = [x for x in err.splitlines() if "do not fit" in x]
+    assert len(line) == 1 and line[0].startswith(
+        "task: 1 of 6 train problems do not fit the model's context of 1024 tokens with ")
+    assert f"the first, {path} line 5, has a " in line[0] and line[0].endswith("-token prompt; left out")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["data"]["problems"] == {"train": 5, "heldout": 2, "ood": 0}
+
+
+def test_prompts_that_all_overflow_the_context_are_refused(tmp_path, capsys):
+    rows = [dict(r, prompt="What is " + "1 + " * 375 + f"{i}?") for i, r in enumerate(ROWS)]
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(jsonl(rows))
+    code, err = train(capsys, tmp_path, SMOKE, "--model.name=tiny-random", f"--task.name={path}")
+    assert code == 2
+    assert "rlvr: error: task: 6 of 6 train problems do not fit the model's context of 1024 tokens" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_prompts_that_fit_are_all_kept(tmp_path, capsys):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(jsonl(ROWS))
+    code, err = train(capsys, tmp_path, SMOKE, "--model.name=tiny-random", f"--task.name={path}")
+    assert code == 0 and "do not fit" not in err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["data"]["problems"]["train"] == 6

@@ -289,3 +289,25 @@ def test_yaml_words_that_version_1_1_reads_as_booleans_stay_strings(tmp_path):
     assert cfg.train.mixed_precision == "no" and cfg.train.gradient_checkpointing is False
     with pytest.raises(ConfigError, match="train.gradient_checkpointing"):
         build_config(None, ["--model.name=tiny-random", "--train.gradient_checkpointing=off"])
+
+
+@pytest.mark.parametrize("override, said", [
+    ("--rewards.weights={correctness: .nan}", "rewards.weights: the weight of 'correctness' must be a finite number, got nan"),
+    ("--rewards.weights={correctness: .inf, format: 0.2}", "the weight of 'correctness' must be a finite number, got inf"),
+    ("--algo.adv_eps=0", "algo.adv_eps must be > 0"),
+    ("--optimizer.lr=1e38", "optimizer.lr must be in [0, 1), got 1e+38"),
+    ("--optimizer.lr=.inf", "optimizer.lr must be a finite number, got inf"),
+    ("--optimizer.lr=.nan", "optimizer.lr must be a finite number, got nan"),
+    ("--algo.clip_high=.nan", "algo.clip_high must be a finite number, got nan"),
+    ("--rewards.timeout_s=-1", "rewards.timeout_s must be >= 0"),
+])
+def test_numbers_that_cannot_work_are_refused_by_key(override, said):
+    with pytest.raises(ConfigError) as got:
+        build_config(None, [override])
+    assert said in str(got.value)
+
+
+@pytest.mark.parametrize("override", ["--rewards.weights={correctness: 1, format: -0.5}", "--algo.adv_eps=1e-8",
+                                      "--optimizer.lr=0.5", "--optimizer.lr=0", "--rewards.timeout_s=0"])
+def test_the_honest_numbers_beside_them_still_build(override):
+    build_config(None, [override])

@@ -10,7 +10,7 @@ from rlvr.errors import RlvrError
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.builtin import generate
 from rlvr.rollout.engines import check_device
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 
 NO_GPU = not torch.cuda.is_available()  # read at import, before tests/conftest.py hides the GPU from other tests
 

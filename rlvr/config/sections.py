@@ -304,6 +304,13 @@ class TrainConfig:
     mixed_precision: str = "auto"
     """auto (bf16 on CUDA, no on the CPU), no, or bf16: autocast the training forward (and, on CUDA, the
     rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
+    lm_head: str = "auto"
+    """How the update's forward scores tokens: fused (one autograd function over chunks of tokens that keeps
+    no [tokens, vocabulary] tensor for the backward pass and recomputes each chunk's logits there: the same
+    log-probs, gradients equal within rounding), chunked (the chunks' log-softmax kept for the backward
+    pass on the CPU, recomputed by activation checkpointing on CUDA), or auto (fused on CUDA; chunked on
+    the CPU, which keeps the default run's gradients bit for bit: bench/lm_head.py measured the two alike in
+    time there at SmolLM2's vocabulary, the fused one at 0.78x the memory)."""
 
 
 @dataclass(kw_only=True)

@@ -53,10 +53,13 @@ def _train_time(metrics: list[dict]) -> list[float]:
     return list(itertools.accumulate(m.get("time/step_s", 0.0) for m in metrics))
 
 
-def table(runs: list[RunData]) -> str:
-    cols = ["run", "preset", "steps", "train s", "s/step", "reward first", "reward last", "held-out before",
+COLUMNS = ["run", "preset", "steps", "train s", "s/step", "reward first", "reward last", "held-out before",
             "held-out after", "free before", "free after", "broken", "OOD before", "OOD after", "OOD free before",
             "OOD free after", "OOD broken"]
+
+
+def table_rows(runs: list[RunData]) -> list[list[str]]:
+    """One row of COLUMNS per run, as text."""
     rows = []
     for r in runs:
         s, m = r.summary, r.metrics
@@ -69,6 +72,12 @@ def table(runs: list[RunData]) -> str:
                      pct("heldout_accuracy_before"), pct("heldout_accuracy_after"), pct("heldout_lenient_before"),
                      pct("heldout_lenient_after"), broken("heldout"), pct("ood_accuracy_before"),
                      pct("ood_accuracy_after"), pct("ood_lenient_before"), pct("ood_lenient_after"), broken("ood")])
+    return rows
+
+
+def table(runs: list[RunData]) -> str:
+    """The table as aligned text (the console)."""
+    cols, rows = COLUMNS, table_rows(runs)
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     fmt = lambda row: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
     return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
@@ -85,13 +94,25 @@ def charts(runs: list[RunData]) -> list[str]:
             line_chart(acc_time, "Held-out accuracy (greedy)", "training seconds", "accuracy")]
 
 
+# An HTML table whose headers wrap: the 17 columns as one line of monospace text were about 1650 px wide,
+# cut off in a window of 1400; a page too narrow even so scrolls the table, never the whole page.
+CSS = """body{font-family:sans-serif;margin:2em}.charts div{display:inline-block}.wide{overflow-x:auto}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
+th{vertical-align:bottom;max-width:5.5em}td{white-space:nowrap}th:first-child,td:first-child{text-align:left}"""
+
+
+def html_table(runs: list[RunData]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in table_rows(runs))
+    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+
+
 def write_comparison(runs: list[RunData], out: str | Path) -> Path:
     out = Path(out)
-    text = table(runs)
     body = "\n".join(f"<div>{c}</div>" for c in charts(runs))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlvr compare</title>"
-            f"<style>body{{font-family:sans-serif;margin:2em}} div{{display:inline-block}}</style></head><body>"
-            f"<h1>rlvr compare</h1><pre>{html.escape(text)}</pre>{body}</body></html>")
+            f"<style>{CSS}</style></head><body>"
+            f"<h1>rlvr compare</h1>{html_table(runs)}<div class='charts'>{body}</div></body></html>")
     atomic_write_text(out / "compare.html", page)
     atomic_write_json(out / "compare.json", {r.name: {"path": str(r.path), "preset": r.preset, **r.summary}
                                              for r in runs})

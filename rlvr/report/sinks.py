@@ -65,26 +65,31 @@ def atomic_write_json(path: str | Path, obj) -> None:
     atomic_write_text(path, json.dumps(_clean(obj), indent=2) + "\n")
 
 
-def _save_peft(model, path: Path) -> None:
+def _save_peft(model, path: Path, base: str | None = None) -> None:
     """A LoRA model: its adapter in path/adapter, and a merged full model in path, so a plain
     transformers load (or --model.name=path) gets the trained weights. The merge runs on a copy, so
     the live model keeps its adapters and training can go on. A 4-bit base is saved dequantised (its
-    NF4 values in model.dtype) with the adapter merged in."""
+    NF4 values in model.dtype) with the adapter merged in. `base`: the adapter's base_model_name_or_path
+    (rlvr.models.base_model_path), so PeftModel.from_pretrained and the Hub know what it adapts."""
     model.save_pretrained(path / "adapter")
+    if base is not None:
+        config = path / "adapter" / "adapter_config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "base_model_name_or_path": base}, indent=2))
     # a 4-bit base (model.quantize) is copied as its dequantised values, in model.dtype
     plain = {id(p): torch.nn.Parameter(dequantized(p), requires_grad=False) for p in model.parameters() if is_nf4(p)}
     copy.deepcopy(model, plain).merge_and_unload().save_pretrained(path)
 
 
-def atomic_save_model(model, tokenizer, path: str | Path) -> None:
-    """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash."""
+def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = None) -> None:
+    """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash. `base`:
+    a LoRA adapter's base model (_save_peft)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, _ = _fresh(path, lambda t: os.mkdir(t, 0o777))
     try:
         try:
             if is_peft(model):
-                _save_peft(model, tmp)
+                _save_peft(model, tmp, base)
             else:
                 model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)

@@ -110,7 +110,7 @@ def prefill(model, prompts: list[list[int]], pad_id: int, min_shared: int = 8, *
     rest of each prompt runs after it, left-padded, so padding sits between prefix and rest (masked
     out; the positions skip it). Every prompt keeps at least its last token in the second pass.
     `model` is a causal LM (rollouts: kwargs logits_to_keep=1) or its trunk (the training forward,
-    rlvr/train/logprobs.py, which reads the cache and the last hidden state, with gradient)."""
+    rlvr/train/forward.py, which reads the cache and the last hidden state, with gradient)."""
     device = of_model(model)
     shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1) if len(prompts) > 1 else 0
     if shared < min_shared:

@@ -24,7 +24,9 @@ LAUNCH_FAILED = 125   # the launcher's exit status when a step fails (its messag
 def rlimits_for(limits: SandboxLimits, nproc: int | None) -> list[tuple[int, int, int]]:
     """(resource, soft, hard), hard never above what we hold (raising it would fail unprivileged).
     nproc=None leaves the process limit to the harness, inside the sandbox's user namespace."""
-    cpu = max(1, math.ceil(limits.cpu_s))
+    # a second over cpu_s: the parent's load-free clock (rlvr.sandbox.clock), which counts a busy loop's
+    # CPU time, gives the verdict; the kernel's limit is the backstop for a run the parent cannot see
+    cpu = max(1, math.ceil(limits.cpu_s)) + 1
     wanted = [(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
               (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at soft, SIGKILL at hard
               (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),

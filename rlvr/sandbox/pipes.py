@@ -10,6 +10,8 @@ import subprocess
 import threading
 import time
 
+from rlvr.sandbox.clock import RunClock
+
 _STDERR_TAIL = 8192
 _DRAIN_GRACE_S = 0.5   # after the program exits, how long its pipes may take to drain
 _REAP_WAIT_S = 0.5     # how long an orphaned sandbox process may take to die before we reap it
@@ -36,7 +38,8 @@ def kill_group(pid: int) -> None:
 
 def read_until_exit(proc: subprocess.Popen, wall_s: float, stdout_cap: int, started: float):
     """Read stdout, stderr and the result pipe until the program has exited and its pipes are
-    drained, the wall clock runs out, or a cap is passed. The group is dead when this returns.
+    drained, its time runs out (wall_s on rlvr.sandbox.clock's load-free clock), or a cap is passed. The
+    group is dead when this returns.
 
     Returns (stdout, stderr tail, timed_out, output_too_large).
     """
@@ -49,7 +52,7 @@ def read_until_exit(proc: subprocess.Popen, wall_s: float, stdout_cap: int, star
     pidfd = open_pidfd(proc.pid)
     if pidfd is not None:
         sel.register(pidfd, selectors.EVENT_READ)  # readable once the process exits
-    deadline, exited_at = started + wall_s, None
+    clock, exited_at = RunClock(proc.pid, wall_s, started), None
     timed_out = too_large = False
     try:
         while not too_large and (exited_at is None or any(fd in caps for fd in sel.get_map())):
@@ -58,11 +61,11 @@ def read_until_exit(proc: subprocess.Popen, wall_s: float, stdout_cap: int, star
                 exited_at = now
                 kill_group(proc.pid)  # leftovers holding our pipes open die now
                 continue
-            end = deadline if exited_at is None else exited_at + _DRAIN_GRACE_S
-            if now >= end:
+            left = clock.left() if exited_at is None else exited_at + _DRAIN_GRACE_S - now
+            if left <= 0:
                 timed_out = exited_at is None
                 break
-            wait = end - now if pidfd is not None else min(end - now, 0.01)
+            wait = left if pidfd is not None else min(left, 0.01)
             too_large = _read_ready(sel.select(wait), sel, bufs, caps, pidfd)
     finally:
         sel.close()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import selectors
 import subprocess
-import time
 
 from rlvr.sandbox import harness
+from rlvr.sandbox.clock import RunClock
 from rlvr.sandbox.run import Sandbox, SandboxLimits, exit_reason, spawn
 
 _REPLY_TAGS = {"v": 2, "e": 4, "n": 2, "m": 1}   # tag -> length of a well-formed reply
@@ -57,7 +57,7 @@ class Program:
             os.close(req_r)
             os.close(resp_w)   # ours must go, or end-of-file never comes
         os.set_blocking(self._req, False)
-        self.deadline = self.run.started + limits.wall_s
+        self.clock = RunClock(self.run.proc.pid, limits.wall_s, self.run.started)  # load-free (rlvr.sandbox.clock)
         first = self._reply()
         if type(first) is list and len(first) == 4 and first[0] == "load" \
                 and all(type(x) is str for x in first[1:]):
@@ -106,10 +106,10 @@ class Program:
             return
         if reply is not None:
             self.ended = "malformed answer from the sandbox"
-        elif time.monotonic() >= self.deadline:
-            self.ended = f"timed out after {self.limits.wall_s:.1f}s"
-        elif self._received > self.limits.channel_bytes:
+        elif self._received > self.limits.channel_bytes:  # said first: it does not depend on the clock
             self.ended = "output too large"
+        elif self.clock.left() <= 0:
+            self.ended = f"timed out after {self.limits.wall_s:.1f}s"
         else:
             try:   # it has closed the pipe; give it a moment to exit so the exit code says why
                 self.run.proc.wait(_EXIT_WAIT_S)
@@ -127,8 +127,10 @@ class Program:
         with selectors.DefaultSelector() as sel:
             sel.register(self._req, selectors.EVENT_WRITE)
             while view:
-                left = self.deadline - time.monotonic()
+                left = self.clock.left()
                 if left <= 0 or not sel.select(left):
+                    if left > 0:
+                        continue   # the wall limit passed while the machine kept it waiting: look again
                     self._end(None)
                     return False
                 try:
@@ -149,8 +151,10 @@ class Program:
             while b"\n" not in self._buf:
                 if self._received > self.limits.channel_bytes:
                     return None
-                left = self.deadline - time.monotonic()
+                left = self.clock.left()
                 if left <= 0 or not sel.select(left):
+                    if left > 0:
+                        continue
                     return None
                 chunk = os.read(self._resp, 1 << 16)
                 if not chunk:

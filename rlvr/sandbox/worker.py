@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 
+from rlvr.sandbox.clock import RunClock
+
 
 class KillableWorker:
     """A child process that writes `ready` when it has started, then one JSON reply per request.
@@ -27,7 +29,7 @@ class KillableWorker:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         self.last_pid = self.proc.pid
-        if self._readline(self.startup_s) != b"ready":
+        if self._readline(RunClock(None, self.startup_s)) != b"ready":
             self.kill()
             raise RuntimeError(f"{self.what} ({self.module}) did not start")
 
@@ -35,15 +37,17 @@ class KillableWorker:
         return self.proc is not None and self.proc.poll() is None
 
     def ask(self, request: dict, timeout_s: float) -> tuple[dict | None, str]:
-        """(reply, "") within timeout_s of wall clock, else (None, "crashed" | "timed out") with the
-        worker killed. A reply that is not a JSON object is a crash: the worker is not trusted to be sane."""
+        """(reply, "") within timeout_s, else (None, "crashed" | "timed out") with the worker killed. The
+        limit is on the load-free clock of rlvr.sandbox.clock (the time the worker's process tree would have
+        taken on an idle machine; the wall clock is its backstop). A reply that is not a JSON object is a
+        crash: the worker is not trusted to be sane."""
         try:
             self.proc.stdin.write((json.dumps(request, ensure_ascii=True) + "\n").encode("ascii"))
             self.proc.stdin.flush()
         except OSError:   # it died since the last request
             self.kill()
             return None, "crashed"
-        line = self._readline(timeout_s)
+        line = self._readline(RunClock(self.proc.pid, timeout_s))  # load-free: rlvr.sandbox.clock
         if line is None:
             crashed = self.proc.poll() is not None
             self.kill()
@@ -70,10 +74,11 @@ class KillableWorker:
             f.close()
         self.proc = None
 
-    def _readline(self, timeout_s: float) -> bytes | None:
+    def _readline(self, clock: RunClock) -> bytes | None:
         poll = select.poll()   # not select.select: a trainer may hold descriptors past FD_SETSIZE (1024)
         poll.register(self.proc.stdout, select.POLLIN)
-        if not poll.poll(max(0, int(timeout_s * 1000))):
-            return None
+        while not poll.poll(int(clock.left() * 1000) + 1):
+            if clock.left() <= 0:
+                return None
         line = self.proc.stdout.readline()
         return line.strip() if line.endswith(b"\n") else None

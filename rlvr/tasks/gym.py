@@ -28,6 +28,15 @@ def _reasoning_gym():
     return reasoning_gym
 
 
+def gym_datasets() -> dict[str, dict[str, object]]:
+    """reasoning-gym's datasets by name, each with its settings (task.params) and their defaults: what
+    `rlvr tasks` lists."""
+    registry = _reasoning_gym().factory.DATASETS
+    return {name: {f.name: f.default for f in dataclasses.fields(registry[name][1])
+                   if f.name not in ("seed", "size") and f.default is not dataclasses.MISSING}
+            for name in sorted(registry)}
+
+
 def make_dataset(dataset: str, params: dict, size: int, seed: int):
     """The reasoning-gym dataset object, with errors that name the setting at fault."""
     rg = _reasoning_gym()
@@ -36,7 +45,7 @@ def make_dataset(dataset: str, params: dict, size: int, seed: int):
         near = difflib.get_close_matches(dataset, list(registry), n=3)
         hint = f"did you mean {', '.join(near)}? " if near else ""
         raise RlvrError(f"task.name: reasoning-gym has no dataset '{dataset}'; {hint}"
-                        f"it has {len(registry)}, e.g. {', '.join(sorted(registry)[:8])}")
+                        f"it has {len(registry)}, e.g. {', '.join(sorted(registry)[:8])} (`rlvr tasks` lists them all)")
     fields = [f.name for f in dataclasses.fields(registry[dataset][1])]
     reserved = {"seed", "size"} & set(params)
     if reserved:

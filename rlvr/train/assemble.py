@@ -12,6 +12,7 @@ from rlvr.config import Config, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.plan import first_lines
 from rlvr.report.console import say
 from rlvr.report.trackers import check_trackers
 from rlvr.rewards import rewards_of
@@ -25,7 +26,7 @@ from rlvr.tasks.files import save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
-from rlvr.train.logprobs import Reference, reference_in_bf16
+from rlvr.train.forward import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.settings import Settings
 from rlvr.train.state import Data, Models, Run
@@ -92,6 +93,47 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     return splits, rewards, grader
 
 
+def within_context(splits, env, tok, context: int | None, budgets: dict[str, int]) -> None:
+    """Leave out the problems whose prompt and answer budget do not fit the model's context, with a count
+    and the first one named (each split with its own budget: rollout.max_new_tokens, eval.max_new_tokens).
+    Left out rather than cut: a prompt cut to fit is another question (its end, or the instructions at
+    its start, gone) that the gold answer no longer grades, while positions past the context make a
+    model's output garbage or fail. A split left with none is an error."""
+    if not context:
+        return
+    for split, budget in budgets.items():
+        problems = getattr(splits, split)
+        if not problems:
+            continue
+        # A token is at least one byte of text, and a single-turn prompt is its problem's text inside the
+        # same frame (template, system prompt, few-shot turns): the first prompt's bytes bound the frame,
+        # so a problem whose text plus that bound fits is known to fit without rendering it.
+        frame = None if env.multi_turn else len(tok.decode(env.prompt(problems[0])).encode())
+
+        def tokens(p) -> int:  # the prompt's length, or 0 where it is known to fit
+            if frame is not None and frame + _text_bytes(p) + budget <= context:
+                return 0
+            return len(env.prompt(p))
+
+        lengths = [tokens(p) for p in problems]
+        fits = [p for p, n in zip(problems, lengths) if n + budget <= context]
+        if len(fits) == len(problems):
+            continue
+        n, first = next((n, p) for p, n in zip(problems, lengths) if n + budget > context)
+        where = first.origin or repr(first.question[:60])
+        line = (f"{len(problems) - len(fits)} of {len(problems)} {split} problems do not fit the model's context of "
+                f"{context} tokens with {budget} new tokens: the first, {where}, has a {n}-token prompt")
+        if not fits:
+            raise RlvrError(f"task: {line}; shorten the prompts (task.few_shot, task.system_prompt) or the "
+                            "new-token budget, or use a model with a longer context")
+        say(f"task: {line}; left out")
+        setattr(splits, split, fits)
+
+
+def _text_bytes(p) -> int:
+    return len(p.question.encode()) + sum(len(str(m.get("content", "")).encode()) for m in p.messages)
+
+
 def claim_run_dir(cfg: Config, fresh: bool) -> None:
     """The run directory made this run's (rank 0): config.yaml written (a fresh run first clears an
     earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml names."""
@@ -112,10 +154,14 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
+    if d.is_main:  # before the weights load: a run that cannot fit is told so first
+        say(first_lines(cfg, d.device.type, [p.question for p in splits.train]))
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
     models = models_of(cfg, policy, tok, d, precision)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
+    within_context(splits, env, tok, getattr(policy.config, "max_position_embeddings", None),
+                   {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, models.policy, out, precision)
     if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced

@@ -1,16 +1,18 @@
-"""Phase 4 of a step: from scored rollouts to a training batch on the device. `make_batch` moves the
-rollout across (its one host-to-device crossing), leaves out tokens whose sampler log-prob is not finite,
-and computes the advantages (`compute_advantages`: every `algo.adv_estimator`, the KL optionally in the
-reward, from the trainer's own log-probs)."""
+"""From scored rollouts to a training batch on the device, and what the loop computes on it before the
+update: `make_batch` moves the rollout across (the step's one host-to-device crossing) and leaves out
+tokens whose sampler log-prob is not finite; `old_policy_forward` is the policy's forward before its update
+where the KL in the reward or a critic needs one; `with_advantages` computes the advantages (every
+`algo.adv_estimator`, the KL optionally in the reward). The reference's forward is
+rlvr.train.update.reference_forward (it runs per micro-batch of the update)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from rlvr.algo import drop_nonfinite, estimate_advantages, kl_estimate, present_tokens, split_beta
 from rlvr.config import AlgoConfig
-from rlvr.train.logprobs import completion_logprobs, reference_logprobs
+from rlvr.train.forward import completion_forward
 from rlvr.train.state import Collected, Run
 
 
@@ -20,9 +22,10 @@ class Batch:
 
     prompts: list[list[int]]  # P prompt token lists
     completion_ids: torch.Tensor  # [B, Tc], B = P * G
-    completion_mask: torch.Tensor  # [B, Tc]
-    advantages: torch.Tensor  # [B] or [B, Tc]
+    completion_mask: torch.Tensor  # [B, Tc] the tokens trained on
     group_size: int
+    advantages: torch.Tensor | None = None  # [B] or [B, Tc] (with_advantages)
+    rewards: torch.Tensor | None = None  # [B] each completion's total reward
     returns: torch.Tensor | None = None  # [B, Tc] value targets (PPO)
     old_values: torch.Tensor | None = None  # [B, Tc] critic values at rollout time (PPO)
     sampler_logp: torch.Tensor | None = None  # [B, Tc] the engine's log-probs, compared on the first pass
@@ -56,33 +59,41 @@ def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, ma
 
 
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
-    """Phase 4a: advantages (and value targets for PPO) for the collected batch."""
-    s, m = run.settings.update, run.models
-    a, r = s.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
+    """The collected batch on the device, its rewards, and the tokens it trains on: algo.mask_truncated
+    leaves out truncated completions, and a token whose sampler log-prob is not finite stays context only."""
+    a, r = run.settings.update.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
     mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
-    sampler_logp, env_mask, dropped = r.sampler_logp, r.env_mask, None
+    sampler_logp, env_mask, metrics = r.sampler_logp, r.env_mask, {}
     if sampler_logp is not None:  # a -inf sampler log-prob would make an inf importance ratio: not trained on
         mask, env_mask, sampler_logp, dropped = drop_nonfinite(sampler_logp, mask, env_mask)
-    logp = ref_logp = values = None
-    with torch.no_grad():
-        if a.kl_in == "reward" and m.ref is not None:
-            ref_logp = reference_logprobs(m.ref, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                          r.group_size, s.pad_id, s.temperature, r.env_mask)
-        if ref_logp is not None or m.critic is not None:
-            # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
-            # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
-            out = completion_logprobs(m.policy, r.prompt_ids, r.completion_ids, r.completion_mask,
-                                      r.group_size, s.pad_id, s.temperature, with_hidden=True,
-                                      env_mask=r.env_mask)
-            logp = out.logp  # [B, T]
-            if m.critic is not None:
-                values = m.critic(out.hidden).squeeze(-1) * r.completion_mask  # [B, T]
-    rewards = torch.tensor(c.scores.total, device=run.dist.device)  # [B]
-    adv, returns, metrics = compute_advantages(a, rewards, r.group_size, mask, logp, ref_logp,
-                                               values)  # whitened over trained tokens
-    if dropped is not None:
         metrics["rollout/nonfinite_logp_tokens"] = int(dropped)
-    batch = Batch(prompts=r.prompt_ids, completion_ids=r.completion_ids, completion_mask=mask, advantages=adv,
-                  group_size=r.group_size, returns=returns, old_values=values,
-                  sampler_logp=sampler_logp, env_mask=env_mask)
+    rewards = torch.tensor(c.scores.total, device=run.dist.device)  # [B]
+    batch = Batch(prompts=r.prompt_ids, completion_ids=r.completion_ids, completion_mask=mask,
+                  group_size=r.group_size, rewards=rewards, sampler_logp=sampler_logp, env_mask=env_mask)
     return batch, metrics
+
+
+def old_policy_forward(run: Run, batch: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The policy's log-probs [B, Tc] and its critic's values [B, Tc] before the update, where the KL in the
+    reward (it compares them with the reference's) or a critic (PPO's values) needs them; (None, None)
+    otherwise. fp32, without gradient: rlvr.train.forward.reference_precision."""
+    s, m = run.settings.update, run.models
+    if not ((s.algo.kl_in == "reward" and m.ref is not None) or m.critic is not None):
+        return None, None
+    # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
+    # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
+    with torch.no_grad():
+        out = completion_forward(m.policy, batch.prompts, batch.completion_ids, batch.completion_mask,
+                                 batch.group_size, s.pad_id, s.temperature, env_mask=batch.env_mask)
+        values = m.critic(out.hidden).squeeze(-1) * batch.completion_mask if m.critic is not None else None
+    return out.logp, values
+
+
+def with_advantages(a: AlgoConfig, batch: Batch, logp: torch.Tensor | None = None,
+                    ref_logp: torch.Tensor | None = None, values: torch.Tensor | None = None
+                    ) -> tuple[Batch, dict]:
+    """The batch with its advantages (and value targets for PPO), whitened over trained tokens; logp,
+    values: old_policy_forward's; ref_logp: the reference's (the KL in the reward)."""
+    adv, returns, metrics = compute_advantages(a, batch.rewards, batch.group_size, batch.completion_mask, logp,
+                                               ref_logp if a.kl_in == "reward" else None, values)
+    return replace(batch, advantages=adv, returns=returns, old_values=values), metrics

@@ -7,7 +7,7 @@ the GLOBAL batch's units (`rlvr.algo.loss_units`, summed over ranks by `allreduc
 rlvr/train/update.py) and the gradients are then SUMMED over ranks (`allreduce_gradients`), the same
 sum a single process accumulates over micro-batches.
 
-Why no DistributedDataParallel wrapper: the training forward (rlvr/train/logprobs.py) calls the trunk
+Why no DistributedDataParallel wrapper: the training forward (rlvr/train/forward.py) calls the trunk
 (`model.base_model`) and the head separately, so `DDP.forward`, whose hooks arm the gradient
 all-reduce, would never run and gradients would silently stay unsynchronised. DDP would also
 average, where the global-normaliser scheme needs a sum, and its per-backward bucketed all-reduce

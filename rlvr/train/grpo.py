@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from rlvr.config import Config, to_dict
+from rlvr.config import Config
 from rlvr.config.paths import anchored
 from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
@@ -32,10 +32,10 @@ from rlvr.rewards.workers import owned_by_run
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
-from rlvr.train.batch import make_batch
-from rlvr.errors import RlvrError, WriteError
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest, restore,
-                                   resume_records, save_final, set_aside, try_checkpoint)
+from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
+from rlvr.errors import WriteError
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest,
+                                   restore_checkpoint, resume_records, save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
@@ -45,7 +45,7 @@ from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
 from rlvr.train.rundir import RunLock, check_data, fingerprint
-from rlvr.train.update import policy_update
+from rlvr.train.update import policy_update, reference_forward
 
 
 # ---------------------------------------------------------------- one step: collect, advantages, update
@@ -145,20 +145,24 @@ def collect(run: Run, step: int) -> Collected:
 
 
 def learn(run: Run, collected: Collected, step: int) -> tuple[dict, dict]:
-    """Phases 4-5: advantages, the policy update, the schedule and the reference after it. Returns
-    (update metrics, advantage metrics)."""
+    """Phases 4-8: the batch on the device, the forwards before the update, advantages, the policy update,
+    then the schedule and the reference. Returns (update metrics, advantage metrics)."""
     m, s = run.models, run.settings.update
-    batch, adv_metrics = make_batch(run, collected)                       # 4. advantages
-    kl_ref = m.ref if s.loss_beta > 0 else None
-    update = policy_update(m.policy, m.optimizer, batch, s, kl_ref, m.critic, run.dist)  # 5.
+    batch, crossed = make_batch(run, collected)                           # 4. the batch on the device
+    # the forwards of a step: the reference (only with a KL term), the policy before its update (only for the
+    # KL in the reward or a critic), then one forward + backward per micro-batch and algo.iterations
+    ref_logp = reference_forward(m.ref, batch, s)                         # 5. reference forward
+    old_logp, values = old_policy_forward(run, batch)                     # 6. old-policy forward
+    batch, adv_metrics = with_advantages(s.algo, batch, old_logp, ref_logp, values)  # 7. advantages
+    update = policy_update(m.policy, m.optimizer, batch, s, ref_logp, m.critic, run.dist)  # 8. the update
     m.scheduler.step()
     if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
         m.ref.sync(m.policy, s.algo.ref_mixup)
-    return update, adv_metrics
+    return update, {**adv_metrics, **crossed}
 
 
 def train_step(run: Run, step: int, rollouts: Rollouts) -> tuple[dict, Collected]:
-    """Phases 1-6 of one step; returns its metrics row and the global batch."""
+    """Phases 1-9 of one step; returns its metrics row and the global batch."""
     device, m_, settings = run.dist.device, run.models, run.settings.update
     reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -166,10 +170,10 @@ def train_step(run: Run, step: int, rollouts: Rollouts) -> tuple[dict, Collected
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
-    update, adv_metrics = learn(run, collected, step)                     # 4-5. advantages, update
+    update, adv_metrics = learn(run, collected, step)                     # 4-8. forwards, update
     rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
-    whole, extra = collected, {**adv_metrics, **collected.metrics,       # 6. report, on the global batch
+    whole, extra = collected, {**adv_metrics, **collected.metrics,       # 9. report, on the global batch
                                **memory_metrics(rollout_peak, peak_memory_gib(device))}
     if run.dist.enabled:
         whole = merge_collected(gather_objects(collected, run.dist), settings.pad_id)
@@ -254,48 +258,6 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     return run, p, newest is not None, pending
 
 
-def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
-    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
-    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
-    from the run's config.yaml, instead of the error of whichever state failed to load."""
-    problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
-    why = None
-    if problems is not None and problems != len(run.data.splits.train):
-        why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
-    else:
-        try:
-            return restore(run, state)
-        except RlvrError:
-            raise
-        except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
-            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
-    changed = changed_keys(run.out / "config.yaml", cfg)
-    raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
-                    + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
-                    + "; nothing in the run directory was changed: resume without those overrides")
-
-
-def changed_keys(saved: Path, cfg: Config) -> list[str]:
-    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
-    train.steps and train.out aside (a resume changes them freely)."""
-    import yaml
-
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
-                                                                                        "ood_params") else {f"{prefix}{k}": v})
-        return out
-
-    try:
-        old = flat(yaml.safe_load(saved.read_text()) or {})
-    except (OSError, yaml.YAMLError):
-        return []
-    new = flat(to_dict(cfg))
-    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
-
-
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
     """The step's metrics row to metrics.jsonl, trackers and health rules; its samples to samples.jsonl."""
     out.metrics.write(m)
@@ -368,6 +330,10 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device)
     set_quiet(not d.is_main)  # one rank prints
+    if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
+        say(f"torchrun: {d.world} processes ({d.backend}, train.parallel={cfg.train.parallel}, {d.device.type}), "
+            f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
+            "on each; rank 0 prints and writes")
     try:
         with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)

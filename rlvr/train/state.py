@@ -17,7 +17,7 @@ from rlvr.rollout.engines import RolloutEngine
 from rlvr.tasks import Problem, Splits
 from rlvr.tasks.curriculum import CurriculumSampler
 from rlvr.train.distributed import Dist
-from rlvr.train.logprobs import Reference
+from rlvr.train.forward import Reference
 
 
 @dataclass(kw_only=True)

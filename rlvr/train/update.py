@@ -15,7 +15,10 @@ from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.train import schema
 from rlvr.train.batch import Batch
-from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
+from rlvr.device import autocast
+from rlvr.train.forward import (Reference, completion_forward, reference_logprobs, reference_precision,
+                                use_fused_head)
+from rlvr.train.optim import step_keeping_finite
 
 # from the metric schema (rlvr/train/schema.py): policy_loss's statistics that are means over real tokens,
 # combined over micro-batches weighted by their tokens (kl and entropy are summed by the update itself);
@@ -60,6 +63,7 @@ class UpdateSettings:
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
     entropy: EntropyControl | None = None  # None: algo.entropy_coef as it stands
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
+    lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (forward.use_fused_head)
 
     @staticmethod
     def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
@@ -68,7 +72,8 @@ class UpdateSettings:
         r = cfg.rollout
         return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
                               tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens,
-                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer)
+                              entropy=EntropyControl(cfg.algo.entropy_coef), optimizer=cfg.optimizer,
+                              lm_head=cfg.train.lm_head)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:
@@ -97,6 +102,12 @@ class UpdateSettings:
     def norm_length(self) -> int | None:
         """algo.norm_length, else rollout.max_new_tokens, else (None) the batch's width."""
         return self.algo.norm_length or self.max_new_tokens
+
+
+def micro_batches(batch: Batch, s: UpdateSettings) -> list[tuple[list[list[int]], slice, int]]:
+    """The update's micro-batches (optimizer.micro_batch_prompts, optimizer.micro_batch_tokens): see
+    _micro_batches."""
+    return _micro_batches(batch, s.optimizer.micro_batch_prompts, s.optimizer.micro_batch_tokens)
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
@@ -131,10 +142,22 @@ def _cut(x: torch.Tensor | None, rows: slice, width: int) -> torch.Tensor | None
     return x[rows] if x.dim() == 1 else x[rows, :width]
 
 
-def _autocast(policy, s: UpdateSettings):
-    """bf16 autocast on the policy's device type when train.mixed_precision is bf16."""
-    device = next(policy.parameters()).device.type
-    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=s.mixed_precision == "bf16")
+def reference_forward(ref: Reference | None, batch: Batch, s: UpdateSettings) -> torch.Tensor | None:
+    """The reference's log-probs [B, Tc] for the KL term (zero past each micro-batch's width), or None
+    without one (no reference, or beta 0). The KL in the loss is compared with the update's forwards, so
+    the reference runs over the same micro-batches, trimmed to the same widths; the KL in the reward with
+    old_policy_forward's, over the whole batch. Its precision: rlvr.train.forward.reference_precision."""
+    a = s.algo
+    if ref is None or a.beta <= 0:
+        return None
+    ids, mask = batch.completion_ids, batch.completion_mask
+    pieces = micro_batches(batch, s) if a.kl_in == "loss" else [(batch.prompts, slice(None), ids.shape[1])]
+    precision = reference_precision(a.kl_in, s.mixed_precision)
+    out = torch.zeros(ids.shape, device=ids.device)
+    for prompts, sl, w in pieces:
+        out[sl, :w] = reference_logprobs(ref, prompts, ids[sl, :w], mask[sl, :w], batch.group_size, s.pad_id,
+                                         s.temperature, env_mask=_cut(batch.env_mask, sl, w), precision=precision)
+    return out
 
 
 def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old, adv, mask, entropy):
@@ -167,10 +190,11 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
     coef = s.entropy_coef
-    with _autocast(policy, s):
-        out = completion_logprobs(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size,
-                                  s.pad_id, s.temperature, with_hidden=critic is not None, with_entropy=True,
-                                  env_mask=_cut(batch.env_mask, sl, w), entropy_grad=coef != 0)
+    device = batch.completion_ids.device
+    with autocast(device, s.mixed_precision):
+        out = completion_forward(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size, s.pad_id,
+                                 s.temperature, entropy=True, entropy_grad=coef != 0,
+                                 env_mask=_cut(batch.env_mask, sl, w), fused_head=use_fused_head(s.lm_head, device))
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
@@ -272,37 +296,33 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
     return dict(zip(keys, read[:len(keys)])), read[-3], read[-2], read[-1]
 
 
-def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Reference | torch.nn.Module | None = None,
+def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: torch.Tensor | None = None,
                   critic=None, dist: dd.Dist = dd.Dist()) -> dict[str, float]:
-    """Clipped-surrogate update (+ loss beta * KL to `ref`, + entropy bonus, + value loss of `critic`, a
-    head on the policy's hidden states). Returns the last pass's metrics as floats.
+    """Clipped-surrogate update (+ loss beta * KL to the reference, whose log-probs `ref_logp` [B, Tc] are
+    reference_forward's, + entropy bonus, + value loss of `critic`, a head on the policy's hidden states):
+    one forward and backward per micro-batch, algo.iterations times. Returns the last pass's metrics as
+    floats.
 
     Old log-probs are the policy's own on the first pass (ratio 1 there); with batch.sampler_logp, that
     first pass is compared with the sampler's in rollout/logp_mismatch_*. A step whose loss or gradient
-    is not finite is skipped (no optimizer step) and counted in skipped_updates.
+    is not finite is skipped (no optimizer step) and counted in skipped_updates; so is one whose step made
+    a weight non-finite (undone: rlvr.train.optim.step_keeping_finite), also in skipped_nonfinite_weights.
 
     Every micro-batch's loss is divided by the units of the whole batch (`aggregate`'s units), summed
     over ranks under torch.distributed (`dist`, where `batch` is this rank's shard of whole groups), and
     gradients are summed over micro-batches and ranks: the step equals one process on the whole batch
     in one pass, and so do the returned metrics.
     """
-    if isinstance(ref, torch.nn.Module):
-        ref = Reference(ref)
     a = s.algo
     o = s.optimizer
-    mbs = _micro_batches(batch, o.micro_batch_prompts, o.micro_batch_tokens)
+    mbs = micro_batches(batch, s)
     units = _batch_units(batch.completion_mask, a.aggregation, dist)
-    want_ref = s.loss_beta > 0 and ref is not None
-    ref_logp = [None] * len(mbs)
-    if want_ref:
-        with _autocast(policy, s):  # the same precision as the policy, so KL is 0 at equal weights
-            ref_logp = [reference_logprobs(ref, p, batch.completion_ids[sl, :w], batch.completion_mask[sl, :w],
-                                           batch.group_size, s.pad_id, s.temperature, _cut(batch.env_mask, sl, w))
-                        for p, sl, w in mbs]
+    want_ref = s.loss_beta > 0 and ref_logp is not None
+    ref_logp = [ref_logp[sl, :w] if want_ref else None for _, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     metrics: dict[str, float] = {}
-    skipped = 0
+    skipped = undone = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, compare=it == 0)
@@ -315,7 +335,9 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
         low = dd.allreduce_scalars({"r": low}, dist, "min")["r"]
         top = dd.allreduce_scalars({"r": high, "m": peak}, dist, "max")
         if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
-            optimizer.step()
+            if not step_keeping_finite(optimizer, params, dist):  # finite gradient, weights overflowed: undone
+                skipped += 1
+                undone += 1
         else:  # a non-finite step would poison the weights: skip it and say so in the metrics
             skipped += 1
             optimizer.zero_grad(set_to_none=True)
@@ -326,6 +348,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref: Refer
             metrics["rollout/logp_mismatch_mean_abs"] = sums["mismatch"] / max(units["tokens"], 1.0)
             metrics["rollout/logp_mismatch_max"] = top["m"]
     metrics["skipped_updates"] = skipped
+    metrics["skipped_nonfinite_weights"] = undone  # of those, steps undone for the weights they made
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     if s.entropy is not None and (a.adaptive_entropy or a.entropy_coef != 0):
         metrics["entropy/coef"] = s.entropy_coef  # the coefficient this step applied

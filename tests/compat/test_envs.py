@@ -10,7 +10,7 @@ from rlvr.rollout.engines import builtin_engine
 from rlvr.rollout.sampling import SamplingSettings
 from rlvr.rollout.builtin import RecomputeSession, generate
 from rlvr.tasks import Problem
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 
 PROBLEMS = [Problem(question="Solve it.", answer="", messages=({"role": "user", "content": "Solve it."},)),
             Problem(question="Solve this one.", answer="", messages=({"role": "user", "content": "Solve this one."},))]

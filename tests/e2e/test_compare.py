@@ -21,6 +21,10 @@ def test_compare_runs_configs_and_reads_run_dirs(tmp_path, capsys):
     assert "grpo" in text and "ppo" in text and "held-out after" in text
     page = (out / "compare.html").read_text()
     assert page.count("<svg") == 4 and page.count("<polyline") == 8  # 4 charts x 2 runs
+    # an HTML table whose headers wrap (a 1400 px window shows it whole; checked in headless Chromium), not
+    # one <pre> line of 17 columns, about 1650 px wide
+    assert "<pre>" not in page and page.count("<th>") == 17 and page.count("<tr>") == 3
+    assert "<th>held-out after</th>" in page and "<td>grpo</td><td>grpo</td><td>2</td>" in page
     data = json.loads((out / "compare.json").read_text())
     assert data["ppo"]["preset"] == "ppo" and data["grpo"]["steps"] == 2
     # existing run directories are read, not run again

@@ -48,6 +48,15 @@ def test_fit_trains_on_rows_in_memory_with_python_rewards_and_resumes(tmp_path, 
     assert str(taken.value).endswith(f"and nothing in it was changed: continue it with rlvr.fit(resume='{out}', "
                                      "rewards=...), choose another directory with train__out=DIR or replace it "
                                      "with train__overwrite=True")
+    def exact_match(completions, answer, **kw):   # `exact` renamed since: matched by name, so refused
+        return exact(completions, answer, **kw)
+    with pytest.raises(RlvrError) as renamed:
+        rlvr.fit(resume=out, rewards={exact_match: 1.0, compute_score: 0.5}, train__steps=3)
+    assert str(renamed.value) == (
+        "rlvr.fit(resume=...): the run's Python rewards are python:exact, verl:python:compute_score (config.yaml "
+        "names each by its function's __name__), and this call gives python:exact_match, verl:python:compute_score; "
+        "pass the same functions under the same names (the run's weights are kept)")
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     again = rlvr.fit(resume=out, rewards={exact: 1.0, compute_score: 0.5}, train__steps=3)
     assert again["steps"] == 3
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]

@@ -34,6 +34,8 @@ def test_two_processes_write_one_run_directory_that_resumes_in_one(tmp_path, par
     out = tmp_path / parallel
     proc = torchrun(f"--train.out={out}", f"--train.parallel={parallel}")
     assert proc.stderr.count("eval at step 0") == 1  # one rank prints
+    assert proc.stderr.count(f"torchrun: 2 processes (gloo, train.parallel={parallel}, cpu), 1 of the 2 prompts "
+                             "per step on each; rank 0 prints and writes") == 1
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert all(m["completions"] == 2 * 3 for m in metrics)  # the global batch: both ranks' groups

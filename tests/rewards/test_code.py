@@ -15,6 +15,7 @@ from rlvr.sandbox import run as sandbox
 from rlvr.rewards.base import Verdict
 from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
 from rlvr.sandbox.run import Sandbox, SandboxUnavailable
+from rlvr.sandbox.clock import BACKSTOP
 from tests.conftest import python_block
 
 from code_cases import ASSERT, ATTACKS, FN, STDIO, STMT  # tests/rewards/code_cases.py
@@ -158,7 +159,9 @@ def test_attack_scores_zero_within_its_limit(name):
     spec, src = ATTACKS[name]
     v, elapsed = verdict_of(src, spec)
     assert v.score == 0.0, v.reason
-    assert elapsed < LIMIT_S + SLACK_S, f"{name} took {elapsed:.1f}s"
+    # a busy attack runs until its CPU time reaches the limit: on a loaded machine that takes longer, up to
+    # the wall backstop (rlvr.sandbox.clock); one that sleeps or waits stops at the limit
+    assert elapsed < LIMIT_S * BACKSTOP + SLACK_S, f"{name} took {elapsed:.1f}s"
 
 
 @pytest.mark.parametrize("name, reason", [
@@ -254,9 +257,9 @@ def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
     assert v.score == 1.0
     assert any("UNSAFE" in r.message and "apt-get install bubblewrap" in r.message for r in caplog.records)
     v, elapsed = verdict_of(*reversed(ATTACKS["endless-loop"]), rw)
-    # RLIMIT_CPU (1 s) and the wall clock (1 s) race for a busy loop: either one stopping it is the limit
+    # without the parent's view of the run (unsafe mode) RLIMIT_CPU may stop a busy loop first
     assert v.score == 0.0 and v.reason in ("timed out after 1.0s", "failed case 1: cpu time limit"), v
-    assert elapsed < LIMIT_S + SLACK_S
+    assert elapsed < LIMIT_S * BACKSTOP + SLACK_S
     assert verdict_of(*reversed(ATTACKS["memory-bomb"]), rw)[0].reason == "memory limit"
 
 

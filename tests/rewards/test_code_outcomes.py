@@ -29,7 +29,7 @@ def test_each_outcome_from_a_real_verdict():
     reward = make_code_tests(timeout_s=2.0)
     for want, src in PROGRAMS.items():
         v = reward.verdict(completion(src), FN)
-        assert code_outcome(v.reason) == want, (want, v.reason)
+        assert v.outcome == want and code_outcome(v.reason) == want, (want, v.reason)
     assert set(PROGRAMS) == set(CODE_OUTCOMES)
 
 
@@ -52,6 +52,7 @@ def test_code_metrics_are_shares_of_completions():
     rewards = build_rewards({"code_tests": 1.0}, 64, 8, 1.0)
     texts = [completion(PROGRAMS[k]) for k in ("passed", "visible_only", "visible_only", "wrong")]
     scores = score_batch(rewards, texts, {"tests": [FN] * 4})
+    assert scores.outcomes["code_tests"] == ["passed", "visible_only", "visible_only", "wrong"]
     m = code_metrics(scores, rewards)
     assert m["code/passed_frac"] == 0.25 and m["code/visible_only_frac"] == 0.5 and m["code/wrong_frac"] == 0.25
     assert sum(m.values()) == pytest.approx(1.0) and len(m) == len(CODE_OUTCOMES)
@@ -66,3 +67,20 @@ def test_code_metrics_are_shares_of_completions():
 ])
 def test_a_failing_first_case_that_is_hidden_is_wrong_not_visible_only(reason, outcome):
     assert code_outcome(reason) == outcome
+
+
+def test_metrics_count_the_verdicts_outcome_not_the_words_of_its_reason(monkeypatch):
+    """Rewording a reason moves no metric: code/<outcome>_frac counts Verdict.outcome, set where the
+    verdict is made."""
+    from rlvr.rewards.code import outcomes
+
+    rewards = build_rewards({"code_tests": 1.0}, 64, 8, 1.0)
+    texts = [completion(PROGRAMS[k]) for k in ("passed", "visible_only", "no_code", "wrong")]
+    before = code_metrics(score_batch(rewards, texts, {"tests": [FN] * 4}), rewards)
+    monkeypatch.setattr(outcomes, "_wrong_answer", lambda *a, **k: "your answer differs")
+    reworded = score_batch(rewards, texts, {"tests": [FN] * 4})
+    assert reworded.reasons["code_tests"][1] == "your answer differs"   # read back, it would be "wrong"
+    assert code_outcome(reworded.reasons["code_tests"][1]) == "wrong"
+    assert code_metrics(reworded, rewards) == before
+    assert (before["code/passed_frac"], before["code/visible_only_frac"], before["code/no_code_frac"],
+            before["code/wrong_frac"]) == (0.25, 0.25, 0.25, 0.25)

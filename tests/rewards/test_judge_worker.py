@@ -6,6 +6,7 @@ import time
 import pytest
 
 from rlvr.rewards.code import make_code_tests
+from rlvr.sandbox.clock import BACKSTOP
 from tests.conftest import ADD_ONE, python_block
 
 reward = make_code_tests(timeout_s=2.0)
@@ -27,7 +28,9 @@ def test_test_code_on_a_colliding_list_is_cut_at_the_checks_wall_clock():
     assert [(v.score, v.reason) for v in verdicts] == [
         (0.0, "timed out after 2.0s (the whole check, test code included)"), (1.0, "passed 1/1")]
     assert current().judge.killed == killed + 1
-    assert time.monotonic() - t < 6.0
+    # on the load-free clock (rlvr.sandbox.clock) the check's 2 s are its CPU time: on a loaded machine the
+    # wall time stretches, up to the backstop
+    assert time.monotonic() - t < 2.0 * BACKSTOP + 2.0
 
 
 def test_test_code_that_prints_or_reads_stdin_cannot_corrupt_the_workers_replies():

@@ -250,3 +250,31 @@ def test_a_signed_answer_is_one_value_to_the_loose_label_scan():
     assert math_accuracy.verdict("Answer: -3", "-3").score == 1.0
     assert math_accuracy.verdict("Answer: +3", "3").score == 1.0
     assert math_accuracy.verdict("\\boxed{-3}\nAnswer - 3", "-3").score == 0.0   # `Answer - 3` states 3
+
+
+# ---- a unit of another dimension than the gold's; a span that is no real turn token; text-mode digits ----
+
+@pytest.mark.parametrize("completion, gold, reason", [
+    ("\\boxed{\\frac{\\pi}{6}^\\circ}", "\\frac{\\pi}{6}", "unit degree for a gold in radians"),
+    ("Answer: $\\frac{\\pi}{6}°$", "\\frac{\\pi}{6}", "unit degree for a gold in radians"),
+    ("\\boxed{2\\pi \\text{ degrees}}", "2\\pi", "unit degree for a gold in radians"),
+    ("Answer: 12 <|maybe 13|>", "12", None),        # hides a second value: not a turn token
+    ("Answer: 12 <|13|>", "12", None),
+    ("Answer: 12 <|im_end|> 13", "12", None),       # a real token, then text: the line says 12 13
+    ("\\boxed{1\\text{ 2}}", "12", "prose after the value, not a unit: '2'"),   # rendered apart: 1 2
+])
+def test_another_dimension_and_hidden_spans_score_zero(completion, gold, reason):
+    v = math_accuracy.verdict(completion, gold)
+    assert v.score == 0.0 and (reason is None or v.reason == reason), v
+
+
+@pytest.mark.parametrize("completion, gold", [
+    ("\\boxed{\\frac{\\pi}{6}}", "\\frac{\\pi}{6}"), ("\\boxed{\\frac{\\pi}{6} \\text{ rad}}", "\\frac{\\pi}{6}"),
+    ("\\boxed{30^\\circ}", "30"), ("\\boxed{30^\\circ}", "30^\\circ"),   # a gold with no pi: degrees are its unit
+    ("Answer: 12<|im_end|><|im_start|>user", "12"), ("Answer: 12 <|eot_id|>", "12"),
+    ("Answer: 12 " + "<|" * 3000, "12"), ("Answer: 12 <|", "12"), ("Answer: 12 <| |> <|", "12"),
+    ("\\boxed{1\\text{2}}", "12"), ("\\boxed{\\text{12}}", "12"),
+])
+def test_the_right_answer_in_those_forms_scores_one(completion, gold):
+    v = math_accuracy.verdict(completion, gold)
+    assert v.score == 1.0, v

@@ -2,7 +2,7 @@ import torch
 
 from rlvr.rollout import builtin
 from rlvr.rollout.hf_engine import hf_generate
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 
 
 def prompts_for(tok):

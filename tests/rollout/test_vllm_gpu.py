@@ -63,7 +63,7 @@ def rollout(cfg, policy, tok, prompts, engine, device, precision):
     from rlvr.algo import tis_weights
     from rlvr.device import autocast
     from rlvr.models import stop_token_ids
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.forward import completion_logprobs
 
     r, start = cfg.rollout, time.perf_counter()
     ro = engine.generate(prompts, seeds=list(range(len(prompts))), group_size=r.group_size,

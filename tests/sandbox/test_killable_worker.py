@@ -71,3 +71,23 @@ def _race_for_the_worker():
     for t in threads:
         t.join()
     assert len(got) == 8 and len({id(w) for w in got}) == 1
+
+
+def test_each_run_owns_its_workers_and_closes_them():
+    """Two runs in one process (two rlvr.fit calls in a notebook) share no maths worker, judge pool or restart
+    count, and a run's workers end with it; outside a run, the process's own set is used."""
+    from rlvr.rewards.workers import current, owned_by_run
+
+    outside = current()
+    with owned_by_run() as first:
+        assert current() is first and first is not outside
+        assert first.maths.compare("(x+1)^2", "x^2+2*x+1") == (True, "equivalent")  # the run's worker, started
+        proc = first.maths.process
+        assert proc is not None and proc.poll() is None
+        first.maths._kill()  # what a hang past the limit costs: one restart, counted for this run
+        assert first.maths_restarts == 1
+    assert proc.poll() is not None and current() is outside  # closed with its run
+    with owned_by_run() as second:
+        assert second.maths_restarts == 0 and second.maths is not first.maths
+        assert second.maths.compare("(x+1)^2", "x^2+2*x+1") == (True, "equivalent")
+        assert second.maths.process.pid != proc.pid

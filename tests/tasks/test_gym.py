@@ -94,3 +94,21 @@ def test_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # `import reasoning_gym` now raises ImportError
     with pytest.raises(RlvrError, match=r"rlvr\[gym\]"):
         build_splits(chain_sum())
+
+
+def test_rlvr_tasks_lists_the_reasoning_gym_datasets_with_their_settings(capsys):
+    """`rlvr tasks chain`: the datasets whose name holds 'chain', each with its task.params and defaults;
+    `rlvr tasks`: every source task.name takes, then all of reasoning-gym's datasets."""
+    from rlvr.cli import main
+
+    assert main(["tasks", "chain"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "reasoning-gym datasets (2), as task.name=reasoning_gym:<name> with task.params:",
+        "  chain_sum          min_terms=2 max_terms=6 min_digits=1 max_digits=4 allow_negation=False",
+        "  decimal_chain_sum  min_terms=2 max_terms=6 min_digits=1 max_digits=4 min_decimal_places=1 "
+        "max_decimal_places=4 allow_negation=False"]
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("task.name takes: arithmetic, reasoning_gym:<dataset>, a .jsonl file")
+    assert out[1] == f"reasoning-gym datasets ({len(reasoning_gym.factory.DATASETS)}), as task.name=reasoning_gym:<name> with task.params:"
+    assert len(out) == 2 + len(reasoning_gym.factory.DATASETS)

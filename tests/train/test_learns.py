@@ -22,13 +22,13 @@ def digit_share(completions, **columns) -> list[float]:
     return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
 
 
-def digit_share_per_step(tmp_path, weight: float, preset: str = "grpo") -> list[float]:
+def digit_share_per_step(tmp_path, weight: float, preset: str = "grpo", *extra: str) -> list[float]:
     out = tmp_path / f"w{weight}"
     assert main(["train", "--model.name=tiny-random", f"--algo.preset={preset}", f"--rewards.weights={{'{__name__}:digit_share': {weight}}}",
                  "--rollout.prompts_per_step=4", "--rollout.group_size=8", "--rollout.max_new_tokens=8",
                  "--optimizer.lr=1e-2", f"--train.steps={STEPS}", "--train.threads=1", "--train.seed=0",
                  "--eval.before=false", "--eval.after=false", "--train.eval_every=0", "--train.save_every=0",
-                 "--task.heldout_size=2", "--task.ood_size=2", f"--train.out={out}"]) == 0
+                 "--task.heldout_size=2", "--task.ood_size=2", f"--train.out={out}", *extra]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == STEPS
     return [m[f"reward/{__name__}:digit_share/mean"] for m in rows]
@@ -52,3 +52,11 @@ def test_flipped_advantages_do_not_raise_it(tmp_path, preset):
     share = digit_share_per_step(tmp_path, -1.0, preset)
     first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
     assert last <= first, share  # measured: ~0.08 -> 0.00
+
+
+def test_one_step_off_raises_it_too(tmp_path):
+    """Each batch sampled from the weights one update old (rollout.overlap), with the sampler correction."""
+    share = digit_share_per_step(tmp_path, 1.0, "grpo", "--rollout.overlap=one_step_off")
+    first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
+    assert first < 0.3
+    assert last > 0.8 and last > first + 0.5, share

@@ -8,9 +8,9 @@ from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.report.sinks import atomic_save_model
 from rlvr.rollout.builtin import generate
-from rlvr.train.logprobs import Reference, completion_logprobs, reference_logprobs
+from rlvr.train.forward import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import UpdateSettings, policy_update, reference_forward
 
 LORA = LoraConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
 
@@ -87,9 +87,10 @@ def test_kl_to_the_lora_reference_starts_at_zero_and_grows(tiny):
     batch = rollout_batch(model, tok)
     peft = apply_lora(model, LORA)
     opt = torch.optim.SGD([p for p in peft.parameters() if p.requires_grad], lr=2.0)
-    first = policy_update(peft, opt, batch, settings(tok, beta=0.1), ref=Reference.of(peft))
+    s = settings(tok, beta=0.1)
+    first = policy_update(peft, opt, batch, s, reference_forward(Reference.of(peft), batch, s))
     assert first["kl"] == 0.0  # B = 0: policy and base agree exactly
-    second = policy_update(peft, opt, batch, settings(tok, beta=0.1), ref=Reference.of(peft))
+    second = policy_update(peft, opt, batch, s, reference_forward(Reference.of(peft), batch, s))
     assert second["kl"] > 1e-4
 
 

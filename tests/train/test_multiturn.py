@@ -13,7 +13,7 @@ from rlvr.envs.render import TurnRender
 from rlvr.rollout.engines import builtin_engine
 from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks import Problem
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 from rlvr.train.batch import Batch
 from rlvr.train.update import UpdateSettings, policy_update
 

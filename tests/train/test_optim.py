@@ -1,12 +1,17 @@
 """optimizer.state (rlvr/train/optim.py): 8-bit moments and host offload against torch's fused AdamW, each
-over a few real updates (policy_update on tiny-random, every weight trained, the gradient clip active)."""
+over a few real updates (policy_update on tiny-random, every weight trained, the gradient clip active); and
+the step kept only when the weights it makes are finite: an lr of 1e38 or inf with a finite gradient is
+undone (weights and optimizer state bit for bit as before), an ordinary lr steps as a plain AdamW step."""
+import math
+
 import pytest
 import torch
 
 from rlvr.config import Config, OptimizerConfig, build_config
 from rlvr.errors import RlvrError
 from rlvr.models import tiny_random
-from rlvr.train.optim import HostAdamW, adamw, warmup_scheduler
+from rlvr.train.distributed import Dist
+from rlvr.train.optim import HostAdamW, adamw, could_overflow, step_keeping_finite, warmup_scheduler
 from rlvr.train.update import UpdateSettings, policy_update
 from tests.train.test_lora import rollout_batch
 
@@ -82,3 +87,59 @@ def test_the_setting_reaches_the_runs_optimizer():
     for state, kind in (("offload", "HostAdamW"), ("8bit", "AdamW8bit"), ("fp32", "AdamW")):
         opt, _, _ = _optimizer(build_config(None, [f"--optimizer.state={state}"]), tiny_random()[0])
         assert type(opt).__name__ == kind
+
+
+def model_and_grads(seed=0):
+    torch.manual_seed(seed)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    b = torch.nn.Parameter(torch.randn(3))
+    w.grad, b.grad = torch.randn(4, 3), torch.randn(3)
+    return [w, b]
+
+
+@pytest.mark.parametrize("lr, risky", [(2e-5, False), (1.0, False), (1e30, False), (1e36, True), (1e38, True),
+                                       (math.inf, True), (math.nan, True)])
+def test_could_overflow_reads_the_bound_from_lr_and_dtype(lr, risky):
+    # fp32 max 3.4e38: lr * 1e3 + 1e6 * |1 - lr * 0.01| reaches 1.7e38 at lr ~ 1.5e37
+    assert could_overflow(adamw([{"params": model_and_grads(), "lr": lr}], 0.01)) is risky
+
+
+@pytest.mark.parametrize("state", ["fp32", "offload"])
+@pytest.mark.parametrize("lr", [1e38, math.inf])
+def test_a_step_that_overflows_the_weights_is_undone_bit_for_bit(lr, state):
+    params = model_and_grads()
+    opt = adamw([{"params": params, "lr": 1e-3}], 0.01, state)
+    opt.step()  # one honest step first: there is optimizer state to keep
+    before = [p.detach().clone() for p in params]
+    saved = opt.state_dict()["state"]
+    saved = {i: {k: v.clone() for k, v in s.items()} for i, s in saved.items()}
+    for group in opt.param_groups:
+        group["lr"] = lr
+    assert step_keeping_finite(opt, params, Dist()) is False
+    assert all(torch.equal(p, was) for p, was in zip(params, before))
+    now = opt.state_dict()["state"]
+    assert set(now) == set(saved) and all(torch.equal(now[i][k], v) for i in saved for k, v in saved[i].items())
+    assert float(now[0]["step"]) == 1.0  # the undone step is not counted
+    for group in opt.param_groups:  # and the next honest step is AdamW's second step from those weights
+        group["lr"] = 1e-3
+    params[0].grad, params[1].grad = torch.ones(4, 3), torch.ones(3)
+    assert step_keeping_finite(opt, params, Dist()) is True and float(opt.state_dict()["state"][0]["step"]) == 2.0
+    assert all(torch.isfinite(p).all() and not torch.equal(p, was) for p, was in zip(params, before))
+
+
+def test_a_first_step_that_overflows_leaves_no_optimizer_state():
+    params = model_and_grads()
+    before = [p.detach().clone() for p in params]
+    opt = adamw([{"params": params, "lr": math.inf}], 0.0)
+    assert step_keeping_finite(opt, params, Dist()) is False
+    assert all(torch.equal(p, w) for p, w in zip(params, before)) and not opt.state
+
+
+@pytest.mark.parametrize("lr", [1e-3, 1e36])  # 1e36: copied and checked, finite, kept
+def test_an_honest_step_is_a_plain_adamw_step(lr):
+    ours, plain = model_and_grads(), model_and_grads()
+    a, b = adamw([{"params": ours, "lr": lr}], 0.0), adamw([{"params": plain, "lr": lr}], 0.0)
+    assert step_keeping_finite(a, ours, Dist()) is True
+    b.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, plain))
+    assert all(torch.isfinite(p).all() for p in ours)

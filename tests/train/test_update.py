@@ -8,9 +8,10 @@ import dataclasses
 from rlvr.config import AlgoConfig, Config, OptimizerConfig, RolloutConfig
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
-from rlvr.train.logprobs import completion_logprobs
+from rlvr.train.forward import completion_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
+from rlvr.train.forward import Reference
+from rlvr.train.update import UpdateSettings, _micro_batches, policy_update, reference_forward
 
 OPTIMIZER_KEYS = {f.name for f in dataclasses.fields(OptimizerConfig)}
 
@@ -38,7 +39,9 @@ def settings(tok, mixed_precision="no", tis_cap=0.0, **keys):
 def one_step(model, tok, batch, lr=0.1, ref=None, **kw):
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    m = policy_update(model, opt, batch, settings(tok, **kw), ref=ref)
+    s = settings(tok, **kw)
+    ref_logp = reference_forward(Reference(ref), batch, s) if ref is not None else None
+    m = policy_update(model, opt, batch, s, ref_logp)
     return model, m
 
 

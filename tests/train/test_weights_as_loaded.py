@@ -11,8 +11,8 @@ from rlvr.models import checkpoint_dtype, load_model, tiny_random, weight_dtype
 from rlvr.rollout.engines import rollout_weights, trains_fp32
 from rlvr.train.assemble import setup
 from rlvr.train.batch import Batch
-from rlvr.train.logprobs import completion_logprobs, reference_logprobs
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.forward import completion_logprobs, reference_logprobs
+from rlvr.train.update import UpdateSettings, policy_update, reference_forward
 
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -71,7 +71,7 @@ def test_lora_on_a_bf16_base_holds_no_fp32_copy_and_its_reference_is_adapters_of
                             top_k=0, stop_ids=list(s.rollout.sampling.stop_ids), pad_id=s.rollout.sampling.pad_id)
     batch = Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask,
                   advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), group_size=3)
-    m = policy_update(m_.policy, m_.optimizer, batch, s.update, m_.ref)
+    m = policy_update(m_.policy, m_.optimizer, batch, s.update, reference_forward(m_.ref, batch, s.update))
     assert m["grad_norm"] > 0
     state = [t for s in m_.optimizer.state.values() for t in s.values() if t.dim() > 0]
     assert sum(t.numel() for t in state) == 2 * sum(p.numel() for p in trained)  # AdamW: m and v of adapters only

@@ -71,27 +71,45 @@ _SANDBOX = ("memory limit", "output too large", "malformed answer", "no result",
 
 
 def code_outcome(reason: str) -> str:
-    """What happened to one completion, read from its verdict's reason (the first failure decides):
-    passed; visible_only (every visible case passed, a hidden one failed: what special-casing the
-    examples looks like); no_code; syntax_error; timeout (wall clock or CPU limit); sandbox_error (a
-    limit or an abnormal end: memory, output size, killed, no or malformed answer); wrong (any other
-    failed case, exception or missing function)."""
+    """What happened to one completion, read back from a verdict's reason text (for samples written
+    before verdicts carried it; training counts Verdict.outcome, which judge sets). The first failure
+    decides: passed; visible_only (a hidden case failed after the visible ones passed: what special-casing
+    the examples looks like); no_code; syntax_error; timeout (time or CPU limit); sandbox_error (a limit or
+    an abnormal end: memory, output size, killed, no or malformed answer); wrong (any other failed case,
+    exception or missing function)."""
     if reason.startswith("passed") and ";" not in reason:
         return "passed"
     first = reason.split("; ", 1)[1] if reason.startswith("passed") else reason
     if first in ("no code block", "empty code block"):
         return "no_code"
-    if "SyntaxError" in first or "IndentationError" in first:
-        return "syntax_error"
-    if "timed out" in first or "cpu time limit" in first:
-        return "timeout"
-    if any(s in first for s in _SANDBOX):
-        return "sandbox_error"
     # case 1 hidden: the spec shows no cases (HumanEval's check), so there were no visible ones to pass
     if first.startswith("failed case") and "(hidden)" in first.split(":", 1)[0] \
-            and not first.startswith("failed case 1 "):
+            and not first.startswith("failed case 1 ") and _failure_kind(first) == "wrong":
         return "visible_only"
+    return _failure_kind(first)
+
+
+def _failure_kind(why: str) -> str:
+    """The kind of one failure, as the sandbox, the judge and the program loader word it."""
+    if "SyntaxError" in why or "IndentationError" in why:
+        return "syntax_error"
+    if "timed out" in why or "cpu time limit" in why:
+        return "timeout"
+    if any(s in why for s in _SANDBOX):
+        return "sandbox_error"
     return "wrong"
+
+
+def _outcome_of(spec: Spec, outcomes: list[tuple[bool, str]]) -> str:
+    """Verdict.outcome of a failed program, from the run itself: visible_only when the first failure is
+    a hidden case that visible cases before it passed (outcomes are per case, in the spec's order, up to
+    the first failure), else the kind of that failure."""
+    i, why = next((i, why) for i, (ok, why) in enumerate(outcomes) if not ok)
+    kind = _failure_kind(why)
+    shown = [c for c in spec.cases[:i] if not c.hidden]
+    if kind == "wrong" and i < len(spec.cases) and spec.cases[i].hidden and shown:
+        return "visible_only"
+    return kind
 
 
 def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
@@ -101,19 +119,20 @@ def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
     n = len(spec.cases)
     passed = sum(ok for ok, _ in outcomes)
     if passed == n:
-        return Verdict(1.0, f"passed {n}/{n}", program)
+        return Verdict(1.0, f"passed {n}/{n}", program, outcome="passed")
     first = clean_reason(next(why for ok, why in outcomes if not ok))  # runs stop only after a failure
+    outcome = _outcome_of(spec, outcomes)
     if cfg.partial:
-        return Verdict(passed / n, f"passed {passed}/{n}; {first}", program)
-    return Verdict(0.0, first, program)
+        return Verdict(passed / n, f"passed {passed}/{n}; {first}", program, outcome=outcome)
+    return Verdict(0.0, first, program, outcome=outcome)
 
 
 def _verdict_parsed(cfg: CodeTestsConfig, completion: str, spec: Spec) -> Verdict:
     program = last_code_block(completion)
     if program is None:
-        return Verdict(0.0, "no code block")
+        return Verdict(0.0, "no code block", outcome="no_code")
     if not program.strip():
-        return Verdict(0.0, "empty code block", program)
+        return Verdict(0.0, "empty code block", program, outcome="no_code")
     return judge(program, spec, cfg)
 
 
@@ -151,7 +170,7 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
     verdict.__name__ = "code_tests_partial_verdict" if partial else "code_tests_verdict"
     verdict.__doc__ = code_tests_verdict.__doc__
     return batch_form(verdict, ("tests",), verdicts_fn=verdicts, config=cfg, checks_correctness=True,
-                      code_outcome=code_outcome)
+                      outcomes=CODE_OUTCOMES)
 
 
 _DEFAULT = CodeTestsConfig()
@@ -167,6 +186,6 @@ def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
 
 
 code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts, config=_DEFAULT,
-                        checks_correctness=True, code_outcome=code_outcome)
+                        checks_correctness=True, outcomes=CODE_OUTCOMES)
 __all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_outcome", "code_tests", "code_tests_verdict",
            "last_code_block", "make_code_tests", "parse_spec", "same", "program_outcomes"]

@@ -36,6 +36,8 @@ from rlvr.rewards.maths.units import same_quantity
 _PLUS_MINUS = re.compile(r"\\pm\s*(.+)", re.DOTALL)
 MAX_ITEMS = 32  # elements of one set, list, tuple or matrix
 
+_RADIANS = re.compile(r"\\pi(?![a-zA-Z])|π")   # a gold in radians names pi
+
 
 @lru_cache(maxsize=4096)  # a group's completions share one gold
 def _clean_gold(gold: str):
@@ -234,6 +236,9 @@ def check_answer(answer_text: str, gold_text: str) -> tuple[bool, str]:
         if a is not None and g is not None and same_quantity(a, ans.measure, g, gold.measure):
             return True, f"correct (in {ans.unit} for a gold in {gold.unit})"
         return False, f"unit {ans.unit} for a gold in {gold.unit}"
+    if ans.measure and ans.measure.dimension == "angle" and not gold.unit and _RADIANS.search(gold.text):
+        # a gold that is a multiple of pi, with no unit, is in radians: pi/6 degrees is another angle
+        return False, f"unit {ans.unit} for a gold in radians"
     if any(c in ans.text for c in "^eE*!") and huge_power(ans.text):
         return False, f"an exponent over {MAX_EXPONENT} or a factorial over {MAX_FACTORIAL}: too large to compare"
     if has_plus_minus(ans.text) and not has_plus_minus(gold.text):

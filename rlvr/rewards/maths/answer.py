@@ -28,8 +28,12 @@ _TRAILING_FINAL = re.compile(r"(?:\bthe)?\s*\bfinal$", re.IGNORECASE)
 _HASHES = re.compile(r"^[ \t]*####[ \t]*([^A-Za-z \t\n][^\n]*)$", re.MULTILINE)
 _HEADING_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n[\s\S]*?^[ \t]*```[ \t]*$", re.MULTILINE)
-# What may follow a chat template's special token on the line it ends: more tokens and a role name.
-_AFTER_TOKEN = re.compile(r"(?:<\|[^|\n]{1,40}\|>|\s|user|assistant|system)*")
+# What may follow the end of a model's turn on the line it ends: a chat template's real turn tokens (by
+# name: `<|maybe 13|>` is text, and hides a second value), a role name, and the bare `<|` and `|>` of a
+# degenerate run, which state nothing.
+_TURN_TOKEN = (r"<\|(?:im_end|im_start|im_sep|endoftext|end_of_text|eot_id|eom_id|end|start_header_id|"
+               r"end_header_id|user|assistant|system)\|>")
+_AFTER_TOKEN = re.compile(r"(?:" + _TURN_TOKEN + r"|[<|>\s]|user|assistant|system)*")
 # `Answer $9$`, `Answer \(9\)`, `Answer \[ 9 \]`: no colon, but a line that opens with the word and
 # then math that ends the line. Only at a line's start (prose says "the answer $x$ must ..."); each
 # segment read to at most 300 characters (longer answers are refused anyway): a bounded scan.

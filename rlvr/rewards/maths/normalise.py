@@ -30,6 +30,8 @@ _SIGNS = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree|\\\$|
 _FRENCH = re.compile(r"(\\left)?([\[\]])([^\[\]{}]*,[^\[\]{}]*?)(\\right)?([\[\]])")
 _GLUED_COMMA = re.compile(r",\\!\s*")  # `11,\! 111`: MATH's thousands separator, `\!` undoing the space
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textnormal|mathrm|mathbf|mbox)\{([^{}]*)\}")
+# digits set in text mode are the same digits: `1\text{2}` is 12 (a blank inside keeps them apart)
+_TEXT_DIGITS = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mbox)\s*\{(\d[\d.,]*)\}")
 _THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")   # never a leading `0,`
 # `1 000 000`: groups of three after a space; `1000,99`, `0,111`, `2,74`: a decimal comma (one comma,
 # two or more digits after it or a 0 before it, no thousands grouping). `1,2` stays a list.
@@ -132,6 +134,8 @@ def clean(answer: str) -> Normalised:
         return Normalised(s.removesuffix(".").strip(), False)
     if ",\\!" in s:
         s = _GLUED_COMMA.sub(",", s)
+    if "{" in s and "\\" in s:
+        s = _TEXT_DIGITS.sub(lambda m: m.group(1), s)
     s, units = _signs(s) if "$" in s or "circ" in s or "deg" in s or not s.isascii() else (s, [])
     if "\\" in s and ("\\," in s or "quad" in s or "\\ " in s or "\\;" in s or "\\:" in s or "\\>" in s):
         s = _SPACING.sub(lambda m: "" if m.group() == "\\," else " ", s)

@@ -192,6 +192,7 @@ def serve() -> None:
     # set here, not in a preexec_fn: workers start from the trainer's threads (rlvr.sandbox.launcher)
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     sys.setrecursionlimit(2000)
+    import sympy.parsing.sympy_parser  # noqa: F401 - loaded before "ready": an answer's time limit is its own
     out = sys.stdout
     out.write("ready\n")
     out.flush()

@@ -4,7 +4,7 @@ import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
-from rlvr.train.logprobs import MAX_BUCKETS, _positions_needed, completion_logprobs, plan_buckets
+from rlvr.train.forward import MAX_BUCKETS, _positions_needed, completion_forward, completion_logprobs, plan_buckets
 
 
 def rollout(model, tok, temperature=1.0, head=""):
@@ -156,8 +156,7 @@ def test_buckets_under_gradient_checkpointing_equal_shared_prefix(tiny):
         if checkpointing:
             enable_gradient_checkpointing(model)
         model.zero_grad()
-        out = completion_logprobs(model, prompts, ids, mask, 2, tok.pad_token_id, with_hidden=True,
-                                  bucket_overhead=0)
+        out = completion_forward(model, prompts, ids, mask, 2, tok.pad_token_id, bucket_overhead=0)
         (out.logp * torch.linspace(-1, 1, ids.numel()).view(ids.shape)).sum().backward()
         results.append((out.logp.detach(), out.hidden.detach(), [p.grad.clone() for p in model.parameters()]))
     (lp_a, h_a, g_a), (lp_b, h_b, g_b) = results
@@ -170,8 +169,8 @@ def test_hidden_keeps_its_shape_and_real_states(tiny):
     model, tok = tiny
     prompts, ids, mask = ragged_batch(tok, RAGGED[4], 4)
     with torch.no_grad():
-        a = completion_logprobs(model, prompts, ids, mask, 4, tok.pad_token_id, with_hidden=True, bucket_overhead=0)
-        b = completion_logprobs(model, prompts, ids, mask, 4, tok.pad_token_id, with_hidden=True, max_buckets=1)
+        a = completion_forward(model, prompts, ids, mask, 4, tok.pad_token_id, bucket_overhead=0)
+        b = completion_forward(model, prompts, ids, mask, 4, tok.pad_token_id, max_buckets=1)
     assert a.hidden.shape == b.hidden.shape == (8, 12, model.config.hidden_size)
     real = mask.bool()  # hidden[b, t] predicts completion token t; past the last real token it is not used
     assert torch.allclose(a.hidden[real], b.hidden[real], atol=1e-5)
@@ -202,7 +201,7 @@ def test_a_bf16_reference_under_autocast_is_the_fp32_reference_exactly(tiny):
     import pytest
 
     from rlvr.config import build_config
-    from rlvr.train.logprobs import Reference, reference_in_bf16, reference_logprobs
+    from rlvr.train.forward import Reference, reference_in_bf16, reference_logprobs
 
     model, tok = tiny
     prompts, r = rollout(model, tok)
@@ -212,11 +211,11 @@ def test_a_bf16_reference_under_autocast_is_the_fp32_reference_exactly(tiny):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 1e-2)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.equal(reference_logprobs(fp32, *args), reference_logprobs(bf16, *args))
-        bf16.sync(model, 1.0)
-        moved = reference_logprobs(bf16, *args)
-        assert torch.equal(moved, reference_logprobs(Reference.of(model), *args))
+    at = lambda ref: reference_logprobs(ref, *args, precision="bf16")  # the reference runs under bf16 autocast
+    assert torch.equal(at(fp32), at(bf16))
+    bf16.sync(model, 1.0)
+    moved = at(bf16)
+    assert torch.equal(moved, at(Reference.of(model)))
     with pytest.raises(ValueError, match="replaced, not mixed"):
         bf16.sync(model, 0.5)
     algo = lambda *o: build_config(None, list(o)).algo
@@ -224,3 +223,66 @@ def test_a_bf16_reference_under_autocast_is_the_fp32_reference_exactly(tiny):
     assert not reference_in_bf16(algo("--algo.kl_in=reward"), "bf16")  # compared with an fp32 forward there
     assert not reference_in_bf16(algo("--algo.ref_sync_every=4", "--algo.ref_mixup=0.5"), "bf16")
     assert reference_in_bf16(algo("--algo.ref_sync_every=4"), "bf16")
+
+
+def test_fused_head_gives_the_chunked_values_and_its_gradients():
+    """FusedHeadLogprob (train.lm_head=fused) against the chunked path: log-probs and entropies equal bit for
+    bit; gradients of hidden, weight and bias within 1e-6 of the largest in fp32 (the same sums in another
+    order) and 1e-2 under bf16 autocast (the chunked path sums the weight's gradient in bf16, the fused one
+    in fp32); with an entropy bonus (entropy_grad), a temperature and chunks that do not divide N."""
+    from rlvr.train.forward import token_logprobs
+
+    torch.manual_seed(0)
+    n, h_dim, vocab = 150, 32, 500
+    for bf16 in (False, True):
+        for temperature, entropy_grad in ((1.0, False), (0.7, True)):
+            head = torch.nn.Linear(h_dim, vocab)
+            h0, tokens = torch.randn(n, h_dim), torch.randint(0, vocab, (n,))
+            g_logp, g_ent = torch.randn(n), torch.randn(n)
+            got = []
+            for fused in (False, True):
+                head.zero_grad()
+                h = h0.clone().requires_grad_(True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    logp, ent = token_logprobs(h, head, tokens, temperature, chunk=64, with_entropy=True,
+                                               entropy_grad=entropy_grad, fused=fused)
+                ((logp * g_logp).sum() + ((ent * g_ent).sum() if entropy_grad else 0)).backward()
+                got.append((logp.detach(), ent.detach(), h.grad, head.weight.grad.clone(), head.bias.grad.clone()))
+            (lp_a, e_a, *grads_a), (lp_b, e_b, *grads_b) = got
+            assert torch.equal(lp_a, lp_b) and torch.equal(e_a, e_b)
+            tol = 1e-2 if bf16 else 1e-6
+            for a, b in zip(grads_a, grads_b):
+                assert float((a - b).abs().max()) <= tol * float(a.abs().max())
+            assert ent.requires_grad == entropy_grad
+
+
+def test_lm_head_setting_picks_the_update_s_path(tiny, monkeypatch):
+    """train.lm_head=fused runs the update's forward through FusedHeadLogprob (and auto does on CUDA only);
+    one step of either path gives the same loss and weights within 1e-6."""
+    import copy
+
+    from rlvr.config import Config, OptimizerConfig, TrainConfig
+    from rlvr.train import forward
+    from rlvr.train.batch import Batch
+    from rlvr.train.update import UpdateSettings, policy_update
+
+    assert forward.use_fused_head("auto", torch.device("cuda")) and not forward.use_fused_head("auto", torch.device("cpu"))
+    model, tok = tiny
+    prompts, r = rollout(model, tok)
+    batch = Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask,
+                  advantages=torch.linspace(-1, 1, r.completion_ids.shape[0]), group_size=3)
+    calls = []
+    apply = forward.FusedHeadLogprob.apply
+    monkeypatch.setattr(forward.FusedHeadLogprob, "apply", lambda *a: calls.append(1) or apply(*a))
+    results = []
+    for lm_head in ("chunked", "fused"):
+        m = copy.deepcopy(model)
+        cfg = Config(train=TrainConfig(lm_head=lm_head), optimizer=OptimizerConfig(max_grad_norm=0.0))
+        metrics = policy_update(m, torch.optim.SGD(m.parameters(), lr=0.1), batch,
+                                UpdateSettings.of(cfg, tok.pad_token_id, "no"))
+        results.append((metrics["loss"], [p.detach() for p in m.parameters()]))
+        assert bool(calls) == (lm_head == "fused")
+    (loss_a, w_a), (loss_b, w_b) = results
+    assert loss_a == loss_b
+    for a, b in zip(w_a, w_b):
+        assert torch.allclose(a, b, atol=1e-6)

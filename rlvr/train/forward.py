@@ -1,13 +1,18 @@
-"""Per-token log-probabilities of completions under a causal LM, sharing each prompt across its group.
+"""The forwards a training step runs, each a function with one return type, and the rule for the precision
+the reference runs at.
 
-The prompt of a group is run once (with gradient) and its keys / values are shared by its G
-completions, so the prompt's cost is paid once per prompt rather than once per completion; the result
-and its gradient are the same as running every prompt + completion pair in full
-(tests/train/test_logprobs.py). Completions are run in a few buckets of similar length, each trimmed to
-its own width (plan_buckets), so the forward and backward follow the real tokens rather than the
-longest completion of the micro-batch. Log-probabilities are computed for real completion tokens
-only, in chunks, so the [B, T, vocab] logits are never held at once and padding never reaches the
-vocabulary projection.
+    completion_forward(policy, ...)  -> ForwardOut (log-probs, entropy, hidden states): the update's forward
+    completion_logprobs(model, ...)  -> [B, Tc] log-probs: the old policy's, tests', benches'
+    reference_logprobs(ref, ...)     -> [B, Tc] log-probs of the KL reference, at `reference_precision`
+
+Per-token log-probabilities of completions under a causal LM share each prompt across its group: the prompt
+of a group is run once (with gradient) and its keys / values are shared by its G completions, so the
+prompt's cost is paid once per prompt rather than once per completion; the result and its gradient are the
+same as running every prompt + completion pair in full (tests/train/test_forward.py). Completions are run
+in a few buckets of similar length, each trimmed to its own width (plan_buckets), so the forward and
+backward follow the real tokens rather than the longest completion of the micro-batch. Log-probabilities
+are computed for real completion tokens only, in chunks, so the [B, T, vocab] logits are never held at once
+and padding never reaches the vocabulary projection.
 
 Under gradient checkpointing transformers drops the cache inside checkpointed layers, so each
 prompt + completion row is then run in full, bucketed the same way (same values and gradients, the
@@ -25,6 +30,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from rlvr.algo.masks import present_tokens, row_widths
+from rlvr.device import autocast
 from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_out
@@ -39,23 +45,29 @@ BUCKET_OVERHEAD = 32
 @dataclass
 class ForwardOut:
     logp: torch.Tensor  # [B, Tc]
-    hidden: torch.Tensor | None = None  # [B, Tc, H] the state each completion token is predicted from
-    entropy: torch.Tensor | None = None  # [B, Tc] entropy of the (tempered) next-token distribution
+    entropy: torch.Tensor | None  # [B, Tc] entropy of the (tempered) next-token distribution, when asked for
+    hidden: torch.Tensor  # [B, Tc, H] the state each completion token is predicted from (a critic reads it)
 
 
 def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Tensor, temperature: float = 1.0,
-                   chunk: int = 256, with_entropy: bool = False, entropy_grad: bool = False
+                   chunk: int = 256, with_entropy: bool = False, entropy_grad: bool = False, fused: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """hidden [N, H] predicts tokens [N]; returns (log p(token) [N] fp32, entropy [N] or None),
     `chunk` rows of logits at a time. The entropy carries a gradient only with `entropy_grad` (an
     entropy bonus in the loss); as a metric it is computed from detached log-probs, so autograd keeps
     no [N, V] tensors for it.
 
-    On CUDA, with a gradient, each chunk runs under activation checkpointing: the backward pass
-    recomputes the chunk's logits, so only hidden and tokens are kept and at most one chunk's
-    float32 [chunk, V] logits exist at a time (152k-word vocabularies would otherwise hold N x V x 4
-    bytes per micro-batch). On the CPU the chunks' log-probs are kept: recomputing the head would
-    cost a small model a large share of its step."""
+    fused (train.lm_head, for a plain nn.Linear head): FusedHeadLogprob, which keeps no [N, V] tensor for
+    the backward pass and recomputes each chunk's logits there; its values are these exactly, its
+    gradients equal within rounding. Otherwise, on CUDA with a gradient, each chunk runs under activation
+    checkpointing: the backward pass recomputes the chunk's logits, so only hidden and tokens are kept
+    (152k-word vocabularies would otherwise hold N x V x 4 bytes per micro-batch). On the CPU the chunks'
+    log-probs are kept: recomputing the head would cost a small model a large share of its step."""
+    if fused and type(head) is torch.nn.Linear:
+        logp, ent = FusedHeadLogprob.apply(hidden, head.weight, head.bias, tokens, temperature, chunk, with_entropy,
+                                           entropy_grad)
+        return logp, (ent if with_entropy else None)
+
     def piece(h: torch.Tensor, t: torch.Tensor):
         logits = head(h).float()  # [n, V]
         if temperature != 1.0:
@@ -81,20 +93,107 @@ def token_logprobs(hidden: torch.Tensor, head: torch.nn.Module, tokens: torch.Te
     return torch.cat(out), (torch.cat(ent) if with_entropy else None)
 
 
-def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
-                        completion_mask: torch.Tensor, group_size: int, pad_id: int,
-                        temperature: float = 1.0, with_hidden: bool = False, with_entropy: bool = False,
-                        max_buckets: int = MAX_BUCKETS, bucket_overhead: int = BUCKET_OVERHEAD,
-                        env_mask: torch.Tensor | None = None, entropy_grad: bool = False):
-    """log p(completion token | prompt, earlier tokens): [B, Tc], zero where completion_mask is 0.
+def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype nn.Linear would multiply in here: autocast's where it is on, else the weight's."""
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else weight.dtype
+
+
+class FusedHeadLogprob(torch.autograd.Function):
+    """The LM head, log-softmax, the token's log-prob (and the entropy) over chunks of `chunk` tokens,
+    never holding [N, V] logits: the forward keeps hidden, weight and tokens only, and the backward
+    recomputes each chunk's logits and writes its gradient straight into grad_hidden and grad_weight.
+
+    forward(hidden [N, H], weight [V, H], bias [V] or None, tokens [N], temperature, chunk, with_entropy,
+    entropy_grad) -> (log p(token) [N] fp32, entropy [N] fp32, empty without with_entropy). The values
+    are token_logprobs' unfused ones bit for bit (the same ops per chunk); the products run in the dtype
+    nn.Linear would use (autocast's, else the weight's). Per chunk, with z the tempered logits, p their
+    softmax and T the temperature: d logp / dz = onehot(token) - p; d entropy / dz = -p (log p + entropy);
+    d / dlogits = that / T."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk, with_entropy, entropy_grad):
+        dtype = _compute_dtype(hidden, weight)
+        w, b = weight.to(dtype), (bias.to(dtype) if bias is not None else None)
+        logps, ents = [], []
+        with torch.autocast(hidden.device.type, enabled=False):
+            for start in range(0, hidden.shape[0], chunk):
+                logits = F.linear(hidden[start:start + chunk].to(dtype), w, b).float()  # [n, V]
+                if temperature != 1.0:
+                    logits = logits / temperature
+                logp_all = logits.log_softmax(-1)
+                logps.append(logp_all.gather(-1, tokens[start:start + chunk, None]).squeeze(-1))
+                if with_entropy:
+                    ents.append(-(logp_all.exp() * logp_all).sum(-1))
+        logp = torch.cat(logps) if logps else hidden.new_zeros(0, dtype=torch.float32)
+        ent = torch.cat(ents) if ents else logp.new_zeros(0)
+        ctx.save_for_backward(hidden, weight, bias, tokens)
+        ctx.dtype, ctx.temperature, ctx.chunk = dtype, temperature, chunk
+        ctx.entropy_grad = with_entropy and entropy_grad
+        if not ctx.entropy_grad:
+            ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent):
+        hidden, weight, bias, tokens = ctx.saved_tensors
+        dtype, temperature, chunk = ctx.dtype, ctx.temperature, ctx.chunk
+        w, b = weight.to(dtype), (bias.to(dtype) if bias is not None else None)
+        grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+            if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) \
+            if bias is not None and ctx.needs_input_grad[2] else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            for start in range(0, hidden.shape[0], chunk):
+                h = hidden[start:start + chunk].to(dtype)
+                t = tokens[start:start + chunk]
+                logits = F.linear(h, w, b).float()
+                if temperature != 1.0:
+                    logits = logits / temperature
+                logp_all = logits.log_softmax(-1)
+                del logits
+                p = logp_all.exp()  # [n, V]
+                extra = None
+                if ctx.entropy_grad and g_ent is not None:  # -g_ent p (log p + entropy), in logp_all's memory
+                    ent = -(p * logp_all).sum(-1, keepdim=True)  # [n, 1]
+                    extra = logp_all.add_(ent).mul_(p).mul_(-g_ent[start:start + chunk, None])
+                del logp_all
+                g = g_logp[start:start + chunk, None]
+                dz = p.mul_(-g)  # -g p, and + g at the token
+                dz.scatter_add_(-1, t[:, None], g)
+                if extra is not None:
+                    dz.add_(extra)
+                    del extra
+                if temperature != 1.0:
+                    dz.div_(temperature)
+                dz = dz.to(dtype)
+                if grad_h is not None:
+                    grad_h[start:start + chunk] = (dz @ w).to(hidden.dtype)
+                if grad_w is not None:
+                    grad_w.add_((dz.t() @ h).float())
+                if grad_b is not None:
+                    grad_b.add_(dz.float().sum(0))
+        grad_w = grad_w.to(weight.dtype) if grad_w is not None else None
+        grad_b = grad_b.to(bias.dtype) if grad_b is not None else None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Tensor,
+                       completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
+                       entropy: bool = False, entropy_grad: bool = False, env_mask: torch.Tensor | None = None,
+                       fused_head: bool = False, max_buckets: int = MAX_BUCKETS,
+                       bucket_overhead: int = BUCKET_OVERHEAD) -> ForwardOut:
+    """log p(completion token | prompt, earlier tokens) [B, Tc], zero where completion_mask is 0; with
+    `entropy` the next-token entropy [B, Tc] (differentiable only with entropy_grad); the hidden states
+    [B, Tc, H] (past a row's real tokens unspecified: zero beyond its bucket's width).
     env_mask [B, Tc] (multi-turn episodes): environment tokens, attended to like the others but never
     scored, so they get no log-prob and no gradient of their own.
 
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
-    row b continuing prompt b // group_size. With with_hidden or with_entropy (differentiable only with
-    entropy_grad), returns a ForwardOut
-    (hidden past a row's real tokens is unspecified: zero beyond its bucket's width). Rows run in up to max_buckets length buckets
-    (plan_buckets); max_buckets=1 pads every row to the longest.
+    row b continuing prompt b // group_size. Rows run in up to max_buckets length buckets
+    (plan_buckets); max_buckets=1 pads every row to the longest. fused_head: token_logprobs' fused path
+    (the same values; use_fused_head).
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
@@ -107,14 +206,21 @@ def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.T
         pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, present, group_size, plan)
     hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
-    logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=with_entropy,
-                               entropy_grad=entropy_grad)
+    logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=entropy,
+                               entropy_grad=entropy_grad, fused=fused_head)
     logp = logp.new_zeros(completion_ids.shape).masked_scatter(real, logp)  # [B, Tc]
-    if not (with_hidden or with_entropy):
-        return logp
     if ent is not None:
         ent = ent.new_zeros(completion_ids.shape).masked_scatter(real, ent)
-    return ForwardOut(logp, hidden if with_hidden else None, ent)
+    return ForwardOut(logp, ent, hidden)
+
+
+def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
+                        env_mask: torch.Tensor | None = None, max_buckets: int = MAX_BUCKETS,
+                        bucket_overhead: int = BUCKET_OVERHEAD) -> torch.Tensor:
+    """completion_forward's log-probs alone: [B, Tc], zero where completion_mask is 0."""
+    return completion_forward(model, prompts, completion_ids, completion_mask, group_size, pad_id, temperature,
+                              env_mask=env_mask, max_buckets=max_buckets, bucket_overhead=bucket_overhead).logp
 
 
 def plan_buckets(lengths: list[int], max_buckets: int = MAX_BUCKETS,
@@ -254,21 +360,40 @@ class Reference:
                 p_ref.mul_(1 - mixup).add_(p.detach(), alpha=mixup)
 
 
+def use_fused_head(lm_head: str, device: torch.device) -> bool:
+    """train.lm_head -> whether the update's forward scores tokens with FusedHeadLogprob: fused, chunked, or
+    auto: fused on CUDA (at a 152k vocabulary the saved log-softmax is N x V x 4 bytes per micro-batch);
+    on the CPU the chunked path, whose gradients the default run has always had (bench/lm_head.py measured
+    the fused one no faster there at the demo's shapes: 0.999x the time, 0.78x the memory)."""
+    return lm_head == "fused" or (lm_head == "auto" and device.type == "cuda")
+
+
+def reference_precision(kl_in: str, precision: str) -> str:
+    """The precision the reference's forward runs at: that of the policy forward its log-probs are compared
+    with, so the KL is exactly 0 at equal weights. The KL in the loss compares with the update's forward,
+    at train.mixed_precision (`precision`); the KL in the reward with the old policy's forward before the
+    update, which runs in fp32 ("no"): a bf16 forward's rounding would be a KL of its own, a hidden length
+    penalty in the reward."""
+    return precision if kl_in == "loss" else "no"
+
+
 def reference_in_bf16(algo, precision: str) -> bool:
-    """Hold the reference as a bf16 copy (Reference): where its forward runs under bf16 autocast (precision
-    bf16 and the KL in the loss, which the update computes under autocast; the KL in the reward compares
-    fp32 forwards) and it is only ever replaced whole (no algo.ref_mixup below 1)."""
-    return precision == "bf16" and algo.kl_in == "loss" and (algo.ref_sync_every == 0 or algo.ref_mixup == 1.0)
+    """Hold the reference as a bf16 copy (Reference): where its forward runs under bf16 autocast
+    (reference_precision) and it is only ever replaced whole (no algo.ref_mixup below 1)."""
+    return (reference_precision(algo.kl_in, precision) == "bf16"
+            and (algo.ref_sync_every == 0 or algo.ref_mixup == 1.0))
 
 
 def reference_logprobs(ref: Reference, prompts: list[list[int]], completion_ids: torch.Tensor,
-                       completion_mask: torch.Tensor, group_size: int, pad_id: int,
-                       temperature: float = 1.0, env_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """completion_logprobs under the reference, without gradient and in eval mode: [B, Tc]."""
+                       completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
+                       env_mask: torch.Tensor | None = None, precision: str = "no") -> torch.Tensor:
+    """completion_logprobs under the reference, without gradient, in eval mode and at `precision`
+    (reference_precision's answer): [B, Tc]."""
     model, was_training = ref.model, ref.model.training
     model.eval()
     try:
-        with torch.no_grad(), (model.disable_adapter() if ref.adapters_off else nullcontext()):
+        with torch.no_grad(), (model.disable_adapter() if ref.adapters_off else nullcontext()), \
+                autocast(completion_ids.device, precision):
             return completion_logprobs(model, prompts, completion_ids, completion_mask, group_size, pad_id,
                                        temperature, env_mask=env_mask)
     finally:
