@@ -1,4 +1,4 @@
-"""Dataclasses of more than three fields are keyword-only, so they are built by keyword: a field added,
+"""Dataclasses of more than three fields are keyword-only (beyond the third, at least), so they are built by keyword: a field added,
 removed or moved cannot shift values into the wrong field without an error (UpdateSettings.of once built
 eight fields from seven positional values and the optimizer section silently took its defaults)."""
 import ast
@@ -22,8 +22,10 @@ def wide_positional_dataclasses(root: Path = ROOT) -> list[tuple[str, str]]:
                 kw_only = isinstance(dec, ast.Call) and any(
                     k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
                     for k in dec.keywords)
+                # fields a caller could pass by position (a field(kw_only=True) cannot be)
                 fields = [s for s in node.body if isinstance(s, ast.AnnAssign)
-                          and "ClassVar" not in ast.unparse(s.annotation)]
+                          and "ClassVar" not in ast.unparse(s.annotation)
+                          and "kw_only=True" not in (ast.unparse(s.value) if s.value is not None else "")]
                 if len(fields) > 3 and not kw_only:
                     found.append((str(path.relative_to(root)), node.name))
     return found
