@@ -1,6 +1,7 @@
-"""Dataclasses of more than three fields are keyword-only (beyond the third, at least), so they are built by keyword: a field added,
-removed or moved cannot shift values into the wrong field without an error (UpdateSettings.of once built
-eight fields from seven positional values and the optimizer section silently took its defaults)."""
+"""Dataclasses of more than three fields are keyword-only (beyond the third, at least), so they are built
+by keyword: a field added, removed or moved cannot shift values into the wrong field without an error
+(UpdateSettings.of once built eight fields from seven positional values and the optimizer section
+silently took its defaults)."""
 import ast
 from pathlib import Path
 
