@@ -124,7 +124,7 @@ class Settings:
                         checkpointing=cfg.train.gradient_checkpointing)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     shape: Shape
     settings: Settings
@@ -155,7 +155,7 @@ def estimate(shape: Shape, s: Settings) -> Plan:
     rows = s.prompts * s.group
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * rows * (s.prompt_tokens + s.new_tokens) * compute
     logits = LOGIT_COPIES["rollout"] * rows * shape.vocab * 4
-    plan = Plan(shape, s)
+    plan = Plan(shape=shape, settings=s)
     plan.rollout = {**held, "kv_cache": kv, "logits": logits, "activations": 0.0}
     # the update: one micro-batch's forward and backward on top of what is held
     mb = min(s.micro_batch_prompts, s.prompts)

@@ -251,6 +251,16 @@ def check(table, key, observe, phase):
     assert changed != base, f"{key}={value!r} changes nothing in {phase}"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tiny model's ops are too small to share out: one thread is faster, and far faster when the
+    machine's cores are busy (a learn check: 1.2 s on one thread against 10 s on two, on a shared 2-core box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # ---------------------------------------------------------------- the update phase
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ class LoraConfig:
     """Linear layers that get adapters."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelConfig:
     name: str = "smollm2-135m-instruct"
     """Built-in name (smollm2-135m-instruct, tiny-random), a local Hugging Face model directory, or a Hub id
