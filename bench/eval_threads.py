@@ -1,6 +1,6 @@
 """`rlvr eval` wall time on a 6-problem file, with torch's OpenMP threads waiting actively (spinning,
-ACTIVE, without bound) and passively (PASSIVE: what rlvr sets unless OMP_WAIT_POLICY is given, with a
-bounded spin first, GOMP_SPINCOUNT 30000, unless that is given; rlvr/__init__.py).
+ACTIVE, without bound) and passively (PASSIVE: what rlvr sets on a busy machine unless OMP_WAIT_POLICY
+is given; rlvr/__init__.py).
 
     python bench/eval_threads.py [--model smollm2-135m-instruct] [--repeats 1] [--policies ACTIVE PASSIVE]
 
