@@ -82,10 +82,12 @@ demo: setup
 	$(PY) -m rlvr train configs/demo.yaml --train.overwrite=true
 
 # two runs: the suite in the main venv (where the tests marked vllm skip: no vLLM there), then those tests
-# in the vLLM venv, against the real engine and real vLLM servers
+# in the vLLM venv, against the real engine and real vLLM servers (their files only: the venv lacks the
+# packages other test modules import)
+VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py
 test: system setup peers vllm
 	$(PY) -m pytest -q
-	$(VLLM_PY) -m pytest -q -m vllm
+	$(VLLM_PY) -m pytest -q -m vllm $(VLLM_TESTS)
 
 test-fast: setup peers
 	$(PY) -m pytest -q -m "not slow"

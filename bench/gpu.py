@@ -14,9 +14,9 @@ Runs on a bare GPU machine (no package registry, no model hub) from the reposito
 - --wheels DIR: what rlvr and TRL need beyond that machine's image (its Python is 3.12; its transformers
   5.17 is not the 5.24 rlvr pins; it has no trl, datasets, dill or multiprocess):
       python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-          --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
+          --abi cp312 --abi abi3 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \\
           --platform manylinux2014_x86_64 --platform any -d .gpubench/wheels trl==1.16.0 datasets==5.2.0 \\
-          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4
+          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4 torchao==0.18.0
   bench/gpu_wheels.py installs a carried wheel (pip --no-index --no-deps --target, into the work directory)
   only where the image lacks the package or holds a version rlvr's or TRL's requirements reject; TRL's set
   goes on PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (20 MiB in all).
@@ -27,6 +27,10 @@ on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto).
 Work: bench/same_work.py: the 256 "What is a + b? Reply with only the number." prompts, reward
 bench/last_number.py, temperature 1, lr 2e-5 constant, beta 0. A shape PxGxT is P prompts x G completions x
 T new tokens; random weights almost never draw the stop token, so nearly every completion is T tokens.
+
+Memory (--parts memory, first after the models): the 8B shape with LoRA r=16 on a bf16 and on an NF4 base
+(8x8x512), the 32B shape on an NF4 base (8x4x1024), the largest shape that runs under 24, 48 and 80 GiB
+(set_per_process_memory_fraction), TRL as shipped with LoRA on the 8B shape; `rlvr plan` beside each phase.
 
 Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU,
 a few seconds); where it cannot run the script stops with one line. Each measurement is then its own process
@@ -85,6 +89,44 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 
 CUDA_TESTS = ["tests/rollout/test_graphed.py", "tests/test_device.py"]  # the captured graph, CPU against CUDA
+# The memory rows: random weights built on the GPU from the shipped public configs (model.name random:SHAPE),
+# each in the settings rlvr plan says fit; one timed step each (the peak is the figure; the time is reported).
+LEAN = "--model.dtype=auto --model.lora.r=16 --train.gradient_checkpointing=true --optimizer.micro_batch_prompts=1"
+MEMORY_ROWS = [  # (name, shape, PxGxT, overrides, target GiB)
+    ("8B LoRA bf16", "llama-3.1-8b", (8, 8, 512), LEAN, 20),
+    ("8B LoRA nf4", "llama-3.1-8b", (8, 8, 512), LEAN + " --model.quantize=nf4", 12),
+    ("32B LoRA nf4", "qwen2.5-32b", (8, 4, 1024), LEAN + " --model.quantize=nf4", 80),
+]
+FITS_CARDS = (24, 48, 80)  # GiB: the "largest model that fits" table, set with set_per_process_memory_fraction
+FITS_SHAPES = ("qwen2.5-32b", "llama-3.1-8b", "qwen3-1.7b")  # largest first; each at 8x8x256, nf4 + LoRA
+SMOKE_ROWS = [("tiny LoRA fp32", "tiny-random", (2, 2, 8), "--model.lora.r=4", 1),
+              ("tiny LoRA nf4", "tiny-random", (2, 2, 8), "--model.lora.r=4 --model.quantize=nf4", 1)]
+
+
+def memory_jobs(args, base: dict, work: Path) -> tuple[list[Job], list[Job]]:
+    """(the headline memory rows, the largest-fits table and TRL with LoRA on the 8B row's shape)."""
+    rows = SMOKE_ROWS if args.smoke else MEMORY_ROWS
+    model = lambda shape: shape if shape == "tiny-random" else f"random:{shape}"
+    head = [Job(f"{name} {'x'.join(map(str, pgt))}", {**base, "kind": "rlvr", "model_dir": model(shape), "shape": pgt,
+                "model": shape, "name": f"mem-{i}", "overrides": extra, "warmup": 0, "steps": 1, "target_gib": gib})
+            for i, (name, shape, pgt, extra, gib) in enumerate(rows)]
+    later = []
+    cards, shapes = ((1,), ("tiny-random",)) if args.smoke else (FITS_CARDS, FITS_SHAPES)
+    for card in cards:
+        before = ""
+        for shape in shapes:
+            name = f"fits {card} GiB: {shape}"
+            later.append(Job(name, {**base, "kind": "rlvr", "model_dir": model(shape), "shape": (8, 8, 256) if not
+                                    args.smoke else (2, 2, 8), "model": shape, "name": f"fit-{card}-{shape}",
+                                    "overrides": (LEAN if not args.smoke else "--model.lora.r=4")
+                                    + " --model.quantize=nf4", "warmup": 0, "steps": 1, "memory_gib": card,
+                                    "card_gib": card}, before, "oom" if before else "ok"))
+            before = name  # the next smaller shape runs only where this one ran out of memory
+    if "trl" in args.parts and not args.smoke:  # TRL as shipped (bf16, gradient checkpointing) with LoRA
+        later.append(Job("trl-lora 8B LoRA bf16 8x8x512", {**base, "kind": "trl", "precision": "defaults",
+                         "model_dir": str(work / "models" / "llama-3.1-8b"), "shape": (8, 8, 512),
+                         "model": "llama-3.1-8b", "lora_r": 16, "warmup": 0, "steps": 1}, "build"))
+    return head, later
 MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL row updates in these micro-batches
 
 
@@ -95,7 +137,8 @@ def plan(args, work: Path) -> list[Job]:
     then the other models and shapes."""
     base = {"device": args.child_device, "work": str(work), "task_file": str(work / "sums.jsonl"),
             "lr": 2e-5, "seed": 0, "warmup": args.warmup, "steps": args.steps}
-    built = dict.fromkeys([*args.models, *([args.decode_model] if "decode" in args.parts else [])])
+    built = dict.fromkeys([*args.models, *([args.decode_model] if "decode" in args.parts else []),
+                           *(["llama-3.1-8b"] if {"memory", "trl"} <= set(args.parts) and not args.smoke else [])])
     model_dir = {m: str(work / "models" / m) for m in built}
     jobs = [Job("CUDA tests", {**base, "kind": "tests", "files": CUDA_TESTS})] if "tests" in args.parts else []
     jobs.append(Job("build", {**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
@@ -105,6 +148,8 @@ def plan(args, work: Path) -> list[Job]:
     decode = [Job(f"engine {name}", {**dspec, "kind": "engine", "overrides": extra}, "build")
               for name, extra in args.rlvr] + [Job("HF generate", {**dspec, "kind": "generate"}, "build")]
     decode = decode if "decode" in args.parts else []
+    head, later = memory_jobs(args, base, work) if "memory" in args.parts else ([], [])
+    jobs += head  # the issue's headline: 8B on a 24 GB card, 32B on one 80 GB card
     for i, (model, shape) in enumerate((m, s) for m in args.models for s in args.shapes):
         tag = f"{model} {'x'.join(map(str, shape))}"
         spec = {**base, "model_dir": model_dir[model], "shape": shape, "model": model}
@@ -119,7 +164,8 @@ def plan(args, work: Path) -> list[Job]:
         jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
                  Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"}, f"trl-bf16 {tag}",
                      "oom")] if trl else []
-    return jobs
+    i = next((k for k, j in enumerate(jobs) if j.name.startswith("engine ")), len(jobs))
+    return jobs[:i] + later + jobs[i:] if not args.smoke else jobs + later
 
 
 def run_child(job: Job, timeout: float, env: dict, log: Path) -> dict:
@@ -202,6 +248,8 @@ def brief(r: dict) -> str:
 def steps_table(jobs: list[Job]) -> None:
     med = lambda xs: statistics.median(x for x in xs if x is not None) if any(x is not None for x in xs) else None
     fmt = lambda v, spec: "-" if v is None else format(v, spec)
+    if not any(j.spec["kind"] in ("rlvr", "trl") for j in jobs):
+        return
     print(f"\n{'GRPO step (medians)':<34}{'step s':>8}{'generate':>9}{'score':>7}{'update':>8}{'tokens':>8}"
           f"{'tok/s':>8}{'peak GiB: rollout':>18}{'update':>8}{'all':>6}{'logp mism':>10}  status")
     for job in (j for j in jobs if j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") not in ("skipped", "unneeded")):
@@ -233,6 +281,30 @@ def steps_table(jobs: list[Job]) -> None:
             print(f"{job.name} / {other.name.split()[0]}: step "
                   f"{med(job.result['step_s']) / med(other.result['step_s']):.2f}x, peak memory "
                   f"{job.result['peak_gib'] / other.result['peak_gib']:.2f}x")
+
+
+def is_memory(job: Job) -> bool:
+    return any(k in job.spec for k in ("target_gib", "card_gib", "lora_r"))
+
+
+def memory_table(jobs: list[Job]) -> None:
+    """The memory rows and the largest-fits table: rlvr plan's peak of each phase beside the measured one."""
+    rows = [j for j in jobs if is_memory(j) and j.result.get("status") not in (None, "skipped", "unneeded")]
+    if not rows:
+        return
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    first = lambda xs: xs[0] if xs else None
+    print(f"\n{'memory (GiB; plan / measured)':<40}{'rollout':>16}{'update':>16}{'peak':>8}{'target':>8}{'step s':>8}  status")
+    for job in rows:
+        r, plan = job.result, job.result.get("plan", {})
+        roll, upd = first(r.get("rollout_peak_gib", [])), first(r.get("update_peak_gib", []))
+        target = job.spec.get("target_gib") or job.spec.get("card_gib")
+        print(f"{job.name:<40}{fmt(plan.get('rollout')):>8}{fmt(roll):>8}{fmt(plan.get('update')):>8}{fmt(upd):>8}"
+              f"{fmt(r.get('peak_gib')):>8}{fmt(target):>8}{fmt(first(r.get('step_s', []))):>8}  {r.get('status')}"
+              + (f" ({r['why']})" if r.get("why") and r.get("status") != "ok" else ""))
+    for card in sorted({j.spec["card_gib"] for j in rows if "card_gib" in j.spec}):
+        ok = [j.spec["model"] for j in rows if j.spec.get("card_gib") == card and j.result.get("status") == "ok"]
+        print(f"largest that fits {card} GiB (nf4 + LoRA r=16, checkpointing, 8x8x256): {ok[0] if ok else 'none tried fits'}")
 
 
 def decode_table(jobs: list[Job]) -> None:
@@ -307,13 +379,14 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--wheels", type=Path, help="folder of wheels for TRL (see above)")
     p.add_argument("--models", help="comma-separated of 1.7b, 135m (default both; --smoke: tiny)")
     p.add_argument("--shapes", help="comma-separated PxGxT (default 8x8x128,32x8x256; --smoke: 2x2x8)")
-    p.add_argument("--parts", help="comma-separated of tests (the CUDA tests, first), rlvr, trl, decode "
-                                   "(default all four on CUDA; rlvr,trl,decode on the CPU)")
+    p.add_argument("--parts", help="comma-separated of tests (the CUDA tests, first), memory (the 8B and 32B "
+                                   "rows, the largest-fits table, TRL with LoRA), rlvr, trl, decode (default all "
+                                   "five on CUDA; memory,rlvr,trl,decode on the CPU)")
     p.add_argument("--decode-batches", help="comma-separated batch sizes (default 64,256; --smoke: 2,4)")
     p.add_argument("--decode-tokens", type=int, help="new tokens per decode row (default 128; --smoke: 8)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--steps", type=int, default=2, help="timed steps")
-    p.add_argument("--budget", type=float, default=290, help="seconds for the whole run; later jobs are skipped")
+    p.add_argument("--budget", type=float, default=470, help="seconds for the whole run; later jobs are skipped")
     p.add_argument("--timeout", type=float, default=150, help="seconds for any one process")
     p.add_argument("--rlvr", action="append", metavar="NAME=OVERRIDES",
                    help="an rlvr variant, for its steps and its engine decode: extra `--key=value` overrides, "
@@ -325,15 +398,15 @@ def arguments() -> argparse.Namespace:
     smoke = args.smoke
     args.models = (args.models or ("tiny" if smoke else "1.7b,135m")).split(",")
     args.shapes = [parse_shape(s) for s in (args.shapes or ("2x2x8" if smoke else "8x8x128,32x8x256")).split(",")]
-    args.parts = (args.parts or ("tests,rlvr,trl,decode" if args.device.startswith("cuda") else "rlvr,trl,decode")
-                  ).split(",")
+    args.parts = (args.parts or ("tests,memory,rlvr,trl,decode" if args.device.startswith("cuda")
+                                 else "memory,rlvr,trl,decode")).split(",")
     args.decode_batches = [int(b) for b in (args.decode_batches or ("2,4" if smoke else "64,256")).split(",")]
     args.decode_tokens = args.decode_tokens or (8 if smoke else 128)
     args.decode_model = "tiny" if smoke else "1.7b"
     args.rlvr = [spec.partition("=")[::2] for spec in args.rlvr or ["rlvr="]]
     args.child_device = "cuda" if args.device.startswith("cuda") else args.device
     bad = [m for m in args.models if m not in ("1.7b", "135m", "tiny")] + [
-        x for x in args.parts if x not in ("tests", "rlvr", "trl", "decode")]
+        x for x in args.parts if x not in ("tests", "memory", "rlvr", "trl", "decode")]
     if bad or (not args.tokenizer and not smoke):
         raise SystemExit(f"bad --models/--parts {bad}" if bad else "--tokenizer DIR is needed (see --help)")
     return args
@@ -352,7 +425,8 @@ def main() -> None:
     try:
         run_all(args, jobs, envs, work, start + args.budget)
     finally:
-        steps_table(jobs)
+        memory_table(jobs)
+        steps_table([j for j in jobs if not is_memory(j)])
         decode_table(jobs)
         skipped = [f"{j.name} ({j.result['why']})" for j in jobs
                    if j.result.get("status") == "skipped" and j.needs == "ok"]

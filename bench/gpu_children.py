@@ -45,6 +45,20 @@ def llama_config(shape: str, tok):
                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
 
 
+def model_config(shape: str, tok):
+    """SHAPES' Llama configurations, or a public config rlvr ships (rlvr/shapes/NAME.json) with the tokenizer's
+    special tokens."""
+    if shape in SHAPES:
+        return llama_config(shape, tok)
+    from transformers import AutoConfig
+
+    from rlvr.plan import SHAPES as SHIPPED
+
+    values = json.loads((SHIPPED / f"{shape}.json").read_text())
+    values.update(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
 def build(job: dict) -> dict:
     """Random weights (seed 0, initialised on the device: seconds rather than a minute on the CPU for
     1.7B), saved in bf16 with the tokenizer as a model directory each framework loads as a user would."""
@@ -66,7 +80,7 @@ def build(job: dict) -> dict:
         t = time.perf_counter()
         torch.manual_seed(0)
         with torch.device(job["device"]):
-            model = AutoModelForCausalLM.from_config(llama_config(shape, tok), dtype=torch.bfloat16)
+            model = AutoModelForCausalLM.from_config(model_config(shape, tok), dtype=torch.bfloat16)
         model.save_pretrained(target)
         tok.save_pretrained(target)
         seconds[shape] = time.perf_counter() - t
@@ -107,6 +121,8 @@ def rlvr_steps(job: dict) -> dict:
                                  job["warmup"] + job["steps"], job["seed"], out),
                  f"--train.device={job['device']}", "--train.save_every=0", *shlex.split(job["overrides"])]
     cfg = build_config(DEMO_CONFIG, overrides)
+    limit_memory(job)
+    plan = plan_by_phase(cfg, job)
     # The end-of-run checkpoint and final model (about 27 GB with Adam's state at 1.7B) take no part in a
     # step; writing them would spend the run's time budget and the machine's disk on nothing measured here.
     grpo.try_checkpoint = grpo.save_final = lambda *a, **k: None
@@ -114,7 +130,7 @@ def rlvr_steps(job: dict) -> dict:
         grpo.train(cfg)
     except Exception as e:
         if is_oom(e):
-            return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"])}
+            return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"]), "plan": plan}
         raise
     every = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rows = every[job["warmup"]:]
@@ -124,7 +140,30 @@ def rlvr_steps(job: dict) -> dict:
             "update_s": col("time/train_s"), "tokens": col("tokens/generated"),
             "logp_mismatch": col("rollout/logp_mismatch_mean_abs"), "rollout_peak_gib": col("memory/rollout_peak_gib"),
             "update_peak_gib": col("memory/update_peak_gib"), "peak_gib": peak,
-            "overrides": job["overrides"]}
+            "overrides": job["overrides"], "plan": plan}
+
+
+def limit_memory(job: dict) -> None:
+    """A smaller card on this one (job["memory_gib"]): the caching allocator refuses past that share."""
+    if job.get("memory_gib") and job["device"].startswith("cuda"):
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, job["memory_gib"] * 2**30 / total))
+
+
+def plan_by_phase(cfg, job: dict) -> dict:
+    """rlvr plan's peak of each phase in GiB for this run (its prompts' longest, as the engine tokenizes them)."""
+    from transformers import AutoTokenizer
+
+    from rlvr.models import RANDOM, TINY, tiny_tokenizer
+    from rlvr.plan import GIB, plan_of
+    from rlvr.tasks import encode_prompt
+
+    name = cfg.model.name  # random shapes and tiny-random speak the character tokenizer
+    tok = tiny_tokenizer() if name.startswith(RANDOM) or name == TINY else AutoTokenizer.from_pretrained(name)
+    rows = [json.loads(line) for line in Path(job["task_file"]).read_text().splitlines()]
+    longest = max(len(encode_prompt(tok, r["prompt"], [], cfg.task.system_prompt)) for r in rows)
+    p = plan_of(cfg, "cuda" if job["device"].startswith("cuda") else "cpu", longest)
+    return {"rollout": sum(p.rollout.values()) / GIB, "update": sum(p.update.values()) / GIB}
 
 
 def trl_steps(job: dict) -> dict:
@@ -135,12 +174,14 @@ def trl_steps(job: dict) -> dict:
 
     from rlvr.models import load_model
 
-    model, tok = load_model(job["model_dir"], "float32", job["device"])
+    limit_memory(job)
+    # LoRA rows load the base as users do, in bf16; the full fine-tuning rows in fp32, as rlvr trains them
+    model, tok = load_model(job["model_dir"], "bfloat16" if job.get("lora_r") else "float32", job["device"])
     p, g, t = job["shape"]
     try:
         r = run_trl(model, tok, Path(job["task_file"]), prompts=p, group_size=g, max_new_tokens=t, lr=job["lr"],
                     steps=job["warmup"] + job["steps"], seed=job["seed"], use_cpu=job["device"] == "cpu",
-                    precision=job["precision"], micro_prompts=job.get("micro_prompts"))
+                    precision=job["precision"], micro_prompts=job.get("micro_prompts"), lora_r=job.get("lora_r", 0))
     except Exception as e:
         if is_oom(e):
             return {"oom": True, "error": str(e)[:300], "peak_gib": peak_gib(job["device"]), "trl": trl.__version__}

@@ -78,7 +78,9 @@ def installed_version(name: str) -> str | None:
 
 
 def rlvr_requirements() -> list[str]:
-    deps = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    # the quant extra (torchao): the memory rows' 4-bit base and 8-bit optimizer state
+    deps = project["dependencies"] + project["optional-dependencies"]["quant"]
     return [d for d in deps if canonical(Requirement(d).name) not in NOT_NEEDED]
 
 

@@ -90,7 +90,8 @@ def _peak_gib() -> float | None:
 
 
 def run_trl(model, tok, task_file: Path, *, prompts: int, group_size: int, max_new_tokens: int, lr: float,
-            steps: int, seed: int, use_cpu: bool, precision: str, micro_prompts: int | None = None) -> dict:
+            steps: int, seed: int, use_cpu: bool, precision: str, micro_prompts: int | None = None,
+            lora_r: int = 0) -> dict:
     """`steps` GRPOTrainer steps on the shared work; returns per-step lists: step_s (on_step_begin to
     on_step_end: one optimizer step), rollout_s (time inside model.generate), reward_s (inside the reward
     function), tokens (from completions/mean_length) and, on CUDA, the allocator's peak up to the end of
@@ -157,7 +158,13 @@ def run_trl(model, tok, task_file: Path, *, prompts: int, group_size: int, max_n
             save_strategy="no", report_to="none", use_cpu=use_cpu, seed=seed, disable_tqdm=True,
             dataloader_num_workers=0, **TRL_PRECISION[precision])
         timer = StepTimer()
-        trainer = GRPOTrainer(model=model, reward_funcs=[timed_reward], args=config,
+        peft = None
+        if lora_r:  # rlvr's LoRA defaults: alpha 16, attention projections
+            from peft import LoraConfig
+
+            peft = LoraConfig(r=lora_r, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                              task_type="CAUSAL_LM")
+        trainer = GRPOTrainer(model=model, reward_funcs=[timed_reward], args=config, peft_config=peft,
                               train_dataset=trl_dataset(task_file), processing_class=tok, callbacks=[timer])
         trainer.train()
     return {"step_s": timer.step_s, "rollout_s": generate_s, "reward_s": reward_s, "tokens": timer.tokens,

@@ -26,7 +26,7 @@ def one_run(box: Sandbox) -> float:
     r = run_harness({"kind": "stdio", "source": PROGRAM}, STDIN, SandboxLimits(), box)
     elapsed = time.perf_counter() - t
     if r.stdout != b"15\n":
-        raise SystemExit(f"the trivial program failed: {r.failure(SandboxLimits())} {r.stderr_tail}")
+        raise SystemExit(f"the trivial program failed: {r.failure(SandboxLimits())!r} {r.stderr_tail}")
     return elapsed
 
 

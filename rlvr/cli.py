@@ -1,4 +1,4 @@
-"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...], and audit, compare, report, eval, sft, tasks.
+"""Command line: rlvr train [CONFIG.yaml] [--section.key=value ...], and audit, compare, report, eval, sft, tasks, plan.
 
 One rule for every command: `--section.key=value` (a dotted key with '=') is a config override; every
 other argument is the command's own and may be spelled `--flag value` or `--flag=value`."""
@@ -254,6 +254,42 @@ def cmd_eval(argv: list[str]) -> int:
     return 0
 
 
+def plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlvr plan", description="The peak memory of the run's rollout and update, by component (weights, "
+        "gradients, optimizer state, activations, logits, KV cache), from the model's config alone: no weights "
+        "are read. model.name may also be a shipped shape (llama-3.1-8b, qwen2.5-32b, qwen3-1.7b). With "
+        "--memory it says whether the run fits and which settings would make it fit (exit 1 when it does not).")
+    parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
+                        "the defaults)")
+    parser.add_argument("--memory", help="the card's memory, e.g. 24GiB or 80GB")
+    parser.add_argument("--device", choices=("cuda", "cpu"), help="plan for this device (default: train.device; "
+                        "auto is cuda where torch sees a GPU or --memory is given, else cpu)")
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="longest prompt in tokens (default 128)")
+    return parser
+
+
+def cmd_plan(argv: list[str]) -> int:
+    args, overrides = parse(plan_parser(), argv)
+    cfg = build_config(args.config or default_config(overrides), overrides)
+    from rlvr.plan import plan_of, parse_size, report
+
+    budget = parse_size(args.memory) if args.memory else None
+    device = args.device or plan_device(cfg.train.device, budget is not None)
+    plan = plan_of(cfg, device, args.prompt_tokens)
+    print(report(plan, budget))
+    return 1 if budget is not None and plan.peak > budget else 0
+
+
+def plan_device(spec: str, for_a_card: bool) -> str:
+    """train.device as rlvr plan reads it: cuda or cpu."""
+    if spec.startswith("cuda") or spec == "cpu":
+        return "cpu" if spec == "cpu" else "cuda"
+    import torch
+
+    return "cuda" if for_a_card or torch.cuda.is_available() else "cpu"
+
+
 SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
 
 
@@ -327,9 +363,9 @@ def cmd_tasks(argv: list[str]) -> int:
 
 
 PARSERS = {"train": train_parser, "audit": audit_parser, "compare": compare_parser, "report": report_parser,
-           "eval": eval_parser, "sft": sft_parser, "tasks": tasks_parser}
+           "eval": eval_parser, "sft": sft_parser, "tasks": tasks_parser, "plan": plan_parser}
 COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
-            "eval": cmd_eval, "sft": cmd_sft, "tasks": cmd_tasks}
+            "eval": cmd_eval, "sft": cmd_sft, "tasks": cmd_tasks, "plan": cmd_plan}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import re
 
 
 class RlvrError(Exception):
@@ -30,6 +31,8 @@ def write_error(path, e: BaseException) -> WriteError:
     """One clear line for a write that failed: the path, and that the disk is full when it is (OSError's
     errno, or the text of a library's own error such as safetensors'), else the system's reason."""
     text, code = str(e), getattr(e, "errno", None)
+    if code is None and (m := re.search(r"\(os error (\d+)\)", text)):  # safetensors' (Rust's) spelling
+        code = int(m.group(1))
     if code in NO_SPACE or "No space left" in text or "StorageFull" in text:
         why = "the disk is full"
     elif code == errno.EFBIG:

@@ -18,6 +18,7 @@ from rlvr.hub import is_hub_name, snapshot
 SMOLLM2 = "smollm2-135m-instruct"
 TINY = "tiny-random"
 BUILTINS = (SMOLLM2, TINY)
+RANDOM = "random:"  # random:SHAPE: a shipped shape (rlvr/shapes/SHAPE.json) with random weights
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 CHATML_TEMPLATE = (
@@ -40,7 +41,7 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
     bfloat16, or auto: weight_dtype). quantize nf4 (model.quantize): the linear layers' weights 4-bit
     (rlvr/nf4.py), the model read on the host and quantised layer by layer onto `device`."""
     device = torch.device(device)
-    if quantize == "nf4":
+    if quantize == "nf4" and not name.startswith(RANDOM):
         from rlvr.nf4 import quantize_base
 
         model, tok = load_model(name, dtype, "cpu")
@@ -49,6 +50,8 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
     if name == TINY:
         model, tok = tiny_random()
         return model.to(device=device, dtype=weight_dtype(dtype, None, device)), tok
+    if name.startswith(RANDOM):
+        return random_shape(name.removeprefix(RANDOM), dtype, device, quantize)
     if name == SMOLLM2:
         return _load_dir(prepare_smollm2(), dtype, device)
     path = Path(name).expanduser()
@@ -62,6 +65,55 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "
                     f"a built-in name ({', '.join(BUILTINS)})")
+
+
+def random_shape(shape: str, dtype: str, device: torch.device, quantize: str = "none", seed: int = 0):
+    """(model, tokenizer): a shipped shape's architecture (rlvr/shapes/, public configs: no download) with
+    random weights and the tiny character tokenizer, for trying a model's memory and speed without its
+    checkpoint. Built on the meta device and materialised one module at a time on `device` (each linear
+    layer quantised as it is made under quantize nf4), so a 32B shape in 4 bits never exists whole in bf16."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlvr.nf4 import quantizable, to_nf4
+    from rlvr.plan import SHAPES
+
+    path = SHAPES / f"{shape}.json"
+    if not path.is_file():
+        raise RlvrError(f"model.name={RANDOM}{shape}: no such shape; shipped: "
+                        f"{', '.join(sorted(p.stem for p in SHAPES.glob('*.json')))}")
+    tok = tiny_tokenizer()
+    values = json.loads(path.read_text())
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    config.pad_token_id, config.eos_token_id, config.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
+    torch_dtype = weight_dtype(dtype, values.get("torch_dtype"), device)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    head = model.get_output_embeddings()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            own = dict(module.named_parameters(recurse=False))
+            if not own:
+                continue
+            module.to_empty(device=device, recurse=False)
+            for pname, p in own.items():
+                fresh = getattr(module, pname)
+                if pname == "weight" and fresh.dim() == 2:
+                    fresh.normal_(0.0, config.initializer_range, generator=generator)
+                elif pname == "weight":
+                    fresh.fill_(1.0)  # norms
+                else:
+                    fresh.zero_()
+            if quantize == "nf4" and module is not head and quantizable(module):
+                module.weight = torch.nn.Parameter(to_nf4(module.weight), requires_grad=False)
+        for owner in [m for m in model.modules() if any(b.is_meta for b in m.buffers(recurse=False))]:
+            with torch.device(device):  # rotary tables: made again, on the device, by their own constructor
+                made = type(owner)(config=owner.config)
+            for bname, buf in made.named_buffers(recurse=False):
+                owner.register_buffer(bname, buf, persistent=bname in owner.state_dict())
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    return model, tok
 
 
 def base_model_path(name: str) -> str | None:
@@ -188,18 +240,26 @@ def tiny_tokenizer():
 
 def tiny_random(seed: int = 0, layers: int = 2, hidden: int = 64):
     """A few-layer randomly initialised Llama with the tiny tokenizer: for tests and smoke runs."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM
 
     tok = tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id)
+    config = tiny_config(layers, hidden, tok)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return model, tok
+
+
+def tiny_config(layers: int = 2, hidden: int = 64, tok=None):
+    """tiny-random's LlamaConfig (no weights: rlvr plan reads its shape)."""
+    from transformers import LlamaConfig
+
+    tok = tok or tiny_tokenizer()
+    return LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id)
 
 
 def stop_token_ids(model, tok) -> list[int]:

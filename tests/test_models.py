@@ -46,3 +46,28 @@ def test_saved_tiny_model_loads_from_directory(tmp_path, tiny):
     loaded, tok2 = load_model(str(tmp_path))
     assert tok2("12")["input_ids"] == tok("12")["input_ids"]
     assert all((x == y).all() for x, y in zip(model.parameters(), loaded.parameters()))
+
+
+def test_a_random_shape_is_built_from_its_shipped_config_alone():
+    import torch
+
+    from rlvr.models import load_model
+    from rlvr.plan import shape_of
+
+    model, tok = load_model("random:smollm2-135m", "float32", "cpu")
+    assert sum(p.numel() for p in model.parameters()) == shape_of("smollm2-135m").params
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as its config says
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tok("What is 2 + 2?")["input_ids"]])).logits
+    assert logits.shape[-1] == 49152 and torch.isfinite(logits).all() and 0.1 < logits.std() < 10
+
+
+def test_an_unknown_random_shape_names_the_shipped_ones():
+    import pytest
+
+    from rlvr.errors import RlvrError
+    from rlvr.models import load_model
+
+    with pytest.raises(RlvrError, match="llama-3.1-8b"):
+        load_model("random:gpt-5", "float32", "cpu")

@@ -1,7 +1,7 @@
 """A run's config with its relative paths made absolute, so that the config.yaml it saves resumes from
 any working directory and nothing the run writes follows a reward's os.chdir: the run directory, task
-files, a local model directory, and the .py files of reward functions and environments. Names that are not paths here (built-in tasks and models, Hub names, importable modules)
-are left as they are."""
+files, a local model directory, and the .py files of reward functions and environments. Names that are
+not paths here (built-in tasks and models, Hub names, importable modules) are left as they are."""
 from __future__ import annotations
 
 import copy

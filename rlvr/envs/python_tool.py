@@ -44,7 +44,7 @@ def run_python(code: str, limits: SandboxLimits, sandbox: Sandbox) -> str:
     result = run_harness({"kind": "stdio", "source": code}, None, limits, sandbox)
     failure = result.failure(limits)
     if failure is not None:
-        raise ToolError(failure)
+        raise ToolError(failure.why)
     out = result.stdout.decode("utf-8", "replace").rstrip()
     if not out:
         return NO_OUTPUT

@@ -194,9 +194,10 @@ def non_finite(history, evals) -> Finding | None:
     h = history[-1]
     loss = h.get("loss")
     if h.get("skipped_nonfinite_weights", 0) > 0:
-        return Finding(h["step"], "non_finite", f"the update made weights non-finite (inf or NaN) although the "
-                       f"loss and gradient were finite: optimizer.lr={h.get('lr')} is too large. The update was "
-                       "undone, not applied. Lower optimizer.lr.", {"lr": h.get("lr")})
+        return Finding(step=h["step"], rule="non_finite",
+                       message=f"the update made weights non-finite (inf or NaN) although the loss and gradient "
+                       f"were finite: optimizer.lr={h.get('lr')} is too large. The update was undone, not applied. "
+                       "Lower optimizer.lr.", evidence={"lr": h.get("lr")})
     if h.get("skipped_updates", 0) > 0 or (loss is not None and not math.isfinite(loss)):
         return Finding(step=h["step"], rule="non_finite",
                        message="the loss or gradient was not finite; the update was skipped, "

@@ -3,7 +3,7 @@ completions, prompts, completion_ids, every dataset column and trainer_state; ->
 verl's one-sample compute_score runs through rlvr/rewards/verl.py.
 
 Each built-in is a `Reward` (rlvr/rewards/call.py): what rlvr knows about it is in its fields
-(`checks_correctness`, `columns`, `code_outcome`, `config`), and its one-item form,
+(`checks_correctness`, `columns`, `outcomes`, `config`), and its one-item form,
 `fn.verdict(completion, ...) -> Verdict`, gives the reason kept with the sample. A user's plain function
 needs none of it.
 """

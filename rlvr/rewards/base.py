@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import pickle
@@ -37,7 +38,7 @@ def batch_form(verdict_fn: Callable[..., Verdict], columns: tuple[str, ...],
     """A one-item verdict function as a Reward: a TRL reward f(completions, **columns) -> list[float]
     with `.verdict(completion, *column_values) -> Verdict` and `.verdicts(completions, **columns)`;
     pass `verdicts_fn` for a batch form that does better than one call per item (a worker pool, say),
-    and the Reward's other fields (checks_correctness, code_outcome, config) as keywords.
+    and the Reward's other fields (checks_correctness, outcomes, config) as keywords.
     """
 
     def verdicts(completions, **kwargs) -> list[Verdict]:
@@ -103,6 +104,7 @@ class Scores:
     failed: dict[str, list[bool]]
     extra: dict[str, list] = field(default_factory=dict)  # TRL's log_extra columns, one value per completion
     logged: dict[str, float] = field(default_factory=dict)  # TRL's log_metric scalars, averaged
+    outcomes: dict[str, list[str]] = field(default_factory=dict)  # Verdict.outcome per completion ("": none)
 
     @property
     def errors(self) -> dict[str, int]:
@@ -113,7 +115,7 @@ class Scores:
         pick = lambda d: {k: [v[i] for i in rows] for k, v in d.items()}
         return Scores(per_function=pick(self.per_function), reasons=pick(self.reasons),
                       total=[self.total[i] for i in rows], failed=pick(self.failed),
-                      extra=pick(self.extra), logged=self.logged)
+                      extra=pick(self.extra), logged=self.logged, outcomes=pick(self.outcomes))
 
     @staticmethod
     def concat(parts: list["Scores"]) -> "Scores":
@@ -121,7 +123,7 @@ class Scores:
         extra = {k: [x for p in parts for x in p.extra[k]] for k in parts[0].extra if all(k in p.extra for p in parts)}
         return Scores(per_function=join("per_function"), reasons=join("reasons"),
                       total=[x for p in parts for x in p.total], failed=join("failed"),
-                      extra=extra, logged=parts[0].logged)
+                      extra=extra, logged=parts[0].logged, outcomes=join("outcomes"))
 
 
 def strict_rewards(rewards: list[RewardFunction], unknown_is_strict: bool = False) -> list[RewardFunction]:
@@ -245,12 +247,25 @@ class RewardTimeoutError(RlvrError):
     """A user reward ran past rewards.timeout_s in the trainer's process, where it cannot be stopped."""
 
 
+def _plain_copy(value):
+    """A copy of the data a reward is given: lists, dicts, tuples and sets rebuilt all the way down, and
+    dataclass state (trainer_state) copied; any other object (an episode's environment instance, which
+    may hold locks or a process) is passed as it is, since copying it would be wrong, not just slow."""
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, (tuple, set, frozenset)):
+        return type(value)(_plain_copy(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return copy.copy(value)
+    return value
+
+
 def _own_copy(completions: list, columns: dict[str, list], shared: dict) -> tuple[list, dict, dict]:
     """Inputs of one call that no other call sees: a reward that edits its completions or columns in place
     changes neither the next reward's nor the samples. TRL's log_metric and log_extra stay the shared ones."""
-    plain = {k: v for k, v in shared.items() if not callable(v)}
-    completions, columns, plain = copy.deepcopy((completions, columns, plain))
-    return completions, columns, {**shared, **plain}
+    return _plain_copy(completions), _plain_copy(columns), {k: _plain_copy(v) for k, v in shared.items()}
 
 
 def _call(rf: RewardFunction, completions: list, columns: dict, shared: dict, log: RewardLog) -> Callable[[], object]:
@@ -349,12 +364,12 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
     origins = origins or [f"row {i + 1} of the batch" for i in range(n)]
     shared = {"log_metric": log.metric, "log_extra": log.extra, **(shared or {})}
     firsts = _run([(rf, _call(rf, completions, columns, shared, log)) for rf in functions])
-    per, reasons, failed = {}, {}, {}
+    per, reasons, failed, outcomes = {}, {}, {}, {}
     for rf, first in zip(functions, firsts):
         _stop_on_timeout(rf, first, f"a batch of {n} completions (first row: {origins[0] if n else '-'})")
         whole = _outcome(first, n)
         if not isinstance(whole, BaseException):
-            per[rf.name], reasons[rf.name] = whole
+            per[rf.name], reasons[rf.name], outcomes[rf.name] = whole
             failed[rf.name] = [False] * n
             continue
         rows = _each_row(rf, completions, columns, shared, log, origins) if n > 1 else [whole]
@@ -366,8 +381,10 @@ def score_batch(functions: list[RewardFunction], completions: list, columns: dic
         ok = lambda r: not isinstance(r, BaseException)
         per[rf.name] = [r[0][0] if ok(r) else 0.0 for r in rows]
         reasons[rf.name] = [r[1][0] if ok(r) else failure_reason(r) for r in rows]
+        outcomes[rf.name] = [r[2][0] if ok(r) else "" for r in rows]
         failed[rf.name] = [not ok(r) for r in rows]
     reasons = {k: [clean_reason(x) for x in v] for k, v in reasons.items()}
     total = [sum(rf.weight * per[rf.name][i] for rf in functions) for i in range(n)]
     extra = {k: v for k, v in log.extras.items() if len(v) == n}  # a column of another length fits no sample
-    return Scores(per_function=per, reasons=reasons, total=total, failed=failed, extra=extra, logged=log.means())
+    return Scores(per_function=per, reasons=reasons, total=total, failed=failed, extra=extra, logged=log.means(),
+                  outcomes=outcomes)

@@ -22,11 +22,14 @@ NOT_APPLICABLE = "not applicable"
 
 @dataclass(frozen=True)
 class Verdict:
-    """One completion's score under one reward function, with the reason the samples show."""
+    """One completion's score under one reward function, with the reason the samples show and, for a
+    reward that classifies what happened (the code reward: Reward.outcomes), the outcome as a field:
+    metrics count it, never read it back from the reason's words."""
 
     score: float
     reason: str
     extracted: str | None = None
+    outcome: str = field(default="", kw_only=True)
 
 
 def then(result, f: Callable):
@@ -55,8 +58,8 @@ class Reward:
     """The dataset columns it compares with (a gold `answer`, a `tests` spec)."""
     checks_correctness: bool = False
     """It pays for right answers, not form: pass rates, the curriculum and rlvr audit's attacks read it."""
-    code_outcome: Callable[[str], str] | None = None
-    """A verdict's reason -> what happened to the program (the code/<outcome>_frac metrics)."""
+    outcomes: tuple[str, ...] = ()
+    """The outcomes its verdicts name in Verdict.outcome (the code reward's: the code/<outcome>_frac metrics)."""
     config: object = None
     """The settings it was made with (the code reward's CodeTestsConfig)."""
     user_fn: Callable | None = None
@@ -226,30 +229,30 @@ def run_all(thunks: list[Callable[[], object]], limits: list[float | None] | Non
     return results
 
 
-def _one(v, i: int) -> tuple[float, str]:
+def _one(v, i: int) -> tuple[float, str, str]:
     if isinstance(v, Verdict):
         if not math.isfinite(v.score):
             raise ValueError(f"returned a verdict of {v.score} for completion {i}: a score must be a finite number")
-        return float(v.score), v.reason
+        return float(v.score), v.reason, v.outcome
     if hasattr(v, "item") and not isinstance(v, (int, float)):  # numpy scalar, 0-d tensor
         v = v.item()
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return 0.0, NOT_APPLICABLE
+        return 0.0, NOT_APPLICABLE, ""
     if isinstance(v, (int, float)):
         if math.isinf(v):  # one infinite score makes every advantage of its group NaN or 0
             raise ValueError(f"returned {v} for completion {i}: a score must be a finite number (or None, NaN: "
                              "not applicable)")
-        return float(v), ""
+        return float(v), "", ""
     raise ValueError(f"returned a {type(v).__name__} for completion {i}, expected a number or None")
 
 
-def as_scores(values, n: int) -> tuple[list[float], list[str]]:
-    """(scores, reasons) from a reward's return: a list, tuple, numpy array or tensor of n numbers, None
+def as_scores(values, n: int) -> tuple[list[float], list[str], list[str]]:
+    """(scores, reasons, outcomes) from a reward's return: a list, tuple, numpy array or tensor of n numbers, None
     or NaN (not applicable: 0 in the total, as TRL's nansum), or rlvr Verdicts. Else ValueError."""
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
         values = values.tolist()
     if not isinstance(values, (list, tuple)) or len(values) != n:
         size = len(values) if hasattr(values, "__len__") else "?"
         raise ValueError(f"returned {type(values).__name__} of length {size}, expected a list of {n}")
-    pairs = [_one(v, i) for i, v in enumerate(values)]
-    return [s for s, _ in pairs], [r for _, r in pairs]
+    triples = [_one(v, i) for i, v in enumerate(values)]
+    return [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]

@@ -24,6 +24,7 @@ import torch
 
 from rlvr.device import of_model
 from rlvr.errors import RlvrError
+from rlvr.nf4 import is_nf4
 from rlvr.rollout import graphed
 from rlvr.rollout.builtin import BuiltinSession, RecomputeSession, Turn, generate
 from rlvr.rollout.decoding import Rollout
@@ -143,7 +144,8 @@ def rollout_weights(weights: str, device: torch.device, precision: str, fp32_pol
 def trains_fp32(policy: torch.nn.Module) -> bool:
     """True when the policy's largest weights (its linear layers' and embedding's, frozen or not) are
     fp32: what the auto rollout format asks before it makes a bf16 copy of them."""
-    return max(policy.parameters(), key=lambda p: p.numel()).dtype == torch.float32
+    largest = max(policy.parameters(), key=lambda p: p.numel())
+    return largest.dtype == torch.float32 and not is_nf4(largest)  # an NF4 weight reports its dequantised dtype
 
 
 def _local_engine(r, policy: torch.nn.Module, weights: str) -> PolicyEngine:

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random
+from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random, unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.weights import policy_weight_items
@@ -104,14 +104,18 @@ def cpu_thread_env(threads: int) -> dict[str, str]:
 
 
 CPU_KV_CACHE_GIB = 1.0  # rollout.vllm.kv_cache_gib unset on the CPU platform: a bounded cache, not a share of RAM
+CPU_BATCHED_TOKENS = 4096  # vLLM's own default for an LLM on the CPU
 
 
 def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, kv_cache_gib: float | None,
-                  max_model_len: int, sleep: bool, seed: int) -> dict:
+                  max_model_len: int, model_max_len: int, sleep: bool, seed: int) -> dict:
     """Keyword arguments of vllm.LLM for the colocated engine (and the flags a server takes: docs/vllm.md).
     kv_cache_gib None: gpu_memory_utilization's share of the GPU, CPU_KV_CACHE_GIB on the CPU platform.
-    max_model_len 0: the model's own. Eager on the CPU (no inductor compile at each start); sleep mode
-    only on a GPU (the CPU platform refuses it)."""
+    max_model_len 0: the model's own (model_max_len). Eager on the CPU (no inductor compile at each start);
+    sleep mode only on a GPU (the CPU platform refuses it). No chunked prefill on the CPU: when a prompt's
+    prefill is split over engine steps, vLLM rewinds the request's seeded generator by an offset, which a
+    CPU generator does not have ("CPU Generator does not use offset": the engine dies), and every rlvr
+    request is seeded; a step then takes whole prompts, so it must fit the longest one."""
     if kv_cache_gib is None and platform == "cpu":
         kv_cache_gib = CPU_KV_CACHE_GIB
     kw = {"dtype": dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
@@ -121,7 +125,8 @@ def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, k
     else:
         kw["gpu_memory_utilization"] = gpu_memory_utilization
     if platform == "cpu":
-        kw["enforce_eager"] = True
+        kw.update(enforce_eager=True, enable_chunked_prefill=False,
+                  max_num_batched_tokens=max(CPU_BATCHED_TOKENS, max_model_len or model_max_len))
     return kw
 
 
@@ -250,6 +255,20 @@ class VllmEngine:
             self.asleep = False
 
 
+def check_cpu_head_size(policy: torch.nn.Module, name: str) -> None:
+    """vLLM's CPU attention kernels take a few head sizes only (32, 64, 80, ... 512): refuse another up front
+    rather than fail inside the first rollout."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    config = unwrap(policy).config
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise RlvrError(f"model {name} has attention heads of size {head}, and vLLM's CPU platform supports "
+                        f"{', '.join(map(str, sizes))}: use another model, or rollout.engine=builtin"
+                        + (" (tiny-random's heads are 16 wide)" if name == TINY else ""))
+
+
 def vllm_model_dir(name: str, workdir: Path) -> Path:
     """A directory vLLM can load for model.name: the weights only have to have the right shapes, since
     make_vllm_engine syncs the trainer's weights right after loading."""
@@ -281,11 +300,13 @@ def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str
                         f"trainer is on {device}: every weight would cross between them at every step; set "
                         f"train.device={'cuda (or auto)' if platform == 'cuda' else 'cpu'}")
     if platform == "cpu":
+        check_cpu_head_size(policy, cfg.model.name)
         os.environ.update(cpu_thread_env(torch.get_num_threads()))
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
     dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
     kwargs = engine_kwargs(platform=platform, dtype=dtype, gpu_memory_utilization=v.gpu_memory_utilization,
-                           kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len, sleep=v.sleep,
+                           kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
+                           model_max_len=unwrap(policy).config.max_position_embeddings, sleep=v.sleep,
                            seed=cfg.train.seed)
     engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), **kwargs)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a

@@ -134,6 +134,21 @@ def write_weights(items: list[tuple[str, torch.Tensor]], target: Path) -> Path:
     return target
 
 
+def check_server_config(url: str, config: dict) -> None:
+    """Refuse a server whose settings would give wrong log-probs or kill it (config: its vllm_config as
+    /server_info?config_format=json shows it)."""
+    mode = (config.get("model_config") or {}).get("logprobs_mode")
+    if mode != "processed_logprobs":
+        raise ServerError(f"vLLM server {url} runs with logprobs_mode {mode!r}: its log-probs are not of the "
+                          "distribution it samples from (temperature, top-p); restart it with "
+                          "--logprobs-mode processed_logprobs")
+    device = (config.get("device_config") or {}).get("device_type")
+    if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
+        raise ServerError(f"vLLM server {url} runs on the CPU with chunked prefill, where a seeded request whose "
+                          "prompt is split over steps kills its engine (rlvr seeds every request): restart it with "
+                          "--no-enable-chunked-prefill --max-num-batched-tokens N (N at least --max-model-len)")
+
+
 class VllmServerEngine:
     """Rollouts from vLLM servers (module docstring). rank/world: this trainer process's place under
     torchrun (rank 0 pushes; prompts go to the servers round robin, offset by rank)."""
@@ -158,11 +173,7 @@ class VllmServerEngine:
         if not models:
             raise ServerError(f"vLLM server {url} serves no model")
         info = call(url, "/server_info?config_format=json", timeout=self.timeout, what="reading its settings")
-        mode = (info.get("vllm_config", {}).get("model_config") or {}).get("logprobs_mode")
-        if mode != "processed_logprobs":
-            raise ServerError(f"vLLM server {url} runs with logprobs_mode {mode!r}: its log-probs are not of the "
-                              "distribution it samples from (temperature, top-p); restart it with "
-                              "--logprobs-mode processed_logprobs")
+        check_server_config(url, info.get("vllm_config", {}))
         return models[0]["id"]
 
     # ------------------------------------------------------------ versions

@@ -1,10 +1,14 @@
 """The harness that runs inside the sandbox, and the plain-data codec both sides share.
 
-The sandbox runs `python -I -c <this file's text> PAYLOAD_FD [REQUEST_FD RESPONSE_FD]`. PAYLOAD_FD
-holds the program (and a process limit); the harness reads and closes it, then:
-- stdio mode (no request pipe): runs the program as __main__; the parent judges its stdout;
-- serve mode: loads the program as module `solution`, writes one line, `["ready"]` or
-  `["load", type, builtin base, message]`, then serves requests until end-of-file. A request is one
+The sandbox runs `python -I -c <this file's text> PAYLOAD_FD (STATUS_FD | REQUEST_FD RESPONSE_FD)`.
+PAYLOAD_FD holds the program (and a process limit); the harness reads and closes it and compiles the
+program, then:
+- stdio mode: writes `["syntax", type, builtin base, message]` to STATUS_FD when the program does not
+  compile, and closes STATUS_FD before any of the program runs; runs it as __main__; the parent judges
+  its stdout;
+- serve mode: writes `["compiled"]` or `["syntax", type, builtin base, message]`, then loads the
+  program as module `solution`, writes one line, `["ready"]` or `["load", type, builtin base,
+  message]`, then serves requests until end-of-file. A request is one
   line, `[[name, args, kwargs], ...]`; each call gets one line back:
       ["v", value]                     the call returned plain data (encoded below)
       ["e", type, builtin base, msg]   it raised
@@ -14,7 +18,9 @@ holds the program (and a process limit); the harness reads and closes it, then:
 Nothing decided here matters (the program shares this process and can rewrite it): the parent holds every
 expected value and every test's source, and compares decoded plain data itself. A program that rewrites this
 harness, walks its frames or forges lines can only change what "its function returned", which it controls
-anyway. So this file needs no secret and no defence of its own beyond not executing what it decodes.
+anyway. The one exception is the compile status: it is written before any of the program runs (in stdio
+mode to a descriptor closed before it runs), so the parent can take "it did not compile" as a fact, not as
+words the program chose. So this file needs no secret and no defence of its own beyond not executing what it decodes.
 
 Plain data, typed so that the parent can tell a tuple from a list: None, bool, int, str and a JSON
 list stand for themselves; a finite float is a JSON float; everything else is a one-key object:
@@ -167,11 +173,21 @@ def describe(exc) -> list:
     return [_type_name(t), base, text[:500]]
 
 
-def load_program(source: str, name: str) -> dict:
+def compile_program(source: str, status_fd: int):
+    """The program's code object; when it does not compile, ["syntax", ...] on status_fd and the
+    exception re-raised (its traceback is the run's stderr, as before)."""
+    try:
+        return compile(source, "<solution>", "exec")
+    except BaseException as e:  # noqa: B036 - SyntaxError, ValueError (a null byte), MemoryError, RecursionError
+        write_line(status_fd, ["syntax", *describe(e)])
+        raise
+
+
+def load_program(code, name: str) -> dict:
     sys.argv = ["solution.py"]  # not the harness's own arguments
     module = types.ModuleType(name)
     sys.modules[name] = module
-    exec(compile(source, "<solution>", "exec"), module.__dict__)
+    exec(code, module.__dict__)
     return module.__dict__
 
 
@@ -211,7 +227,12 @@ def read_lines(fd: int):
 
 def serve(source: str, req_fd: int, resp_fd: int) -> None:
     try:
-        namespace = load_program(source, "solution")
+        code = compile_program(source, resp_fd)
+    except BaseException:  # noqa: B036 - said on resp_fd
+        os._exit(0)
+    write_line(resp_fd, ["compiled"])   # before any of the program runs: the parent trusts this line only
+    try:
+        namespace = load_program(code, "solution")
     except BaseException as e:  # noqa: B036
         write_line(resp_fd, ["load", *describe(e)])
         os._exit(0)
@@ -245,7 +266,12 @@ def main(argv) -> None:
     if len(argv) > 3:
         serve(payload["source"], int(argv[2]), int(argv[3]))
     else:
-        load_program(payload["source"], "__main__")
+        status_fd = int(argv[2])
+        try:
+            code = compile_program(payload["source"], status_fd)
+        finally:
+            os.close(status_fd)   # before any of the program runs: it cannot write a status of its own
+        load_program(code, "__main__")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,22 @@ import subprocess
 
 from rlvr.sandbox import harness
 from rlvr.sandbox.clock import RunClock
-from rlvr.sandbox.run import Sandbox, SandboxLimits, exit_reason, spawn
+from rlvr.sandbox.run import (LIMIT, PROGRAM, TIMEOUT, Failure, Sandbox, SandboxLimits, compile_failure, exit_reason,
+                              spawn)
 
 _REPLY_TAGS = {"v": 2, "e": 4, "n": 2, "m": 1}   # tag -> length of a well-formed reply
 _EXIT_WAIT_S = 0.2
+
+
+def _described(line, tag: str) -> bool:
+    """line is [tag, type, builtin base, message], all strings."""
+    return type(line) is list and len(line) == 4 and line[0] == tag and all(type(x) is str for x in line[1:])
+
+
+def _load_reason(type_name: str, base: str, message: str) -> str:
+    if base == "MemoryError":
+        return "memory limit"
+    return "crashed: " + (f"{type_name}: {message}" if message else type_name)
 
 
 def _well_formed(reply) -> bool:
@@ -31,16 +43,18 @@ class Program:
     """Load `source` in a fresh sandbox; `call` ships calls in and returns their replies.
 
     A reply is ["v", value], ["e", type, builtin base, message], ["n", type], ["m"], or, once the
-    sandbox has ended (crashed, timed out, flooded), ["x", why] for every call from then on.
-    `load_error` is set when the program did not load. The run's wall clock covers the program's whole
-    life, and `limits.channel_bytes` caps everything read from the sandbox over that life (not per
+    sandbox has ended (crashed, timed out, flooded), ["x", why, kind] for every call from then on
+    (`ended`, a Failure: its kind decided here, rlvr.sandbox.run). `load_error` ([type, builtin base,
+    message]) and `load_failure` (a Failure) are set when the program did not compile or load. The run's
+    wall clock covers the program's whole life, and `limits.channel_bytes` caps everything read from the sandbox over that life (not per
     line: decoded replies are held until judged, and `[[],[],...]` decodes to ~20x its size).
     """
 
     def __init__(self, source: str, limits: SandboxLimits, sandbox: Sandbox):
         self.limits = limits
-        self.ended: str | None = None
+        self.ended: Failure | None = None
         self.load_error: list | None = None
+        self.load_failure: Failure | None = None
         self._buf = bytearray()
         self._received = 0
         req_r, self._req = os.pipe()
@@ -58,10 +72,16 @@ class Program:
             os.close(resp_w)   # ours must go, or end-of-file never comes
         os.set_blocking(self._req, False)
         self.clock = RunClock(self.run.proc.pid, limits.wall_s, self.run.started)  # load-free (rlvr.sandbox.clock)
-        first = self._reply()
-        if type(first) is list and len(first) == 4 and first[0] == "load" \
-                and all(type(x) is str for x in first[1:]):
+        # the compile status comes before any of the program runs, so only it decides syntax_error
+        status = self._reply()
+        first = self._reply() if status == ["compiled"] else status
+        if status == ["compiled"] and _described(first, "load"):
             self.load_error = first[1:]
+            self.load_failure = Failure(LIMIT if first[2] == "MemoryError" else PROGRAM,
+                                        _load_reason(*first[1:]))
+        elif status != ["compiled"] and _described(status, "syntax"):
+            self.load_error = status[1:]
+            self.load_failure = compile_failure(*status[1:])
         elif first != ["ready"]:
             self._end(first)
 
@@ -84,9 +104,11 @@ class Program:
                         self._end(reply)
                         break
                     replies.append(reply)
-                return replies + [["x", self.ended]] * (len(calls) - len(replies))
-        why = self.ended or "the program did not load"
-        return [["x", why]] * len(calls)
+                if len(replies) == len(calls):
+                    return replies
+                return replies + [["x", self.ended.why, self.ended.kind]] * (len(calls) - len(replies))
+        ended = self.ended or self.load_failure or Failure(PROGRAM, "the program did not load")
+        return [["x", ended.why, ended.kind]] * len(calls)
 
     def close(self) -> None:
         for fd in (self._req, self._resp):
@@ -96,7 +118,7 @@ class Program:
                 pass
         oom = self.run.finish()
         if oom and self.ended is not None:
-            self.ended = "memory limit (whole run)"
+            self.ended = Failure(LIMIT, "memory limit (whole run)")
 
     # ---- internals ------------------------------------------------------------------------------
 
@@ -105,11 +127,11 @@ class Program:
         if self.ended is not None:
             return
         if reply is not None:
-            self.ended = "malformed answer from the sandbox"
+            self.ended = Failure(LIMIT, "malformed answer from the sandbox")
         elif self._received > self.limits.channel_bytes:  # said first: it does not depend on the clock
-            self.ended = "output too large"
+            self.ended = Failure(LIMIT, "output too large")
         elif self.clock.left() <= 0:
-            self.ended = f"timed out after {self.limits.wall_s:.1f}s"
+            self.ended = Failure(TIMEOUT, f"timed out after {self.limits.wall_s:.1f}s")
         else:
             try:   # it has closed the pipe; give it a moment to exit so the exit code says why
                 self.run.proc.wait(_EXIT_WAIT_S)
@@ -117,9 +139,9 @@ class Program:
                 pass
             rc = self.run.proc.returncode
             self.ended = (exit_reason(rc, "", self.limits) if rc else None) or \
-                "no result (the program exited before reporting)"
+                Failure(LIMIT, "no result (the program exited before reporting)")
         if self.run.cgroup is not None and self.run.cgroup.oom_killed():
-            self.ended = "memory limit (whole run)"
+            self.ended = Failure(LIMIT, "memory limit (whole run)")
         self.run.finish()
 
     def _send(self, data: bytes) -> bool:

@@ -59,6 +59,22 @@ class SandboxUnavailable(RlvrError):
     """Bubblewrap is missing or cannot start a sandbox, and unsafe mode was not asked for."""
 
 
+TIMEOUT, LIMIT, SYNTAX, PROGRAM = "timeout", "sandbox_error", "syntax_error", "wrong"
+FAILURE_KINDS = (TIMEOUT, LIMIT, SYNTAX, PROGRAM)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a sandboxed run failed: `kind` (one of FAILURE_KINDS) decided by the parent from what it saw
+    itself (its clock, its caps, the cgroup, the exit status, the harness's compile status), for metrics;
+    `why` the words people read, which nothing parses. timeout: wall clock or CPU limit; sandbox_error: a
+    limit or an abnormal end (memory, output size, a signal, no or malformed answer); syntax_error: the
+    program did not compile; wrong: the program itself failed (raised, exited non-zero)."""
+
+    kind: str
+    why: str
+
+
 @dataclass(kw_only=True, frozen=True)
 class RunResult:
     stdout: bytes
@@ -68,34 +84,48 @@ class RunResult:
     output_too_large: bool
     wall_s: float
     oom_killed: bool = False   # the run's cgroup went over its memory
+    compile_error: list | None = None   # [type, builtin base, message] when the program did not compile
 
-    def failure(self, limits: SandboxLimits) -> str | None:
-        """Why the run failed as a whole (a short reason), or None when it exited cleanly."""
+    def failure(self, limits: SandboxLimits) -> Failure | None:
+        """Why the run failed as a whole, or None when it exited cleanly."""
         return exit_reason(self.exit_code, self.stderr_tail, limits, self.timed_out,
-                           self.output_too_large, self.oom_killed)
+                           self.output_too_large, self.oom_killed, self.compile_error)
 
 
 def exit_reason(exit_code: int | None, stderr_tail: str, limits: SandboxLimits, timed_out: bool = False,
-                too_large: bool = False, oom_killed: bool = False) -> str | None:
-    """Why a run failed as a whole (a short reason), or None when it exited cleanly."""
+                too_large: bool = False, oom_killed: bool = False,
+                compile_error: list | None = None) -> Failure | None:
+    """Why a run failed as a whole, or None when it exited cleanly. The kind comes from what the parent saw
+    (its clock and caps, the cgroup, the exit status, the harness's compile status), save a MemoryError
+    under the address-space limit, which shows only as the stderr's last line."""
     if oom_killed:   # first: what follows from it (a time-out, a crash) says less
-        return "memory limit (whole run)"
+        return Failure(LIMIT, "memory limit (whole run)")
     if too_large:
-        return "output too large"
+        return Failure(LIMIT, "output too large")
     if timed_out:
-        return f"timed out after {limits.wall_s:.1f}s"
+        return Failure(TIMEOUT, f"timed out after {limits.wall_s:.1f}s")
     last = next((ln.strip() for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
-    if "MemoryError" in last:
-        return "memory limit"
+    if compile_error is not None:   # the kind from the status; the words, as for any crash, from the traceback
+        failure = compile_failure(*compile_error)
+        return Failure(SYNTAX, f"crashed: {last[:200]}") if failure.kind == SYNTAX and last else failure
     rc = exit_code or 0
     sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0   # bwrap reports a signal as 128 + n
+    if "MemoryError" in last:   # the address-space limit shows only as the traceback's last line; a
+        # program that prints one itself moves a metric, never its score
+        return Failure(LIMIT, "memory limit")
     if sig == signal.SIGXCPU:
-        return "cpu time limit"
+        return Failure(TIMEOUT, "cpu time limit")
     if rc and not last and sig in signal.valid_signals():
-        return f"crashed: killed by {signal.Signals(sig).name}"
+        return Failure(LIMIT, f"crashed: killed by {signal.Signals(sig).name}")
     if rc:
-        return f"crashed: {last[:200]}" if last else f"crashed: exit code {rc}"
+        return Failure(PROGRAM, f"crashed: {last[:200]}" if last else f"crashed: exit code {rc}")
     return None
+
+
+def compile_failure(type_name: str, base: str, message: str) -> Failure:
+    """The harness's compile status (written before any of the program ran) as a Failure."""
+    why = "crashed: " + (f"{type_name}: {message}" if message else type_name)
+    return Failure(LIMIT, "memory limit") if base == "MemoryError" else Failure(SYNTAX, why[:209])
 
 
 def default_python() -> str:
@@ -316,10 +346,15 @@ def run_harness(payload: dict, stdin: bytes | None = None, limits: SandboxLimits
     """Run the harness in stdio mode on payload (see rlvr.sandbox.harness) once; the program's
     stdout is the result, judged by the caller."""
     stdin_fd = _memfile(stdin) if stdin is not None else subprocess.DEVNULL
+    status_r, status_w = os.pipe()   # the harness's compile status (rlvr.sandbox.harness)
     try:
-        run = spawn(payload, [], limits, sandbox, stdin=stdin_fd, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE)
+        run = spawn(payload, [str(status_w)], limits, sandbox, stdin=stdin_fd, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, pass_fds=(status_w,))
+    except BaseException:
+        os.close(status_r)
+        raise
     finally:
+        os.close(status_w)
         if stdin_fd != subprocess.DEVNULL:
             os.close(stdin_fd)
     try:
@@ -327,9 +362,36 @@ def run_harness(payload: dict, stdin: bytes | None = None, limits: SandboxLimits
                                                          run.started)
     finally:
         oom = run.finish()
+        status = _read_status(status_r)
     return RunResult(stdout=out, stderr_tail=err.decode("utf-8", "replace"), exit_code=run.proc.returncode,
                      timed_out=timed_out, output_too_large=too_large,
-                     wall_s=time.monotonic() - run.started, oom_killed=oom)
+                     wall_s=time.monotonic() - run.started, oom_killed=oom, compile_error=status)
+
+
+def _read_status(fd: int) -> list | None:
+    """[type, base, message] from the harness's `["syntax", ...]` line, or None (it compiled, or never said).
+    The run is over, so every writer is closed and the read cannot block for long; one line is all the
+    harness writes, well under a pipe's buffer."""
+    try:
+        os.set_blocking(fd, False)
+        data = b""
+        while len(data) < 4096:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    try:
+        line = json.loads(data.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    if type(line) is list and len(line) == 4 and line[0] == "syntax" and all(type(x) is str for x in line[1:]):
+        return line[1:]
+    return None
 
 
 def _json_bytes(obj) -> bytes:

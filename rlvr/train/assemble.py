@@ -12,6 +12,7 @@ from rlvr.config import Config, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.plan import first_lines
 from rlvr.report.console import say
 from rlvr.report.trackers import check_trackers
 from rlvr.rewards import rewards_of
@@ -153,6 +154,8 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
+    if d.is_main:  # before the weights load: a run that cannot fit is told so first
+        say(first_lines(cfg, d.device.type, [p.question for p in splits.train]))
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
     models = models_of(cfg, policy, tok, d, precision)

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 
+from rlvr.config import Config, to_dict
 from rlvr.errors import RlvrError, write_error
 from rlvr.report.console import say
 from rlvr.report.sinks import atomic_save_model, atomic_write_text, jsonl_records
@@ -272,13 +274,55 @@ def restore(run: Run, state: dict) -> Progress:
     return Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
 
 
+def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
+    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
+    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
+    from the run's config.yaml, instead of the error of whichever state failed to load."""
+    problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
+    why = None
+    if problems is not None and problems != len(run.data.splits.train):
+        why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
+    else:
+        try:
+            return restore(run, state)
+        except RlvrError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
+    changed = changed_keys(run.out / "config.yaml", cfg)
+    raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
+                    + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
+                    + "; nothing in the run directory was changed: resume without those overrides")
+
+
+def changed_keys(saved: Path, cfg: Config) -> list[str]:
+    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
+    train.steps and train.out aside (a resume changes them freely)."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
+                                                                                        "ood_params") else {f"{prefix}{k}": v})
+        return out
+
+    try:
+        old = flat(yaml.safe_load(saved.read_text()) or {})
+    except (OSError, yaml.YAMLError):
+        return []
+    new = flat(to_dict(cfg))
+    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
+
+
 def resume_records(out: Path, p: Progress) -> None:
     """A resumed run's records as they were at its checkpoint: later steps and torn lines dropped; the
-    evaluations the checkpoint knows kept (so a finished run's final evaluation, made after its last
-    checkpoint, goes, with its eval_after.jsonl: an extended run makes its own at its new end)."""
-    for name in ("metrics.jsonl", "samples.jsonl", "health.jsonl"):
+    evaluations and health findings the checkpoint knows kept (so a finished run's final evaluation and
+    end-of-run findings, made after its last checkpoint, go, with its eval_after.jsonl: an extended run
+    makes its own at its new end)."""
+    for name in ("metrics.jsonl", "samples.jsonl"):
         truncate_jsonl(out / name, p.step)
     truncate_jsonl(out / "evals.jsonl", keep=len(p.eval_rows))
+    truncate_jsonl(out / "health.jsonl", keep=len(p.fired))  # each rule fires once: a line per rule fired
     (out / "eval_after.jsonl").unlink(missing_ok=True)
 
 

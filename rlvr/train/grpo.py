@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from rlvr.config import Config, to_dict
+from rlvr.config import Config
 from rlvr.config.paths import anchored
 from rlvr.device import peak_memory_gib, reset_peak_memory, sampling_autocast
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
@@ -33,9 +33,9 @@ from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
-from rlvr.errors import RlvrError, WriteError
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest, restore,
-                                   resume_records, save_final, set_aside, try_checkpoint)
+from rlvr.errors import WriteError
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest,
+                                   restore_checkpoint, resume_records, save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
@@ -256,48 +256,6 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     p.summary["data"] = {"files": fingerprint(cfg.task), "problems": {s: len(getattr(run.data.splits, s)) for s in
                                                                        ("train", "heldout", "ood")}}
     return run, p, newest is not None, pending
-
-
-def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
-    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
-    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
-    from the run's config.yaml, instead of the error of whichever state failed to load."""
-    problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
-    why = None
-    if problems is not None and problems != len(run.data.splits.train):
-        why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
-    else:
-        try:
-            return restore(run, state)
-        except RlvrError:
-            raise
-        except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
-            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
-    changed = changed_keys(run.out / "config.yaml", cfg)
-    raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
-                    + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
-                    + "; nothing in the run directory was changed: resume without those overrides")
-
-
-def changed_keys(saved: Path, cfg: Config) -> list[str]:
-    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
-    train.steps and train.out aside (a resume changes them freely)."""
-    import yaml
-
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
-                                                                                        "ood_params") else {f"{prefix}{k}": v})
-        return out
-
-    try:
-        old = flat(yaml.safe_load(saved.read_text()) or {})
-    except (OSError, yaml.YAMLError):
-        return []
-    new = flat(to_dict(cfg))
-    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
 
 
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:

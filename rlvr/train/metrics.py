@@ -60,12 +60,11 @@ def sample_records(step, collected, rewards) -> list[dict]:
 def code_metrics(scores, rewards) -> dict:
     """code/<outcome>_frac: the share of completions per outcome of the first code reward (timeouts,
     syntax errors, sandbox errors, visible examples passed but a hidden test failed, ...)."""
-    rf = next((rf for rf in rewards if rf.reward is not None and rf.reward.code_outcome is not None), None)
+    rf = next((rf for rf in rewards if rf.reward is not None and rf.reward.outcomes), None)
     if rf is None:
         return {}
-    from rlvr.rewards.code import CODE_OUTCOMES   # loaded already: a code reward is in the run
-    kinds = [rf.reward.code_outcome(reason) for reason in scores.reasons[rf.name]]
-    return {f"code/{k}_frac": kinds.count(k) / max(len(kinds), 1) for k in CODE_OUTCOMES}
+    kinds = scores.outcomes.get(rf.name, [])   # Verdict.outcome: what the reward said, not its words re-read
+    return {f"code/{k}_frac": kinds.count(k) / max(len(kinds), 1) for k in rf.reward.outcomes}
 
 
 def pass_rates(collected, rewards) -> dict:

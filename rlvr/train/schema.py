@@ -29,6 +29,7 @@ METRICS: dict[str, str] = {
     "clip/low_frac": TOKEN_MEAN, "clip/high_frac": TOKEN_MEAN, "clip/dual_frac": TOKEN_MEAN,
     "ratio/mean": TOKEN_MEAN, "approx_kl_old": TOKEN_MEAN, "objective/clipped_frac": TOKEN_MEAN,
     "ratio/min": MIN, "ratio/max": MAX, "grad_norm": MEAN, "value_loss": MEAN, "skipped_updates": MEAN,
+    "skipped_nonfinite_weights": MEAN,
     "micro_batches": SUM, "entropy/coef": MEAN, "lr": MEAN,
     "rollout/logp_mismatch_mean_abs": MEAN, "rollout/logp_mismatch_max": MAX, "rollout/policy_lag": MEAN,
     # the update's token weights: the sampler correction, the off-policy mask, the high-entropy selection

@@ -134,3 +134,23 @@ def test_a_disk_that_fills_writing_final_stops_there_and_the_resume_finishes(dis
     assert (out / "final" / "model.safetensors").is_file()
     same_run(alone, out)
     assert len(read_jsonl(out / "eval_after.jsonl")) == len(read_jsonl(alone / "eval_after.jsonl"))
+
+
+def test_a_file_size_limit_names_the_file_without_root(tmp_path):
+    """Where no tmpfs can be mounted, RLIMIT_FSIZE (ulimit -f) makes writes fail the same way (EFBIG): the
+    checkpoint, the largest file, is reported and training goes on; final/ then stops the run in one line."""
+    import resource
+    import signal
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "rlvr", "train", *RUN, "--train.steps=2", f"--train.out={out}"],
+                          capture_output=True, text=True, timeout=300, preexec_fn=limited)
+    assert done.returncode == 2, done.stderr
+    assert "warning: checkpoint at step 2 could not be written" in done.stderr
+    assert error_lines(done.stderr) == [f"rlvr: error: cannot write {out / 'final'}: the file size limit (ulimit -f) "
+                                        "is reached; no checkpoint was written yet"], done.stderr
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]

@@ -86,3 +86,19 @@ def test_check_runtime_passes_on_this_python(capsys):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])}
     check_runtime(env, "")
     assert "probe passed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_memory_part_smoke_on_cpu(tmp_path):
+    """The memory rows and the largest-fits chain on tiny-random (LoRA on fp32 and on an NF4 base), each with
+    rlvr plan's peaks beside the measured ones."""
+    save = tmp_path / "rows.jsonl"
+    done = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--smoke", "--parts", "memory",
+                           "--save", str(save)], capture_output=True, text=True, cwd=BENCH.parent, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {r["name"]: r for r in map(json.loads, save.read_text().splitlines())}
+    assert list(rows) == ["build", "tiny LoRA fp32 2x2x8", "tiny LoRA nf4 2x2x8", "fits 1 GiB: tiny-random"]
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    for name in list(rows)[1:]:
+        assert rows[name]["plan"]["rollout"] > 0 and rows[name]["plan"]["update"] > 0
+    assert "memory (GiB; plan / measured)" in done.stdout and "largest that fits 1 GiB" in done.stdout

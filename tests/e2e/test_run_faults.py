@@ -77,10 +77,10 @@ def test_sigterm_during_the_first_evaluation_resumes_value_for_value(alone, lear
 
     real = grpo.eval_on_main
 
-    def signalled(run, tag, *a):  # a real SIGTERM, arriving while the real evaluation before training runs
-        if tag == "before":
+    def signalled(*args, **kwargs):  # a real SIGTERM, arriving while the real evaluation before training runs
+        if "before" in args or kwargs.get("tag") == "before":
             os.kill(os.getpid(), signal.SIGTERM)
-        return real(run, tag, *a)
+        return real(*args, **kwargs)
 
     out = tmp_path / "run"
     monkeypatch.setattr(grpo, "eval_on_main", signalled)
@@ -162,6 +162,8 @@ def test_the_honest_resume_reads_no_damage_and_extends_a_finished_run_once(alone
     assert not tmp.exists() and not (out / ".config.yaml.abcd1234").exists()
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == n_eval  # not appended twice
     assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3, 6]
+    findings = lambda run: [(f["step"], f["rule"]) for f in read_jsonl(run / "health.jsonl")]
+    assert findings(out) == findings(alone)  # the end-of-run findings of step 4 gone, step 6's made
     same_run(alone, out)
     assert not (out / LOCK).exists()  # released at the end
 
@@ -240,8 +242,17 @@ def test_data_that_changed_since_the_checkpoint_is_named_and_the_run_records_its
 
 def test_an_lr_that_overflows_the_weights_is_undone_each_step_and_never_checkpointed(alone, learning, tmp_path,
                                                                                     capsys):
+    """`rlvr train --optimizer.lr=1e38` is refused by the config's validation; a Config set by hand in
+    Python is not validated again, and there the update's own guard holds."""
+    from rlvr.config import build_config
+    from rlvr.train.grpo import train
+
     out = tmp_path / "run"
-    assert main(["train", *learning, "--optimizer.lr=1e38", "--optimizer.warmup_steps=0", f"--train.out={out}"]) == 0
+    args = [a for a in learning if a.startswith("--")]
+    assert main(["train", *learning, "--optimizer.lr=1e38", f"--train.out={out}"]) == 2
+    cfg = build_config(learning[0], [*args, "--optimizer.warmup_steps=0", f"--train.out={out}"])
+    cfg.optimizer.lr = 1e38
+    train(cfg)
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # step 2 no longer crashes
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in rows)

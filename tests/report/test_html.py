@@ -145,3 +145,19 @@ def test_charts_count_steps_in_whole_numbers_and_draw_no_flat_kl_line_at_beta_0(
     assert x_labels[:2] == ["1", "2"] and x_labels[2] == "step"
     seconds = line_chart({"a": [(0.0, 1.0), (2.5, 2.0)]}, "t", "training seconds", "y")
     assert re.findall(r'text-anchor="middle">([^<]*)</text>', seconds)[:5] == ["0", "0.625", "1.25", "1.88", "2.5"]
+
+
+def test_rlvr_report_reads_a_run_whose_last_line_a_crash_cut_short(tmp_path, capsys):
+    """A killed run's metrics.jsonl may end in half a line, or bytes that are not UTF-8: that last line
+    is left out; a bad line before the end is named."""
+    from rlvr.cli import main
+
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "reward/mean": 0.5}, {"step": 2, "reward/mean": 0.25}])
+    with open(tmp_path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 3, "reward/mean": \xff\xfe')
+    assert main(["report", str(tmp_path)]) == 0
+    assert "2 steps" in (tmp_path / "report.html").read_text()
+    with open(tmp_path / "metrics.jsonl", "ab") as f:
+        f.write(b'\n{"step": 4}\n')
+    assert main(["report", str(tmp_path)]) == 2
+    assert f"rlvr: error: {tmp_path / 'metrics.jsonl'}, line 3: not a JSON object in UTF-8" in capsys.readouterr().err

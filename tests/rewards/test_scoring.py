@@ -104,7 +104,8 @@ def test_built_ins_are_rewards_whose_abilities_are_fields_and_plain_functions_st
     assert isinstance(math_accuracy, Reward) and math_accuracy.__name__ == "math_accuracy"   # TRL logs by it
     assert (math_accuracy.columns, math_accuracy.checks_correctness) == (("answer",), True)
     assert (format_reward.columns, format_reward.checks_correctness) == ((), False)
-    assert code_tests.checks_correctness and code_tests.code_outcome("no code block") == "no_code"
+    assert code_tests.checks_correctness and code_tests.verdict("no code", {"kind": "stdio", "cases": [{"stdin": "", "stdout": "1"}]}).outcome == "no_code"
+    assert "visible_only" in code_tests.outcomes
     assert code_tests.config.partial is False and make_code_tests(partial=True).config.partial is True
     # called as TRL calls a reward function, by keyword, extra columns ignored
     assert math_accuracy(["Answer: 4", "Answer: 5"], answer=["4", "4"], prompts=["p", "p"]) == [1.0, 0.0]

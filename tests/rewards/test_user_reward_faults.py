@@ -2,6 +2,7 @@
 imported. Each reward is a real .py file named in rewards.weights, as a user writes it; each fault is
 handled, and the honest reward beside it is scored as before."""
 import math
+import os
 import time
 
 import pytest
@@ -225,3 +226,45 @@ def test_an_importable_reward_file_loads_as_before(tmp_path):
 def test_builtins_are_not_user_code():
     fns = build_rewards({"correctness": 1.0, "format": 0.2}, timeout_s=5, isolate=True)
     assert [(rf.user, rf.timeout_s, rf.isolated) for rf in fns] == [(False, 0.0, False)] * 2
+
+
+def test_isolate_takes_a_module_level_function_handed_to_fit(tmp_path, monkeypatch):
+    """rlvr.fit's callables cross to the worker pickled by reference: a function of an importable module works,
+    and scores as it does in the trainer's process."""
+    import importlib
+
+    (tmp_path / "my_fit_rewards.py").write_text("import os\ndef where(completions, **kw):\n"
+                                               "    return [float(os.getpid())] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("my_fit_rewards")
+    with owned_by_run() as workers:
+        fns = build_rewards({"python:where": 1.0}, given={"python:where": module.where}, isolate=True, timeout_s=30)
+        s = score_batch(fns, ["a", "b"], {})
+        assert s.errors == {"python:where": 0}
+        assert s.per_function["python:where"] == [float(workers.user.proc.pid)] * 2   # scored in the worker
+    assert score_batch(build_rewards({"python:where": 1.0}, given={"python:where": module.where}, timeout_s=30),
+                       ["a"], {}).per_function["python:where"] == [float(os.getpid())]
+
+
+def test_an_environment_instance_in_the_columns_is_passed_as_it_is(tmp_path):
+    """TRL passes each episode's environment to the rewards: an object that holds a lock cannot be copied, and
+    a reward may ask it for its state; plain data around it is still each call's own."""
+    import threading
+
+    class Env:
+        def __init__(self):
+            self.lock, self.reward = threading.Lock(), 1.0
+
+    envs = [Env(), Env()]
+    seen = []
+
+    def reads_env(completions, environments, answer, **kw):
+        seen.append(environments)
+        answer.append("edited")
+        return [e.reward for e in environments]
+
+    fns = build_rewards({"python:reads_env": 1.0}, given={"python:reads_env": reads_env}, timeout_s=10)
+    columns = {"environments": envs, "answer": ["1", "2"]}
+    s = score_batch(fns, ["a", "b"], columns)
+    assert s.per_function["python:reads_env"] == [1.0, 1.0] and s.errors == {"python:reads_env": 0}
+    assert seen[0][0] is envs[0] and seen[0] is not envs and columns["answer"] == ["1", "2"]

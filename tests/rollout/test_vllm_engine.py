@@ -195,10 +195,13 @@ def test_no_platform_points_to_builtin(monkeypatch):
 
 
 def test_engine_kwargs_per_platform():
-    common = dict(dtype="float32", gpu_memory_utilization=0.3, max_model_len=0, sleep=True, seed=7)
+    common = dict(dtype="float32", gpu_memory_utilization=0.3, max_model_len=0, model_max_len=8192, sleep=True, seed=7)
     cpu = ve.engine_kwargs(platform="cpu", kv_cache_gib=None, **common)
     assert cpu == {"dtype": "float32", "seed": 7, "logprobs_mode": "processed_logprobs", "max_model_len": None,
-                   "enable_sleep_mode": False, "kv_cache_memory_bytes": 2**30, "enforce_eager": True}
+                   "enable_sleep_mode": False, "kv_cache_memory_bytes": 2**30, "enforce_eager": True,
+                   "enable_chunked_prefill": False, "max_num_batched_tokens": 8192}
+    short = ve.engine_kwargs(platform="cpu", kv_cache_gib=None, **{**common, "max_model_len": 512})
+    assert short["max_num_batched_tokens"] == 4096 and short["max_model_len"] == 512
     gpu = ve.engine_kwargs(platform="cuda", kv_cache_gib=None, **common)
     assert gpu == {"dtype": "float32", "seed": 7, "logprobs_mode": "processed_logprobs", "max_model_len": None,
                    "enable_sleep_mode": True, "gpu_memory_utilization": 0.3}

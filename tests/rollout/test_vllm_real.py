@@ -13,7 +13,7 @@ import torch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="needs vLLM: make vllm, then .venv-vllm/bin/python -m pytest -m vllm")]
+                                 reason="needs vLLM: make vllm, then make test (or .venv-vllm/bin/python -m pytest -m vllm THIS_FILE)")]
 
 MAX_MODEL_LEN = 384
 KV_GIB = 0.25
@@ -30,6 +30,9 @@ def colocated(tmp_path_factory):
                               f"--rollout.vllm.max_model_len={MAX_MODEL_LEN}", f"--rollout.vllm.kv_cache_gib={KV_GIB}"])
     policy, tok = load_model(cfg.model.name)
     policy.eval()
+    # one thread for the trainer and so for vLLM (OMP_NUM_THREADS follows it): on a machine shared with other
+    # jobs, vLLM's spinning OpenMP threads took 4-5x the CPU time of one thread for the same tokens
+    torch.set_num_threads(1)
     engine = make_vllm_engine(cfg, policy, tmp_path_factory.mktemp("vllm"))
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
                for q in ("What is 7 + 5?", "Name a colour.")]
@@ -57,7 +60,8 @@ def test_settings_take_effect(colocated):
     assert config.cache_config.kv_cache_memory_bytes == int(KV_GIB * 2**30)
     assert config.model_config.logprobs_mode == "processed_logprobs"
     if config.device_config.device_type == "cpu":
-        assert os.environ["OMP_NUM_THREADS"] == str(torch.get_num_threads())
+        assert not config.scheduler_config.enable_chunked_prefill
+        assert os.environ["OMP_NUM_THREADS"] == str(torch.get_num_threads()) == "1"
         assert config.model_config.enforce_eager and not engine.sleep_enabled
     assert engine.weights_version == 1  # the policy's weights pushed once at start
 
@@ -124,5 +128,60 @@ def test_multi_turn_session_continues_each_row(colocated):
         ids[b, :len(t.tokens)] = torch.tensor(t.tokens)
         mask[b, :len(t.tokens)] = 1
         logp[b, :len(t.tokens)] = torch.tensor(t.logp)
-    as_rollout = Rollout(history, ids, mask, logp, torch.zeros(6, dtype=torch.bool), 1)
+    as_rollout = Rollout(prompt_ids=history, completion_ids=ids, completion_mask=mask, sampler_logp=logp,
+                         truncated=torch.zeros(6, dtype=torch.bool), group_size=1)
     assert mismatch(policy, as_rollout, tok.pad_token_id) < 1e-3
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+MISMATCH = "rollout/logp_mismatch_mean_abs"
+# 32 sequences of 159 prompt tokens (characters) per rollout: 5088 tokens, more than one engine step of prefill
+# (4096), where a chunked prefill of seeded requests killed vLLM's CPU engine
+BIG_BATCH = ["--rollout.prompts_per_step=4", "--rollout.group_size=8"]
+
+
+def small_model_dir(path):
+    """A 2-layer random Llama with heads 32 wide (vLLM's CPU attention has no kernel for tiny-random's 16) as a
+    Hugging Face model directory, read by the trainer and vLLM alike."""
+    from rlvr.models import tiny_random
+
+    model, tok = tiny_random(seed=0, hidden=128)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def metrics_rows(out):
+    import json
+
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_rlvr_train_with_the_colocated_engine(tmp_path):
+    import subprocess
+    import sys
+
+    model = small_model_dir(tmp_path / "model")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "configs" / "smoke.yaml"),
+                           f"--model.name={model}", "--rollout.engine=vllm", "--rollout.vllm.kv_cache_gib=0.0625",
+                           f"--train.out={out}", "--eval.before=false", "--eval.after=false", *BIG_BATCH],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = metrics_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # vLLM sampled what the trainer scores, the weights synced after step 1's update
+        assert r[MISMATCH] < 1e-3, r
+
+
+def test_tiny_random_is_refused_on_the_cpu_platform_naming_why(tmp_path):
+    from rlvr.config import build_config
+    from rlvr.errors import RlvrError
+    from rlvr.models import tiny_random
+    from rlvr.rollout.vllm_engine import make_vllm_engine, vllm_platform
+
+    if vllm_platform() != "cpu":
+        pytest.skip("vLLM's GPU attention takes tiny-random's heads")
+    cfg = build_config(None, ["--model.name=tiny-random", "--rollout.engine=vllm"])
+    with pytest.raises(RlvrError, match="heads of size 16, and vLLM's CPU platform supports 32, 64"):
+        make_vllm_engine(cfg, tiny_random()[0], tmp_path)

@@ -71,7 +71,7 @@ def test_no_child_runs_the_destructors_of_the_trainers_thread_state(tmp_path):
             assert threads.submit(reward.verdicts, [ADD_ONE] * 3, tests=[ADD_ONE_FUNCTION_SPEC] * 3).result()[0].score == 1.0
             request = {"program": ADD_ONE.strip("`\npython"), "tests": json.dumps(ADD_ONE_ASSERT_SPEC), "partial": False,
                        "limits": {}, "sandbox": {}}
-            assert threads.submit(pool.check, request, 30.0).result() == {"outcomes": [[True, ""], [True, ""]]}
+            assert threads.submit(pool.check, request, 30.0).result() == {"outcomes": [[True, "", ""], [True, "", ""]]}
             assert threads.submit(symbolic.compare, "1/2", "0.5").result()[0]
     finally:
         pool.close()

@@ -11,7 +11,7 @@ from rlvr.eval.grading import grade
 from rlvr.sandbox import harness
 from rlvr.rewards.code import make_code_tests
 from rlvr.sandbox.program import Program
-from rlvr.sandbox.run import Sandbox, SandboxLimits
+from rlvr.sandbox.run import Failure, Sandbox, SandboxLimits
 from rlvr.tasks import Problem
 from tests.conftest import ADD_ONE, ADD_ONE_ASSERT_SPEC, ADD_ONE_FUNCTION_SPEC, python_block
 
@@ -125,7 +125,7 @@ def test_many_large_replies_stop_at_the_channel_budget():
     tags = [r[0] for r in replies]
     # Without a per-run total every reply under the per-line cap would be decoded and held: 32 x 2.5 MB
     # here, and 4 MiB x cases at the default limits.
-    assert tags.count("v") <= 5 and s.ended == "output too large", (tags, s.ended)
+    assert tags.count("v") <= 5 and s.ended == Failure("sandbox_error", "output too large"), (tags, s.ended)
 
 
 # ---- a reply tag that is not a string ----------------------------------------------------------

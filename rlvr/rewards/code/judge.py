@@ -18,6 +18,7 @@ import json
 import os
 import threading
 
+from rlvr.sandbox.run import LIMIT, PROGRAM, TIMEOUT
 from rlvr.sandbox.worker import KillableWorker
 
 WORKER_MEMORY_BYTES = 4 * 1024 ** 3   # test code on a 4 MiB reply needs far less; a runaway stops here
@@ -34,8 +35,9 @@ def _spec(text: str):
 
 
 def check(request: dict) -> dict:
-    """One program's check: {"outcomes": [[passed, why], ...]}, {"failure": why} for the program as
-    a whole, or {"spec_error": message} when the spec cannot be decided (the dataset's problem)."""
+    """One program's check: {"outcomes": [[passed, why, kind], ...]}, {"failure": why, "kind": kind} for
+    the program as a whole, or {"spec_error": message} when the spec cannot be decided (the dataset's
+    problem). kind: "" for a pass, else one of rlvr.sandbox.run's FAILURE_KINDS."""
     from rlvr.rewards.code.checks import UndecidableSpec
     from rlvr.rewards.code.outcomes import CodeTestsConfig, program_outcomes
     from rlvr.sandbox.limits import Sandbox, SandboxLimits
@@ -47,9 +49,9 @@ def check(request: dict) -> dict:
     except UndecidableSpec as e:
         return {"spec_error": str(e)}
     except MemoryError:
-        return {"failure": "memory limit (test code)"}
+        return {"failure": "memory limit (test code)", "kind": LIMIT}
     except Exception as e:  # noqa: BLE001 - whatever one program caused is that program's failure
-        return {"failure": f"checker error: {type(e).__name__}"}
+        return {"failure": f"checker error: {type(e).__name__}", "kind": PROGRAM}
 
 
 def serve() -> None:
@@ -89,8 +91,10 @@ class JudgePool:
         reply, failure = worker.ask(request, timeout_s)
         if reply is None:   # ask killed it
             self._killed(worker)
-            return {"failure": "checker crashed" if failure == "crashed" else
-                    f"timed out after {timeout_s:.1f}s (the whole check, test code included)"}
+            if failure == "crashed":
+                return {"failure": "checker crashed", "kind": LIMIT}
+            return {"failure": f"timed out after {timeout_s:.1f}s (the whole check, test code included)",
+                    "kind": TIMEOUT}
         with self._lock:
             self._idle.append(worker)
         return reply

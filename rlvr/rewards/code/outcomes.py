@@ -1,7 +1,11 @@
 """Running one program against its parsed tests spec in the sandbox: every call over its pipes, every
 check decided in this process on plain data (stdio: one run per case; function and assert kinds: one
 kept-running program). The reward (reward.py) and the judge worker (judge.py) both call here, so this
-module imports neither."""
+module imports neither.
+
+Each case's outcome is (passed, why, kind): `why` the words the samples show, `kind` "" for a pass, else
+one of rlvr.sandbox.run's FAILURE_KINDS, decided where the failure is seen (the sandbox run, the program
+session, this module's comparisons) and carried as data, never read back from `why`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +15,10 @@ from rlvr.rewards.code.spec import Case, Spec
 from rlvr.sandbox import harness
 from rlvr.sandbox.limits import Sandbox, SandboxLimits
 from rlvr.sandbox.program import Program
-from rlvr.sandbox.run import run_harness
+from rlvr.sandbox.run import LIMIT, PROGRAM, run_harness
+
+CaseOutcome = tuple[bool, str, str]   # (passed, why, kind)
+PASS: CaseOutcome = (True, "", "")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -52,7 +59,7 @@ def _clip(s: str, n: int = 60) -> str:
 
 # ---- running ---------------------------------------------------------------------------------
 
-def stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+def stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[CaseOutcome]:
     """One run per case, so each gets real stdin and stdout. Stops at the first failure, or in
     partial mode at the first time-out (so one hung program costs one time limit)."""
     outcomes = []
@@ -62,37 +69,37 @@ def stdio_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple
         failure = r.failure(cfg.limits)
         if failure is None:
             got, want = normalise_output(r.stdout.decode("utf-8", "replace")), normalise_output(case.stdout)
-            outcomes.append((True, "") if got == want else (False, _wrong_answer(case, want, got, text=True)))
+            outcomes.append(PASS if got == want else (False, _wrong_answer(case, want, got, text=True), PROGRAM))
         else:
-            outcomes.append((False, failure))
+            outcomes.append((False, failure.why, failure.kind))
         if not outcomes[-1][0] and (not cfg.partial or r.timed_out):
             break
     return outcomes
 
 
-def program_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
+def program_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[CaseOutcome]:
     """One sandbox for the program; every call over its pipes, every check decided on this side
     (for test code: in a judge worker, rlvr.rewards.code.judge)."""
     with Program(program, cfg.limits, cfg.sandbox) as running:
-        if running.load_error is not None:
-            return [(False, _load_reason(*running.load_error))] * len(spec.cases)
+        if running.load_failure is not None:
+            return [(False, running.load_failure.why, running.load_failure.kind)] * len(spec.cases)
         if spec.kind == "function":
             return _function_outcomes(running, spec)
         runner = Runner(running, [c for case in spec.cases for c in case.test.prefetch])
         outcomes = []
         for case in spec.cases:
             try:
-                ok, why = run_test(case.test, runner, spec.entry_point)
+                ok, why, kind = run_test(case.test, runner, spec.entry_point)
             except Undecidable as e:
                 raise UndecidableSpec(f"tests spec (assert) case {case.number} cannot be decided outside the "
                                  f"sandbox: it {e.args[0]}; rewrite it as calls on plain data") from None
-            outcomes.append((True, "") if ok else (False, _case_reason(case, why)))
+            outcomes.append(PASS if ok else (False, _case_reason(case, why, kind), kind))
             if not ok and not cfg.partial:
                 break
         return outcomes
 
 
-def _function_outcomes(program: Program, spec: Spec) -> list[tuple[bool, str]]:
+def _function_outcomes(program: Program, spec: Spec) -> list[CaseOutcome]:
     name = spec.entry_point
     replies = program.call([[name, harness.encode(c.args), harness.encode(c.kwargs)] for c in spec.cases])
     outcomes = []
@@ -100,32 +107,29 @@ def _function_outcomes(program: Program, spec: Spec) -> list[tuple[bool, str]]:
         tag = reply[0]
         if tag == "v":
             ok = same(case.expected, reply[1])
-            outcomes.append((True, "") if ok else (False, _wrong_answer(case, case.expected, reply[1])))
+            outcomes.append(PASS if ok else (False, _wrong_answer(case, case.expected, reply[1]), PROGRAM))
+        elif tag == "e" and reply[2] == "MemoryError":
+            outcomes.append((False, "memory limit", LIMIT))
         elif tag == "e":
-            why = "memory limit" if reply[2] == "MemoryError" else \
-                "raised " + (f"{reply[1]}: {reply[3]}" if reply[3] else reply[1])
-            outcomes.append((False, _case_reason(case, why)))
+            why = "raised " + (f"{reply[1]}: {reply[3]}" if reply[3] else reply[1])
+            outcomes.append((False, _case_reason(case, why, PROGRAM), PROGRAM))
         elif tag == "n":
-            outcomes.append((False, _case_reason(case, f"returned a {reply[1]}, not plain data")))
+            why = f"returned a {reply[1]}, not plain data"
+            outcomes.append((False, _case_reason(case, why, PROGRAM), PROGRAM))
         elif tag == "m":
-            outcomes.append((False, f"no function named {name}"))
-        else:
-            outcomes.append((False, _case_reason(case, reply[1])))
+            outcomes.append((False, f"no function named {name}", PROGRAM))
+        else:   # "x": the sandbox ended; Program decided why
+            outcomes.append((False, _case_reason(case, reply[1], reply[2]), reply[2]))
     return outcomes
-
-
-def _load_reason(type_name: str, base: str, message: str) -> str:
-    if base == "MemoryError":
-        return "memory limit"
-    return "crashed: " + (f"{type_name}: {message}" if message else type_name)
 
 
 _WHOLE_RUN = ("timed out", "memory limit", "output too large", "crashed", "no function named",
               "malformed answer")
 
 
-def _case_reason(case: Case, why: str) -> str:
-    """Hidden cases' reasons carry no exception message: it could quote the hidden inputs."""
+def _case_reason(case: Case, why: str, kind: str) -> str:
+    """A failed case's reason (words only: `kind` travels beside it). A failure of the whole run is said as
+    it is; hidden cases' reasons carry no exception message: it could quote the hidden inputs."""
     if why.startswith(_WHOLE_RUN):
         return why
     if case.hidden and why.startswith(("raised ", "test raised ")):

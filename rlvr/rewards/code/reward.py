@@ -21,10 +21,11 @@ from dataclasses import asdict, replace
 from rlvr.rewards.base import Verdict, batch_form, clean_reason
 from rlvr.rewards.code.checks import UndecidableSpec
 from rlvr.rewards.workers import current
-from rlvr.rewards.code.outcomes import CodeTestsConfig, same, program_outcomes, stdio_outcomes  # same: part of this API
+from rlvr.rewards.code.outcomes import (CaseOutcome, CodeTestsConfig, same, program_outcomes,  # same: part of this API
+                                       stdio_outcomes)
 from rlvr.rewards.code.spec import Spec, parse_spec, with_prelude  # parse_spec: part of this API
 from rlvr.sandbox.limits import Sandbox, SandboxLimits
-from rlvr.sandbox.run import launcher, unsafe_requested
+from rlvr.sandbox.run import FAILURE_KINDS, LIMIT, PROGRAM, launcher, unsafe_requested
 
 _PY_LANGS = ("", "python", "py", "python3")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
@@ -51,8 +52,9 @@ def last_code_block(text: str) -> str | None:
 
 # ---- judging -----------------------------------------------------------------------
 
-def _worker_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tuple[bool, str]]:
-    """program_outcomes in a judge worker, killed past the check's wall clock."""
+def _worker_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[CaseOutcome]:
+    """program_outcomes in a judge worker, killed past the check's wall clock. The reply is read as plain
+    data: a kind that is not one the sandbox names counts as a sandbox error."""
     sandbox = replace(cfg.sandbox, unsafe=unsafe_requested(cfg.sandbox))   # the worker's environment is bare
     reply = current().judge.check({"program": program, "tests": spec.text, "partial": cfg.partial,
                                  "limits": asdict(cfg.limits), "sandbox": asdict(sandbox)},
@@ -60,38 +62,31 @@ def _worker_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[tup
     if "spec_error" in reply:
         raise UndecidableSpec(reply["spec_error"])
     if "failure" in reply:
-        return [(False, reply["failure"])]
-    return [(bool(ok), str(why)) for ok, why in reply["outcomes"]]
+        return [(False, str(reply["failure"]), _kind(reply.get("kind")))]
+    return [(True, "", "") if ok is True else (False, str(why), _kind(kind))
+            for ok, why, kind in reply["outcomes"]]
 
 
+def _kind(kind) -> str:
+    return kind if kind in FAILURE_KINDS else LIMIT
 
 
+# What happened to one completion (Verdict.outcome; the code/<outcome>_frac metrics): passed; visible_only (a
+# hidden case failed after the visible ones passed: what special-casing the examples looks like); no_code; and a
+# failure's kind as its runner reported it (rlvr.sandbox.run.FAILURE_KINDS): syntax_error, timeout (time or CPU
+# limit), sandbox_error (a limit or an abnormal end), wrong (any other failed case, exception or missing function).
 CODE_OUTCOMES = ("passed", "wrong", "visible_only", "no_code", "syntax_error", "timeout", "sandbox_error")
-_SANDBOX = ("memory limit", "output too large", "malformed answer", "no result", "crashed: killed by")
 
 
-def code_outcome(reason: str) -> str:
-    """What happened to one completion, read from its verdict's reason (the first failure decides):
-    passed; visible_only (every visible case passed, a hidden one failed: what special-casing the
-    examples looks like); no_code; syntax_error; timeout (wall clock or CPU limit); sandbox_error (a
-    limit or an abnormal end: memory, output size, killed, no or malformed answer); wrong (any other
-    failed case, exception or missing function)."""
-    if reason.startswith("passed") and ";" not in reason:
-        return "passed"
-    first = reason.split("; ", 1)[1] if reason.startswith("passed") else reason
-    if first in ("no code block", "empty code block"):
-        return "no_code"
-    if "SyntaxError" in first or "IndentationError" in first:
-        return "syntax_error"
-    if "timed out" in first or "cpu time limit" in first:
-        return "timeout"
-    if any(s in first for s in _SANDBOX):
-        return "sandbox_error"
-    # case 1 hidden: the spec shows no cases (HumanEval's check), so there were no visible ones to pass
-    if first.startswith("failed case") and "(hidden)" in first.split(":", 1)[0] \
-            and not first.startswith("failed case 1 "):
+def _outcome_of(spec: Spec, outcomes: list[CaseOutcome]) -> str:
+    """Verdict.outcome of a failed program, from the run itself: visible_only when the first failure is
+    a hidden case, failed by the program's own answer, that visible cases before it passed (outcomes are
+    per case, in the spec's order, up to the first failure), else the kind its runner reported."""
+    i, kind = next((i, kind) for i, (ok, _, kind) in enumerate(outcomes) if not ok)
+    shown = [c for c in spec.cases[:i] if not c.hidden]
+    if kind == PROGRAM and i < len(spec.cases) and spec.cases[i].hidden and shown:
         return "visible_only"
-    return "wrong"
+    return kind
 
 
 def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
@@ -99,21 +94,22 @@ def judge(program: str, spec: Spec, cfg: CodeTestsConfig) -> Verdict:
     run = {"stdio": stdio_outcomes, "assert": _worker_outcomes}.get(spec.kind, program_outcomes)
     outcomes = run(with_prelude(spec.prelude, program), spec, cfg)
     n = len(spec.cases)
-    passed = sum(ok for ok, _ in outcomes)
+    passed = sum(ok for ok, _, _ in outcomes)
     if passed == n:
-        return Verdict(1.0, f"passed {n}/{n}", program)
-    first = clean_reason(next(why for ok, why in outcomes if not ok))  # runs stop only after a failure
+        return Verdict(1.0, f"passed {n}/{n}", program, outcome="passed")
+    first = clean_reason(next(why for ok, why, _ in outcomes if not ok))  # runs stop only after a failure
+    outcome = _outcome_of(spec, outcomes)
     if cfg.partial:
-        return Verdict(passed / n, f"passed {passed}/{n}; {first}", program)
-    return Verdict(0.0, first, program)
+        return Verdict(passed / n, f"passed {passed}/{n}; {first}", program, outcome=outcome)
+    return Verdict(0.0, first, program, outcome=outcome)
 
 
 def _verdict_parsed(cfg: CodeTestsConfig, completion: str, spec: Spec) -> Verdict:
     program = last_code_block(completion)
     if program is None:
-        return Verdict(0.0, "no code block")
+        return Verdict(0.0, "no code block", outcome="no_code")
     if not program.strip():
-        return Verdict(0.0, "empty code block", program)
+        return Verdict(0.0, "empty code block", program, outcome="no_code")
     return judge(program, spec, cfg)
 
 
@@ -151,7 +147,7 @@ def make_code_tests(partial: bool = False, timeout_s: float | None = None,
     verdict.__name__ = "code_tests_partial_verdict" if partial else "code_tests_verdict"
     verdict.__doc__ = code_tests_verdict.__doc__
     return batch_form(verdict, ("tests",), verdicts_fn=verdicts, config=cfg, checks_correctness=True,
-                      code_outcome=code_outcome)
+                      outcomes=CODE_OUTCOMES)
 
 
 _DEFAULT = CodeTestsConfig()
@@ -167,6 +163,6 @@ def _parallel_verdicts(texts: list[str], tests_column: list) -> list[Verdict]:
 
 
 code_tests = batch_form(code_tests_verdict, ("tests",), verdicts_fn=_parallel_verdicts, config=_DEFAULT,
-                        checks_correctness=True, code_outcome=code_outcome)
-__all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_outcome", "code_tests", "code_tests_verdict",
+                        checks_correctness=True, outcomes=CODE_OUTCOMES)
+__all__ = ["CODE_OUTCOMES", "CodeTestsConfig", "Spec", "code_tests", "code_tests_verdict",
            "last_code_block", "make_code_tests", "parse_spec", "same", "program_outcomes"]

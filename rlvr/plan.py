@@ -1,0 +1,323 @@
+"""rlvr plan: the peak memory of a run's rollout and update, by component, from the model's config alone.
+
+No weights are read: the architecture numbers come from a local model directory's config.json (transformers'
+AutoConfig), a shape shipped in rlvr/shapes/ (public configs: llama-3.1-8b, qwen2.5-32b, qwen3-1.7b), or a
+built-in model. Each phase's peak is the sum of what it holds at its peak:
+
+    rollout  weights (+ a bf16 rollout copy, + a reference copy)  + gradients and optimizer state (still held)
+             + KV cache (rows x (prompt + completion) positions x layers x 2 x kv heads x head dim)
+             + logits (each decode step's [rows, vocab] fp32 scores and the sampler's working copies)
+    update   weights + optimizer state
+             + activations (one micro-batch's tokens x layers x what a decoder layer keeps for its backward;
+               with gradient checkpointing, each layer's input and one layer's in full)
+             + logits (the log-prob head: fp32 [tokens, vocab] pieces, chunked, and their gradient)
+             + gradients, which exist beside a micro-batch's activations from the second micro-batch on; with
+               one micro-batch the peak is the larger of the forward's end (activations, logits) and the
+               backward's end (gradients, one layer's activations), and the table shows that moment's parts
+
+What a layer keeps per token is counted from its tensors (ACTIVATION_TERMS); the constants that are not
+shapes (LOGIT_COPIES, ...) were read off measured peaks on a CPU (bench/plan_check.py, tests/test_plan.py:
+within 15% of the process's allocations in each phase) and are to be checked on a GPU by bench/gpu.py,
+which prints the plan beside every measured phase.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rlvr.errors import RlvrError
+
+SHAPES = Path(__file__).resolve().parent / "shapes"
+GIB = 2**30
+BYTES = {"float32": 4, "bfloat16": 2}
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes, an int8 absmax per 64, an fp32 scale per 256 absmaxes
+STATE_8BIT = 2 + 2 * 4 / 256  # two int8 moments and an fp32 scale per 256 values (tensors of >= 4096 values)
+# Per token per decoder layer, in elements: what the backward keeps. Attention: the normed input (H, for q, k
+# and v), q, k, v after rotary (H + 2 KV), the attention output (H), its softmax's statistics, the residual
+# (H) and the second norm's input and output (2H). MLP: gate, up, act(gate), act(gate) * up (4 I). Norms
+# keep an fp32 copy of their input; under LoRA the adapters' inputs are the same tensors, counted once.
+ACTIVATION_TERMS = {"hidden": 8, "kv": 4, "intermediate": 4}
+# [n, vocab] fp32 tensors alive at once: the decode step's logits, softmax and sampling copy; on the CPU the
+# update keeps each chunk's log-softmax for the backward; on CUDA one chunk's logits, log-softmax and grads
+LOGIT_COPIES = {"rollout": 3, "update_cpu": 1, "update_cuda": 4}
+CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/forward.py token_logprobs)
+
+
+@dataclass(kw_only=True, frozen=True)
+class Shape:
+    """A decoder-only transformer's numbers (Llama, Qwen2, Qwen3, Mistral families)."""
+
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    tied: bool
+
+    def linear(self) -> dict[str, tuple[int, int]]:
+        """Each decoder layer's linear layers: name -> (in, out)."""
+        h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    @property
+    def linear_params(self) -> int:
+        return self.layers * sum(a * b for a, b in self.linear().values())
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)  # input embedding (+ an untied head)
+
+    @property
+    def params(self) -> int:
+        return self.linear_params + self.embed_params + (2 * self.layers + 1) * self.hidden
+
+
+@dataclass(kw_only=True, frozen=True)
+class Settings:
+    """What of a run's config sizes its memory, resolved for its device."""
+
+    device: str = "cuda"  # cuda or cpu
+    dtype: str = "bfloat16"  # model.dtype resolved
+    quantize: str = "none"
+    lora_r: int = 0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    precision: str = "bf16"  # train.mixed_precision resolved: bf16 autocast or no
+    rollout_copy: bool = False  # a bf16 rollout copy of an fp32 policy (rollout.weights auto on CUDA, or bf16)
+    reference: str = "none"  # none, adapters_off, copy, bf16_copy
+    optimizer_state: str = "fp32"
+    prompts: int = 8
+    group: int = 8
+    prompt_tokens: int = 128
+    new_tokens: int = 256
+    micro_batch_prompts: int = 4
+    checkpointing: bool = False
+
+    @staticmethod
+    def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "Settings":
+        """The settings of a rlvr Config on `device` (cuda or cpu); `stored_dtype`: the checkpoint's."""
+        import torch
+
+        from rlvr.device import resolve_precision
+        from rlvr.models import weight_dtype
+        from rlvr.train.forward import reference_in_bf16
+
+        dev = torch.device(device)
+        dtype = str(weight_dtype(cfg.model.dtype, stored_dtype, dev)).removeprefix("torch.")
+        precision = resolve_precision(cfg.train.mixed_precision, dev)
+        lora = cfg.model.lora.r > 0
+        copy = cfg.rollout.engine != "vllm" and (cfg.rollout.weights in ("bf16", "int8") or (  # as make_engine
+            cfg.rollout.weights == "auto" and device == "cuda" and precision == "bf16" and dtype == "float32"
+            and cfg.model.quantize == "none"))
+        ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
+            "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
+        return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
+                        lora_targets=tuple(cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
+                        reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
+                        group=cfg.rollout.group_size, prompt_tokens=prompt_tokens,
+                        new_tokens=cfg.rollout.max_new_tokens, micro_batch_prompts=cfg.optimizer.micro_batch_prompts,
+                        checkpointing=cfg.train.gradient_checkpointing)
+
+
+@dataclass
+class Plan:
+    shape: Shape
+    settings: Settings
+    rollout: dict[str, float] = field(default_factory=dict)  # component -> bytes
+    update: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def peak(self) -> float:
+        return max(sum(self.rollout.values()), sum(self.update.values()))
+
+
+def estimate(shape: Shape, s: Settings) -> Plan:
+    """The plan of `shape` under `s` (module docstring)."""
+    w = BYTES[s.dtype]
+    linear = shape.linear_params * (NF4_BYTES if s.quantize == "nf4" else w)
+    others = (shape.embed_params + (2 * shape.layers + 1) * shape.hidden) * w
+    adapters = shape.layers * sum(s.lora_r * (a + b) for n, (a, b) in shape.linear().items() if n in s.lora_targets)
+    weights = linear + others + adapters * 4  # PEFT keeps adapters in fp32
+    if s.rollout_copy:  # the copy's linear layers and head in bf16, the rest as the policy's
+        weights += (shape.linear_params + shape.vocab * shape.hidden) * 2 + others
+    if s.reference in ("copy", "bf16_copy"):
+        weights += (shape.linear_params + shape.vocab * shape.hidden) * (2 if s.reference == "bf16_copy" else w) + others
+    trainable = adapters if s.lora_r > 0 else shape.params
+    grad_bytes = 4 if s.lora_r > 0 else w
+    state = {"fp32": 8.0, "offload": 0.0, "8bit": STATE_8BIT}[s.optimizer_state] * trainable
+    held = {"weights": weights, "gradients": 0.0, "optimizer": state}  # gradients are freed after each step
+    compute = 2 if s.precision == "bf16" or s.dtype == "bfloat16" else 4
+    rows = s.prompts * s.group
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * rows * (s.prompt_tokens + s.new_tokens) * compute
+    logits = LOGIT_COPIES["rollout"] * rows * shape.vocab * 4
+    plan = Plan(shape, s)
+    plan.rollout = {**held, "kv_cache": kv, "logits": logits, "activations": 0.0}
+    # the update: one micro-batch's forward and backward on top of what is held
+    mb = min(s.micro_batch_prompts, s.prompts)
+    tokens = mb * (s.group * s.new_tokens + (s.group if s.checkpointing else 1) * s.prompt_tokens)
+    per_layer = sum(ACTIVATION_TERMS[k] * v for k, v in
+                    (("hidden", shape.hidden), ("kv", shape.kv_heads * shape.head_dim), ("intermediate", shape.intermediate)))
+    if s.checkpointing:
+        activations = tokens * (shape.layers * shape.hidden + per_layer) * compute
+    else:
+        activations = tokens * shape.layers * per_layer * compute
+    scored = mb * s.group * s.new_tokens  # completion tokens reach the head
+    if s.device == "cuda":
+        head = LOGIT_COPIES["update_cuda"] * min(scored, CHUNK) * shape.vocab * 4 + scored * shape.hidden * compute
+    else:
+        head = LOGIT_COPIES["update_cpu"] * scored * shape.vocab * 4
+    grads, layer = trainable * grad_bytes, tokens * per_layer * compute
+    if -(-s.prompts // mb) > 1 or grads + layer > activations + head:
+        # from the second micro-batch on the gradients are held beside its activations; with one micro-batch
+        # the peak is the larger of the forward's end and the backward's end (gradients, a layer's activations)
+        parts = {"gradients": grads, "activations": activations, "logits": head} if -(-s.prompts // mb) > 1 else \
+            {"gradients": grads, "activations": layer, "logits": 0.0}
+    else:
+        parts = {"gradients": 0.0, "activations": activations, "logits": head}
+    plan.update = {**held, **parts, "kv_cache": 0.0}
+    return plan
+
+
+def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
+    """The plan of a rlvr Config's run on `device` (cuda or cpu), from model.name's config alone."""
+    return estimate(shape_of(cfg.model.name), Settings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
+
+
+def first_lines(cfg, device: str, questions: list[str]) -> str:
+    """What rlvr train says first: the run's plan, its prompts' length estimated from their text (about
+    four characters a token, plus the chat template and system prompt), or why there is none."""
+    longest = max(map(len, questions), default=0) + len(cfg.task.system_prompt or "")
+    try:
+        return report(plan_of(cfg, device, longest // 4 + 32))
+    except RlvrError as e:  # a Hub name not in the cache, a model family it does not know: the run goes on
+        return f"memory plan: none ({e})"
+
+
+def stored_dtype(name: str) -> str | None:
+    """The dtype model.name's checkpoint is stored in, where its config says (model.dtype auto reads it)."""
+    from rlvr.models import checkpoint_dtype
+
+    shipped = SHAPES / f"{name.lower()}.json"
+    if shipped.is_file():
+        return json.loads(shipped.read_text()).get("torch_dtype")
+    path = Path(name).expanduser()
+    return checkpoint_dtype(path) if path.is_dir() else None
+
+
+# ---------------------------------------------------------------------------------------------- shapes
+
+
+def shape_of(name: str) -> Shape:
+    """The shape of model.name (a shipped shape, a built-in, or a local directory's config.json), or of a
+    shipped shape's name (rlvr/shapes/NAME.json)."""
+    from rlvr.models import BUILTINS, SMOLLM2, TINY
+
+    shipped = SHAPES / f"{name.lower()}.json"
+    if shipped.is_file():
+        return _from_config(json.loads(shipped.read_text()), name)
+    if name == TINY:
+        from rlvr.models import tiny_config
+
+        return _from_config(tiny_config().to_dict(), name)
+    if name == SMOLLM2:  # its public config, the same numbers as the converted model's
+        return _from_config(json.loads((SHAPES / "smollm2-135m.json").read_text()), name)
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return _from_config(json.loads((path / "config.json").read_text()), str(path))
+    known = sorted(p.stem for p in SHAPES.glob("*.json"))
+    raise RlvrError(f"rlvr plan: no config for '{name}': give a local model directory (its config.json), a built-in "
+                    f"({', '.join(BUILTINS)}) or a shipped shape ({', '.join(known)})")
+
+
+def _from_config(c: dict, name: str) -> Shape:
+    c = {**c, **c.get("text_config", {})}  # multimodal configs nest the language model's
+    try:
+        heads = c["num_attention_heads"]
+        return Shape(name=name, vocab=c["vocab_size"], hidden=c["hidden_size"], layers=c["num_hidden_layers"],
+                     heads=heads, kv_heads=c.get("num_key_value_heads") or heads,
+                     head_dim=c.get("head_dim") or c["hidden_size"] // heads, intermediate=c["intermediate_size"],
+                     tied=bool(c.get("tie_word_embeddings", False)))
+    except KeyError as e:
+        raise RlvrError(f"rlvr plan: {name}'s config has no {e.args[0]}: not a decoder-only transformer it knows")
+
+
+def parse_size(text: str) -> float:
+    """'24GiB', '24GB', '80 GiB', '512MiB', '24' -> bytes; GB is read as GiB (as cards are sold), a bare number as GiB."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(?:([KMGT])i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise RlvrError(f"--memory {text!r}: expected a size such as 24GiB or 80GB")
+    return float(m[1]) * 2 ** (10 * "KMGT".index((m[2] or "G").upper()) + 10)
+
+
+# ---------------------------------------------------------------------------------------------- fitting
+
+
+def _changes(s: Settings) -> list[tuple[str, object]]:
+    """The settings a user can change to save memory, most effective first: (override, Settings -> Settings)."""
+    ref = lambda t: "adapters_off" if t.reference != "none" else "none"
+    out = []
+    if s.lora_r == 0:
+        out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=False)))
+    if s.quantize == "none":
+        out.append(("--model.quantize=nf4", lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16,
+                                                             reference=ref(t), rollout_copy=False)))
+    if not s.checkpointing:
+        out.append(("--train.gradient_checkpointing=true", lambda t: replace(t, checkpointing=True)))
+    if s.optimizer_state == "fp32" and s.lora_r == 0:
+        out.append(("--optimizer.state=8bit", lambda t: replace(t, optimizer_state="8bit")))
+    mb = s.micro_batch_prompts
+    while mb > 1:
+        mb //= 2
+        out.append((f"--optimizer.micro_batch_prompts={mb}", lambda t, mb=mb: replace(t, micro_batch_prompts=mb)))
+    n = s.new_tokens
+    while n > 64:
+        n //= 2
+        out.append((f"--rollout.max_new_tokens={n}", lambda t, n=n: replace(t, new_tokens=n)))
+    return out
+
+
+def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
+    """Changes that bring the peak within `budget`: each one that does alone, or else the shortest run of
+    them, in _changes' order, that does together; [] when none does."""
+    changes = _changes(s)
+    alone = [(label, p) for label, change in changes for p in [estimate(shape, change(s))] if p.peak <= budget]
+    if alone:
+        return alone
+    t, labels = s, []
+    for label, change in changes:
+        if label.startswith("--model.lora.r") and any(x.startswith("--model.quantize") for x, _ in changes):
+            continue  # the 4-bit base brings LoRA with it
+        t, labels = change(t), labels + [label]
+        p = estimate(shape, t)
+        if p.peak <= budget:
+            return [(" ".join(labels), p)]
+    return []
+
+
+def report(plan: Plan, budget: float | None = None) -> str:
+    """The plan as a table, and with a budget whether it fits and what would make it fit."""
+    s, shape = plan.settings, plan.shape
+    comps = ["weights", "gradients", "optimizer", "activations", "logits", "kv_cache"]
+    size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
+    lines = [f"memory plan: {shape.name} ({size} parameters) on {s.device}, weights "
+             f"{'nf4' if s.quantize == 'nf4' else s.dtype}, " + (f"LoRA r={s.lora_r}" if s.lora_r else "full fine-tuning")
+             + f", {s.prompts}x{s.group}x{s.new_tokens} (prompts {s.prompt_tokens} tokens), micro-batch "
+             f"{s.micro_batch_prompts}, checkpointing {'on' if s.checkpointing else 'off'}, optimizer {s.optimizer_state}",
+             f"{'GiB':<9}" + "".join(f"{c:>12}" for c in comps) + f"{'peak':>10}"]
+    for phase, parts in (("rollout", plan.rollout), ("update", plan.update)):
+        lines.append(f"{phase:<9}" + "".join(f"{parts.get(c, 0) / GIB:>12.2f}" for c in comps)
+                     + f"{sum(parts.values()) / GIB:>10.2f}")
+    if budget is not None:
+        if plan.peak <= budget:
+            lines.append(f"fits in {budget / GIB:.1f} GiB (peak {plan.peak / GIB:.2f} GiB)")
+        else:
+            found = fixes(shape, s, budget)
+            lines.append(f"does not fit in {budget / GIB:.1f} GiB (peak {plan.peak / GIB:.2f} GiB); "
+                         + ("these would fit:" if found else "no change rlvr offers brings it within that"))
+            lines += [f"  {label}: peak {p.peak / GIB:.2f} GiB" for label, p in found]
+    return "\n".join(lines)

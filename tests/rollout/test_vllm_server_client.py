@@ -1,0 +1,202 @@
+"""The vLLM server engine's client side, without vLLM: request bodies, answers to completions, the weight files,
+and servers that refuse, hang or answer the wrong version (real sockets on 127.0.0.1). The engine against real
+vLLM servers is tests/rollout/test_vllm_server.py (the vLLM venv)."""
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlvr.errors import RlvrError
+from rlvr.rollout import vllm_server as vs
+
+
+def test_completion_body_asks_for_token_ids_and_sampled_logprobs():
+    body = vs.completion_body("m", [1, 2], seed=7, group_size=3, max_new_tokens=5, temperature=0.8, top_p=0.9,
+                              top_k=0, stop_ids=[2, 9])
+    assert body == {"model": "m", "prompt": [1, 2], "n": 3, "max_tokens": 5, "temperature": 0.8, "top_p": 0.9,
+                    "top_k": -1, "seed": 7, "stop_token_ids": [2, 9], "logprobs": 0, "return_token_ids": True,
+                    "skip_special_tokens": False}
+    assert vs.completion_body("m", [1], seed=None, group_size=2, max_new_tokens=1, temperature=1.0, top_p=1.0,
+                              top_k=4, stop_ids=[])["top_k"] == 4
+
+
+def test_completion_lists_in_index_order():
+    answer = {"choices": [
+        {"index": 1, "token_ids": [7, 2], "logprobs": {"token_logprobs": [-0.5, -0.25]}, "finish_reason": "stop"},
+        {"index": 0, "token_ids": [5], "logprobs": {"token_logprobs": [-1.0]}, "finish_reason": "length"}]}
+    assert vs.completion_lists(answer, 2, "http://x") == ([[5], [7, 2]], [[-1.0], [-0.5, -0.25]], ["length", "stop"])
+    with pytest.raises(vs.ServerError, match="http://x: asked for 3 completions, got 2"):
+        vs.completion_lists(answer, 3, "http://x")
+    del answer["choices"][0]["token_ids"]
+    with pytest.raises(vs.ServerError, match="without token_ids or logprobs"):
+        vs.completion_lists(answer, 2, "http://x")
+
+
+def test_write_weights_whole_with_the_tied_head_as_a_copy(tmp_path, tiny):
+    from rlvr.rollout.weights import policy_weight_items
+
+    model, _ = tiny
+    items = policy_weight_items(model)
+    out = vs.write_weights(items, tmp_path / "w" / "v1")
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["v1"]  # no temporary directory left
+    loaded = load_file(str(out / "model.safetensors"))
+    assert sorted(loaded) == sorted(n for n, _ in items)
+    for n, t in items:
+        assert torch.equal(loaded[n], t)
+    assert torch.equal(loaded["lm_head.weight"], loaded["model.embed_tokens.weight"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_connection_names_the_server():
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(vs.ServerError, match=f"vLLM server {url}: /v1/models .* Is the server running"):
+        vs.VllmServerEngine([url], weights_dir="unused", timeout_s=5)
+
+
+def test_a_hung_server_times_out_naming_it():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()  # accepts connections, never answers
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    start = time.perf_counter()
+    try:
+        with pytest.raises(vs.ServerError, match=f"vLLM server {url}: no answer to /v1/models .*rollout.vllm.timeout_s=0.5 s"):
+            vs.VllmServerEngine([url], weights_dir="unused", timeout_s=0.5)
+    finally:
+        listener.close()
+    assert time.perf_counter() - start < 5
+
+
+class FakeVllm(BaseHTTPRequestHandler):
+    """Answers as a vLLM server in dev mode would (routes rlvr uses), with settings from the server object."""
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        s = self.server
+        if self.path == "/v1/models":
+            self._send(200, {"data": [{"id": "tiny"}]})
+        elif self.path.startswith("/server_info"):
+            self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": s.logprobs_mode},
+                                             "device_config": {"device_type": "cpu"},
+                                             "scheduler_config": {"enable_chunked_prefill": s.chunked}}})
+        elif self.path == "/weight_info":
+            self._send(200, {"weight_version": s.version})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        s = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        s.posts.append((self.path, body))
+        if self.path == "/update_weight_version":
+            s.version = body["new_version"]
+            self._send(200, {"success": True})
+        elif self.path in ("/collective_rpc", "/reset_prefix_cache"):
+            self._send(200, {})
+        elif self.path == "/v1/completions":
+            n = body["n"]
+            self._send(200, {"choices": [{"index": i, "token_ids": [4, 3], "finish_reason": "stop",
+                                          "logprobs": {"token_logprobs": [-0.5, -0.1]}} for i in range(n)]})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+
+@pytest.fixture
+def fake_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
+    server.logprobs_mode, server.version, server.posts, server.chunked = "processed_logprobs", "default", [], False
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_raw_logprobs_server_is_refused(fake_server):
+    server, url = fake_server
+    server.logprobs_mode = "raw_logprobs"
+    with pytest.raises(vs.ServerError, match=f"{url} runs with logprobs_mode 'raw_logprobs'.*--logprobs-mode "
+                                             "processed_logprobs"):
+        vs.VllmServerEngine([url], weights_dir="unused", timeout_s=5)
+
+
+def test_cpu_server_with_chunked_prefill_is_refused(fake_server):
+    server, url = fake_server
+    server.chunked = True
+    with pytest.raises(vs.ServerError, match=f"{url} runs on the CPU with chunked prefill.*--no-enable-chunked-prefill"):
+        vs.VllmServerEngine([url], weights_dir="unused", timeout_s=5)
+    vs.check_server_config(url, {"model_config": {"logprobs_mode": "processed_logprobs"},  # a GPU server may chunk
+                                 "device_config": {"device_type": "cuda"},
+                                 "scheduler_config": {"enable_chunked_prefill": True}})
+
+
+def test_push_names_the_version_and_a_stale_server_is_refused(fake_server, tmp_path, tiny):
+    server, url = fake_server
+    model, tok = tiny
+    engine = vs.VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=5)
+    assert engine.sync_weights(model) == len(model.state_dict())
+    version = f"{engine.tag}-1"
+    assert server.version == version and engine.expected == version
+    paths = [p for p, _ in server.posts]
+    assert paths == ["/collective_rpc", "/reset_prefix_cache", "/update_weight_version"]
+    rpc = server.posts[0][1]
+    assert rpc == {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "w" / version)}}
+    engine.sync_weights(model)
+    assert [p.name for p in (tmp_path / "w").iterdir()] == [f"{engine.tag}-2"]  # the older version removed
+    sampling = dict(group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[3], pad_id=0)
+    r = engine.generate([[1, 2], [5]], seeds=[1, 2], **sampling)
+    assert r.completion_ids.tolist() == [[4, 3]] * 4 and torch.equal(r.sampler_logp, torch.tensor([[-0.5, -0.1]] * 4))
+    server.version = "default"  # as after a restart: the weights it was started with
+    with pytest.raises(vs.ServerError, match=f"vLLM server {url} holds weights version 'default', not "
+                                             f"'{engine.tag}-2'.*stale weights"):
+        engine.generate([[1, 2]], seeds=[1], **sampling)
+
+
+def test_prompts_are_spread_over_the_servers(fake_server, tmp_path):
+    server, url = fake_server
+    other = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
+    other.logprobs_mode, other.version, other.posts, other.chunked = "processed_logprobs", "default", [], False
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        urls = [url, f"http://127.0.0.1:{other.server_address[1]}"]
+        sampling = dict(group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[3], pad_id=0)
+        for rank, first in ((0, server), (1, other)):
+            server.posts.clear()
+            other.posts.clear()
+            engine = vs.VllmServerEngine(urls, weights_dir=tmp_path, timeout_s=5, rank=rank, world=2)
+            engine.generate([[1], [2], [3]], seeds=[1, 2, 3], **sampling)
+            second = other if first is server else server
+            assert [b["prompt"] for _, b in first.posts] in ([[1], [3]], [[3], [1]])  # prompts 0 and 2
+            assert [b["prompt"] for _, b in second.posts] == [[2]]
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_nccl_push_needs_a_gpu_trainer(tmp_path):
+    from rlvr.config import build_config
+
+    cfg = build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://127.0.0.1:9",
+                              "--rollout.vllm.weight_push=nccl"])
+    with pytest.raises(RlvrError, match="weight_push=nccl broadcasts from the trainer's GPU"):
+        vs.make_server_engine(cfg, torch.nn.Linear(1, 1), tmp_path)

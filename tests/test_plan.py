@@ -1,0 +1,115 @@
+"""rlvr plan (rlvr/plan.py): components computed by hand on a small shape, shapes read from configs alone,
+the fit advice, the command; the measured CPU peaks against the plan in a fresh interpreter (slow)."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.errors import RlvrError
+from rlvr.plan import GIB, Settings, Shape, estimate, fixes, parse_size, report, shape_of
+
+# tiny-random's numbers: per layer q 64x64, k and v 64x32, o 64x64, gate/up/down 64x128: 36,864 weights
+SMALL = Shape(name="small", vocab=100, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128,
+              tied=True)
+CPU = Settings(device="cpu", dtype="float32", precision="no", prompts=2, group=3, prompt_tokens=10, new_tokens=6,
+               micro_batch_prompts=2)
+
+
+def test_the_small_shapes_parameters():
+    assert SMALL.linear_params == 2 * 36864
+    assert SMALL.params == 73728 + 100 * 64 + 5 * 64 == 80448  # linear, tied embedding, 2 norms a layer + 1
+    assert SMALL.params == sum(p.numel() for p in __import__("rlvr.models").models.tiny_random()[0].parameters())
+
+
+def test_full_fine_tuning_in_fp32_on_the_cpu_by_hand():
+    p = estimate(SMALL, CPU)
+    assert p.rollout == {"weights": 80448 * 4, "gradients": 0, "optimizer": 80448 * 8,
+                         "kv_cache": 2 * 2 * 2 * 16 * 6 * (10 + 6) * 4,  # k and v, layers, kv heads, dim, rows, positions
+                         "logits": 3 * 6 * 100 * 4, "activations": 0}
+    tokens = 2 * (3 * 6 + 10)  # a micro-batch of 2 prompts: each prompt once, its 3 completions of 6
+    per_layer = 8 * 64 + 4 * 32 + 4 * 128  # elements a token keeps per layer for the backward
+    activations, logits = tokens * 2 * per_layer * 4, (2 * 3 * 6) * 100 * 4  # 2 layers; 36 scored tokens, 1 copy
+    # one micro-batch: the backward's end (gradients and one layer's activations) is the higher moment
+    assert 321792 + tokens * per_layer * 4 > activations + logits
+    assert p.update == {"weights": 321792, "gradients": 321792, "optimizer": 643584,
+                        "activations": tokens * per_layer * 4, "logits": 0, "kv_cache": 0}
+    assert p.peak == 321792 * 2 + 643584 + 258048 == 1545216
+    # two micro-batches of one prompt: the second's activations sit beside the first's gradients
+    two = estimate(SMALL, replace(CPU, micro_batch_prompts=1))
+    assert two.update == {"weights": 321792, "gradients": 321792, "optimizer": 643584,
+                          "activations": (3 * 6 + 10) * 2 * per_layer * 4, "logits": 18 * 100 * 4, "kv_cache": 0}
+
+
+def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
+    lora = replace(CPU, lora_r=4, lora_targets=("q_proj", "v_proj"))
+    adapters = 2 * (4 * (64 + 64) + 4 * (64 + 32))  # r x (in + out) for q and v in 2 layers
+    p = estimate(SMALL, lora)
+    assert adapters == 1792
+    assert (p.update["weights"], p.update["optimizer"]) == (321792 + 4 * 1792, 8 * 1792)
+    assert p.update["gradients"] == 0  # one micro-batch, tiny gradients: the forward's end is the peak
+    assert estimate(SMALL, replace(lora, micro_batch_prompts=1)).update["gradients"] == 4 * 1792
+    q = estimate(SMALL, replace(lora, quantize="nf4"))
+    assert q.update["weights"] == 73728 // 2 + 73728 // 64 + 73728 * 4 // (64 * 256) + 6720 * 4 + 4 * 1792 == 72082
+    c = estimate(SMALL, replace(CPU, checkpointing=True, micro_batch_prompts=1))
+    assert c.update["activations"] == 3 * (6 + 10) * (2 * 64 + 1152) * 4  # full rows: layer inputs + one layer
+    g = estimate(SMALL, replace(CPU, device="cuda", dtype="bfloat16", precision="bf16", optimizer_state="8bit"))
+    assert g.update["logits"] == 4 * 36 * 100 * 4 + 36 * 64 * 2  # one chunk (36 < 256 rows) and the hidden states
+    assert g.update["optimizer"] == pytest.approx(80448 * (2 + 8 / 256))
+    assert estimate(SMALL, replace(CPU, optimizer_state="offload")).update["optimizer"] == 0
+
+
+def test_shapes_come_from_configs_alone(tmp_path):
+    llama = shape_of("llama-3.1-8b")
+    assert (llama.hidden, llama.layers, llama.kv_heads, llama.head_dim, llama.vocab) == (4096, 32, 8, 128, 128256)
+    assert llama.params == 8_030_261_248  # Meta's 8.03B
+    assert shape_of("qwen2.5-32b").params / 1e9 == pytest.approx(32.76, abs=0.01)  # q/k/v biases left out
+    assert shape_of("qwen3-1.7b").tied
+    (tmp_path / "config.json").write_text(json.dumps(json.loads((
+        __import__("rlvr.plan").plan.SHAPES / "qwen3-1.7b.json").read_text())))  # a directory with no weights
+    assert shape_of(str(tmp_path)).params == shape_of("qwen3-1.7b").params
+    with pytest.raises(RlvrError, match="shipped shape"):
+        shape_of("no-such-model")
+
+
+def test_sizes():
+    assert parse_size("24GiB") == parse_size("24GB") == parse_size("24") == 24 * GIB
+    assert parse_size("512MiB") == 0.5 * GIB
+    with pytest.raises(RlvrError, match="--memory"):
+        parse_size("lots")
+
+
+def test_what_fits_a_24_gib_card():
+    s = Settings(dtype="bfloat16", lora_r=16, reference="adapters_off", prompts=8, group=8, new_tokens=512)
+    p = estimate(shape_of("llama-3.1-8b"), s)
+    assert p.peak > 24 * GIB  # every micro-batch's activations held at once
+    found = fixes(p.shape, s, 24 * GIB)
+    assert found and all(q.peak <= 24 * GIB for _, q in found)
+    assert "gradient_checkpointing" in found[0][0] or "micro_batch" in found[0][0]
+    text = report(p, 24 * GIB)
+    assert "does not fit in 24.0 GiB" in text and "these would fit" in text
+
+
+def test_the_command(capsys):
+    code = main(["plan", "--model.name=llama-3.1-8b", "--model.dtype=auto", "--model.lora.r=16", "--model.quantize=nf4",
+                 "--train.gradient_checkpointing=true", "--rollout.max_new_tokens=512", "--memory", "24GiB"])
+    out = capsys.readouterr().out
+    assert code == 0 and "fits in 24.0 GiB" in out and "weights nf4, LoRA r=16" in out
+    assert main(["plan", "--model.name=llama-3.1-8b", "--memory=8GiB", "--device=cuda"]) == 1
+    assert "does not fit in 8.0 GiB" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["full-fp32", "lora16"])
+def test_the_plan_is_within_15_percent_of_the_measured_cpu_peaks(tmp_path, name):
+    """bench/plan_check.py: SmolLM2-135M's shape, random weights, 4x8x48 on the CPU, in a fresh interpreter;
+    measured: the process's resident peak in each phase less what it held before its model loaded."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from plan_check import run_fresh
+
+    r = run_fresh(name, 2, tmp_path)
+    for phase in ("rollout", "update"):
+        assert r["plan"][phase] == pytest.approx(r["measured"][phase], rel=0.15), (phase, r)
