@@ -1,5 +1,6 @@
 """`rlvr eval` wall time on a 6-problem file, with torch's OpenMP threads waiting actively (spinning,
-OpenMP's default) and passively (what rlvr sets unless OMP_WAIT_POLICY is given; rlvr/__init__.py).
+ACTIVE, without bound) and passively (PASSIVE: what rlvr sets on a busy machine unless OMP_WAIT_POLICY
+is given; rlvr/__init__.py).
 
     python bench/eval_threads.py [--model smollm2-135m-instruct] [--repeats 1] [--policies ACTIVE PASSIVE]
 

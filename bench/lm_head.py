@@ -6,7 +6,7 @@ time and peak memory on the CPU.
 
 Shapes (N tokens scored, hidden H, vocabulary V):
   demo   N=400 (2 prompts x 8 x ~25 tokens), H=576, V=49152: SmolLM2-135M's head at vs_trl's / the demo's work
-  large  N=2048, H=2048, V=151936: Qwen3-1.7B's head at 8 x 8 x 32 completion tokens
+  large  N=1024, H=2048, V=151936: Qwen3-1.7B's head at 4 x 8 x 32 completion tokens
 Random weights and hidden states (fp32, as the CPU trains), entropy as a metric (no entropy bonus), the
 gradient of a random weighting of the log-probs. Each (shape, path) runs in a fresh process: the time is the
 median of --reps forward + backward passes after one untimed one; the peak is the process's peak resident
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = {"demo": (400, 576, 49152), "large": (2048, 2048, 151936)}
+SHAPES = {"demo": (400, 576, 49152), "large": (1024, 2048, 151936)}
 
 
 def rss_gib(field: str) -> float:

@@ -9,7 +9,7 @@ process (the OpenMP runtime reads its environment once, at load), `--reps` timed
 untimed one; the settings take turns round after round, so a shared machine's load falls on each alike.
 A spin count is GOMP_SPINCOUNT (libgomp, torch's OpenMP on Linux; libgomp reckons about 100000 spins a
 millisecond): 0 is what OMP_WAIT_POLICY=PASSIVE alone gives (sleep at once), 300000 libgomp's default when
-no policy is set (about 3 ms, what rlvr ran with before it set a policy), 30000 rlvr's (rlvr/__init__.py).
+no policy is set (about 3 ms: rlvr's on a machine that is not busy, rlvr/__init__.py), 30000 in between.
 The load average at each run's start is printed beside its figures: spinning costs only when other work
 holds the cores, so only settings measured at the same time compare.
 """
