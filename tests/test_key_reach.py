@@ -43,6 +43,7 @@ from rlvr.train.distributed import Dist
 from rlvr.train.grpo import collect, learn
 from rlvr.train.settings import Settings
 from rlvr.train.state import Collected, Data, Models, Run
+from rlvr.train.update import EntropyState
 
 from tests.e2e.test_key_reach_runs import RUN
 
@@ -293,12 +294,14 @@ def learn_observable(world, overrides) -> tuple:
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy0, tok), pad_id=tok.pad_token_id, precision=precision)
     run = Run(settings=settings, models=models, data=Data(splits=splits, env=spec),
               engine=builtin_engine(models.policy), out=None)
-    rows = []
+    rows, a = [], settings.update.algo
+    entropy = EntropyState(a.entropy_coef)  # the adaptive entropy controller's state, carried as the loop does
     for step in (1, 2):
-        update, adv = learn(run, copy.deepcopy(collected), step)
+        update, adv = learn(run, copy.deepcopy(collected), step, entropy)
+        if a.adaptive_entropy:
+            entropy = entropy.after(a, update["entropy/watched_mean"])
         rows.append(sorted((k, round(v, 10) if isinstance(v, float) else v) for k, v in {**update, **adv}.items()))
     weights = round(sum(float(p.double().abs().sum()) for p in models.policy.parameters()), 10)
-    entropy = settings.update.entropy  # the adaptive entropy controller's state after the steps
     return rows, weights, models.scheduler.get_last_lr(), entropy.coef, entropy.last_entropy
 
 
