@@ -101,7 +101,8 @@ def test_a_reward_failing_now_and_then_is_counted_and_training_goes_on(tmp_path,
     assert [m["reward/tests.e2e.test_tiny_run:flaky_reward/errors"] for m in metrics] == [3, 0]
     err = capsys.readouterr().err
     assert "warning: reward 'tests.e2e.test_tiny_run:flaky_reward' raised on 1 of 3 rows tried" in err
-    assert "reward function 'tests.e2e.test_tiny_run:flaky_reward' raised ValueError: flaky" in err
+    assert "reward function 'tests.e2e.test_tiny_run:flaky_reward' (" in err  # named with its file and line
+    assert "function flaky_reward) failed on \"What is" in err and ": raised ValueError: flaky;" in err
 
 
 def test_a_reward_failing_on_every_row_stops_the_run_before_it_starts(tmp_path, capsys):
@@ -116,7 +117,8 @@ def test_a_reward_failing_on_every_completion_stops_the_run(tmp_path, capsys):
     args = ["--rewards.weights={correctness: 1.0, 'tests.e2e.test_tiny_run:raising_in_training': 1.0}"]
     assert main(["train", *SMOKE, f"--train.out={tmp_path}/r", *args]) == 2
     err = capsys.readouterr().err
-    assert "reward function 'tests.e2e.test_tiny_run:raising_in_training' raised on every completion" in err
+    assert "reward function 'tests.e2e.test_tiny_run:raising_in_training' (" in err
+    assert "function raising_in_training) raised on every completion" in err
     assert 'raise ValueError("bad reward")' in err and "During handling" not in err
 
 
