@@ -101,17 +101,12 @@ def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias
     return y if bias is None else y + bias
 
 
-class Bf16Linear(nn.Module):
-    """y = x W^T (+ b) computed in bf16 (bf16 weight [N, K] buffer), returned in x's dtype."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
-        super().__init__()
-        self.register_buffer("weight", weight.detach().to(torch.bfloat16, copy=True))
-        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16, copy=True))
+class CopiedLinear(nn.Module):
+    """A linear layer over plain weight [N, K] and bias [N] buffers (a copy in some dtype), refreshed in place."""
 
     @torch.no_grad()
     def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None, start: int = 0) -> None:
-        """Copy weight [N, K] (and bias [N]) into the bf16 buffers, at rows start .. start + N."""
+        """Copy weight [N, K] (and bias [N]) into the buffers, at rows start .. start + N."""
         rows = slice(start, start + len(weight))
         self.weight[rows] = weight
         if bias is not None:
@@ -119,6 +114,15 @@ class Bf16Linear(nn.Module):
 
     def dequantized(self) -> torch.Tensor:
         return self.weight.float()
+
+
+class Bf16Linear(CopiedLinear):
+    """y = x W^T (+ b) computed in bf16 (bf16 weight [N, K] buffer), returned in x's dtype."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.register_buffer("weight", weight.detach().to(torch.bfloat16, copy=True))
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16, copy=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return bf16_linear(x, self.weight, self.bias)
@@ -133,7 +137,7 @@ def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
 
-class SnapshotLinear(nn.Module):
+class SnapshotLinear(CopiedLinear):
     """y = x W^T (+ b) over a copy of the weight in its own dtype: a rollout copy that is the policy as it
     was at the last refresh, for sampling while the trainer updates the policy itself (rollout.overlap)."""
 
@@ -141,17 +145,6 @@ class SnapshotLinear(nn.Module):
         super().__init__()
         self.register_buffer("weight", weight.detach().clone())
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
-
-    @torch.no_grad()
-    def load(self, weight: torch.Tensor, bias: torch.Tensor | None = None, start: int = 0) -> None:
-        """Copy weight [N, K] (and bias [N]) into the buffers, at rows start .. start + N."""
-        rows = slice(start, start + len(weight))
-        self.weight[rows] = weight
-        if bias is not None:
-            self.bias[rows] = bias
-
-    def dequantized(self) -> torch.Tensor:
-        return self.weight.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
