@@ -46,6 +46,8 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
 
         model, tok = load_model(name, dtype, "cpu")
         quantize_base(model, device)
+        if device.type == "cpu":
+            own_memory(model)
         return model.to(device), tok
     if name == TINY:
         model, tok = tiny_random()
@@ -65,6 +67,17 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "
                     f"a built-in name ({', '.join(BUILTINS)})")
+
+
+@torch.no_grad()
+def own_memory(model: torch.nn.Module) -> None:
+    """Copy the full-precision tensors the 4-bit quantisation left (embeddings, norms, the head) out of the
+    checkpoint's file: safetensors maps the file and the loaded tensors are views of it, so while one of them
+    lives the whole mapping does, and every page the quantisation read (all of the fp32 linear weights)
+    stays in the process's resident set. On a GPU, .to(device) makes these copies anyway."""
+    for t in [*model.parameters(), *model.buffers()]:
+        if type(t).__name__ != "NF4Tensor":
+            t.data = t.data.clone()
 
 
 # the shipped architectures (public configs) random_shape builds and rlvr plan reads (rlvr.plan imports it)

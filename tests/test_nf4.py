@@ -117,3 +117,24 @@ def test_a_lora_run_on_an_nf4_base_learns(tmp_path):
     assert (out / "final" / "adapter").is_dir() and (out / "final" / "model.safetensors").is_file()
     merged, _ = load_model(str(out / "final"))
     assert {p.dtype for p in merged.parameters()} == {torch.float32}  # saved dequantised, adapters merged
+
+
+def test_a_checkpoint_quantised_on_the_cpu_leaves_no_mapping_of_its_file(tmp_path):
+    """safetensors maps the checkpoint and the loaded tensors are views of it: were the embeddings left as
+    such views, the file's mapping, with every fp32 page the quantisation read, would stay resident."""
+    import gc
+
+    model, tok = tiny_random()
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    plain, _ = load_model(str(tmp_path / "m"), "float32", "cpu")
+    mapped = lambda: str(tmp_path / "m" / "model.safetensors") in open("/proc/self/maps").read()
+    assert mapped()  # a plain load keeps its weights in the file's pages: nothing copied
+    del plain
+    gc.collect()
+    quantised, _ = load_model(str(tmp_path / "m"), "float32", "cpu", "nf4")
+    gc.collect()
+    assert not mapped()
+    head = quantised.get_output_embeddings().weight
+    assert head is quantised.get_input_embeddings().weight  # the tie survives the copy
+    assert torch.equal(head, model.get_output_embeddings().weight)
