@@ -1,46 +1,54 @@
 """rlvr against TRL's GRPOTrainer on one GPU, and rlvr's decode against HF `generate`, in one run.
 
-    python bench/gpu.py --tokenizer .gpubench/tokenizer --wheels .gpubench/wheels [--save FILE]
-                        [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts tests,rlvr,trl,decode]
-                        [--decode-batches 64,256] [--decode-tokens 128] [--warmup 1] [--steps 2]
-                        [--budget 290] [--timeout 150] [--rlvr NAME=OVERRIDES ...] [--device cuda]
-                        [--log FILE] [--keep]
-    python bench/gpu.py --device cpu --smoke [--parts rlvr,decode]    # the whole script on tiny shapes, on a CPU
+    python3 bench/gpu.py --tokenizer .gpubench/tokenizer --wheels .gpubench/wheels [--save FILE] [--log FILE]
+                         [--models 1.7b,135m] [--shapes 8x8x128,32x8x256] [--parts tests,memory,rlvr,trl,decode]
+                         [--decode-batches 64,256] [--decode-tokens 128] [--warmup 1] [--steps 2]
+                         [--budget 470] [--timeout 150] [--rlvr NAME=OVERRIDES ...] [--device cuda] [--keep]
+    python3 bench/gpu.py --device cpu --smoke [--parts memory]    # the whole script on tiny shapes, on a CPU
 
-Runs on a bare GPU machine (no package registry, no model hub) from the repository plus two folders:
+Runs on a bare GPU machine (no package registry, no model hub) from the repository plus two folders, both
+under .gpubench/ (git-ignored; about 24 MiB together: carry it). Prepare them here, from the repository root:
 - --tokenizer DIR: SmolLM2's tokenizer files (3.5 MB), copied from the model `make setup` converts:
-      mkdir -p .gpubench/tokenizer && cp ~/.cache/rlvr/models/smollm2-135m-instruct/{tokenizer.json,\\
+      mkdir -p .gpubench/tokenizer && cp ~/.cache/rlvr/models/smollm2-135m-instruct/{tokenizer.json,\
           tokenizer_config.json,chat_template.jinja} .gpubench/tokenizer/
 - --wheels DIR: what rlvr and TRL need beyond that machine's image (its Python is 3.12; its transformers
-  5.17 is not the 5.24 rlvr pins; it has no trl, datasets, dill or multiprocess):
-      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-          --abi cp312 --abi abi3 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \\
-          --platform manylinux2014_x86_64 --platform any -d .gpubench/wheels trl==1.16.0 datasets==5.2.0 \\
-          dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 regex==2026.4.4 torchao==0.18.0
+  5.17 is not the 5.24 rlvr pins; it has no trl, datasets, dill, multiprocess or torchao, and its peft's
+  version is not known here):
+      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+          --abi cp312 --abi abi3 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+          --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .gpubench/wheels \
+          trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 transformers==5.24.0 \
+          regex==2026.4.4 torchao==0.18.0 peft==0.21.2
   bench/gpu_wheels.py installs a carried wheel (pip --no-index --no-deps --target, into the work directory)
-  only where the image lacks the package or holds a version rlvr's or TRL's requirements reject; TRL's set
-  goes on PYTHONPATH of the TRL processes alone. .gpubench/ is git-ignored: carry it (20 MiB in all).
+  only where the image lacks the package or holds a version rlvr's (its dependencies and the lora and quant
+  extras) or TRL's requirements reject; TRL's set goes on PYTHONPATH of the TRL processes alone.
+The one command on the GPU machine (device tool: carry [".gpubench"]; 470 s of the 600 a command may run):
+      python3 bench/gpu.py --tokenizer .gpubench/tokenizer --wheels .gpubench/wheels --save $OUT/gpu.jsonl \
+          --log $OUT/gpu.log
 Models: random weights (seed 0) built on the device from the SmolLM2-135M and SmolLM2-1.7B configurations
 (bench/gpu_children.py SHAPES), saved in bf16 with the tokenizer into the work directory; both frameworks
 load them in fp32 straight onto the GPU and train under bf16 autocast (TRL: bf16=True; rlvr: its defaults
-on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto).
+on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto). rlvr's rows run once per
+variant (VARIANTS, or --rlvr).
 Work: bench/same_work.py: the 256 "What is a + b? Reply with only the number." prompts, reward
 bench/last_number.py, temperature 1, lr 2e-5 constant, beta 0. A shape PxGxT is P prompts x G completions x
 T new tokens; random weights almost never draw the stop token, so nearly every completion is T tokens.
 
-Memory (--parts memory, first after the models): the 8B shape with LoRA r=16 on a bf16 and on an NF4 base
-(8x8x512), the 32B shape on an NF4 base (8x4x1024), the largest shape that runs under 24, 48 and 80 GiB
-(set_per_process_memory_fraction), TRL as shipped with LoRA on the 8B shape; `rlvr plan` beside each phase.
+Memory (--parts memory, bench/gpu_memory.py; first after the models): the 8B shape with LoRA r=16 on a bf16
+and on an NF4 base (8x8x512), the 32B shape on an NF4 base (8x4x1024), the largest shape that runs under 24,
+48 and 80 GiB (set_per_process_memory_fraction), TRL as shipped with LoRA on the 8B shape; `rlvr plan`
+beside each measured phase, for these rows and every other rlvr row.
 
 Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU,
 a few seconds); where it cannot run the script stops with one line. Each measurement is then its own process
 (bench/gpu_children.py) with the GPU to itself, its peak memory its own, killed at its timeout (--timeout,
 and never past the budget); the run stops starting new ones when --budget seconds are spent and lists what
 it skipped. Order (plan): the CUDA tests (tests/rollout/test_graphed.py, tests/test_device.py: about a
-minute), the models, then the headline comparison, the first model and shape: rlvr, then TRL matched to
+minute), the models, the memory rows (8B, 32B), then the headline comparison, the first model and shape:
+rlvr, then TRL matched to
 rlvr's update (trl-matched: bf16, per-device batch 4 x G, gradient accumulation P / 4, one generation batch
-of P x G rows, as rlvr samples all rows at once and updates in micro-batches of 4 prompts); the decode
-table; then TRL with every row in one forward (trl-bf16; where that runs out of memory, TRL as shipped:
+of P x G rows, as rlvr samples all rows at once and updates in micro-batches of 4 prompts); the largest-fits
+table and TRL with LoRA; the decode table; then TRL with every row in one forward (trl-bf16; where that runs out of memory, TRL as shipped:
 bf16 + gradient checkpointing); then the other models and shapes.
 Per step (medians over the timed steps, after --warmup untimed ones): step seconds, generation and scoring
 seconds (both sides time their reward function), update seconds, generated tokens and tokens/s, peak
@@ -64,6 +72,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_memory import implied, is_memory, memory_jobs, memory_table, trl_lora_model
 from gpu_wheels import install_wheels
 
 BENCH = Path(__file__).resolve().parent
@@ -71,7 +80,7 @@ ROOT = BENCH.parent
 MIN_START_S = 20  # a job started with less time than this left could not even load its model
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
     name: str
     spec: dict
@@ -89,62 +98,12 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 
 CUDA_TESTS = ["tests/rollout/test_graphed.py", "tests/test_device.py"]  # the captured graph, CPU against CUDA
-# The memory rows: random weights built on the GPU from the shipped public configs (model.name random:SHAPE),
-# each in the settings rlvr plan says fit; one timed step each (the peak is the figure; the time is reported).
-LEAN = "--model.dtype=auto --model.lora.r=16 --train.gradient_checkpointing=true --optimizer.micro_batch_prompts=1"
-MEMORY_ROWS = [  # (name, shape, PxGxT, overrides, target GiB)
-    ("8B LoRA bf16", "llama-3.1-8b", (8, 8, 512), LEAN, 20),
-    ("8B LoRA nf4", "llama-3.1-8b", (8, 8, 512), LEAN + " --model.quantize=nf4", 12),
-    ("32B LoRA nf4", "qwen2.5-32b", (8, 4, 1024), LEAN + " --model.quantize=nf4", 80),
+# rlvr's rows at every model and shape: (name, overrides on the defaults, whether its rollout differs from
+# the defaults' and so gets its own row in the decode table). A variant is one line here (or --rlvr on the
+# command line); each costs a step row per model and shape, so the budget's later rows go first.
+VARIANTS = [
+    ("rlvr", "", True),
 ]
-MEMORY_TIMEOUT_S = 240  # a 32B step: building it, 1024 decode steps through 4-bit weights, 8 micro-batches
-FITS_CARDS = (24, 48, 80)  # GiB: the "largest model that fits" table, set with set_per_process_memory_fraction
-FITS_SHAPES = ("qwen2.5-32b", "llama-3.1-8b", "qwen3-1.7b")  # largest first; each at 8x8x256, nf4 + LoRA
-SMOKE_ROWS = [("tiny LoRA fp32", "tiny-random", (2, 2, 8), "--model.lora.r=4", 1),
-              ("tiny LoRA nf4", "tiny-random", (2, 2, 8), "--model.lora.r=4 --model.quantize=nf4", 1)]
-
-
-def planned_to_fit(shapes: tuple[str, ...], card: int, smoke: bool) -> tuple[str, ...]:
-    """The shapes from the largest rlvr plan says fits `card` GiB on down (nf4 + LoRA r=16, checkpointing,
-    micro-batches of 1 prompt, 8x8x256, 80-token prompts): the GPU verifies the plan's pick, and tries the
-    next smaller only where that runs out of memory. rlvr.plan needs neither torch nor transformers."""
-    if smoke:
-        return shapes
-    if str(ROOT) not in sys.path:  # the repository's rlvr, as the children import it
-        sys.path.insert(0, str(ROOT))
-    from rlvr.plan import GIB, Settings, estimate, shape_of
-
-    s = Settings(dtype="bfloat16", quantize="nf4", lora_r=16, prompts=8, group=8, prompt_tokens=80, new_tokens=256,
-                 micro_batch_prompts=1, checkpointing=True)
-    fits = [i for i, name in enumerate(shapes) if estimate(shape_of(name), s).peak <= card * GIB]
-    return shapes[fits[0]:] if fits else shapes[-1:]
-
-
-def memory_jobs(args, base: dict, work: Path) -> tuple[list[Job], list[Job]]:
-    """(the headline memory rows, the largest-fits table and TRL with LoRA on the 8B row's shape)."""
-    rows = SMOKE_ROWS if args.smoke else MEMORY_ROWS
-    model = lambda shape: shape if shape == "tiny-random" else f"random:{shape}"
-    head = [Job(f"{name} {'x'.join(map(str, pgt))}", {**base, "kind": "rlvr", "model_dir": model(shape), "shape": pgt,
-                "model": shape, "name": f"mem-{i}", "overrides": extra, "warmup": 0, "steps": 1, "target_gib": gib,
-                "timeout_s": max(args.timeout, MEMORY_TIMEOUT_S)})
-            for i, (name, shape, pgt, extra, gib) in enumerate(rows)]
-    later = []
-    cards, shapes = ((1,), ("tiny-random",)) if args.smoke else (FITS_CARDS, FITS_SHAPES)
-    for card in cards:
-        before = ""
-        for shape in planned_to_fit(shapes, card, args.smoke):
-            name = f"fits {card} GiB: {shape}"
-            later.append(Job(name, {**base, "kind": "rlvr", "model_dir": model(shape), "shape": (8, 8, 256) if not
-                                    args.smoke else (2, 2, 8), "model": shape, "name": f"fit-{card}-{shape}",
-                                    "overrides": (LEAN if not args.smoke else "--model.lora.r=4")
-                                    + " --model.quantize=nf4", "warmup": 0, "steps": 1, "memory_gib": card,
-                                    "card_gib": card}, before, "oom" if before else "ok"))
-            before = name  # the next smaller shape runs only where this one ran out of memory
-    if "trl" in args.parts and not args.smoke:  # TRL as shipped (bf16, gradient checkpointing) with LoRA
-        later.append(Job("trl-lora 8B LoRA bf16 8x8x512", {**base, "kind": "trl", "precision": "defaults",
-                         "model_dir": str(work / "models" / "llama-3.1-8b"), "shape": (8, 8, 512),
-                         "model": "llama-3.1-8b", "lora_r": 16, "warmup": 0, "steps": 1}, "build"))
-    return head, later
 MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL row updates in these micro-batches
 
 
@@ -156,32 +115,35 @@ def plan(args, work: Path) -> list[Job]:
     base = {"device": args.child_device, "work": str(work), "task_file": str(work / "sums.jsonl"),
             "lr": 2e-5, "seed": 0, "warmup": args.warmup, "steps": args.steps}
     built = dict.fromkeys([*args.models, *([args.decode_model] if "decode" in args.parts else []),
-                           *(["llama-3.1-8b"] if {"memory", "trl"} <= set(args.parts) and not args.smoke else [])])
+                           *trl_lora_model(args)])
     model_dir = {m: str(work / "models" / m) for m in built}
-    jobs = [Job("CUDA tests", {**base, "kind": "tests", "files": CUDA_TESTS})] if "tests" in args.parts else []
-    jobs.append(Job("build", {**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
+    tests = Job(name="CUDA tests", spec={**base, "kind": "tests", "files": CUDA_TESTS})
+    jobs = [tests] if "tests" in args.parts else []
+    jobs.append(Job(name="build", spec={**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
                               "models": model_dir}))
     dspec = {**base, "model_dir": model_dir[args.decode_model], "batches": args.decode_batches,
              "new_tokens": args.decode_tokens}
-    decode = [Job(f"engine {name}", {**dspec, "kind": "engine", "overrides": extra}, "build")
-              for name, extra in args.rlvr] + [Job("HF generate", {**dspec, "kind": "generate"}, "build")]
+    decode = [Job(name=f"engine {name}", spec={**dspec, "kind": "engine", "overrides": extra}, after="build")
+              for name, extra, decodes in args.rlvr if decodes]
+    decode.append(Job(name="HF generate", spec={**dspec, "kind": "generate"}, after="build"))
     decode = decode if "decode" in args.parts else []
-    head, later = memory_jobs(args, base, work) if "memory" in args.parts else ([], [])
+    head, later = ([[Job(**fields) for fields in part] for part in memory_jobs(args, base, work)]
+                   if "memory" in args.parts else ([], []))
     jobs += head  # the issue's headline: 8B on a 24 GB card, 32B on one 80 GB card
     for i, (model, shape) in enumerate((m, s) for m in args.models for s in args.shapes):
         tag = f"{model} {'x'.join(map(str, shape))}"
         spec = {**base, "model_dir": model_dir[model], "shape": shape, "model": model}
         if "rlvr" in args.parts:
-            jobs += [Job(f"{name} {tag}", {**spec, "kind": "rlvr", "name": f"{name}-{i}", "overrides": extra},
-                         "build") for name, extra in args.rlvr]
+            jobs += [Job(name=f"{name} {tag}", spec={**spec, "kind": "rlvr", "name": f"{name}-{i}", "overrides": extra},
+                         after="build") for name, extra, _ in args.rlvr]
         trl = "trl" in args.parts
         micro = min(MICRO_PROMPTS, shape[0])
-        jobs += [Job(f"trl-matched {tag}", {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro},
-                     "build")] if trl and shape[0] % micro == 0 else []
+        matched = {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro}
+        jobs += [Job(name=f"trl-matched {tag}", spec=matched, after="build")] if trl and shape[0] % micro == 0 else []
         jobs += decode if i == 0 else []
-        jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
-                 Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"}, f"trl-bf16 {tag}",
-                     "oom")] if trl else []
+        jobs += [Job(name=f"trl-bf16 {tag}", spec={**spec, "kind": "trl", "precision": "bf16"}, after="build"),
+                 Job(name=f"trl-shipped {tag}", spec={**spec, "kind": "trl", "precision": "defaults"},
+                     after=f"trl-bf16 {tag}", needs="oom")] if trl else []
     i = next((k for k, j in enumerate(jobs) if j.name.startswith("engine ")), len(jobs))
     return jobs[:i] + later + jobs[i:] if not args.smoke else jobs + later
 
@@ -217,6 +179,8 @@ def run_all(args, jobs: list[Job], envs: dict[str, dict], work: Path, deadline: 
                           if job.needs == "ok" else {"status": "unneeded"})  # a fallback whose case did not arise
         elif job.spec["kind"] == "trl" and envs.get("trl") is None:
             job.result = {"status": "skipped", "why": envs["trl_why"]}
+        elif (known := implied(job, done)) is not None:
+            job.result = known
         elif left < MIN_START_S:
             job.result = {"status": "skipped", "why": f"time budget spent ({args.budget:.0f} s, --budget)"}
         else:
@@ -270,7 +234,8 @@ def steps_table(jobs: list[Job]) -> None:
         return
     print(f"\n{'GRPO step (medians)':<34}{'step s':>8}{'generate':>9}{'score':>7}{'update':>8}{'tokens':>8}"
           f"{'tok/s':>8}{'peak GiB: rollout':>18}{'update':>8}{'all':>6}{'logp mism':>10}  status")
-    for job in (j for j in jobs if j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") not in ("skipped", "unneeded")):
+    shown = lambda j: j.spec["kind"] in ("rlvr", "trl") and j.result.get("status") not in ("skipped", "unneeded")
+    for job in filter(shown, jobs):
         r = job.result
         if r["status"] != "ok":
             print(f"{job.name:<34}{'':>90}  {r['status']}" + (f" (peak {r['peak_gib']:.1f} GiB)" if "peak_gib" in r
@@ -299,30 +264,6 @@ def steps_table(jobs: list[Job]) -> None:
             print(f"{job.name} / {other.name.split()[0]}: step "
                   f"{med(job.result['step_s']) / med(other.result['step_s']):.2f}x, peak memory "
                   f"{job.result['peak_gib'] / other.result['peak_gib']:.2f}x")
-
-
-def is_memory(job: Job) -> bool:
-    return any(k in job.spec for k in ("target_gib", "card_gib", "lora_r"))
-
-
-def memory_table(jobs: list[Job]) -> None:
-    """The memory rows and the largest-fits table: rlvr plan's peak of each phase beside the measured one."""
-    rows = [j for j in jobs if is_memory(j) and j.result.get("status") not in (None, "skipped", "unneeded")]
-    if not rows:
-        return
-    fmt = lambda v: "-" if v is None else f"{v:.2f}"
-    first = lambda xs: xs[0] if xs else None
-    print(f"\n{'memory (GiB; plan / measured)':<40}{'rollout':>16}{'update':>16}{'peak':>8}{'target':>8}{'step s':>8}  status")
-    for job in rows:
-        r, plan = job.result, job.result.get("plan", {})
-        roll, upd = first(r.get("rollout_peak_gib", [])), first(r.get("update_peak_gib", []))
-        target = job.spec.get("target_gib") or job.spec.get("card_gib")
-        print(f"{job.name:<40}{fmt(plan.get('rollout')):>8}{fmt(roll):>8}{fmt(plan.get('update')):>8}{fmt(upd):>8}"
-              f"{fmt(r.get('peak_gib')):>8}{fmt(target):>8}{fmt(first(r.get('step_s', []))):>8}  {r.get('status')}"
-              + (f" ({r['why']})" if r.get("why") and r.get("status") != "ok" else ""))
-    for card in sorted({j.spec["card_gib"] for j in rows if "card_gib" in j.spec}):
-        ok = [j.spec["model"] for j in rows if j.spec.get("card_gib") == card and j.result.get("status") == "ok"]
-        print(f"largest that fits {card} GiB (nf4 + LoRA r=16, checkpointing, 8x8x256): {ok[0] if ok else 'none tried fits'}")
 
 
 def decode_table(jobs: list[Job]) -> None:
@@ -408,7 +349,8 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=150, help="seconds for any one process")
     p.add_argument("--rlvr", action="append", metavar="NAME=OVERRIDES",
                    help="an rlvr variant, for its steps and its engine decode: extra `--key=value` overrides, "
-                        "e.g. rlvr-bf16=--rollout.weights=bf16 (default one: rlvr=, the defaults)")
+                        "e.g. rlvr-bf16=--rollout.weights=bf16; given, these replace VARIANTS (default: rlvr=, the "
+                        "defaults)")
     p.add_argument("--save", type=Path, help="append each result to FILE (JSON lines) as it comes")
     p.add_argument("--log", type=Path, help="append every process's output to FILE")
     p.add_argument("--keep", action="store_true", help="keep the work directory (models, logs)")
@@ -421,7 +363,7 @@ def arguments() -> argparse.Namespace:
     args.decode_batches = [int(b) for b in (args.decode_batches or ("2,4" if smoke else "64,256")).split(",")]
     args.decode_tokens = args.decode_tokens or (8 if smoke else 128)
     args.decode_model = "tiny" if smoke else "1.7b"
-    args.rlvr = [spec.partition("=")[::2] for spec in args.rlvr or ["rlvr="]]
+    args.rlvr = [(*spec.partition("=")[::2], True) for spec in args.rlvr] if args.rlvr else VARIANTS
     args.child_device = "cuda" if args.device.startswith("cuda") else args.device
     bad = [m for m in args.models if m not in ("1.7b", "135m", "tiny")] + [
         x for x in args.parts if x not in ("tests", "memory", "rlvr", "trl", "decode")]

@@ -79,8 +79,9 @@ def installed_version(name: str) -> str | None:
 
 def rlvr_requirements() -> list[str]:
     project = tomllib.loads(PYPROJECT.read_text())["project"]
-    # the quant extra (torchao): the memory rows' 4-bit base and 8-bit optimizer state
-    deps = project["dependencies"] + project["optional-dependencies"]["quant"]
+    # the memory rows' extras: lora (peft, the adapters) and quant (torchao: the 4-bit base, 8-bit optimizer state)
+    extras = project["optional-dependencies"]
+    deps = project["dependencies"] + extras["lora"] + extras["quant"]
     return [d for d in deps if canonical(Requirement(d).name) not in NOT_NEEDED]
 
 

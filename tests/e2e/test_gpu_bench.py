@@ -102,3 +102,29 @@ def test_memory_part_smoke_on_cpu(tmp_path):
     for name in list(rows)[1:]:
         assert rows[name]["plan"]["rollout"] > 0 and rows[name]["plan"]["update"] > 0
     assert "memory (GiB; plan / measured)" in done.stdout and "largest that fits 1 GiB" in done.stdout
+
+
+def test_the_cuda_run_puts_the_headline_rows_first_and_each_variant_in_every_step_row(monkeypatch, tmp_path):
+    import gpu
+    from gpu_memory import implied
+
+    monkeypatch.setattr(gpu, "VARIANTS", [*gpu.VARIANTS, ("rlvr-packed", "--train.example=1", False)])
+    monkeypatch.setattr(sys, "argv", ["gpu.py", "--tokenizer", str(tmp_path), "--models", "1.7b"])
+    jobs = gpu.plan(gpu.arguments(), tmp_path)
+    fits = [f"fits {card} GiB: {shape}" for card in (24, 48, 80)  # rlvr plan's pick, then the smaller ones
+            for shape in ("qwen2.5-32b", "llama-3.1-8b", "qwen3-1.7b")]
+    steps = lambda shape: [f"rlvr 1.7b {shape}", f"rlvr-packed 1.7b {shape}", f"trl-matched 1.7b {shape}"]
+    trl = lambda shape: [f"trl-bf16 1.7b {shape}", f"trl-shipped 1.7b {shape}"]
+    assert [j.name for j in jobs] == [
+        "CUDA tests", "build", "8B LoRA bf16 8x8x512", "8B LoRA nf4 8x8x512", "32B LoRA nf4 8x4x1024",
+        *steps("8x8x128"), *fits, "trl-lora 8B LoRA bf16 8x8x512",
+        "engine rlvr", "HF generate",  # the packed variant decodes as rlvr does: no decode row of its own
+        *trl("8x8x128"), *steps("32x8x256"), *trl("32x8x256")]
+    by = {j.name: j for j in jobs}
+    assert by["fits 24 GiB: llama-3.1-8b"].after == "fits 24 GiB: qwen2.5-32b"
+    assert by["fits 24 GiB: llama-3.1-8b"].needs == "oom"
+    # the 32B shape that ran within 24 GiB is not run again for 48 or 80
+    by["fits 24 GiB: qwen2.5-32b"].result = {"status": "ok", "peak_gib": 21.0}
+    done = {n: by[n] for n in fits[:3]}
+    assert implied(by["fits 48 GiB: qwen2.5-32b"], done)["why"] == "ran within 24 GiB"
+    assert implied(by["fits 48 GiB: llama-3.1-8b"], done) is None
