@@ -5,6 +5,7 @@ AutoConfig), a shape shipped in rlvr/shapes/ (public configs: llama-3.1-8b, qwen
 built-in model. Each phase's peak is the sum of what it holds at its peak:
 
     rollout  weights (+ a bf16 rollout copy, + a reference copy)  + gradients and optimizer state (still held)
+             (+ on the CPU, what the process holds beyond tensors: CPU_PROCESS)
              + KV cache (rows x (prompt + completion) positions x layers x 2 x kv heads x head dim)
              + logits (each decode step's [rows, vocab] fp32 scores and the sampler's working copies)
     update   weights + optimizer state
@@ -43,6 +44,11 @@ ACTIVATION_TERMS = {"hidden": 8, "kv": 4, "intermediate": 4}
 # update keeps each chunk's log-softmax for the backward; on CUDA one chunk's logits, log-softmax and grads
 LOGIT_COPIES = {"rollout": 3, "update_cpu": 1, "update_cuda": 4}
 CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/forward.py token_logprobs)
+# On the CPU the measure is the process's resident set, which from the first step on also holds what is no
+# tensor the plan counts: the allocator's arenas of small blocks, Python objects, the tokenizer's caches. Read
+# off bench/plan_check.py's runs (resident set between steps less the weights and optimizer state held: 0.10
+# GiB at SmolLM2-135M's shape, LoRA on an NF4 base). On CUDA the allocator counts tensors alone: none there.
+CPU_PROCESS = 0.1 * 2**30
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -151,6 +157,8 @@ def estimate(shape: Shape, s: Settings) -> Plan:
     grad_bytes = 4 if s.lora_r > 0 else w
     state = {"fp32": 8.0, "offload": 0.0, "8bit": STATE_8BIT}[s.optimizer_state] * trainable
     held = {"weights": weights, "gradients": 0.0, "optimizer": state}  # gradients are freed after each step
+    if s.device == "cpu":
+        held["process"] = CPU_PROCESS
     compute = 2 if s.precision == "bf16" or s.dtype == "bfloat16" else 4
     rows = s.prompts * s.group
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * rows * (s.prompt_tokens + s.new_tokens) * compute
@@ -315,6 +323,7 @@ def report(plan: Plan, budget: float | None = None) -> str:
     """The plan as a table, and with a budget whether it fits and what would make it fit."""
     s, shape = plan.settings, plan.shape
     comps = ["weights", "gradients", "optimizer", "activations", "logits", "kv_cache"]
+    comps += ["process"] if "process" in plan.rollout else []  # the CPU's resident set beyond tensors
     size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
     lines = [f"memory plan: {shape.name} ({size} parameters) on {s.device}, weights "
              f"{'nf4' if s.quantize == 'nf4' else s.dtype}, " + (f"LoRA r={s.lora_r}" if s.lora_r else "full fine-tuning")

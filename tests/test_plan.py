@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.errors import RlvrError
-from rlvr.plan import GIB, Settings, Shape, estimate, fixes, parse_size, report, shape_of
+from rlvr.plan import CPU_PROCESS, GIB, Settings, Shape, estimate, fixes, parse_size, report, shape_of
 
 # tiny-random's numbers: per layer q 64x64, k and v 64x32, o 64x64, gate/up/down 64x128: 36,864 weights
 SMALL = Shape(name="small", vocab=100, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128,
@@ -26,19 +26,22 @@ def test_full_fine_tuning_in_fp32_on_the_cpu_by_hand():
     p = estimate(SMALL, CPU)
     assert p.rollout == {"weights": 80448 * 4, "gradients": 0, "optimizer": 80448 * 8,
                          "kv_cache": 2 * 2 * 2 * 16 * 6 * (10 + 6) * 4,  # k and v, layers, kv heads, dim, rows, positions
-                         "logits": 3 * 6 * 100 * 4, "activations": 0}
+                         "logits": 3 * 6 * 100 * 4, "activations": 0, "process": CPU_PROCESS}
     tokens = 2 * (3 * 6 + 10)  # a micro-batch of 2 prompts: each prompt once, its 3 completions of 6
     per_layer = 8 * 64 + 4 * 32 + 4 * 128  # elements a token keeps per layer for the backward
     activations, logits = tokens * 2 * per_layer * 4, (2 * 3 * 6) * 100 * 4  # 2 layers; 36 scored tokens, 1 copy
     # one micro-batch: the backward's end (gradients and one layer's activations) is the higher moment
     assert 321792 + tokens * per_layer * 4 > activations + logits
     assert p.update == {"weights": 321792, "gradients": 321792, "optimizer": 643584,
-                        "activations": tokens * per_layer * 4, "logits": 0, "kv_cache": 0}
-    assert p.peak == 321792 * 2 + 643584 + 258048 == 1545216
+                        "activations": tokens * per_layer * 4, "logits": 0, "kv_cache": 0, "process": CPU_PROCESS}
+    assert p.peak == 321792 * 2 + 643584 + 258048 + CPU_PROCESS == 1545216 + 0.1 * GIB
     # two micro-batches of one prompt: the second's activations sit beside the first's gradients
     two = estimate(SMALL, replace(CPU, micro_batch_prompts=1))
     assert two.update == {"weights": 321792, "gradients": 321792, "optimizer": 643584,
-                          "activations": (3 * 6 + 10) * 2 * per_layer * 4, "logits": 18 * 100 * 4, "kv_cache": 0}
+                          "activations": (3 * 6 + 10) * 2 * per_layer * 4, "logits": 18 * 100 * 4, "kv_cache": 0,
+                          "process": CPU_PROCESS}
+    # on CUDA the allocator counts tensors alone: no process share
+    assert "process" not in estimate(SMALL, replace(CPU, device="cuda")).rollout
 
 
 def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
@@ -100,7 +103,7 @@ def test_the_command(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["full-fp32", "lora16"])
+@pytest.mark.parametrize("name", ["full-fp32", "lora16", "nf4-lora16"])
 def test_the_plan_is_within_15_percent_of_the_measured_cpu_peaks(tmp_path, name):
     """bench/plan_check.py: SmolLM2-135M's shape, random weights, 4x8x48 on the CPU, in a fresh interpreter;
     measured: the process's resident peak in each phase less what it held before its model loaded."""
