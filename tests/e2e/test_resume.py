@@ -95,14 +95,16 @@ def test_adaptive_entropy_resumes_value_for_value(tmp_path):
     same_run(alone_out, out)
 
 
-def test_bf16_weights_resume_from_their_fp32_masters(tmp_path):
+@pytest.mark.parametrize("kind", ["--model.dtype=bfloat16", "--optimizer.state=offload"])
+def test_fp32_masters_resume_exactly(tmp_path, kind):
     """bf16 weights at the config's lr (2e-5, warmed up): most updates are below half a bf16 ulp and live only
     in AdamW's fp32 masters (rlvr/train/optim.py MasterAdamW), so a resume that took its masters from the
-    weights would train on from other values. Killed after step 3, resumed from step 2's checkpoint. The
-    reward varies within groups (test_run_faults.learning_run): the weights move from step 1."""
+    weights would train on from other values; the masters of optimizer.state=offload (host memory) likewise.
+    Killed after step 3, resumed from step 2's checkpoint, whose lr is the warm-up's third. The reward varies
+    within groups (test_run_faults.learning_run): the weights move from step 1."""
     from tests.e2e.test_run_faults import learning_run
 
-    bf16 = [*learning_run(tmp_path), "--model.dtype=bfloat16"]
+    bf16 = [*learning_run(tmp_path), kind]
     alone_out = tmp_path / "alone"
     assert main(["train", *bf16, f"--train.out={alone_out}"]) == 0
     out = tmp_path / "run"
@@ -122,7 +124,9 @@ def test_bf16_weights_resume_from_their_fp32_masters(tmp_path):
 
     state = torch.load(ckpt, weights_only=False)
     masters = {n: e["master"] for n, e in state["optimizer"]["state"]["state"].items()}
-    assert any(not torch.equal(m, state["policy"][n].float()) for n, m in masters.items())  # finer than the weights
+    assert len(masters) > 10 and all(m.dtype == torch.float32 for m in masters.values())
+    if "bfloat16" in kind:
+        assert any(not torch.equal(m, state["policy"][n].float()) for n, m in masters.items())  # finer than bf16
     assert main(["train", "--resume", str(out)]) == 0
     same_run(alone_out, out)
 
