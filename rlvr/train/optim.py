@@ -69,9 +69,9 @@ class MasterAdamW(torch.optim.Optimizer):
     with the inner optimizer (torch's fused AdamW, or with moments="8bit" torchao's AdamW8bit), and writes them
     back rounded to the parameters' dtype. param_groups are the parameters' (the trainer clips them, the
     schedule sets their lr), mirrored into the inner optimizer's groups at each step. The masters are each
-    parameter's state (from the first step on), saved and loaded with the moments, so a resume continues from the fp32 values and not
-    from their bf16 rounding. Over fp32 parameters the step is fused AdamW's to the last bit
-    (tests/train/test_optim.py)."""
+    parameter's state (from the first step on), saved and loaded with the moments, so a resume continues from
+    the fp32 values and not from their bf16 rounding. Over fp32 parameters the step is fused AdamW's to the last
+    bit (tests/train/test_optim.py)."""
 
     def __init__(self, groups: list[dict], weight_decay: float, host: bool = False, moments: str = "fp32"):
         super().__init__(groups, {"weight_decay": weight_decay})

@@ -221,7 +221,8 @@ def test_bf16_masters_resume_exactly_from_the_state_dict():
     for _ in range(3):
         opt.step()
     state = copy.deepcopy(opt.state_dict())
-    assert state["state"][0]["master"].dtype == torch.float32 and float(state["state"][0]["master"]) != float(p.detach())
+    master = state["state"][0]["master"]
+    assert master.dtype == torch.float32 and float(master) != float(p.detach())
     q = torch.nn.Parameter(p.detach().clone())
     q.grad = torch.ones_like(q)
     again = adamw([{"params": [q], "lr": 1e-3}], 0.0)
@@ -317,13 +318,14 @@ def test_the_saved_lr_is_the_one_the_schedule_set_for_the_next_step(state):
     so a state saved in between carries the groups' lr, and a load puts it back on the parameters' groups."""
     p = one_weight() if state == "bf16" else torch.nn.Parameter(torch.ones(1))
     p.grad = torch.ones_like(p)
-    opt = adamw([{"params": [p], "lr": 3e-3}], 0.0, "fp32" if state == "bf16" else state)
+    kind = "fp32" if state == "bf16" else state  # optimizer.state; bf16 weights bring the masters themselves
+    opt = adamw([{"params": [p], "lr": 3e-3}], 0.0, kind)
     sched = warmup_scheduler(opt, 3)
     opt.step()
     sched.step()  # step 2 of the warm-up: 2/3 of the lr
     saved = copy.deepcopy(opt.state_dict())
     assert saved["param_groups"][0]["lr"] == pytest.approx(2e-3)
-    again = adamw([{"params": [torch.nn.Parameter(p.detach().clone())], "lr": 3e-3}], 0.0, "fp32" if state == "bf16" else state)
+    again = adamw([{"params": [torch.nn.Parameter(p.detach().clone())], "lr": 3e-3}], 0.0, kind)
     warmup_scheduler(again, 3)  # a resume builds the schedule too: the groups at step 1's lr
     again.load_state_dict(saved)
     assert again.param_groups[0]["lr"] == pytest.approx(2e-3)
