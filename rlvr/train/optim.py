@@ -133,9 +133,16 @@ class MasterAdamW(torch.optim.Optimizer):
         return loss
 
     def _mirror_groups(self) -> None:
-        """The parameters' groups' hyperparameters (the lr the schedule set) into the inner optimizer's."""
+        """The parameters' groups' hyperparameters (the lr the schedule set) into the inner optimizer's; where
+        that holds one as a tensor (torchao's AdamW8bit: its compiled step reads lr as a tensor), in place."""
         for group, inner_group in zip(self.param_groups, self.inner.param_groups):
-            inner_group.update({k: v for k, v in group.items() if k != "params"})
+            for k, v in group.items():
+                if k == "params":
+                    continue
+                if isinstance(inner_group.get(k), torch.Tensor):
+                    inner_group[k].fill_(v)
+                else:
+                    inner_group[k] = v
 
     def _hold_masters(self) -> None:
         """Each parameter's state is its master, from the first step (or load) on, as torch's optimizers make
@@ -170,7 +177,8 @@ class MasterAdamW(torch.optim.Optimizer):
                 inner_state[key] = entry
         self.inner.load_state_dict({"state": inner_state, "param_groups": state_dict["param_groups"]})
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
-            group.update({k: v for k, v in saved.items() if k != "params" and k in group})
+            group.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in saved.items()
+                          if k != "params" and k in group})
         self.state.clear()
         if state_dict["state"]:
             self._hold_masters()

@@ -329,3 +329,30 @@ def test_the_saved_lr_is_the_one_the_schedule_set_for_the_next_step(state):
     warmup_scheduler(again, 3)  # a resume builds the schedule too: the groups at step 1's lr
     again.load_state_dict(saved)
     assert again.param_groups[0]["lr"] == pytest.approx(2e-3)
+
+
+def test_8bit_moments_step_bf16_weights_through_masters_too():
+    """torchao's AdamW8bit over the fp32 masters (4096 values: block-quantised moments). A constant gradient
+    makes constant moments, which the block codes hold exactly (each block's absmax is the value), so the
+    weights take the hand-computed path of test_a_small_update_is_rounded_away_in_bf16_and_kept_by_the_master.
+    The lr the schedule sets reaches torchao's tensor lr in place, and the state dict, masters and all, loads
+    into a new optimizer that steps on alike."""
+    p = torch.nn.Parameter(torch.ones(4096, dtype=torch.bfloat16))
+    p.grad = torch.ones_like(p)
+    opt = adamw([{"params": [p], "lr": 1e-3}], 0.0, "8bit")
+    sched = warmup_scheduler(opt, 0)
+    seen = []
+    for _ in range(6):
+        opt.step()
+        sched.step()
+        seen.append(sorted(set(p.detach().float().tolist())))
+    assert seen == [[1.0], [0.99609375], [0.99609375], [0.99609375], [0.99609375], [0.9921875]]
+    assert type(opt.inner.state[opt.pairs[0][1]]["exp_avg"]).__name__ == "OptimState8bit"
+    q = torch.nn.Parameter(p.detach().clone())
+    q.grad = torch.ones_like(q)
+    again = adamw([{"params": [q], "lr": 1e-3}], 0.0, "8bit")
+    again.load_state_dict(opt.state_dict())
+    opt.step()
+    again.step()
+    assert torch.equal(again.state[q]["master"], opt.state[p]["master"])
+    assert float(opt.state[p]["master"][0]) == pytest.approx(1 - 7e-3, abs=1e-6)
