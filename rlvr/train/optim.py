@@ -16,7 +16,7 @@ adapters) need no copy and are stepped by the optimizer itself, as they always w
 """
 from __future__ import annotations
 
-import copy
+import io
 import math
 import types
 from contextlib import nullcontext
@@ -212,6 +212,16 @@ def could_overflow(optimizer: torch.optim.Optimizer) -> bool:
     return False
 
 
+def _copy_state(optimizer: torch.optim.Optimizer) -> dict:
+    """A copy of the optimizer's state dict (any optimizer.state kind; MasterAdamW's masters too), made the way
+    a checkpoint makes one: torchao's 8-bit moments are a tensor subclass that has no clone, so deepcopy cannot
+    copy them, but they serialise."""
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
 def step_keeping_finite(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], dist) -> bool:
     """optimizer.step(), undone when it made a weight non-finite though the gradient was finite (an lr
     of 1e38 or inf): the weights and the optimizer state are put back as they were, so the step is
@@ -225,7 +235,7 @@ def step_keeping_finite(optimizer: torch.optim.Optimizer, params: list[torch.Ten
         return True
     with torch.no_grad():
         weights = [p.detach().clone() for p in params]
-        state = copy.deepcopy(optimizer.state_dict())  # any optimizer.state kind (MasterAdamW: its masters too)
+        state = _copy_state(optimizer)
         optimizer.step()
         finite = float(all(bool(torch.isfinite(p).all()) for p in params))
         if dd.allreduce_scalars({"f": finite}, dist, "min")["f"] == 1.0:

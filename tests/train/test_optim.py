@@ -130,6 +130,26 @@ def test_a_step_that_overflows_the_weights_is_undone_bit_for_bit(lr, state):
     assert all(torch.isfinite(p).all() and not torch.equal(p, was) for p, was in zip(params, before))
 
 
+@pytest.mark.parametrize("lr", [1e38, math.inf])
+def test_an_overflowing_step_with_8bit_moments_is_undone_bit_for_bit(lr):
+    """8192 values: above torchao's 4096, so both moments are block-quantised tensors, which have no clone.
+    A constant gradient -1 makes each step add lr to every weight (m/sqrt(v) = -1 after bias correction), so
+    weights from 2e38 to 3e38 pass fp32's largest value (3.4e38) at lr 1e38 and at an infinite lr."""
+    p = torch.nn.Parameter(torch.linspace(2e38, 3e38, 8192).reshape(64, 128))
+    opt = adamw([{"params": [p], "lr": 1e-3}], 0.0, "8bit")
+    p.grad = -torch.ones(64, 128)
+    opt.step()
+    before = p.detach().clone()
+    moments = {k: v.dequantize() for k, v in opt.state[p].items() if k.startswith("exp_avg")}
+    assert {type(v).__name__ for v in opt.state[p].values()} >= {"OptimState8bit"}
+    for group in opt.param_groups:
+        group["lr"].fill_(lr)  # torchao holds the lr as a tensor, as the schedule sets it
+    assert step_keeping_finite(opt, [p], Dist()) is False
+    assert torch.equal(p, before)
+    assert all(torch.equal(opt.state[p][k].dequantize(), v) for k, v in moments.items())
+    assert float(opt.state[p]["step"]) == 1.0
+
+
 def test_a_first_step_that_overflows_leaves_no_optimizer_state():
     params = model_and_grads()
     before = [p.detach().clone() for p in params]
