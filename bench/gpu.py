@@ -45,9 +45,10 @@ bf16 + gradient checkpointing); then the other models and shapes.
 Per step (medians over the timed steps, after --warmup untimed ones): step seconds, generation and scoring
 seconds (both sides time their reward function), update seconds, generated tokens and tokens/s, peak
 memory of the rollout and of the update (CUDA allocator, reset between phases) and of the whole process;
-rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). Decode: HF `generate`
-(bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step samples) at each batch size,
-distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
+rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). The 1.7B rows (and
+--smoke's) add rlvr-packed after TRL matched: the defaults with train.packed=true, the update's forwards
+padding-free. Decode: HF `generate` (bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step
+samples) at each batch size, distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
 """
 from __future__ import annotations
 
@@ -146,6 +147,9 @@ def memory_jobs(args, base: dict, work: Path) -> tuple[list[Job], list[Job]]:
                          "model": "llama-3.1-8b", "lora_r": 16, "warmup": 0, "steps": 1}, "build"))
     return head, later
 MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL row updates in these micro-batches
+# the 1.7B rows' packed variant (train.packed): whether the update is faster padding-free on CUDA is this row's
+# question (on the CPU it measured slower: bench/train_forward.py)
+PACKED = ("rlvr-packed", "--train.packed=true")
 
 
 def plan(args, work: Path) -> list[Job]:
@@ -178,6 +182,9 @@ def plan(args, work: Path) -> list[Job]:
         micro = min(MICRO_PROMPTS, shape[0])
         jobs += [Job(f"trl-matched {tag}", {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro},
                      "build")] if trl and shape[0] % micro == 0 else []
+        if model in ("1.7b", "tiny") and "rlvr" in args.parts:  # the padding-free update against the padded one above
+            jobs.append(Job(f"{PACKED[0]} {tag}", {**spec, "kind": "rlvr", "name": f"{PACKED[0]}-{i}",
+                                                   "overrides": PACKED[1]}, "build"))
         jobs += decode if i == 0 else []
         jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
                  Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"}, f"trl-bf16 {tag}",

@@ -60,3 +60,11 @@ def test_one_step_off_raises_it_too(tmp_path):
     first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
     assert first < 0.3
     assert last > 0.8 and last > first + 0.5, share
+
+
+def test_packed_forwards_raise_it_too(tmp_path):
+    """The update's forwards padding-free (train.packed)."""
+    share = digit_share_per_step(tmp_path, 1.0, "grpo", "--train.packed=true")
+    first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
+    assert first < 0.3
+    assert last > 0.8 and last > first + 0.5, share
