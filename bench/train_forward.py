@@ -5,12 +5,13 @@ packed rows (train.packed), each on the same batch.
 
 2 prompts x 8 completions with lengths like a real rollout (most 5-12 tokens, a couple at 32; random
 tokens, only the sizes matter), one thread. Runs, interleaved, `repeats` times each: max_buckets=4 (the
-default), max_buckets=1 (the old padding to the micro-batch's longest completion) and packed=True (every
-row's prompt + completion in one padding-free row, rlvr/train/packed.py), and prints the tokens each runs,
+default), max_buckets=1 (the old padding to the micro-batch's longest completion) and packed=True (the rows
+in one padding-free row, rlvr/train/packed.py: with sdpa, each group's prompt once and its completions after
+it under a 4D mask), and prints the tokens each runs through the trunk,
 their median seconds and the ratios to the default (the bucketed run uses the default BUCKET_OVERHEAD, so it
 may choose fewer than 4 buckets). --chat: the prompts in the model's chat template (a run's prompts, with
 its system prompt), not bare; --checkpointing: gradient checkpointing on (the padded forwards then run each
-prompt once per completion, as packing always does).
+prompt once per completion).
 """
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def prompts_of(tok, chat: bool) -> list[list[int]]:
 def tokens_run(mode: str, prompts: list[list[int]], mask: torch.Tensor, checkpointing: bool) -> int:
     """The tokens one forward of `mode` runs through the trunk (prompts and completion positions)."""
     widths = row_widths(mask).tolist()
-    if mode == "packed":
-        return sum(len(prompts[b // GROUP]) + w - 1 for b, w in enumerate(widths) if w)
+    if mode == "packed":  # the shared-prompt layout (sdpa): each prompt once, each row's width - 1
+        return sum(map(len, prompts)) + sum(w - 1 for w in widths if w)
     plan = plan_buckets(_positions_needed(mask), MODES[mode]["max_buckets"])
     if checkpointing:  # each bucket row: its left-padded prompt + the bucket's width
         return sum(len(rows) * (max(map(len, prompts)) + w) for rows, w in plan)

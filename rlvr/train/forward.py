@@ -18,8 +18,9 @@ Under gradient checkpointing transformers drops the cache inside checkpointed la
 prompt + completion row is then run in full, bucketed the same way (same values and gradients, the
 prompt recomputed G times).
 
-With train.packed every row's prompt + completion runs instead in one padding-free row (rlvr/train/packed.py:
-no pads, the prompt recomputed G times, one forward call), and the head scores the same tokens.
+With train.packed the micro-batch runs instead as one padding-free row (rlvr/train/packed.py: no pads, one
+forward call; each prompt once where the attention takes a 4D mask, once per completion otherwise), and the
+head scores the same tokens.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from rlvr.device import autocast
 from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_out
-from rlvr.train.packed import pack, packed_hidden
+from rlvr.train.packed import pack, packed_hidden, shares_prompts
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -197,15 +198,15 @@ def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Te
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
     row b continuing prompt b // group_size. Rows run in up to max_buckets length buckets
     (plan_buckets); max_buckets=1 pads every row to the longest. fused_head: token_logprobs' fused path
-    (the same values; use_fused_head). packed (train.packed): every row's prompt + completion in one
-    padding-free row instead (rlvr/train/packed.py; buckets then do not apply), the same values within
-    rounding.
+    (the same values; use_fused_head). packed (train.packed): the rows in one padding-free row instead
+    (rlvr/train/packed.py, in the layout shares_prompts picks; buckets then do not apply), the same values
+    within rounding.
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
     present = present_tokens(completion_mask, env_mask)  # [B, Tc] attended tokens
     if packed:
-        hidden = packed_hidden(base, pack(prompts, completion_ids, present, group_size))  # [B, Tc, H]
+        hidden = packed_hidden(base, pack(prompts, completion_ids, present, group_size, shares_prompts(model)))
     else:
         ids, mask = left_pad(prompts, pad_id, completion_ids.device)  # [P, Tp]
         plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)

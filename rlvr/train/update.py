@@ -114,8 +114,8 @@ def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0, pa
 
     With tokens_per_mb > 0, consecutive groups are added while the tokens the micro-batch's forward holds
     stay within the budget: its padded size under the shared-prefix forward (n prompts x longest prompt +
-    n * G x longest completion), its real tokens packed (every row's prompt + completion, train.packed);
-    a group larger than the budget goes alone.
+    n * G x longest completion), its real tokens packed (train.packed: every row's prompt + completion, the
+    rows layout's count, the larger of rlvr.train.packed's two); a group larger than the budget goes alone.
     """
     g, n_prompts = batch.group_size, len(batch.prompts)
     widths = row_widths(batch.present).view(n_prompts, g)  # [P, G]

@@ -16,7 +16,7 @@ import torch
 from rlvr.config import Config, LoraConfig, ModelConfig, OptimizerConfig, TrainConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
-from rlvr.train import forward
+from rlvr.train import forward, packed
 from rlvr.train.batch import Batch
 from rlvr.train.forward import completion_forward, completion_logprobs
 from rlvr.train.packed import check_packing, pack
@@ -28,14 +28,42 @@ TOL = 1e-5  # |packed - padded| log-prob, fp32, tiny-random (module docstring)
 TOL_SMOLLM2 = 5e-5
 
 
+@pytest.fixture(params=["shared", "rows"])
+def layout(request, monkeypatch):
+    """Each packed layout: shared prompts (what sdpa and eager run) and rows (what flash-attention runs)."""
+    monkeypatch.setattr(forward, "shares_prompts", lambda model: request.param == "shared")
+    return request.param
+
+
+def test_pack_shares_each_group_s_prompt():
+    """Two prompts, G = 2, shared: group 0's prompt once, then row 0's completion tokens 0..1 (its last
+    token predicts nothing) and row 1's token 0; group 1's prompt, then row 2's token 0; row 3 (no token) is
+    left out. Positions continue from the prompt's; a token sees its group's prompt and its own row."""
+    prompts = [[11, 12], [21, 22, 23]]
+    ids = torch.tensor([[1, 2, 3], [4, 8, 0], [5, 6, 0], [0, 0, 0]])
+    present = torch.tensor([[1., 1, 1], [1, 1, 0], [1, 1, 0], [0, 0, 0]])
+    p = pack(prompts, ids, present, group_size=2, shared=True)
+    assert p.ids.tolist() == [[11, 12, 1, 2, 4, 21, 22, 23, 5]]
+    assert p.positions.tolist() == [[0, 1, 2, 3, 2, 0, 1, 2, 3]]
+    assert p.source.tolist() == [[1, 2, 3], [1, 4, 0], [7, 8, 0], [0, 0, 0]]
+    assert p.valid.tolist() == [[True] * 3, [True, True, False], [True, True, False], [False] * 3]
+    mask = p.attention_mask("sdpa")[0, 0].int()
+    assert mask[3].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]  # row 0's token 1: the prompt and its row
+    assert mask[4].tolist() == [1, 1, 0, 0, 1, 0, 0, 0, 0]  # row 1's token 0: the prompt, not row 0
+    assert mask[8].tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1]  # row 2: group 1's prompt only
+    eager = p.attention_mask("eager")[0, 0]
+    assert torch.equal(eager == 0, mask.bool()) and bool((eager[~mask.bool()] == torch.finfo(torch.float32).min).all())
+
+
 def test_pack_puts_each_token_in_its_place():
-    """Two prompts, G = 2: row 0 (width 3) packs its prompt and completion tokens 0..1 (its last token
-    predicts nothing); row 1 (width 1) its prompt alone, whose last state predicts its one token; row 2 the
-    other prompt and one token; row 3 (no token) is left out."""
+    """The rows layout: two prompts, G = 2: row 0 (width 3) packs its prompt and completion tokens 0..1;
+    row 1 (width 1) its prompt alone, whose last state predicts its one token; row 2 the other prompt and
+    one token; row 3 (no token) is left out. Positions restart at each row; no mask."""
     prompts = [[11, 12], [21, 22, 23]]
     ids = torch.tensor([[1, 2, 3], [4, 0, 0], [5, 6, 0], [0, 0, 0]])
     present = torch.tensor([[1., 1, 1], [1, 0, 0], [1, 1, 0], [0, 0, 0]])
     p = pack(prompts, ids, present, group_size=2)
+    assert p.attention_mask("sdpa") is None
     assert p.ids.tolist() == [[11, 12, 1, 2, 11, 12, 21, 22, 23, 5]]
     assert p.positions.tolist() == [[0, 1, 2, 3, 0, 1, 0, 1, 2, 3]]
     # token t of row b comes from the state at (row start + prompt length - 1 + t)
@@ -49,9 +77,10 @@ def test_pack_keeps_environment_tokens_as_context():
     ids = torch.tensor([[1, 2, 3, 4]])
     completion_mask = torch.tensor([[1., 0, 0, 1]])
     env_mask = torch.tensor([[0., 1, 1, 0]])
-    p = pack([[9]], ids, completion_mask + env_mask, group_size=1)
-    assert p.ids.tolist() == [[9, 1, 2, 3]] and p.positions.tolist() == [[0, 1, 2, 3]]
-    assert p.source.tolist() == [[0, 1, 2, 3]]
+    for shared in (False, True):
+        p = pack([[9]], ids, completion_mask + env_mask, group_size=1, shared=shared)
+        assert p.ids.tolist() == [[9, 1, 2, 3]] and p.positions.tolist() == [[0, 1, 2, 3]]
+        assert p.source.tolist() == [[0, 1, 2, 3]]
 
 
 def wrong_positions(monkeypatch):
@@ -72,7 +101,7 @@ def max_gap(model, prompts, r, g, **kw):
     return float((packed - padded).abs().max().detach())
 
 
-def test_packed_logprobs_equal_padded_tiny(tiny_on, monkeypatch):
+def test_packed_logprobs_equal_padded_tiny(tiny_on, monkeypatch, layout):
     model, tok = tiny_on
     for head in ("", SYSTEM):
         prompts, r = rollout(model, tok, head=head)
@@ -82,7 +111,7 @@ def test_packed_logprobs_equal_padded_tiny(tiny_on, monkeypatch):
     assert max_gap(model, prompts, r, 3) > 100 * TOL  # measured: 0.07
 
 
-def test_packed_logprobs_equal_padded_smollm2(monkeypatch):
+def test_packed_logprobs_equal_padded_smollm2(monkeypatch, layout):
     """SmolLM2-135M-Instruct's real weights (sdpa): prompts of different lengths, completions of 1 to 12
     tokens, one of them empty."""
     model, tok = load_model("smollm2-135m-instruct")
@@ -114,7 +143,7 @@ def assert_grads_close(a, b):
 
 
 @pytest.mark.parametrize("entropy_grad,fused", [(False, False), (True, False), (True, True)])
-def test_packed_gradients_equal_padded(tiny_on, entropy_grad, fused):
+def test_packed_gradients_equal_padded(tiny_on, entropy_grad, fused, layout):
     """The gradient of the log-probs (+ the entropy, through the chunked and the fused head) packed and padded."""
     model, tok = tiny_on
     prompts, r = rollout(model, tok, head=SYSTEM)
@@ -122,7 +151,7 @@ def test_packed_gradients_equal_padded(tiny_on, entropy_grad, fused):
                        grads(model, prompts, r, 3, False, entropy_grad, fused))
 
 
-def test_packed_under_lora_and_checkpointing(tiny):
+def test_packed_under_lora_and_checkpointing(tiny, layout):
     """LoRA adapters and gradient checkpointing: the same log-probs and adapter gradients packed and padded."""
     model, tok = tiny
     prompts, r = rollout(model, tok)
@@ -162,7 +191,7 @@ def forward_ref(ref, batch, s):
 
 
 @pytest.mark.parametrize("extra", [{}, {"lm_head": "fused"}, {"micro_batch_tokens": 60}])
-def test_update_takes_train_packed(tiny, monkeypatch, extra):
+def test_update_takes_train_packed(tiny, monkeypatch, extra, layout):
     """train.packed runs the update's forwards (the policy's, the reference's) through pack; two
     iterations with an entropy bonus and a KL term then give the padded update's loss and weights within
     rounding, with the fused head and with micro-batches by tokens too."""
@@ -205,10 +234,17 @@ def tiny_bloom():
     return BloomForCausalLM(BloomConfig(vocab_size=100, hidden_size=32, n_layer=2, n_head=4))
 
 
-def test_a_model_that_mixes_packed_rows_is_refused(tiny):
+def test_a_model_that_mixes_packed_rows_is_refused(tiny, monkeypatch):
+    """Bloom (eager attention): its ALiBi cannot take the shared layout's 4D mask; in the rows layout its
+    packed rows leak into each other, as a plain causal mask's do."""
+    with pytest.raises(RlvrError, match=r"train\.packed: BloomForCausalLM cannot run packed rows .*"
+                                        r"set train\.packed=false"):
+        check_packing(tiny_bloom())
+    monkeypatch.setattr(packed, "shares_prompts", lambda model: False)
     with pytest.raises(RlvrError, match=r"train\.packed: the attention of BloomForCausalLM .* does not keep "
                                         r"packed rows apart.*set train\.packed=false"):
         check_packing(tiny_bloom())
+    monkeypatch.undo()
     model, _ = tiny
     check_packing(model)  # Llama, sdpa
     model.config._attn_implementation = "eager"
@@ -228,7 +264,7 @@ def test_the_run_refuses_it_before_training(tiny):
     models_of(cfg, tiny[0], tok, Dist(), "no")  # a Llama passes
 
 
-def test_packed_with_environment_tokens(tiny):
+def test_packed_with_environment_tokens(tiny, layout):
     """Multi-turn rows: environment tokens (env_mask) are attended to but never scored, packed as padded."""
     model, tok = tiny
     prompts, r = rollout(model, tok)
@@ -242,7 +278,7 @@ def test_packed_with_environment_tokens(tiny):
     assert float((packed - padded).abs().max().detach()) <= TOL
 
 
-def test_packed_bf16_reference(tiny):
+def test_packed_bf16_reference(tiny, layout):
     """The KL reference as a bf16 copy (Reference.of(bf16=True)) runs packed under bf16 autocast: its
     log-probs equal the padded forward's within bf16 rounding (measured: 1.5e-3 at log-probs near -4.6)."""
     from rlvr.train.forward import Reference, reference_logprobs
