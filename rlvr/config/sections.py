@@ -315,13 +315,14 @@ class TrainConfig:
     time there at SmolLM2's vocabulary, the fused one at 0.78x the memory)."""
     packed: bool = False
     """Run the update's forwards (the policy's, the old policy's and the reference's) padding-free: each
-    micro-batch's prompt + completion rows concatenated into one row with no pad tokens, position ids
-    restarting at 0 per row, so the attention is block-diagonal causal (rlvr/train/packed.py). The same
-    log-probs within rounding; it saves the pads of completions of varied length and pays each prompt once
-    per completion rather than once per group. Refused at the start for a model whose attention does not
-    keep packed rows apart (checked by running it). Off by default: on the CPU, SmolLM2-135M, 2 prompts x 8
-    completions of 5-32 tokens, it took 1.4x the default forward + backward's time with bare prompts and 2.3x
-    with chat-template prompts (bench/train_forward.py); on CUDA it is unmeasured (bench/gpu.py rlvr-packed)."""
+    micro-batch as one row of real tokens, no pad anywhere (rlvr/train/packed.py). With sdpa or eager
+    attention each group's prompt runs once with its completions after it under a 4D mask; with other
+    attention (flash-attention) each row's prompt + completion, position ids restarting at 0 per row, which
+    transformers reads as block-diagonal causal attention. The same log-probs within rounding; refused at
+    the start for a model whose attention does not keep packed rows apart (checked by running it). On the
+    CPU (SmolLM2-135M, 2 prompts x 8 completions of 5-32 tokens, bench/train_forward.py) the update's forward
+    + backward took 0.67x the default's time with bare prompts and 0.58x with chat-template prompts; off by
+    default so that the default run learns bit for bit as before; on CUDA unmeasured (bench/gpu.py)."""
 
 
 @dataclass(kw_only=True)
