@@ -46,9 +46,10 @@ Per step (medians over the timed steps, after --warmup untimed ones): step secon
 seconds (both sides time their reward function), update seconds, generated tokens and tokens/s, peak
 memory of the rollout and of the update (CUDA allocator, reset between phases) and of the whole process;
 rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). The 1.7B rows add
-rlvr-bf16-weights (BF16_WEIGHTS: bf16 weights, fp32 masters in AdamW) beside rlvr's fp32 weights + autocast. Decode: HF `generate`
-(bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step samples) at each batch size,
-distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
+rlvr-bf16-weights (BF16_WEIGHTS: bf16 weights, fp32 masters in AdamW) beside rlvr's fp32 weights + autocast,
+and (with --smoke's) rlvr-packed after TRL matched: the defaults with train.packed=true, the update's forwards
+padding-free. Decode: HF `generate` (bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step
+samples) at each batch size, distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
 """
 from __future__ import annotations
 
@@ -151,6 +152,9 @@ MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL ro
 # (rlvr/train/optim.py MasterAdamW; no autocast casts, no bf16 decode copy), against the fp32 weights + autocast
 # of rlvr's defaults; added unless --rlvr names it.
 BF16_WEIGHTS = ("rlvr-bf16-weights", "--model.dtype=bfloat16")
+# the 1.7B rows' packed variant (train.packed): whether the update is faster padding-free on CUDA is this row's
+# question (on the CPU it measured 0.58-0.67x the default's forward + backward: bench/train_forward.py)
+PACKED = ("rlvr-packed", "--train.packed=true")
 
 
 def plan(args, work: Path) -> list[Job]:
@@ -184,6 +188,9 @@ def plan(args, work: Path) -> list[Job]:
         micro = min(MICRO_PROMPTS, shape[0])
         jobs += [Job(f"trl-matched {tag}", {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro},
                      "build")] if trl and shape[0] % micro == 0 else []
+        if model in ("1.7b", "tiny") and "rlvr" in args.parts and PACKED[0] not in dict(args.rlvr):  # padded vs packed
+            jobs.append(Job(f"{PACKED[0]} {tag}", {**spec, "kind": "rlvr", "name": f"{PACKED[0]}-{i}",
+                                                   "overrides": PACKED[1]}, "build"))
         jobs += decode if i == 0 else []
         jobs += [Job(f"trl-bf16 {tag}", {**spec, "kind": "trl", "precision": "bf16"}, "build"),
                  Job(f"trl-shipped {tag}", {**spec, "kind": "trl", "precision": "defaults"}, f"trl-bf16 {tag}",

@@ -318,6 +318,16 @@ class TrainConfig:
     pass on the CPU, recomputed by activation checkpointing on CUDA), or auto (fused on CUDA; chunked on
     the CPU, which keeps the default run's gradients bit for bit: bench/lm_head.py measured the two alike in
     time there at SmolLM2's vocabulary, the fused one at 0.78x the memory)."""
+    packed: bool = False
+    """Run the update's forwards (the policy's, the old policy's and the reference's) padding-free: each
+    micro-batch as one row of real tokens, no pad anywhere (rlvr/train/packed.py). With sdpa or eager
+    attention each group's prompt runs once with its completions after it under a 4D mask; with other
+    attention (flash-attention) each row's prompt + completion, position ids restarting at 0 per row, which
+    transformers reads as block-diagonal causal attention. The same log-probs within rounding; refused at
+    the start for a model whose attention does not keep packed rows apart (checked by running it). On the
+    CPU (SmolLM2-135M, 2 prompts x 8 completions of 5-32 tokens, bench/train_forward.py) the update's forward
+    + backward took 0.67x the default's time with bare prompts and 0.58x with chat-template prompts; off by
+    default so that the default run learns bit for bit as before; on CUDA unmeasured (bench/gpu.py)."""
 
 
 @dataclass(kw_only=True)

@@ -117,3 +117,19 @@ def test_bf16_weights_with_fp32_masters_train_in_two_processes_as_in_one(tmp_pat
         assert (m - theirs[name]["master"]).abs().max() <= 5e-5, name
     assert main(["train", "--resume", str(out), "--train.steps=4"]) == 0
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_packed_forwards_train_in_two_processes_as_padded_in_one(tmp_path):
+    """train.packed under FSDP on 2 processes (each rank one forward call per micro-batch, its placeholder's
+    too, so their collectives pair up): step 1 (sampled from the same weights) has one process's padded
+    loss and gradient norm within float-summation tolerance."""
+    (tmp_path / "varied.py").write_text(VARIED)
+    args = [f"--rewards.weights={{{tmp_path / 'varied.py'}:varied: 1.0}}", "--train.save_every=0", "--eval.after=false"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", *RUN, *args, f"--train.out={one}"]) == 0
+    torchrun(*args, "--train.packed=true", "--train.parallel=fsdp", f"--train.out={two}")
+    first_one, first_two = read_jsonl(one / "metrics.jsonl")[0], read_jsonl(two / "metrics.jsonl")[0]
+    assert first_one["reward/mean"] == first_two["reward/mean"] and first_one["grad_norm"] > 0
+    for key in ("loss", "grad_norm", "entropy"):
+        assert first_two[key] == pytest.approx(first_one[key], rel=1e-4, abs=1e-6), key
+    assert len(read_jsonl(two / "metrics.jsonl")) == 3

@@ -62,6 +62,14 @@ def test_one_step_off_raises_it_too(tmp_path):
     assert last > 0.8 and last > first + 0.5, share
 
 
+def test_packed_forwards_raise_it_too(tmp_path):
+    """The update's forwards padding-free (train.packed)."""
+    share = digit_share_per_step(tmp_path, 1.0, "grpo", "--train.packed=true")
+    first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
+    assert first < 0.3
+    assert last > 0.8 and last > first + 0.5, share
+
+
 def test_bf16_weights_learn_it_and_checkpoint_their_fp32_masters(tmp_path):
     """Full fine-tuning with bf16 weights (the forward and backward in bf16, AdamW over fp32 masters,
     rlvr/train/optim.py MasterAdamW) learns as the fp32 run does, and its checkpoint holds the masters: fp32,
