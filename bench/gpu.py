@@ -28,8 +28,7 @@ The one command on the GPU machine (device tool: carry [".gpubench"]; 470 s of t
 Models: random weights (seed 0) built on the device from the SmolLM2-135M and SmolLM2-1.7B configurations
 (bench/gpu_children.py SHAPES), saved in bf16 with the tokenizer into the work directory; both frameworks
 load them in fp32 straight onto the GPU and train under bf16 autocast (TRL: bf16=True; rlvr: its defaults
-on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto). rlvr's rows run once per
-variant (VARIANTS, or --rlvr).
+on CUDA, which decode from a bf16 copy of the weights, rollout.weights=auto).
 Work: bench/same_work.py: the 256 "What is a + b? Reply with only the number." prompts, reward
 bench/last_number.py, temperature 1, lr 2e-5 constant, beta 0. A shape PxGxT is P prompts x G completions x
 T new tokens; random weights almost never draw the stop token, so nearly every completion is T tokens.
@@ -39,23 +38,17 @@ and on an NF4 base (8x8x512), the 32B shape on an NF4 base (8x4x1024), the large
 48 and 80 GiB (set_per_process_memory_fraction), TRL as shipped with LoRA on the 8B shape; `rlvr plan`
 beside each measured phase, for these rows and every other rlvr row.
 
-Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU,
-a few seconds); where it cannot run the script stops with one line. Each measurement is then its own process
+Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU);
+where it cannot run the script stops with one line. Each measurement is then its own process
 (bench/gpu_children.py) with the GPU to itself, its peak memory its own, killed at its timeout (--timeout,
-and never past the budget); the run stops starting new ones when --budget seconds are spent and lists what
-it skipped. Order (plan): the CUDA tests (tests/rollout/test_graphed.py, tests/test_device.py: about a
-minute), the models, the memory rows (8B, 32B), then the headline comparison, the first model and shape:
-rlvr, then TRL matched to
-rlvr's update (trl-matched: bf16, per-device batch 4 x G, gradient accumulation P / 4, one generation batch
-of P x G rows, as rlvr samples all rows at once and updates in micro-batches of 4 prompts); the largest-fits
-table and TRL with LoRA; the decode table; then TRL with every row in one forward (trl-bf16; where that runs out of memory, TRL as shipped:
-bf16 + gradient checkpointing); then the other models and shapes.
-Per step (medians over the timed steps, after --warmup untimed ones): step seconds, generation and scoring
-seconds (both sides time their reward function), update seconds, generated tokens and tokens/s, peak
-memory of the rollout and of the update (CUDA allocator, reset between phases) and of the whole process;
-rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). Decode: HF `generate`
-(bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step samples) at each batch size,
-distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
+never past --budget, after which the rest is skipped and listed). Order: plan()'s docstring.
+Per step (medians over the timed steps, after --warmup untimed ones): step, generation, scoring and update
+seconds, generated tokens and tokens/s, peak memory of the rollout, of the update (CUDA allocator, reset
+between phases) and of the whole process; rlvr also its sampler/trainer log-prob mismatch. The 1.7B rows
+add (VARIANTS) rlvr-bf16-weights (bf16 weights, fp32 masters in AdamW) and rlvr-packed (train.packed=true:
+the update's forwards padding-free), as --smoke's tiny rows do. Decode: HF `generate` (bf16 weights) and
+rlvr's engine (each variant that samples differently) at each batch size, distinct prompts, temperature 1,
+no stop token: tokens/s after one untimed run.
 """
 from __future__ import annotations
 
@@ -98,20 +91,26 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 
 CUDA_TESTS = ["tests/rollout/test_graphed.py", "tests/test_device.py"]  # the captured graph, CPU against CUDA
-# rlvr's rows at every model and shape: (name, overrides on the defaults, whether its rollout differs from
-# the defaults' and so gets its own row in the decode table). A variant is one line here (or --rlvr on the
-# command line); each costs a step row per model and shape, so the budget's later rows go first.
+# rlvr's rows: (name, overrides, whether it samples differently from the defaults: a decode row of its own).
+# The first runs at every model and shape, the others at VARIANT_MODELS'; --rlvr replaces them all.
 VARIANTS = [
     ("rlvr", "", True),
+    # bf16 weights, AdamW over fp32 masters (rlvr/train/optim.py MasterAdamW) against fp32 weights + autocast
+    ("rlvr-bf16-weights", "--model.dtype=bfloat16", False),
+    # padding-free updates: faster on CUDA? (on the CPU 0.58-0.67x the padded forward + backward)
+    ("rlvr-packed", "--train.packed=true", False),
 ]
+VARIANT_MODELS = ("1.7b", "tiny")
 MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL row updates in these micro-batches
 
 
 def plan(args, work: Path) -> list[Job]:
     """Jobs in the order they run: what matters most first, so a spent budget skips the least. The CUDA
-    tests, the models, the headline pair (the first model and shape: rlvr, then TRL micro-batched as rlvr
-    is), the decode table, then TRL with every row in one batch (as shipped where that runs out of memory),
-    then the other models and shapes."""
+    tests (about a minute), the models, the memory rows (8B, 32B), the headline pair (the first model and
+    shape: rlvr and its variants, then TRL matched: bf16, per-device batch 4 x G, accumulation P / 4, one
+    generation batch of P x G, as rlvr samples all rows at once and updates in micro-batches of 4 prompts),
+    the largest-fits table and TRL with LoRA, the decode table, then TRL with every row in one batch (as
+    shipped, bf16 + gradient checkpointing, where that runs out of memory), then the other models and shapes."""
     base = {"device": args.child_device, "work": str(work), "task_file": str(work / "sums.jsonl"),
             "lr": 2e-5, "seed": 0, "warmup": args.warmup, "steps": args.steps}
     built = dict.fromkeys([*args.models, *([args.decode_model] if "decode" in args.parts else []),
@@ -135,7 +134,8 @@ def plan(args, work: Path) -> list[Job]:
         spec = {**base, "model_dir": model_dir[model], "shape": shape, "model": model}
         if "rlvr" in args.parts:
             jobs += [Job(name=f"{name} {tag}", spec={**spec, "kind": "rlvr", "name": f"{name}-{i}", "overrides": extra},
-                         after="build") for name, extra, _ in args.rlvr]
+                         after="build") for k, (name, extra, _) in enumerate(args.rlvr)
+                     if k == 0 or model in VARIANT_MODELS]
         trl = "trl" in args.parts
         micro = min(MICRO_PROMPTS, shape[0])
         matched = {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro}
@@ -349,8 +349,7 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=150, help="seconds for any one process")
     p.add_argument("--rlvr", action="append", metavar="NAME=OVERRIDES",
                    help="an rlvr variant, for its steps and its engine decode: extra `--key=value` overrides, "
-                        "e.g. rlvr-bf16=--rollout.weights=bf16; given, these replace VARIANTS (default: rlvr=, the "
-                        "defaults)")
+                        "e.g. rlvr-bf16=--rollout.weights=bf16; given, these replace VARIANTS")
     p.add_argument("--save", type=Path, help="append each result to FILE (JSON lines) as it comes")
     p.add_argument("--log", type=Path, help="append every process's output to FILE")
     p.add_argument("--keep", action="store_true", help="keep the work directory (models, logs)")

@@ -115,6 +115,7 @@ LEARN = {
     "rollout.tis_cap": (1.01, ()),
     "train.mixed_precision": ("bf16", ()),
     "train.lm_head": ("fused", ()),  # the fused head: the same log-probs, gradients within rounding
+    "train.packed": (True, ()),  # padding-free forwards: the same log-probs and gradients within rounding
     "model.lora.r": (4, ()),
     "model.lora.alpha": (64, ("--model.lora.r=4", "--optimizer.lr=0.01")),
     "model.lora.dropout": (0.5, ("--model.lora.r=4", "--optimizer.lr=0.01")),

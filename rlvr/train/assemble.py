@@ -28,6 +28,7 @@ from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.forward import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
+from rlvr.train.packed import check_packing
 from rlvr.train.settings import Settings
 from rlvr.train.state import Data, Models, Run
 
@@ -179,6 +180,8 @@ def models_of(cfg: Config, policy: torch.nn.Module, tok, d: Dist, precision: str
         policy = apply_lora(policy, cfg.model.lora)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
+    if cfg.train.packed:  # refused here, before anything trains, where the attention would mix the rows
+        check_packing(policy)
     # a copy on the policy's device, in bf16 where autocast makes that exact
     ref = Reference.of(policy, reference_in_bf16(cfg.algo, precision)) if cfg.algo.beta > 0 else None
     if d.enabled:  # after the reference copy, before the optimizer (FSDP replaces the parameters)

@@ -84,7 +84,7 @@ def old_policy_forward(run: Run, batch: Batch) -> tuple[torch.Tensor | None, tor
     # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
     with torch.no_grad():
         out = completion_forward(m.policy, batch.prompts, batch.completion_ids, batch.completion_mask,
-                                 batch.group_size, s.pad_id, s.temperature, env_mask=batch.env_mask)
+                                 batch.group_size, s.pad_id, s.temperature, env_mask=batch.env_mask, packed=s.packed)
         values = m.critic(out.hidden).squeeze(-1) * batch.completion_mask if m.critic is not None else None
     return out.logp, values
 

@@ -17,6 +17,10 @@ and padding never reaches the vocabulary projection.
 Under gradient checkpointing transformers drops the cache inside checkpointed layers, so each
 prompt + completion row is then run in full, bucketed the same way (same values and gradients, the
 prompt recomputed G times).
+
+With train.packed the micro-batch runs instead as one padding-free row (rlvr/train/packed.py: no pads, one
+forward call; each prompt once where the attention takes a 4D mask, once per completion otherwise), and the
+head scores the same tokens.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from rlvr.device import autocast
 from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_out
+from rlvr.train.packed import pack, packed_hidden, shares_prompts
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -183,7 +188,7 @@ def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Te
                        completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
                        entropy: bool = False, entropy_grad: bool = False, env_mask: torch.Tensor | None = None,
                        fused_head: bool = False, max_buckets: int = MAX_BUCKETS,
-                       bucket_overhead: int = BUCKET_OVERHEAD) -> ForwardOut:
+                       bucket_overhead: int = BUCKET_OVERHEAD, packed: bool = False) -> ForwardOut:
     """log p(completion token | prompt, earlier tokens) [B, Tc], zero where completion_mask is 0; with
     `entropy` the next-token entropy [B, Tc] (differentiable only with entropy_grad); the hidden states
     [B, Tc, H] (past a row's real tokens unspecified: zero beyond its bucket's width).
@@ -193,18 +198,23 @@ def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Te
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
     row b continuing prompt b // group_size. Rows run in up to max_buckets length buckets
     (plan_buckets); max_buckets=1 pads every row to the longest. fused_head: token_logprobs' fused path
-    (the same values; use_fused_head).
+    (the same values; use_fused_head). packed (train.packed): the rows in one padding-free row instead
+    (rlvr/train/packed.py, in the layout shares_prompts picks; buckets then do not apply), the same values
+    within rounding.
     """
     inner = unwrap(model)  # PEFT: the adapters sit inside this model's layers
     base, head = inner.base_model, inner.get_output_embeddings()
-    ids, mask = left_pad(prompts, pad_id, completion_ids.device)  # [P, Tp]
     present = present_tokens(completion_mask, env_mask)  # [B, Tc] attended tokens
-    plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)
-    if checkpointing_active(model):
-        pieces = _full_hidden(base, ids, mask, completion_ids, present, group_size, plan)
+    if packed:
+        hidden = packed_hidden(base, pack(prompts, completion_ids, present, group_size, shares_prompts(model)))
     else:
-        pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, present, group_size, plan)
-    hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
+        ids, mask = left_pad(prompts, pad_id, completion_ids.device)  # [P, Tp]
+        plan = plan_buckets(_positions_needed(present), max_buckets, bucket_overhead)
+        if checkpointing_active(model):
+            pieces = _full_hidden(base, ids, mask, completion_ids, present, group_size, plan)
+        else:
+            pieces = _shared_prefix_hidden(base, prompts, pad_id, completion_ids, present, group_size, plan)
+        hidden = _unsort(pieces, plan, completion_ids.shape[1])  # [B, Tc, H]
     real = completion_mask.bool()  # only real completion tokens reach the vocabulary projection
     logp, ent = token_logprobs(hidden[real], head, completion_ids[real], temperature, with_entropy=entropy,
                                entropy_grad=entropy_grad, fused=fused_head)
@@ -217,10 +227,11 @@ def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Te
 def completion_logprobs(model, prompts: list[list[int]], completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
                         env_mask: torch.Tensor | None = None, max_buckets: int = MAX_BUCKETS,
-                        bucket_overhead: int = BUCKET_OVERHEAD) -> torch.Tensor:
+                        bucket_overhead: int = BUCKET_OVERHEAD, packed: bool = False) -> torch.Tensor:
     """completion_forward's log-probs alone: [B, Tc], zero where completion_mask is 0."""
     return completion_forward(model, prompts, completion_ids, completion_mask, group_size, pad_id, temperature,
-                              env_mask=env_mask, max_buckets=max_buckets, bucket_overhead=bucket_overhead).logp
+                              env_mask=env_mask, max_buckets=max_buckets, bucket_overhead=bucket_overhead,
+                              packed=packed).logp
 
 
 def plan_buckets(lengths: list[int], max_buckets: int = MAX_BUCKETS,
@@ -386,15 +397,16 @@ def reference_in_bf16(algo, precision: str) -> bool:
 
 def reference_logprobs(ref: Reference, prompts: list[list[int]], completion_ids: torch.Tensor,
                        completion_mask: torch.Tensor, group_size: int, pad_id: int, temperature: float = 1.0, *,
-                       env_mask: torch.Tensor | None = None, precision: str = "no") -> torch.Tensor:
+                       env_mask: torch.Tensor | None = None, precision: str = "no", packed: bool = False
+                       ) -> torch.Tensor:
     """completion_logprobs under the reference, without gradient, in eval mode and at `precision`
-    (reference_precision's answer): [B, Tc]."""
+    (reference_precision's answer), packed like the forward it is compared with: [B, Tc]."""
     model, was_training = ref.model, ref.model.training
     model.eval()
     try:
         with torch.no_grad(), (model.disable_adapter() if ref.adapters_off else nullcontext()), \
                 autocast(completion_ids.device, precision):
             return completion_logprobs(model, prompts, completion_ids, completion_mask, group_size, pad_id,
-                                       temperature, env_mask=env_mask)
+                                       temperature, env_mask=env_mask, packed=packed)
     finally:
         model.train(was_training)

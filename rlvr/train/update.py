@@ -66,6 +66,7 @@ class UpdateSettings:
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
     lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (forward.use_fused_head)
+    packed: bool = False  # train.packed: the update's forwards padding-free (rlvr/train/packed.py)
 
     @staticmethod
     def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
@@ -74,7 +75,7 @@ class UpdateSettings:
         r = cfg.rollout
         return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
                               tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens, optimizer=cfg.optimizer,
-                              lm_head=cfg.train.lm_head)
+                              lm_head=cfg.train.lm_head, packed=cfg.train.packed)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:
@@ -104,21 +105,27 @@ class UpdateSettings:
 def micro_batches(batch: Batch, s: UpdateSettings) -> list[tuple[list[list[int]], slice, int]]:
     """The update's micro-batches (optimizer.micro_batch_prompts, optimizer.micro_batch_tokens): see
     _micro_batches."""
-    return _micro_batches(batch, s.optimizer.micro_batch_prompts, s.optimizer.micro_batch_tokens)
+    return _micro_batches(batch, s.optimizer.micro_batch_prompts, s.optimizer.micro_batch_tokens, s.packed)
 
 
-def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0
+def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0, packed: bool = False
                    ) -> list[tuple[list[list[int]], slice, int]]:
     """(prompts, row slice, width): whole groups, each micro-batch trimmed to its longest completion.
 
-    With tokens_per_mb > 0, consecutive groups are added while the micro-batch's padded size, the
-    tokens its shared-prefix forward holds (n prompts x longest prompt + n * G x longest completion),
-    stays within the budget; a group larger than the budget goes alone.
+    With tokens_per_mb > 0, consecutive groups are added while the tokens the micro-batch's forward holds
+    stay within the budget: its padded size under the shared-prefix forward (n prompts x longest prompt +
+    n * G x longest completion), its real tokens packed (train.packed: every row's prompt + completion, the
+    rows layout's count, the larger of rlvr.train.packed's two); a group larger than the budget goes alone.
     """
     g, n_prompts = batch.group_size, len(batch.prompts)
-    lengths = row_widths(batch.present).view(n_prompts, g).amax(-1).clamp(min=1).tolist()  # [P]
+    widths = row_widths(batch.present).view(n_prompts, g)  # [P, G]
+    lengths = widths.amax(-1).clamp(min=1).tolist()  # [P]
+    if packed:  # each group's packed tokens (rlvr.train.packed.pack): prompt + width - 1 per row with a token
+        real = [sum(len(p) + w - 1 for w in row if w) for p, row in zip(batch.prompts, widths.tolist())]
 
     def tokens(a: int, b: int) -> float:  # groups a..b-1 as one micro-batch
+        if packed:
+            return sum(real[a:b])
         return (b - a) * (max(len(p) for p in batch.prompts[a:b]) + g * max(lengths[a:b]))
 
     bounds, start = [], 0
@@ -153,7 +160,8 @@ def reference_forward(ref: Reference | None, batch: Batch, s: UpdateSettings) ->
     out = torch.zeros(ids.shape, device=ids.device)
     for prompts, sl, w in pieces:
         out[sl, :w] = reference_logprobs(ref, prompts, ids[sl, :w], mask[sl, :w], batch.group_size, s.pad_id,
-                                         s.temperature, env_mask=_cut(batch.env_mask, sl, w), precision=precision)
+                                         s.temperature, env_mask=_cut(batch.env_mask, sl, w), precision=precision,
+                                         packed=s.packed)
     return out
 
 
@@ -198,7 +206,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
         out = completion_forward(policy, prompts, batch.completion_ids[sl, :w], mask, batch.group_size, s.pad_id,
                                  s.temperature, entropy=True, entropy_grad=coef != 0,
                                  env_mask=_cut(batch.env_mask, sl, w), fused_head=use_fused_head(s.lm_head, device),
-                                 max_buckets=_buckets(policy))
+                                 max_buckets=_buckets(policy), packed=s.packed)
         values = critic(out.hidden).squeeze(-1).float() if critic is not None else None  # [b, w]
     logp = out.logp  # [b, w]
     old = logp.detach() if old_logp is None else old_logp  # the first pass is the behaviour policy
@@ -286,14 +294,15 @@ def _placeholder_backward(policy, batch: Batch, s: UpdateSettings, mb) -> None:
     """An FSDP rank whose micro-batch holds no trained token still runs the collectives its peers run
     (each sharded module's all-gather in the forward, its reduce-scatter in the backward): the forward
     of two placeholder tokens (the prompt pass and one completion call, as a peer's micro-batch makes)
-    and the backward of that at weight 0, so it adds nothing to any gradient."""
+    and the backward of that at weight 0, so it adds nothing to any gradient. Packed (train.packed), one
+    forward call, as a packed peer's micro-batch makes."""
     prompts, sl, w = mb
     ids = batch.completion_ids[sl, :2]
     mask = torch.zeros_like(ids, dtype=batch.completion_mask.dtype)
     mask[0] = 1.0
     with autocast(batch.completion_ids.device, s.mixed_precision):
         out = completion_forward(policy, prompts, ids, mask, batch.group_size, s.pad_id, s.temperature,
-                                 max_buckets=1)
+                                 max_buckets=1, packed=s.packed)
     (out.logp.sum() * 0.0).backward()
 
 

@@ -23,7 +23,8 @@ def test_smoke_run_on_cpu(tmp_path):
                            "rlvr,decode", "--save", str(save)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {r["name"]: r for r in map(json.loads, save.read_text().splitlines())}
-    assert list(rows) == ["build", "rlvr tiny 2x2x8", "engine rlvr", "HF generate"]
+    assert list(rows) == ["build", "rlvr tiny 2x2x8", "rlvr-bf16-weights tiny 2x2x8", "rlvr-packed tiny 2x2x8",
+                          "engine rlvr", "HF generate"]
     assert all(r["status"] == "ok" for r in rows.values()), rows
     steps = rows["rlvr tiny 2x2x8"]
     assert len(steps["step_s"]) == len(steps["rollout_s"]) == len(steps["update_s"]) == 2  # 1 warm-up dropped
@@ -108,17 +109,17 @@ def test_the_cuda_run_puts_the_headline_rows_first_and_each_variant_in_every_ste
     import gpu
     from gpu_memory import implied
 
-    monkeypatch.setattr(gpu, "VARIANTS", [*gpu.VARIANTS, ("rlvr-packed", "--train.example=1", False)])
     monkeypatch.setattr(sys, "argv", ["gpu.py", "--tokenizer", str(tmp_path), "--models", "1.7b"])
     jobs = gpu.plan(gpu.arguments(), tmp_path)
     fits = [f"fits {card} GiB: {shape}" for card in (24, 48, 80)  # rlvr plan's pick, then the smaller ones
             for shape in ("qwen2.5-32b", "llama-3.1-8b", "qwen3-1.7b")]
-    steps = lambda shape: [f"rlvr 1.7b {shape}", f"rlvr-packed 1.7b {shape}", f"trl-matched 1.7b {shape}"]
+    steps = lambda shape: [f"rlvr 1.7b {shape}", f"rlvr-bf16-weights 1.7b {shape}", f"rlvr-packed 1.7b {shape}",
+                           f"trl-matched 1.7b {shape}"]
     trl = lambda shape: [f"trl-bf16 1.7b {shape}", f"trl-shipped 1.7b {shape}"]
     assert [j.name for j in jobs] == [
         "CUDA tests", "build", "8B LoRA bf16 8x8x512", "8B LoRA nf4 8x8x512", "32B LoRA nf4 8x4x1024",
         *steps("8x8x128"), *fits, "trl-lora 8B LoRA bf16 8x8x512",
-        "engine rlvr", "HF generate",  # the packed variant decodes as rlvr does: no decode row of its own
+        "engine rlvr", "HF generate",  # the other variants sample as rlvr does: no decode row of their own
         *trl("8x8x128"), *steps("32x8x256"), *trl("32x8x256")]
     by = {j.name: j for j in jobs}
     assert by["fits 24 GiB: llama-3.1-8b"].after == "fits 24 GiB: qwen2.5-32b"
