@@ -10,7 +10,8 @@ built-in model. Each phase's peak is the sum of what it holds at its peak:
              + logits (each decode step's [rows, vocab] fp32 scores and the sampler's working copies)
     update   weights + optimizer state (the moments, and the fp32 master copies of bf16 trained weights)
              + activations (one micro-batch's tokens x layers x what a decoder layer keeps for its backward;
-               with gradient checkpointing, each layer's input and one layer's in full)
+               with gradient checkpointing, each layer's input and one layer's in full; train.packed adds
+               its [tokens, tokens] mask)
              + logits (the log-prob head: fp32 [tokens, vocab] pieces, chunked, and their gradient)
              + gradients, which exist beside a micro-batch's activations from the second micro-batch on; with
                one micro-batch the peak is the larger of the forward's end (activations, logits) and the
@@ -103,6 +104,7 @@ class Settings:
     new_tokens: int = 256
     micro_batch_prompts: int = 4
     checkpointing: bool = False
+    packed: bool = False  # train.packed: each group's prompt once, under one [tokens, tokens] bool mask (sdpa)
 
     @staticmethod
     def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "Settings":
@@ -127,7 +129,7 @@ class Settings:
                         reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
                         group=cfg.rollout.group_size, prompt_tokens=prompt_tokens,
                         new_tokens=cfg.rollout.max_new_tokens, micro_batch_prompts=cfg.optimizer.micro_batch_prompts,
-                        checkpointing=cfg.train.gradient_checkpointing)
+                        checkpointing=cfg.train.gradient_checkpointing, packed=cfg.train.packed)
 
 
 @dataclass(kw_only=True)
@@ -169,19 +171,22 @@ def estimate(shape: Shape, s: Settings) -> Plan:
     plan.rollout = {**held, "kv_cache": kv, "logits": logits, "activations": 0.0}
     # the update: one micro-batch's forward and backward on top of what is held
     mb = min(s.micro_batch_prompts, s.prompts)
-    tokens = mb * (s.group * s.new_tokens + (s.group if s.checkpointing else 1) * s.prompt_tokens)
+    # without checkpointing a group's prompt runs once; with it, once per row unless packed (rlvr/train/packed.py)
+    tokens = mb * (s.group * s.new_tokens + (s.group if s.checkpointing and not s.packed else 1) * s.prompt_tokens)
     per_layer = sum(ACTIVATION_TERMS[k] * v for k, v in
                     (("hidden", shape.hidden), ("kv", shape.kv_heads * shape.head_dim), ("intermediate", shape.intermediate)))
     if s.checkpointing:
         activations = tokens * (shape.layers * shape.hidden + per_layer) * compute
     else:
         activations = tokens * shape.layers * per_layer * compute
+    mask = tokens * tokens if s.packed else 0  # the packed row's attention mask, a byte a pair, held to the end
+    activations += mask
     scored = mb * s.group * s.new_tokens  # completion tokens reach the head
     if s.device == "cuda":
         head = LOGIT_COPIES["update_cuda"] * min(scored, CHUNK) * shape.vocab * 4 + scored * shape.hidden * compute
     else:
         head = LOGIT_COPIES["update_cpu"] * scored * shape.vocab * 4
-    grads, layer = trainable * grad_bytes, tokens * per_layer * compute
+    grads, layer = trainable * grad_bytes, tokens * per_layer * compute + mask
     if -(-s.prompts // mb) > 1 or grads + layer > activations + head:
         # from the second micro-batch on the gradients are held beside its activations; with one micro-batch
         # the peak is the larger of the forward's end and the backward's end (gradients, a layer's activations)

@@ -56,6 +56,10 @@ def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
     assert q.update["weights"] == 73728 // 2 + 73728 // 64 + 73728 * 4 // (64 * 256) + 6720 * 4 + 4 * 1792 == 72082
     c = estimate(SMALL, replace(CPU, checkpointing=True, micro_batch_prompts=1))
     assert c.update["activations"] == 3 * (6 + 10) * (2 * 64 + 1152) * 4  # full rows: layer inputs + one layer
+    packed = estimate(SMALL, replace(CPU, checkpointing=True, micro_batch_prompts=1, packed=True))
+    assert packed.update["activations"] == (3 * 6 + 10) * (2 * 64 + 1152) * 4 + 28 * 28  # one prompt, and the mask
+    assert estimate(SMALL, replace(CPU, packed=True)).update["activations"] == \
+        estimate(SMALL, CPU).update["activations"] + (2 * (3 * 6 + 10)) ** 2  # both prompts in one micro-batch
     g = estimate(SMALL, replace(CPU, device="cuda", dtype="bfloat16", precision="bf16", optimizer_state="8bit"))
     assert g.update["logits"] == 4 * 36 * 100 * 4 + 36 * 64 * 2  # one chunk (36 < 256 rows) and the hidden states
     assert g.update["optimizer"] == pytest.approx(80448 * (4 + 2 + 8 / 256))  # fp32 masters of the bf16 weights
@@ -142,6 +146,10 @@ def test_the_first_lines_of_a_run():
     assert fits[0].startswith("memory plan: llama-3.1-8b") and fits[2].startswith("rollout")
     assert fits[3].startswith("update") and fits[4].startswith("fits in 80.0 GiB")
     assert "does not fit in 4.0 GiB" in first_lines(big, "cuda", ["x" * 40], 4 * GIB)
+    ckpt = ["--model.name=llama-3.1-8b", "--train.gradient_checkpointing=true"]
+    padded, packed = (plan_of(build_config(SMOKE, ckpt + extra), "cuda").update["activations"]
+                      for extra in ([], ["--train.packed=true"]))
+    assert packed < padded  # train.packed reaches the plan: a group's prompt once
     assert first_lines(build_config(SMOKE, ["--model.name=no-such-model"]), "cpu", []).startswith(
         "memory plan: none (rlvr plan: no config for 'no-such-model'")
 
