@@ -11,10 +11,17 @@ import threading
 import traceback
 from pathlib import Path
 
-from rlvr.config import build_config, describe, valid_keys
 from rlvr.errors import RlvrError
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
+def build_config(*args, **kwargs):
+    """rlvr.config.build_config, imported by the first command that reads a config: the config imports torch
+    (its checks read the algorithm's tables), which `rlvr --help` and a mistyped command do without."""
+    from rlvr.config import build_config as build
+
+    return build(*args, **kwargs)
 
 
 def is_override(arg: str) -> bool:
@@ -25,6 +32,8 @@ def is_override(arg: str) -> bool:
 
 
 def _hint(arg: str) -> str:
+    from rlvr.config import valid_keys
+
     key = arg[2:].split("=", 1)[0]
     if "." in key:
         return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
@@ -68,6 +77,8 @@ class HelpParser(argparse.ArgumentParser):
 
 def _keys_epilog(title: str, keep=lambda key: True, beside: Path | None = None) -> str:
     """Every key with its default and doc; with `beside`, also that file's value where it differs."""
+    from rlvr.config import describe
+
     other = {k: d for k, d, _ in describe(build_config(beside))} if beside is not None and beside.is_file() else {}
     rows = []
     for k, d, doc in describe():
