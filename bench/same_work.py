@@ -9,9 +9,11 @@ clipped at 1. Both frameworks render a prompt with rlvr.tasks.chat_messages and 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -103,6 +105,10 @@ def run_trl(model, tok, task_file: Path, *, prompts: int, group_size: int, max_n
     import functools
 
     from transformers import TrainerCallback
+
+    peers = Path(sys.prefix) / "peers"  # `make peers` installs TRL there, beside the venv, not into it
+    if importlib.util.find_spec("trl") is None and (peers / "trl").is_dir():
+        sys.path.append(str(peers))
     from trl import GRPOConfig, GRPOTrainer
 
     from last_number import last_number

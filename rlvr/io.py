@@ -3,6 +3,7 @@
 callable from 'module:function' or 'path/to/file.py:function'."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import importlib.util
@@ -96,10 +97,11 @@ def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = Non
     tmp, _ = _fresh(path, lambda t: os.mkdir(t, 0o777))
     try:
         try:
-            if is_peft(model):
-                _save_peft(model, tmp, base)
-            else:
-                model.save_pretrained(tmp)
+            with _no_progress_bars():
+                if is_peft(model):
+                    _save_peft(model, tmp, base)
+                else:
+                    model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         except Exception as e:  # noqa: BLE001 - OSError, or safetensors' own error for the same full disk
             if isinstance(e, OSError) or type(e).__name__ == "SafetensorError":
@@ -115,6 +117,21 @@ def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = Non
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers draws a "Writing model shards" bar at each save_pretrained, which a run does at every
+    final/ and the bars would land between its own lines; off for the save, as the caller had it after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def load_callable(spec: str, what: str) -> Callable:

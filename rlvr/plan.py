@@ -188,14 +188,26 @@ def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
     return estimate(shape_of(cfg.model.name), Settings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
 
 
-def first_lines(cfg, device: str, questions: list[str]) -> str:
-    """What rlvr train says first: the run's plan, its prompts' length estimated from their text (about
-    four characters a token, plus the chat template and system prompt), or why there is none."""
+def first_lines(cfg, device: str, questions: list[str], card: float | None = None) -> str:
+    """What rlvr train says first: on CUDA the run's plan as a table, with `card` (the GPU's memory in
+    bytes) whether it fits and what would make it fit; on the CPU, where memory is seldom what stops a run,
+    one line with the peak. The prompts' length is estimated from their text (about four characters a
+    token, plus the chat template and system prompt). Where no plan can be made, why."""
     longest = max(map(len, questions), default=0) + len(cfg.task.system_prompt or "")
     try:
-        return report(plan_of(cfg, device, longest // 4 + 32))
+        plan = plan_of(cfg, device, longest // 4 + 32)
     except RlvrError as e:  # a Hub name not in the cache, a model family it does not know: the run goes on
         return f"memory plan: none ({e})"
+    if device == "cuda":
+        return report(plan, card)
+    phases = {phase: sum(parts.values()) for phase, parts in (("rollout", plan.rollout), ("update", plan.update))}
+    return (f"memory plan: peak {size(plan.peak)} on the CPU (rollout {size(phases['rollout'])}, update "
+            f"{size(phases['update'])}); by component: rlvr plan CONFIG, with this run's config and overrides")
+
+
+def size(n: float) -> str:
+    """Bytes as GiB from 1 GiB up, else MiB."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
 def stored_dtype(name: str) -> str | None:

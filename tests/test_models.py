@@ -71,3 +71,18 @@ def test_an_unknown_random_shape_names_the_shipped_ones():
 
     with pytest.raises(RlvrError, match="llama-3.1-8b"):
         load_model("random:gpt-5", "float32", "cpu")
+
+
+def test_a_save_draws_no_progress_bar_and_leaves_the_setting_as_it_was(tmp_path, tiny, capfd):
+    from transformers.utils import logging as hf_logging
+
+    from rlvr.io import atomic_save_model
+
+    model, tok = tiny
+    assert hf_logging.is_progress_bar_enabled()
+    model.save_pretrained(tmp_path / "plain")  # the control: transformers' own save draws its bar
+    assert "Writing model shards" in capfd.readouterr().err
+    atomic_save_model(model, tok, tmp_path / "final")
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
+    assert load_model(str(tmp_path / "final"))[0] is not None

@@ -113,3 +113,38 @@ def test_the_plan_is_within_15_percent_of_the_measured_cpu_peaks(tmp_path, name)
     r = run_fresh(name, 2, tmp_path)
     for phase in ("rollout", "update"):
         assert r["plan"][phase] == pytest.approx(r["measured"][phase], rel=0.15), (phase, r)
+
+
+SMOKE = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+
+
+def test_the_first_lines_of_a_run():
+    from rlvr.config import build_config
+    from rlvr.plan import first_lines, plan_of
+
+    cfg = build_config(SMOKE, [])
+    cpu = first_lines(cfg, "cpu", ["x" * 40])  # 40 characters: 40 // 4 + 32 = 42 prompt tokens
+    p = plan_of(cfg, "cpu", 42)
+    mib = lambda parts: f"{sum(parts.values()) / 2**20:.1f} MiB"
+    assert cpu == (f"memory plan: peak {p.peak / 2**20:.1f} MiB on the CPU (rollout {mib(p.rollout)}, update "
+                   f"{mib(p.update)}); by component: rlvr plan CONFIG, with this run's config and overrides")
+    # on CUDA: the table, and whether it fits the card
+    big = build_config(SMOKE, ["--model.name=llama-3.1-8b", "--model.dtype=auto", "--model.lora.r=16",
+                               "--model.quantize=nf4", "--train.gradient_checkpointing=true"])
+    fits = first_lines(big, "cuda", ["x" * 40], 80 * GIB).splitlines()
+    assert fits[0].startswith("memory plan: llama-3.1-8b") and fits[2].startswith("rollout")
+    assert fits[3].startswith("update") and fits[4].startswith("fits in 80.0 GiB")
+    assert "does not fit in 4.0 GiB" in first_lines(big, "cuda", ["x" * 40], 4 * GIB)
+    assert first_lines(build_config(SMOKE, ["--model.name=no-such-model"]), "cpu", []).startswith(
+        "memory plan: none (rlvr plan: no config for 'no-such-model'")
+
+
+def test_rlvr_train_on_the_cpu_says_one_line(tmp_path, monkeypatch):
+    from rlvr.config import build_config
+    from rlvr.train import assemble
+
+    said = []
+    monkeypatch.setattr(assemble, "say", said.append)
+    assemble.setup(build_config(SMOKE, [f"--train.out={tmp_path / 'run'}", "--train.device=cpu"]))
+    plan = [line for line in said if line.startswith("memory plan")]
+    assert len(plan) == 1 and "\n" not in plan[0] and "on the CPU" in plan[0], said

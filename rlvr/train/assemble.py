@@ -155,7 +155,8 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
     if d.is_main:  # before the weights load: a run that cannot fit is told so first
-        say(first_lines(cfg, d.device.type, [p.question for p in splits.train]))
+        card = torch.cuda.get_device_properties(d.device).total_memory if d.device.type == "cuda" else None
+        say(first_lines(cfg, d.device.type, [p.question for p in splits.train], card))
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
     models = models_of(cfg, policy, tok, d, precision)

@@ -45,6 +45,7 @@ from rlvr.train.evaluation import eval_line, eval_on_main, flip_summary
 from rlvr.train.settings import eval_settings
 from rlvr.train.state import Data, Models
 from rlvr.train.optim import adamw, warmup_scheduler
+from rlvr.train.rundir import RunLock
 
 READS = ("model.", "task.", "eval.", "optimizer.", "sft.", "train.steps", "train.seed", "train.out", "train.threads",
          "train.device", "train.mixed_precision")   # a trailing dot: the whole section
@@ -142,7 +143,12 @@ def sft(cfg: Config, then: str = "") -> dict:
         raise RlvrError("rlvr sft trains every weight, which a 4-bit base cannot: set model.quantize=none")
     cfg = anchored(cfg)
     out = Path(cfg.train.out)
-    check_run_dir(out, cfg.train.overwrite, "rlvr sft")  # before anything loads: a refusal costs nothing
+    with RunLock(out):  # one process writes a run directory, as rlvr train's (rlvr/train/rundir.py)
+        check_run_dir(out, cfg.train.overwrite, "rlvr sft")  # before anything loads: a refusal costs nothing
+        return _locked(cfg, out, then, wall_start)
+
+
+def _locked(cfg: Config, out: Path, then: str, wall_start: float) -> dict:
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     random.seed(cfg.train.seed)

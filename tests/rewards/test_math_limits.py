@@ -1,7 +1,6 @@
 """The maths checker's limits against adversarial completions: one time budget per answer
 however many pieces it has, linear-time extraction on adversarial completions, and a <think>
 opened after the last </think> left open."""
-import time
 
 import pytest
 
@@ -87,11 +86,37 @@ def test_a_think_opened_after_the_last_close_is_unclosed():
 
 # ---- repeated unclosed <answer> tags are scanned in linear time -------------------------------
 
-def test_unclosed_answer_tags_cost_linear_time():
-    from rlvr.rewards.maths.answer import final_answers
+class Scanned(str):
+    """A completion that counts the characters its `find` calls read: up to the end of the match, or to
+    the end of the text when there is none."""
+
+    def __init__(self, text):
+        self.read = 0
+
+    def find(self, sub, start=0, *rest):
+        i = str.find(self, sub, start, *rest)
+        self.read += (len(self) if i == -1 else i + len(sub)) - start
+        return i
+
+
+@pytest.mark.parametrize("n", [1000, 2000, 4000])
+def test_unclosed_answer_tags_are_read_once(n):
+    from rlvr.rewards.maths.answer import answer_tags
+    flood = Scanned("<answer>" * n)
+    # the first <answer> is found at 0 (8 characters read); its close is looked for once, to the end
+    # (8n - 8 more): 8n in all, where a regex retrying from each unclosed tag reads about 4n^2 (80 kB: ~6 s)
+    assert answer_tags(flood) == [] and flood.read == 8 * n
+    closed = Scanned("<answer>1</answer>" * n + "<answer>")
+    assert answer_tags(closed) == ["1"] * n and closed.read == len(closed)  # each character read once
+
+
+def test_unclosed_answer_tags_reach_the_linear_scan(monkeypatch):
+    from rlvr.rewards.maths import answer
     from rlvr.rewards.maths.accuracy import math_accuracy_verdict
-    flood = "<answer>" * 10000                      # 80 kB; a backtracking regex takes ~6 s on it
-    t = time.monotonic()
+    calls = []
+    scan = answer.answer_tags
+    monkeypatch.setattr(answer, "answer_tags", lambda text: calls.append(len(text)) or scan(text))
+    flood = "<answer>" * 10000
     v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
-    assert time.monotonic() - t < 0.5 and v.score == 1.0, v
-    assert final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]
+    assert v.score == 1.0 and calls and all(k >= len(flood) for k in calls), v
+    assert answer.final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]

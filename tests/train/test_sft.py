@@ -2,6 +2,7 @@
 import copy
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from rlvr.models import stop_token_ids
 from rlvr.tasks.base import Problem, Splits
 from rlvr.train import sft as sft_module
 from rlvr.train.optim import adamw, warmup_scheduler
+from rlvr.train.rundir import LOCK, RunLock
 from rlvr.train.sft import baseline_of, collate, end_of_turn_id, make_example, sft_step, target_nll
 
 SOLVED = [Problem(question=f"What is {a} + {b}?", answer=str(a + b), difficulty="d1",
@@ -153,6 +155,19 @@ def test_sft_batch_is_its_own_setting_and_an_overwrite_clears_an_earlier_runs_re
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert row["examples"] == 2 and row["tokens"] == 2 * 20  # two solutions of 19 characters plus <|im_end|>
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "final", "metrics.jsonl", "summary.json"]
+
+
+def test_sft_into_a_directory_another_run_writes_is_refused_and_leaves_it_as_it_was(tmp_path, monkeypatch, capsys):
+    """rlvr sft takes the run directory's lock as rlvr train does: a second writer is told the holder's PID
+    (here this very process, holding the lock through another open file) before anything loads."""
+    monkeypatch.setattr(sft_module, "build_splits", hand_made(SOLVED[:4]))
+    out = tmp_path / "sft"
+    with RunLock(out):
+        assert main(["sft", *SMALL, "--train.steps=1", f"--train.out={out}"]) == 2
+        assert sorted(p.name for p in out.iterdir()) == [LOCK]
+    assert (f"rlvr: error: {out} is in use by another rlvr process (PID {os.getpid()}), which holds {out / LOCK}"
+            ) in capsys.readouterr().err
+    assert not out.exists()  # the lock's holder made the directory and, left empty, it goes with the lock
 
 
 def test_baseline_of_other_models_is_none(tmp_path):
