@@ -45,7 +45,8 @@ bf16 + gradient checkpointing); then the other models and shapes.
 Per step (medians over the timed steps, after --warmup untimed ones): step seconds, generation and scoring
 seconds (both sides time their reward function), update seconds, generated tokens and tokens/s, peak
 memory of the rollout and of the update (CUDA allocator, reset between phases) and of the whole process;
-rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). Decode: HF `generate`
+rlvr also its sampler/trainer log-prob mismatch (rollout/logp_mismatch_mean_abs). The 1.7B rows add
+rlvr-bf16-weights (BF16_WEIGHTS: bf16 weights, fp32 masters in AdamW) beside rlvr's fp32 weights + autocast. Decode: HF `generate`
 (bf16 weights) and rlvr's engine (each --rlvr variant, as its GRPO step samples) at each batch size,
 distinct prompts, temperature 1, no stop token: tokens/s after one untimed run.
 """
@@ -146,6 +147,10 @@ def memory_jobs(args, base: dict, work: Path) -> tuple[list[Job], list[Job]]:
                          "model": "llama-3.1-8b", "lora_r": 16, "warmup": 0, "steps": 1}, "build"))
     return head, later
 MICRO_PROMPTS = 4  # rlvr's algo.micro_batch_prompts default: the matched TRL row updates in these micro-batches
+# Beside the 1.7B rows (tiny with --smoke): full fine-tuning in bf16 weights, AdamW over fp32 master copies
+# (rlvr/train/optim.py MasterAdamW; no autocast casts, no bf16 decode copy), against the fp32 weights + autocast
+# of rlvr's defaults; added unless --rlvr names it.
+BF16_WEIGHTS = ("rlvr-bf16-weights", "--model.dtype=bfloat16")
 
 
 def plan(args, work: Path) -> list[Job]:
@@ -172,8 +177,9 @@ def plan(args, work: Path) -> list[Job]:
         tag = f"{model} {'x'.join(map(str, shape))}"
         spec = {**base, "model_dir": model_dir[model], "shape": shape, "model": model}
         if "rlvr" in args.parts:
+            extra_rows = [BF16_WEIGHTS] if model in ("1.7b", "tiny") and BF16_WEIGHTS[0] not in dict(args.rlvr) else []
             jobs += [Job(f"{name} {tag}", {**spec, "kind": "rlvr", "name": f"{name}-{i}", "overrides": extra},
-                         "build") for name, extra in args.rlvr]
+                         "build") for name, extra in args.rlvr + extra_rows]
         trl = "trl" in args.parts
         micro = min(MICRO_PROMPTS, shape[0])
         jobs += [Job(f"trl-matched {tag}", {**spec, "kind": "trl", "precision": "bf16", "micro_prompts": micro},

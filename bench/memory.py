@@ -1,12 +1,14 @@
-"""Peak memory of a policy update: full fine-tuning vs LoRA, with and without gradient checkpointing.
+"""Peak memory of a policy update: full fine-tuning vs LoRA, with and without gradient checkpointing, and
+full fine-tuning of bf16 weights (AdamW over fp32 masters, rlvr/train/optim.py MasterAdamW) vs fp32 weights.
 
-    python bench/memory.py [steps] [model]
+    python bench/memory.py [steps] [model] [configs]     # configs: comma-separated names of CONFIGS
 
 Each configuration runs in a fresh subprocess (torch's allocator never hands memory back, so one
 process cannot measure several), builds a demo-sized batch by hand (8 prompts x 8 completions x 24
 random tokens, 64-token prompts; the values do not matter, the tensor sizes do), runs `steps`
-policy_update calls with AdamW, and reports its peak resident memory (VmHWM) after loading the model
-and at the end, the trainable parameters and the optimizer state.
+policy_update calls with the trainers' AdamW (rlvr.train.optim.adamw), and reports its peak resident memory
+(VmHWM) after loading the model and at the end, the trainable parameters, the optimizer state (moments, and
+the masters where it keeps them) and the seconds per update; then bf16 weights against fp32 as ratios.
 """
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ import subprocess
 import sys
 import time
 
-CONFIGS = {  # name: (lora rank, gradient checkpointing, mixed precision)
-    "full": (0, False, "no"),
-    "full+ckpt": (0, True, "no"),
-    "full+bf16": (0, False, "bf16"),
-    "lora8": (8, False, "no"),
-    "lora8+ckpt": (8, True, "no"),
+CONFIGS = {  # name: (lora rank, gradient checkpointing, mixed precision, model.dtype)
+    "full": (0, False, "no", "float32"),
+    "full+ckpt": (0, True, "no", "float32"),
+    "full+bf16": (0, False, "bf16", "float32"),
+    "full+bf16w": (0, False, "no", "bfloat16"),  # bf16 weights and gradients, fp32 masters in AdamW
+    "lora8": (8, False, "no", "float32"),
+    "lora8+ckpt": (8, True, "no", "float32"),
 }
 PROMPTS, GROUP, PROMPT_TOKENS, COMPLETION_TOKENS = 8, 8, 64, 24
 
@@ -41,11 +44,12 @@ def measure(name: str, steps: int, model_name: str) -> dict:
     from rlvr.config import Config, LoraConfig, OptimizerConfig
     from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
     from rlvr.train.batch import Batch
+    from rlvr.train.optim import adamw
     from rlvr.train.update import UpdateSettings, policy_update
 
-    rank, checkpointing, precision = CONFIGS[name]
+    rank, checkpointing, precision, dtype = CONFIGS[name]
     torch.manual_seed(0)
-    policy, tok = load_model(model_name)
+    policy, tok = load_model(model_name, dtype)
     after_load = vm_hwm_mib()
     if rank:
         policy = apply_lora(policy, LoraConfig(r=rank, alpha=2 * rank))
@@ -59,14 +63,14 @@ def measure(name: str, steps: int, model_name: str) -> dict:
                   completion_mask=torch.ones(b, COMPLETION_TOKENS),
                   advantages=torch.randn(b), group_size=GROUP)
     trainable = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=1e-5)
+    optimizer = adamw([{"params": trainable, "lr": 1e-5}], 0.0)
     settings = UpdateSettings.of(Config(optimizer=OptimizerConfig(micro_batch_prompts=4)), tok.pad_token_id,
                                  precision)
     t0 = time.perf_counter()
     for _ in range(steps):
         policy_update(policy, optimizer, batch, settings)
     step_s = (time.perf_counter() - t0) / steps
-    state = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+    state = sum(v.numel() * v.element_size() for s in optimizer.state_dict()["state"].values() for v in s.values()
                 if torch.is_tensor(v))
     return {"config": name, "peak_mib": vm_hwm_mib(), "after_load_mib": after_load, "step_s": step_s,
             "trainable": sum(p.numel() for p in trainable),
@@ -79,20 +83,28 @@ def main() -> None:
         return
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     model_name = sys.argv[2] if len(sys.argv) > 2 else "smollm2-135m-instruct"
+    names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(CONFIGS)
     print(f"{model_name}: {PROMPTS} prompts x {GROUP} completions x {COMPLETION_TOKENS} tokens "
           f"({PROMPT_TOKENS}-token prompts), micro-batches of 4 prompts, AdamW, {steps} steps")
     print(f"{'config':<12} {'peak MiB':>9} {'load MiB':>9} {'train +MiB':>10} {'trainable':>12} "
           f"{'optim MiB':>10} {'s/step':>7}")
-    for name in CONFIGS:
+    rows = {}
+    for name in names:
         out = subprocess.run([sys.executable, __file__, "--one", name, str(steps), model_name],
                              capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{name:<12} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = rows[name] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{name:<12} {r['peak_mib']:>9.0f} {r['after_load_mib']:>9.0f} "
               f"{r['peak_mib'] - r['after_load_mib']:>10.0f} {r['trainable']:>12,} {r['optimizer_mib']:>10.1f} "
               f"{r['step_s']:>7.1f}")
+    if "full" in rows and "full+bf16w" in rows:
+        a, b = rows["full"], rows["full+bf16w"]
+        added = (b["peak_mib"] - b["after_load_mib"]) / (a["peak_mib"] - a["after_load_mib"])
+        print(f"bf16 weights + fp32 masters / fp32 weights: peak {b['peak_mib'] / a['peak_mib']:.2f}x, update's "
+              f"addition {added:.2f}x, optimizer state {b['optimizer_mib'] / a['optimizer_mib']:.2f}x, "
+              f"s/update {b['step_s'] / a['step_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ built-in model. Each phase's peak is the sum of what it holds at its peak:
     rollout  weights (+ a bf16 rollout copy, + a reference copy)  + gradients and optimizer state (still held)
              + KV cache (rows x (prompt + completion) positions x layers x 2 x kv heads x head dim)
              + logits (each decode step's [rows, vocab] fp32 scores and the sampler's working copies)
-    update   weights + optimizer state
+    update   weights + optimizer state (the moments, and the fp32 master copies of bf16 trained weights)
              + activations (one micro-batch's tokens x layers x what a decoder layer keeps for its backward;
                with gradient checkpointing, each layer's input and one layer's in full)
              + logits (the log-prob head: fp32 [tokens, vocab] pieces, chunked, and their gradient)
@@ -150,6 +150,8 @@ def estimate(shape: Shape, s: Settings) -> Plan:
     trainable = adapters if s.lora_r > 0 else shape.params
     grad_bytes = 4 if s.lora_r > 0 else w
     state = {"fp32": 8.0, "offload": 0.0, "8bit": STATE_8BIT}[s.optimizer_state] * trainable
+    if s.lora_r == 0 and w < 4 and s.optimizer_state != "offload":
+        state += 4 * trainable  # the fp32 master copy of each bf16 trained weight (rlvr/train/optim.py MasterAdamW)
     held = {"weights": weights, "gradients": 0.0, "optimizer": state}  # gradients are freed after each step
     compute = 2 if s.precision == "bf16" or s.dtype == "bfloat16" else 4
     rows = s.prompts * s.group

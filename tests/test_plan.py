@@ -55,8 +55,12 @@ def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
     assert c.update["activations"] == 3 * (6 + 10) * (2 * 64 + 1152) * 4  # full rows: layer inputs + one layer
     g = estimate(SMALL, replace(CPU, device="cuda", dtype="bfloat16", precision="bf16", optimizer_state="8bit"))
     assert g.update["logits"] == 4 * 36 * 100 * 4 + 36 * 64 * 2  # one chunk (36 < 256 rows) and the hidden states
-    assert g.update["optimizer"] == pytest.approx(80448 * (2 + 8 / 256))
+    assert g.update["optimizer"] == pytest.approx(80448 * (4 + 2 + 8 / 256))  # fp32 masters of the bf16 weights
     assert estimate(SMALL, replace(CPU, optimizer_state="offload")).update["optimizer"] == 0
+    bf16 = replace(CPU, dtype="bfloat16")  # moments 8 and master 4 bytes a weight; the masters of offload on the host
+    assert estimate(SMALL, bf16).update["optimizer"] == 80448 * (8 + 4)
+    assert estimate(SMALL, replace(bf16, optimizer_state="offload")).update["optimizer"] == 0
+    assert estimate(SMALL, replace(bf16, lora_r=4, lora_targets=("q_proj", "v_proj"))).update["optimizer"] == 8 * 1792
 
 
 def test_shapes_come_from_configs_alone(tmp_path):

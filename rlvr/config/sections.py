@@ -33,7 +33,10 @@ class ModelConfig:
     """Parameter dtype: float32, bfloat16, or auto (weights as users load them: the checkpoint's own dtype
     where it is bf16, and bf16 on CUDA; fp32 on the CPU for an fp32 or unstated one). With LoRA the base
     stays frozen in this dtype, with no fp32 copy anywhere: the reference is the base with adapters off
-    and rollouts decode with the policy's own weights; the adapters and their optimizer state are fp32."""
+    and rollouts decode with the policy's own weights; the adapters and their optimizer state are fp32.
+    Full fine-tuning in bf16 runs the forward and backward in bf16 and AdamW over fp32 master copies of
+    the weights (4 bytes a weight, beside the moments; rlvr/train/optim.py), written back rounded to bf16:
+    an update below half a bf16 ulp of a weight is kept in its master instead of lost."""
     quantize: str = "none"
     """none, or nf4: the frozen base's linear layers held in 4-bit NormalFloat (QLoRA; torchao's NF4Tensor,
     rlvr/nf4.py), dequantised to model.dtype in each product; the output projection and embeddings stay in
@@ -268,7 +271,8 @@ class OptimizerConfig:
     """Where AdamW keeps its moments (8 bytes a trained weight in fp32): fp32 (beside the weights), 8bit
     (torchao's AdamW8bit: block-quantised moments, about 2 bytes a weight; tensors under 4096 values stay
     fp32; needs torchao), or offload (fp32 master weights, gradients and moments in host memory, the step
-    run there: 16 bytes a weight off the GPU, a host copy each way per step). rlvr/train/optim.py."""
+    run there: 16 bytes a weight off the GPU, a host copy each way per step). bf16 trained weights
+    (model.dtype) add fp32 masters beside fp32 or 8bit moments. rlvr/train/optim.py."""
 
 
 @dataclass(kw_only=True)
@@ -305,7 +309,8 @@ class TrainConfig:
     """Recompute activations in the backward pass to save memory."""
     mixed_precision: str = "auto"
     """auto (bf16 on CUDA, no on the CPU), no, or bf16: autocast the training forward (and, on CUDA, the
-    rollout) to bfloat16 over fp32 weights; the optimizer keeps fp32 master weights."""
+    rollout) to bfloat16 over fp32 weights, which are themselves AdamW's fp32 master weights (bf16
+    weights, model.dtype, get fp32 masters in the optimizer instead)."""
     lm_head: str = "auto"
     """How the update's forward scores tokens: fused (one autograd function over chunks of tokens that keeps
     no [tokens, vocabulary] tensor for the backward pass and recomputes each chunk's logits there: the same

@@ -23,7 +23,7 @@ def test_smoke_run_on_cpu(tmp_path):
                            "rlvr,decode", "--save", str(save)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {r["name"]: r for r in map(json.loads, save.read_text().splitlines())}
-    assert list(rows) == ["build", "rlvr tiny 2x2x8", "engine rlvr", "HF generate"]
+    assert list(rows) == ["build", "rlvr tiny 2x2x8", "rlvr-bf16-weights tiny 2x2x8", "engine rlvr", "HF generate"]
     assert all(r["status"] == "ok" for r in rows.values()), rows
     steps = rows["rlvr tiny 2x2x8"]
     assert len(steps["step_s"]) == len(steps["rollout_s"]) == len(steps["update_s"]) == 2  # 1 warm-up dropped

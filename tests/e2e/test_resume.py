@@ -95,6 +95,42 @@ def test_adaptive_entropy_resumes_value_for_value(tmp_path):
     same_run(alone_out, out)
 
 
+@pytest.mark.parametrize("kind", ["--model.dtype=bfloat16", "--optimizer.state=offload"])
+def test_fp32_masters_resume_exactly(tmp_path, kind):
+    """bf16 weights at the config's lr (2e-5, warmed up): most updates are below half a bf16 ulp and live only
+    in AdamW's fp32 masters (rlvr/train/optim.py MasterAdamW), so a resume that took its masters from the
+    weights would train on from other values; the masters of optimizer.state=offload (host memory) likewise.
+    Killed after step 3, resumed from step 2's checkpoint, whose lr is the warm-up's third. The reward varies
+    within groups (test_run_faults.learning_run): the weights move from step 1."""
+    from tests.e2e.test_run_faults import learning_run
+
+    bf16 = [*learning_run(tmp_path), kind]
+    alone_out = tmp_path / "alone"
+    assert main(["train", *bf16, f"--train.out={alone_out}"]) == 0
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *bf16, f"--train.out={out}"],
+                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics, deadline = out / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (ckpt,) = checkpoints(out)
+    import torch
+
+    state = torch.load(ckpt, weights_only=False)
+    masters = {n: e["master"] for n, e in state["optimizer"]["state"]["state"].items()}
+    assert len(masters) > 10 and all(m.dtype == torch.float32 for m in masters.values())
+    if "bfloat16" in kind:
+        assert any(not torch.equal(m, state["policy"][n].float()) for n, m in masters.items())  # finer than bf16
+    assert main(["train", "--resume", str(out)]) == 0
+    same_run(alone_out, out)
+
+
 def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0",

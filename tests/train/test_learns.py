@@ -60,3 +60,24 @@ def test_one_step_off_raises_it_too(tmp_path):
     first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
     assert first < 0.3
     assert last > 0.8 and last > first + 0.5, share
+
+
+def test_bf16_weights_learn_it_and_checkpoint_their_fp32_masters(tmp_path):
+    """Full fine-tuning with bf16 weights (the forward and backward in bf16, AdamW over fp32 masters,
+    rlvr/train/optim.py MasterAdamW) learns as the fp32 run does, and its checkpoint holds the masters: fp32,
+    one per weight, the bf16 weights their rounding."""
+    import torch
+
+    from rlvr.train.checkpoint import checkpoints, load_checkpoint
+
+    share = digit_share_per_step(tmp_path, 1.0, "grpo", "--model.dtype=bfloat16")
+    first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
+    assert first < 0.3
+    assert last > 0.8 and last > first + 0.5, share
+    state = load_checkpoint(checkpoints(tmp_path / "w1.0")[-1])
+    weights, saved = state["policy"], state["optimizer"]["state"]["state"]
+    assert set(saved) == set(weights) - {"lm_head.weight"} and len(saved) > 10  # the head is the tied embedding
+    for name, entry in saved.items():
+        master = entry["master"]
+        assert master.dtype == torch.float32 and torch.equal(master.to(torch.bfloat16), weights[name]), name
+    assert any(not torch.equal(e["master"], weights[n].float()) for n, e in saved.items())  # finer than bf16
