@@ -11,10 +11,17 @@ import threading
 import traceback
 from pathlib import Path
 
-from rlvr.config import build_config, describe, valid_keys
 from rlvr.errors import RlvrError
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
+def build_config(*args, **kwargs):
+    """rlvr.config.build_config, imported by the first command that reads a config: the config imports torch
+    (its checks read the algorithm's tables), which `rlvr --help` and a mistyped command do without."""
+    from rlvr.config import build_config as build
+
+    return build(*args, **kwargs)
 
 
 def is_override(arg: str) -> bool:
@@ -25,6 +32,8 @@ def is_override(arg: str) -> bool:
 
 
 def _hint(arg: str) -> str:
+    from rlvr.config import valid_keys
+
     key = arg[2:].split("=", 1)[0]
     if "." in key:
         return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
@@ -51,8 +60,25 @@ def default_config(overrides: list[str], demo: Path = DEMO_CONFIG) -> Path | Non
     return demo if demo.is_file() and not own_task else None
 
 
+class HelpParser(argparse.ArgumentParser):
+    """An ArgumentParser whose epilog is written when help is printed. The config keys' table reads the
+    source of every config dataclass for its docs (about half of a two-step tiny-random run's time, paid
+    by every `rlvr train` that only runs): a command that parses and runs never needs it."""
+
+    def __init__(self, *args, epilog_of=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epilog_of = epilog_of
+
+    def format_help(self) -> str:
+        if self.epilog_of is not None:
+            self.epilog, self.epilog_of = self.epilog_of(), None
+        return super().format_help()
+
+
 def _keys_epilog(title: str, keep=lambda key: True, beside: Path | None = None) -> str:
     """Every key with its default and doc; with `beside`, also that file's value where it differs."""
+    from rlvr.config import describe
+
     other = {k: d for k, d, _ in describe(build_config(beside))} if beside is not None and beside.is_file() else {}
     rows = []
     for k, d, doc in describe():
@@ -63,14 +89,14 @@ def _keys_epilog(title: str, keep=lambda key: True, beside: Path | None = None) 
 
 
 def train_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = HelpParser(
         prog="rlvr train", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train with GRPO. Any config key can be overridden as --section.key=value. "
         "A config file's algo keys belong to its preset: --algo.preset=X with another preset replaces the "
         "file's values for the keys X sets.",
-        epilog=_keys_epilog("config keys (the default, with the grpo preset applied: what a CONFIG file or "
-                            "--task.name without a CONFIG starts from; [demo.yaml: value]: what `rlvr train` with "
-                            "neither runs instead)", beside=DEMO_CONFIG))
+        epilog_of=lambda: _keys_epilog("config keys (the default, with the grpo preset applied: what a CONFIG "
+                                       "file or --task.name without a CONFIG starts from; [demo.yaml: value]: what "
+                                       "`rlvr train` with neither runs instead)", beside=DEMO_CONFIG))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
                         "the defaults below)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint, "
@@ -296,16 +322,16 @@ SFT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "sft.yaml"
 def sft_parser() -> argparse.ArgumentParser:
     from rlvr.train.sft import reads
 
-    parser = argparse.ArgumentParser(
+    parser = HelpParser(
         prog="rlvr sft", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Supervised fine-tuning on the task's worked solutions (train problems with a "
         "non-empty solution): cross-entropy on the solution tokens only. Start GRPO from the result with "
         "rlvr train --model.name=RUN_DIR/final (the end of the run prints the command). The keys below are used, "
         "with sft.batch_size as the examples per step and optimizer.micro_batch_prompts as the examples per "
         "forward pass; other keys are accepted and ignored.",
-        epilog=_keys_epilog("config keys used (the default: what a CONFIG file or --task.name without a CONFIG "
-                            "starts from, as for rlvr train; [sft.yaml: value]: what `rlvr sft` with neither runs "
-                            "instead)", reads, beside=SFT_CONFIG))
+        epilog_of=lambda: _keys_epilog("config keys used (the default: what a CONFIG file or --task.name without "
+                                       "a CONFIG starts from, as for rlvr train; [sft.yaml: value]: what `rlvr sft` "
+                                       "with neither runs instead)", reads, beside=SFT_CONFIG))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml, or with --task.name "
                         "the defaults below)")
     return parser

@@ -17,11 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from rlvr.errors import RlvrError, write_error
-from rlvr.models import is_peft
-from rlvr.nf4 import dequantized, is_nf4
 
 
 def json_safe(value):
@@ -78,6 +74,10 @@ def _save_peft(model, path: Path, base: str | None = None) -> None:
     the live model keeps its adapters and training can go on. A 4-bit base is saved dequantised (its
     NF4 values in model.dtype) with the adapter merged in. `base`: the adapter's base_model_name_or_path
     (rlvr.models.base_model_path), so PeftModel.from_pretrained and the Hub know what it adapts."""
+    import torch
+
+    from rlvr.nf4 import dequantized, is_nf4
+
     model.save_pretrained(path / "adapter")
     if base is not None:
         config = path / "adapter" / "adapter_config.json"
@@ -90,6 +90,8 @@ def _save_peft(model, path: Path, base: str | None = None) -> None:
 def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = None) -> None:
     """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash. `base`:
     a LoRA adapter's base model (_save_peft)."""
+    from rlvr.models import is_peft  # here, not at the top: reading a run (rlvr report, compare) needs no torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, _ = _fresh(path, lambda t: os.mkdir(t, 0o777))

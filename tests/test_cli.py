@@ -134,3 +134,19 @@ def test_train_help_shows_the_defaults_and_what_a_config_less_run_takes_from_the
     assert "  --optimizer.lr=2e-05\n" in out  # the same in both: no bracket
     assert default_config([]) == DEMO_CONFIG and default_config(["--train.steps=3"]) == DEMO_CONFIG
     assert default_config(["--task.name=mine.jsonl"]) is None  # the user's own task starts from the defaults
+
+
+def test_help_and_commands_that_read_runs_load_neither_torch_nor_transformers(tmp_path):
+    """`rlvr --help`, `rlvr report` and `rlvr compare` of run directories start in well under a second: the
+    CLI imports the config (which loads torch) only for a command that reads one, and reading a run's
+    records needs no model code (torch and transformers were about 7 s of each such start)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom rlvr.cli import main\n"
+            "codes = [main(['--help']), main(['report', sys.argv[1] + '/missing']), main(['compare', sys.argv[1]])]\n"
+            "print(codes, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "[0, 2, 2] []"  # --help, then two refusals that read the directory
+    assert "is not a run directory" in done.stderr

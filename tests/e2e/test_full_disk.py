@@ -88,9 +88,7 @@ def test_a_full_disk_at_start_is_one_line_and_the_same_start_works_with_space(di
     assert main(["train", *RUN, "--train.steps=2", "--train.overwrite=true", f"--train.out={out}"]) == 0
 
 
-def test_a_disk_that_fills_during_the_run_stops_it_and_it_resumes_value_for_value(disk, tmp_path):
-    learning, alone = learning_run(tmp_path), tmp_path / "alone"
-    assert main(["train", *learning, f"--train.out={alone}"]) == 0
+def test_a_disk_that_fills_during_the_run_stops_it_and_it_resumes_value_for_value(disk, learning, learning_alone):
     out = disk.path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *learning, "--train.save_every=1",
                              "--train.keep_checkpoints=6", f"--train.out={out}"],
@@ -110,7 +108,7 @@ def test_a_disk_that_fills_during_the_run_stops_it_and_it_resumes_value_for_valu
     assert len(whole) >= 2 and not list((out / "checkpoints").glob(".*.tmp"))
     filler.unlink()
     assert main(["train", "--resume", str(out)]) == 0
-    same_run(alone, out)
+    same_run(learning_alone, out)
 
 
 def test_a_disk_that_fills_writing_final_stops_there_and_the_resume_finishes(disk, tmp_path, capsys):

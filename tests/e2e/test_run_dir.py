@@ -4,6 +4,7 @@ config.yaml holds absolute paths, so --resume works from any working directory."
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,9 @@ def test_an_overwrite_that_fails_after_the_model_loads_loses_nothing(earlier, ca
     assert tree(earlier) == before
 
 
-def test_overwrite_replaces_every_record_of_the_earlier_run(tmp_path):
+def test_overwrite_replaces_every_record_of_the_earlier_run(earlier, tmp_path):
     out = tmp_path / "x"
-    assert main(["train", SMOKE, *FAST, "--eval.after=true", f"--train.out={out}"]) == 0
+    shutil.copytree(earlier, out)  # a finished run: records, checkpoints, final/
     (out / "final" / "marker").write_text("the earlier run's final/")
     assert main(["train", SMOKE, *FAST, "--train.save_every=0", "--train.steps=0", "--train.overwrite=true",
                  f"--train.out={out}"]) == 0

@@ -39,18 +39,10 @@ def learning_run(folder: Path) -> list[str]:
     return [*RUN, f"--rewards.weights={{{reward}:varied: 1.0}}"]
 
 
-@pytest.fixture(scope="module")
-def learning(tmp_path_factory) -> list[str]:
-    return learning_run(tmp_path_factory.mktemp("reward"))
-
-
-@pytest.fixture(scope="module")
-def alone(tmp_path_factory, learning):
-    out = tmp_path_factory.mktemp("alone") / "run"
-    assert main(["train", *learning, f"--train.out={out}"]) == 0
-    kl = [m["kl"] for m in read_jsonl(out / "metrics.jsonl")]
-    assert kl[0] == 0.0 and kl[1] > 0  # the policy moved away from the reference at step 1
-    return out
+@pytest.fixture
+def alone(learning_alone):
+    """The learning run left alone (tests/e2e/conftest.py: one run, shared with test_full_disk)."""
+    return learning_alone
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,14 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_two_steps_write_the_run_directory(tmp_path):
-    out = run(tmp_path, "a")
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The SMOKE run, once: its directory is checked, and a second run must repeat its metrics."""
+    return run(tmp_path_factory.mktemp("smoke"), "a")
+
+
+def test_two_steps_write_the_run_directory(smoke_run):
+    out = smoke_run
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     assert METRIC_KEYS <= set(metrics[0])
@@ -61,8 +67,8 @@ def test_two_steps_write_the_run_directory(tmp_path):
     AutoModelForCausalLM.from_pretrained(out / "final")
 
 
-def test_same_seed_same_metrics(tmp_path):
-    a = read_jsonl(run(tmp_path, "a") / "metrics.jsonl")
+def test_same_seed_same_metrics(smoke_run, tmp_path):
+    a = read_jsonl(smoke_run / "metrics.jsonl")
     b = read_jsonl(run(tmp_path, "b") / "metrics.jsonl")
     strip = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "memory/"))} for m in ms]
     assert strip(a) == strip(b)

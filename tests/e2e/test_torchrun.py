@@ -2,6 +2,7 @@
 and a checkpoint written by 2 processes resumes in 1."""
 import json
 from pathlib import Path
+import shutil
 import subprocess
 import sys
 
@@ -29,13 +30,28 @@ def torchrun(*args):
     return proc
 
 
+KL = "--algo.beta=0.04"  # a reference model on each rank as well
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """One torchrun of RUN with a KL term (train.parallel=ddp, the default): the directory two processes
+    write, which one process resumes (copied), and the run one process must repeat (train like one)."""
+    out = tmp_path_factory.mktemp("torchrun") / "ddp"
+    return out, torchrun(KL, f"--train.out={out}", "--train.parallel=ddp").stderr
+
+
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_processes_write_one_run_directory_that_resumes_in_one(tmp_path, parallel):
+def test_two_processes_write_one_run_directory_that_resumes_in_one(request, tmp_path, parallel):
     out = tmp_path / parallel
-    proc = torchrun(f"--train.out={out}", f"--train.parallel={parallel}")
-    assert proc.stderr.count("eval at step 0") == 1  # one rank prints
-    assert proc.stderr.count(f"torchrun: 2 processes (gloo, train.parallel={parallel}, cpu), 1 of the 2 prompts "
-                             "per step on each; rank 0 prints and writes") == 1
+    if parallel == "ddp":
+        written, stderr = request.getfixturevalue("ddp_run")
+        shutil.copytree(written, out)
+    else:
+        stderr = torchrun(f"--train.out={out}", f"--train.parallel={parallel}").stderr
+    assert stderr.count("eval at step 0") == 1  # one rank prints
+    assert stderr.count(f"torchrun: 2 processes (gloo, train.parallel={parallel}, cpu), 1 of the 2 prompts "
+                        "per step on each; rank 0 prints and writes") == 1
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert all(m["completions"] == 2 * 3 for m in metrics)  # the global batch: both ranks' groups
@@ -55,13 +71,11 @@ def test_prompts_must_split_into_whole_groups(tmp_path):
     assert "rollout.prompts_per_step=3 is not divisible by the world size 2" in proc.stderr
 
 
-def test_two_processes_train_like_one(tmp_path):
+def test_two_processes_train_like_one(ddp_run, tmp_path):
     """Sampling is seeded per prompt group (seed, step, group index), so the same config gives
     the same completions, rewards, losses and weights on 1 or 2 processes (to float-summation tolerance)."""
-    kl = ["--algo.beta=0.04", "--train.save_every=0", "--eval.after=false"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    assert main(["train", *RUN, *kl, f"--train.out={one}"]) == 0
-    torchrun(*kl, f"--train.out={two}")
+    one, (two, _) = tmp_path / "one", ddp_run
+    assert main(["train", *RUN, KL, f"--train.out={one}"]) == 0
     rows_one, rows_two = read_jsonl(one / "metrics.jsonl"), read_jsonl(two / "metrics.jsonl")
     assert len(rows_one) == len(rows_two) == 3
     for a, b in zip(rows_one, rows_two):
