@@ -117,7 +117,9 @@ def collect(run: Run, step: int) -> Collected:
     r = run.settings.rollout
     want, g = r.prompts_per_step, r.group_size
     if not r.dynamic_sampling:
-        return sample_and_score(run, want, step)
+        out = sample_and_score(run, want, step)
+        out.sampler = run.data.sampler.metrics()
+        return out
     kept: list[tuple[Collected, int]] = []
     dropped = rounds = 0
     last, reward_s = None, 0.0
@@ -142,6 +144,7 @@ def collect(run: Run, step: int) -> Collected:
                           r.sampling.pad_id)
     out.metrics = {"dynamic/dropped_groups": dropped, "dynamic/rounds": rounds, "time/reward_s": reward_s,
                    **logged_metrics(out.scores)}
+    out.sampler = run.data.sampler.metrics()
     return out
 
 
@@ -183,7 +186,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | 
         extra = reduce_metrics(extra, run.dist, len(collected.texts))
     m = step_metrics(step, whole, update, run.data.rewards, t2 - t0, t1 - t0, t2 - t1)
     m.update(extra)
-    m.update(run.data.sampler.metrics())
+    m.update(getattr(collected, "sampler", {}))  # a batch pickled by an older checkpoint has no such field
     m["time/reward_share"] = m["time/reward_s"] / max(m["time/step_s"], 1e-9)  # of the step, in scoring
     m["lr"] = m_.scheduler.get_last_lr()[0]
     return m, whole

@@ -87,6 +87,9 @@ class Collected:
     scores: Scores
     metrics: dict  # about the collection itself (dynamic sampling's dropped groups and rounds)
     episodes: list[dict] = field(default_factory=list)  # each row's turns, calls and end (rlvr/envs/episodes.py)
+    # the prompt sampler's metrics once this batch was observed, read then: one step off, the next batch's
+    # collection observes its own while this one trains
+    sampler: dict = field(default_factory=dict)
 
 
 def merge_collected(parts: list[Collected], pad_id: int) -> Collected:

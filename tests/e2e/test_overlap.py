@@ -94,6 +94,33 @@ def test_killed_and_resumed_matches_the_run_left_alone(off_alone, tmp_path, kill
         assert untimed(read_jsonl(out / name)) == untimed(read_jsonl(off_alone / name)), name
 
 
+def test_a_steps_metrics_read_the_prompt_sampler_as_its_own_batch_left_it(tmp_path, monkeypatch):
+    """Step k's curriculum metrics are the sampler's once it observed step k's batch, whatever the collecting
+    thread has done since: here each update waits until step k+1's batch (whose collection observes it too)
+    is in, the ordering that made them step k+1's before."""
+    from rlvr.tasks.curriculum import CurriculumSampler
+    from rlvr.train.overlap import Rollouts
+
+    seen, observe, updated = {}, CurriculumSampler.observe, Rollouts.updated
+
+    def observe_and_record(self, indices, group_pass, step):
+        observe(self, indices, group_pass, step)
+        seen[step] = self.metrics()
+
+    def updated_then_wait(self):
+        updated(self)
+        if self.pending is not None:
+            self.pending.future.result()
+
+    monkeypatch.setattr(CurriculumSampler, "observe", observe_and_record)
+    monkeypatch.setattr(Rollouts, "updated", updated_then_wait)
+    out = run(tmp_path, "run", OFF, "--optimizer.lr=1e-2")
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert len(seen) == 4 and seen[1] != seen[2]  # the pass rates moved from step to step
+    for row in rows:
+        assert {k: v for k, v in row.items() if k.startswith("curriculum/")} == seen[row["step"]], row["step"]
+
+
 @pytest.mark.slow
 def test_one_step_off_learns_the_demo_as_the_synchronous_run_does(tmp_path):
     """configs/demo.yaml one step off: held-out within the synchronous demo's range (16% -> 64-74% over six
