@@ -12,7 +12,7 @@ from rlvr.models import apply_lora, load_model, tiny_random
 from rlvr.nf4 import BLOCK, HALF_GAP, LEVELS, is_nf4, quantize_base, to_nf4, weight_bytes
 from rlvr.train.forward import Reference, completion_logprobs, reference_logprobs
 from rlvr.rollout.engines import make_engine, trains_fp32
-from tests.train.test_learns import digit_share
+from tests.train.test_learns import digit_share  # noqa: F401 (the run names it by this module's path)
 
 pytest.importorskip("torchao")
 

@@ -3,7 +3,6 @@ two short tiny-random runs through the command line, one at the defaults and one
 changed, each key judged by an observable no other key of the changed run moves. The rest of the keys
 are checked phase by phase in tests/test_key_reach.py, which holds the table of every key."""
 import json
-from pathlib import Path
 
 import torch
 

@@ -1,7 +1,6 @@
 """The metric schema (rlvr/report/schema.py) is what the update, the cross-rank reduction and the health
 rules read: every metric a step writes is in it, and combine_metrics merges each as it says."""
 import ast
-import json
 from pathlib import Path
 
 from rlvr.report import schema

@@ -50,7 +50,7 @@ def test_ask_answers_then_a_hung_worker_is_killed_with_its_group():
 
 
 def test_shared_worker_is_one_worker_across_racing_threads():
-    from rlvr.rewards.workers import current, owned_by_run
+    from rlvr.rewards.workers import owned_by_run
 
     with owned_by_run():   # a fresh set: the first use races
         _race_for_the_worker()

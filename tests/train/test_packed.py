@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rlvr.config import Config, LoraConfig, ModelConfig, OptimizerConfig, TrainConfig
+from rlvr.config import Config, LoraConfig, OptimizerConfig, TrainConfig
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
 from rlvr.train import forward, packed

@@ -12,7 +12,7 @@ from rlvr.rollout.engines import rollout_weights, trains_fp32
 from rlvr.train.assemble import setup
 from rlvr.train.batch import Batch
 from rlvr.train.forward import completion_logprobs, reference_logprobs
-from rlvr.train.update import UpdateSettings, policy_update, reference_forward
+from rlvr.train.update import policy_update, reference_forward
 
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
