@@ -32,7 +32,7 @@ from rlvr.models import unwrap
 MASKED_ATTENTION = ("sdpa", "eager")  # attention implementations that take a 4D mask as given
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Packing:
     """Where a micro-batch's tokens go in its one packed row, and where each completion token's predicting
     state comes back from."""
