@@ -45,24 +45,29 @@ def same_run(a, b):
         assert sa[key] == sb[key]
 
 
-@pytest.mark.parametrize("kill_after_lines", [1, 3, 5])
-def test_sigkill_then_resume_matches_the_run_left_alone(alone, tmp_path, kill_after_lines):
-    out = tmp_path / "run"
-    env = {**os.environ, "PYTHONHASHSEED": "123"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, f"--train.out={out}"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = out / "metrics.jsonl"
-    deadline = time.time() + 120
+def killed_after(args: list[str], out: Path, lines: int) -> None:
+    """`rlvr train ARGS --train.out=OUT` in a process of its own, SIGKILLed once its metrics.jsonl holds
+    `lines` lines (the run must still be going then)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *args, f"--train.out={out}"],
+                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics, deadline = out / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= kill_after_lines:
+        if metrics.exists() and metrics.read_text().count("\n") >= lines:
             break
         time.sleep(0.01)
     assert proc.poll() is None, "the run finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+@pytest.mark.parametrize("kill_after_lines", [1, 3, 5])
+def test_sigkill_then_resume_matches_the_run_left_alone(alone, tmp_path, kill_after_lines):
+    out = tmp_path / "run"
+    killed_after(RUN, out, kill_after_lines)
     assert main(["train", "--resume", str(out)]) == 0
     same_run(alone, out)
-    steps = [m["step"] for m in read_jsonl(metrics)]
+    steps = [m["step"] for m in read_jsonl(out / "metrics.jsonl")]
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
@@ -79,17 +84,7 @@ def test_adaptive_entropy_resumes_value_for_value(tmp_path):
     coefs = [m["entropy/coef"] for m in read_jsonl(alone_out / "metrics.jsonl")]
     assert coefs[0] == 0.0 and coefs[1:] == pytest.approx([0.015, 0.02, 0.025, 0.03, 0.035])
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, *ADAPTIVE, f"--train.out={out}"],
-                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    metrics, deadline = out / "metrics.jsonl", time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    killed_after([*RUN, *ADAPTIVE], out, 3)
     assert [p.name for p in checkpoints(out)] == ["step_000002.pt"]  # it resumes from step 2
     assert main(["train", "--resume", str(out)]) == 0
     same_run(alone_out, out)
@@ -108,17 +103,7 @@ def test_fp32_masters_resume_exactly(tmp_path, kind):
     alone_out = tmp_path / "alone"
     assert main(["train", *bf16, f"--train.out={alone_out}"]) == 0
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *bf16, f"--train.out={out}"],
-                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    metrics, deadline = out / "metrics.jsonl", time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    killed_after(bf16, out, 3)
     (ckpt,) = checkpoints(out)
     import torch
 
