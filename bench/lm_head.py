@@ -1,5 +1,5 @@
 """The LM head + log-prob (+ entropy) forward and backward: the fused, chunked autograd function
-(rlvr.train.forward.FusedHeadLogprob, train.lm_head=fused) against the chunked path it replaces (chunked),
+(rlvr.train.head.FusedHeadLogprob, train.lm_head=fused) against the chunked path it replaces (chunked),
 time and peak memory on the CPU.
 
     python bench/lm_head.py [--shapes demo large] [--reps 3] [--rounds 2]
@@ -38,7 +38,7 @@ def child(shape: str, path: str, reps: int) -> None:
     import torch
 
     from rlvr.device import reset_peak_memory
-    from rlvr.train.forward import token_logprobs
+    from rlvr.train.head import token_logprobs
 
     n, h, v = SHAPES[shape]
     torch.manual_seed(0)

@@ -44,7 +44,7 @@ ACTIVATION_TERMS = {"hidden": 8, "kv": 4, "intermediate": 4}
 # [n, vocab] fp32 tensors alive at once: the decode step's logits, softmax and sampling copy; on the CPU the
 # update keeps each chunk's log-softmax for the backward; on CUDA one chunk's logits, log-softmax and grads
 LOGIT_COPIES = {"rollout": 3, "update_cpu": 1, "update_cuda": 4}
-CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/forward.py token_logprobs)
+CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/head.py token_logprobs)
 # On the CPU the measure is the process's resident set, which from the first step on also holds what is no
 # tensor the plan counts: the allocator's arenas of small blocks, Python objects, the tokenizer's caches. Read
 # off bench/plan_check.py's runs (resident set between steps less the weights and optimizer state held: 0.10

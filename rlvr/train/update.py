@@ -16,8 +16,8 @@ from rlvr.train import distributed as dd
 from rlvr.report import schema
 from rlvr.train.batch import Batch
 from rlvr.device import autocast
-from rlvr.train.forward import (MAX_BUCKETS, Reference, completion_forward, reference_logprobs,
-                                reference_precision, use_fused_head)
+from rlvr.train.forward import MAX_BUCKETS, Reference, completion_forward, reference_logprobs, reference_precision
+from rlvr.train.head import use_fused_head
 from rlvr.train.optim import step_keeping_finite
 
 # from the metric schema (rlvr/report/schema.py): policy_loss's statistics that are means over real tokens,
@@ -65,7 +65,7 @@ class UpdateSettings:
     max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
     # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
-    lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (forward.use_fused_head)
+    lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (head.use_fused_head)
     packed: bool = False  # train.packed: the update's forwards padding-free (rlvr/train/packed.py)
 
     @staticmethod

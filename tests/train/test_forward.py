@@ -230,7 +230,7 @@ def test_fused_head_gives_the_chunked_values_and_its_gradients():
     bit; gradients of hidden, weight and bias within 1e-6 of the largest in fp32 (the same sums in another
     order) and 1e-2 under bf16 autocast (the chunked path sums the weight's gradient in bf16, the fused one
     in fp32); with an entropy bonus (entropy_grad), a temperature and chunks that do not divide N."""
-    from rlvr.train.forward import token_logprobs
+    from rlvr.train.head import token_logprobs
 
     torch.manual_seed(0)
     n, h_dim, vocab = 150, 32, 500
@@ -262,18 +262,18 @@ def test_lm_head_setting_picks_the_update_s_path(tiny, monkeypatch):
     import copy
 
     from rlvr.config import Config, OptimizerConfig, TrainConfig
-    from rlvr.train import forward
+    from rlvr.train import head
     from rlvr.train.batch import Batch
     from rlvr.train.update import UpdateSettings, policy_update
 
-    assert forward.use_fused_head("auto", torch.device("cuda")) and not forward.use_fused_head("auto", torch.device("cpu"))
+    assert head.use_fused_head("auto", torch.device("cuda")) and not head.use_fused_head("auto", torch.device("cpu"))
     model, tok = tiny
     prompts, r = rollout(model, tok)
     batch = Batch(prompts=prompts, completion_ids=r.completion_ids, completion_mask=r.completion_mask,
                   advantages=torch.linspace(-1, 1, r.completion_ids.shape[0]), group_size=3)
     calls = []
-    apply = forward.FusedHeadLogprob.apply
-    monkeypatch.setattr(forward.FusedHeadLogprob, "apply", lambda *a: calls.append(1) or apply(*a))
+    apply = head.FusedHeadLogprob.apply
+    monkeypatch.setattr(head.FusedHeadLogprob, "apply", lambda *a: calls.append(1) or apply(*a))
     results = []
     for lm_head in ("chunked", "fused"):
         m = copy.deepcopy(model)
