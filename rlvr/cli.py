@@ -231,51 +231,15 @@ def cmd_eval(argv: list[str]) -> int:
     args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.params.digits=2 a config key
     cfg = build_config(args.config, overrides)
     from rlvr.eval.sampled import SampleSettings
-    from rlvr.eval.grader import choose_grader
-    from rlvr.eval.suite import (baseline_lines, compare_to_baseline, eval_json, evaluate_tasks, format_table,
-                                 task_configs, task_graders, write_outputs)
-    from rlvr.rewards import rewards_of
-    from rlvr.device import resolve_device, resolve_precision, sampling_autocast
-    from rlvr.models import load_model, stop_token_ids
-    from rlvr.rollout.engines import graph_decode
+    from rlvr.eval.suite import run_eval
 
-    tasks = task_configs(cfg.task, args.task or [cfg.task.name])
-    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded
-    graders = task_graders(cfg.task, tasks, grader)
-    if grader.user:  # the built-in checker is what rlvr eval always used
-        print(f"{cfg.task.name}: {grader.line()}", file=sys.stderr)
     given = lambda value, default: default if value is None else value
     s = SampleSettings(k=args.k, samples=given(args.samples, args.k), temperature=args.temperature,
                        max_new_tokens=given(args.max_new_tokens, cfg.eval.max_new_tokens),
                        batch_size=given(args.batch_size, cfg.eval.batch_size), seed=args.seed)
     s.check()
-    model = args.model or cfg.model.name
-    device = resolve_device(cfg.train.device)
-    sampling = sampling_autocast(device, resolve_precision(cfg.train.mixed_precision, device))  # as training samples
-
-    def loaded(name: str):
-        model, tok = load_model(name, cfg.model.dtype, device, cfg.model.quantize)
-        graph_decode(cfg.rollout, model)
-        return model, tok
-
-    policy, tok = loaded(model)
-    with sampling:
-        results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, args.split, args.n, s, cfg.env,
-                                 graders)
-    summaries = {label: summary for label, (summary, _) in results.items()}
-    print(format_table(summaries, s.k))
-    if args.baseline:
-        del policy  # one model in memory at a time
-        base_policy, base_tok = loaded(args.baseline)
-        with sampling:
-            compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
-                                           args.baseline, tasks, args.split, args.n, s, results, cfg.env, graders)
-        for label, (base, _) in compared.items():
-            summaries[label]["baseline"] = base
-            print("\n".join(baseline_lines(label, summaries[label], base)))
-    path = write_outputs(args.out, eval_json(model, args.split, s, summaries),
-                         {label: records for label, (_, records) in results.items()},
-                         {label: records for label, (_, records) in compared.items()} if args.baseline else None)
+    path = run_eval(cfg, args.model or cfg.model.name, args.task or [cfg.task.name], args.split, args.n, s,
+                    args.out, args.baseline)
     print(f"wrote {path}")
     return 0
 

@@ -181,3 +181,48 @@ def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]],
                     for r in recs:
                         f.write(json.dumps({"task": label, **r}) + "\n")
     return out / "eval.json"
+
+
+def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, s: SampleSettings, out: str | Path,
+             baseline: str | None = None) -> Path:
+    """rlvr eval: `model` on each task of `task_names` (cfg's task settings, graded as a run of cfg grades), the
+    table printed, and with `baseline` that model evaluated alike beside it; returns the eval.json written
+    into `out`."""
+    from rlvr.device import resolve_device, resolve_precision, sampling_autocast
+    from rlvr.eval.grader import choose_grader
+    from rlvr.models import load_model, stop_token_ids
+    from rlvr.rewards import rewards_of
+    from rlvr.rollout.engines import graph_decode
+
+    tasks = task_configs(cfg.task, task_names)
+    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded
+    graders = task_graders(cfg.task, tasks, grader)
+    if grader.user:  # the built-in checker is what rlvr eval always used
+        print(f"{cfg.task.name}: {grader.line()}", file=sys.stderr)
+    device = resolve_device(cfg.train.device)
+    sampling = sampling_autocast(device, resolve_precision(cfg.train.mixed_precision, device))  # as training samples
+
+    def loaded(name: str):
+        model, tok = load_model(name, cfg.model.dtype, device, cfg.model.quantize)
+        graph_decode(cfg.rollout, model)
+        return model, tok
+
+    policy, tok = loaded(model)
+    with sampling:
+        results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, split, n, s, cfg.env,
+                                 graders)
+    summaries = {label: summary for label, (summary, _) in results.items()}
+    print(format_table(summaries, s.k))
+    if baseline:
+        del policy  # one model in memory at a time
+        base_policy, base_tok = loaded(baseline)
+        with sampling:
+            compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
+                                           baseline, tasks, split, n, s, results, cfg.env, graders)
+        for label, (base, _) in compared.items():
+            summaries[label]["baseline"] = base
+            print("\n".join(baseline_lines(label, summaries[label], base)))
+    path = write_outputs(out, eval_json(model, split, s, summaries),
+                         {label: records for label, (_, records) in results.items()},
+                         {label: records for label, (_, records) in compared.items()} if baseline else None)
+    return path
