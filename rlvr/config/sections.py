@@ -203,7 +203,7 @@ class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
     model may call env.tools by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>; or
-    'module:Class': an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
+    'module:Class' (or 'path/to/file.py:Class'): an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
     or a TRL-style environment class (reset(**row), public methods as tools, optional get_reward() scored
     by the `env` reward)."""
     tools: list[str] = field(default_factory=lambda: ["calculator"])
