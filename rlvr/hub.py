@@ -25,6 +25,8 @@ def data_suffix(name) -> str:
     if suffixes[-1:] == [".gz"]:
         return suffixes[-2] if len(suffixes) > 1 and suffixes[-2] in DATA_SUFFIXES[1:] else ""
     return suffixes[-1] if suffixes else ""
+
+
 # a model's files that loading needs; a repository's other formats (.bin, .onnx, .gguf) are not fetched
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
@@ -90,8 +92,19 @@ def _in_split(rel: Path, split: str) -> bool:
 def dataset_files(repo_id: str, config: str, split: str) -> list[Path]:
     """The data files of one config and split of a Hub dataset (Hub layouts: <config>/<split>-*.parquet,
     data/<split>-*.parquet, <split>.jsonl, ...), in name order."""
-    root = snapshot(repo_id, "dataset")
-    found = sorted(p.relative_to(root) for p in root.rglob("*") if data_suffix(p) in DATA_SUFFIXES and p.is_file())
+    return split_files(snapshot(repo_id, "dataset"), repo_id, config, split)
+
+
+def data_files(root: Path) -> list[Path]:
+    """The data files under a folder (relative to it), in name order; hidden folders (.git, .cache) skipped."""
+    rels = (p.relative_to(root) for p in root.rglob("*") if data_suffix(p) in DATA_SUFFIXES and p.is_file())
+    return sorted(r for r in rels if not any(part.startswith(".") for part in r.parts))
+
+
+def split_files(root: Path, repo_id: str, config: str, split: str) -> list[Path]:
+    """dataset_files of a folder in the Hub's layout: a snapshot, or a local copy (`hf download --local-dir`,
+    a git clone of the dataset's repository)."""
+    found = data_files(root)
     chosen = [r for r in found if _in_split(r, split) and (not config or config in r.parts[:-1])]
     configs = sorted({r.parts[0] for r in found if len(r.parts) > 1 and r.parts[0] not in ("data", split)})
     listed = ", ".join(map(str, found[:10])) + (", ..." if len(found) > 10 else "")

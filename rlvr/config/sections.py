@@ -49,8 +49,9 @@ class ModelConfig:
 class TaskConfig:
     name: str = "arithmetic"
     """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .json, .csv, each may be
-    gzipped, .parquet, or a directory written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
-    task.config and task.split; from the Hugging Face cache, else downloaded)."""
+    gzipped, .parquet, or a directory written by datasets' save_to_disk or laid out as a Hub dataset's,
+    read with task.config and task.split), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k,
+    with task.config and task.split; from the Hugging Face cache, else downloaded)."""
     config: str = ""
     """Hub datasets: the config (subset), e.g. main for openai/gsm8k; empty when the dataset has one."""
     split: str = "train"

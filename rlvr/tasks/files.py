@@ -167,7 +167,8 @@ def read_saved_dataset(path: Path) -> list[Row]:
         path = path / "train"
     state = path / "state.json"
     if not state.exists():
-        raise RlvrError(f"{path}: a directory, but not one written by datasets' save_to_disk (no state.json)")
+        raise RlvrError(f"{path}: a directory, but not one written by datasets' save_to_disk (no state.json), nor "
+                        f"one holding data files ({', '.join(SUFFIXES)}) as a Hub dataset's folder does")
     try:
         files = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
     except (json.JSONDecodeError, KeyError, TypeError) as e:

@@ -212,8 +212,10 @@ def test_bad_columns_types_and_names(tmp_path):
         build_splits(TaskConfig(name=str(tmp_path / "d.json")))
     with pytest.raises(RlvrError, match="no such dataset file"):
         build_splits(TaskConfig(name=str(tmp_path / "missing.jsonl")))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.txt").write_text("no data here")
     with pytest.raises(RlvrError, match="not one written by datasets' save_to_disk"):
-        build_splits(TaskConfig(name=str(tmp_path)))
+        build_splits(TaskConfig(name=str(tmp_path / "notes")))
     with pytest.raises(RlvrError, match="too few to carve task.heldout_size=30"):
         build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=30))
     with pytest.raises(RlvrError, match="too few to carve task.heldout_size=1 held-out rows"):
