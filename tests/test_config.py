@@ -38,6 +38,38 @@ def test_unknown_key_names_nearest(tmp_path):
         build_config(None, ["--algo.lrr=1"])   # near a moved key: the key it moved to
 
 
+def test_other_trainers_names_point_to_rlvr_keys(tmp_path):
+    # a config written from TRL's / verl's habits: the nearest spelling would be another setting
+    # (learning_rate -> rewards.isolate, rollout.max_completion_length -> rollout.vllm.max_model_len)
+    p = write(tmp_path, "model:\n  name: tiny-random\nlearning_rate: 1.0e-6\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'learning_rate': "
+                                          r"TRL's 'learning_rate' is rlvr's 'optimizer.lr'$"):
+        build_config(p)
+    p = write(tmp_path, "rollout:\n  max_completion_length: 64\n")
+    with pytest.raises(ConfigError, match=r"'rollout.max_completion_length': TRL's 'max_completion_length' "
+                                          r"is rlvr's 'rollout.max_new_tokens'$"):
+        build_config(p)
+    with pytest.raises(ConfigError, match=r"command line: unknown config key 'rollout.num_generations': "
+                                          r"TRL's 'num_generations' is rlvr's 'rollout.group_size'$"):
+        build_config(None, ["--rollout.num_generations=4"])
+    with pytest.raises(ConfigError, match=r"'algo.kl_loss_coef': verl's 'kl_loss_coef' is rlvr's 'algo.beta'$"):
+        build_config(None, ["--algo.kl_loss_coef=0.01"])
+    # where the meaning differs, the message says how
+    with pytest.raises(ConfigError, match=r"is rlvr's 'rollout.prompts_per_step' \(TRL counts completions, "
+                                          r"rlvr prompts: a step samples rollout.prompts_per_step x rollout.group_size"):
+        build_config(None, ["--train.per_device_train_batch_size=8"])
+
+
+def test_other_trainers_bare_flags_are_named(capsys):
+    from rlvr.cli import main
+
+    assert main(["train", "--num_generations=4", "--max_prompt_length=512"]) == 2
+    err = capsys.readouterr().err
+    assert ("unrecognised arguments: --num_generations=4 --max_prompt_length=512; did you mean "
+            "--rollout.group_size=... (TRL's 'num_generations' is rlvr's 'rollout.group_size')?; "
+            "TRL's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
+
+
 def test_wrong_type_names_key_and_type():
     with pytest.raises(ConfigError, match=r"'rollout.group_size' must be int, got 'many'"):
         build_config(None, ["--rollout.group_size=many"])
