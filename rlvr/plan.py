@@ -1,7 +1,7 @@
 """rlvr plan: the peak memory of a run's rollout and update, by component, from the model's config alone.
 
 No weights are read: the architecture numbers come from a local model directory's config.json (transformers'
-AutoConfig), a shape shipped in rlvr/shapes/ (public configs: llama-3.1-8b, qwen2.5-32b, qwen3-1.7b), or a
+AutoConfig), a Hub name's config.json in the Hugging Face cache, a shape shipped in rlvr/shapes/ (public configs: llama-3.1-8b, qwen2.5-32b, qwen3-1.7b), or a
 built-in model. Each phase's peak is the sum of what it holds at its peak:
 
     rollout  weights (+ a bf16 rollout copy, + a reference copy)  + gradients and optimizer state (still held)
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlvr.errors import RlvrError
+from rlvr.hub import cache_dir, cached_config, is_hub_name
 from rlvr.models import SHAPES
 
 GIB = 2**30
@@ -233,6 +234,8 @@ def stored_dtype(name: str) -> str | None:
     if shipped.is_file():
         return json.loads(shipped.read_text()).get("torch_dtype")
     path = Path(name).expanduser()
+    if not path.is_dir() and is_hub_name(name):
+        path = getattr(cached_config(name), "parent", path)
     return checkpoint_dtype(path) if path.is_dir() else None
 
 
@@ -256,6 +259,12 @@ def shape_of(name: str) -> Shape:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return _from_config(json.loads((path / "config.json").read_text()), str(path))
+    if is_hub_name(name):  # org/name: its config.json from the Hugging Face cache, which the run would load from
+        config = cached_config(name)
+        if config is None:
+            raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({cache_dir()}); the plan needs "
+                            f"its config.json alone: `hf download {name} config.json`, or a local model directory")
+        return _from_config(json.loads(config.read_text()), name)
     known = sorted(p.stem for p in SHAPES.glob("*.json"))
     raise RlvrError(f"rlvr plan: no config for '{name}': give a local model directory (its config.json), a built-in "
                     f"({', '.join(BUILTINS)}) or a shipped shape ({', '.join(known)})")
