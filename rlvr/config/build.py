@@ -267,6 +267,19 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+def key_lines(path: str | Path) -> dict[str, int]:
+    """The line (1-based) of each key of a config file, as `_flat` names them (`section.key`, and the
+    section itself), so an error about a key can say where it is written."""
+    node = yaml.compose(decode_utf8(Path(path).read_bytes(), Path(path)), Loader=_Loader)
+    lines: dict[str, int] = {}
+    for k, v in node.value if isinstance(node, yaml.MappingNode) else []:
+        lines[str(k.value)] = k.start_mark.line + 1
+        if isinstance(v, yaml.MappingNode) and "." not in str(k.value):
+            for sub, _ in v.value:
+                lines[f"{k.value}.{sub.value}"] = sub.start_mark.line + 1
+    return lines
+
+
 def parse_override(arg: str) -> tuple[str, object]:
     """'--section.key=value' -> ('section.key', value parsed as YAML)."""
     if not arg.startswith("--") or "=" not in arg:
@@ -329,8 +342,10 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     data = _preset_replaces(data, preset, str(path))
     for key, value in PRESETS[preset].items():
         _set(cfg, _preset_key(key), value, f"preset {preset}")
+    lines = key_lines(path) if path is not None else {}
     for key, value in data.items():
-        _set(cfg, str(key), value, str(path))
+        line = lines.get(str(key))
+        _set(cfg, str(key), value, f"{path}, line {line}" if line else str(path))
     for key, value in parsed:
         _set(cfg, key, value, "command line")
     if not cfg.train.out:
