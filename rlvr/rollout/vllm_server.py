@@ -23,8 +23,8 @@ version (`GET /weight_info`). A server that restarted, or missed a push, answers
 rollout stops with an error naming it: a rollout never silently comes from stale weights.
 
 Failures: every request has a timeout (rollout.vllm.timeout_s); a server that refuses, dies or hangs
-stops the run with an RlvrError naming its URL and what it was asked; the run directory keeps its last
-checkpoint, so `rlvr train --resume` continues once the server is back.
+stops the run with an RlvrError naming its URL and what it was asked; the training loop first
+checkpoints the steps done (rlvr/train/grpo.py), so `rlvr train --resume` continues once the server is back.
 """
 from __future__ import annotations
 
@@ -70,12 +70,10 @@ def call(url: str, path: str, body: dict | None = None, *, timeout: float, what:
         raise ServerError(f"vLLM server {url}: {path} ({what}) answered HTTP {e.code}: {detail}{hint}") from None
     except (TimeoutError, socket.timeout) as e:
         raise ServerError(f"vLLM server {url}: no answer to {path} ({what}) within rollout.vllm.timeout_s="
-                          f"{timeout:g} s: is it overloaded or hung? The run can go on with rlvr train --resume "
-                          "once the server answers") from e
+                          f"{timeout:g} s: is it overloaded or hung?") from e
     except (urllib.error.URLError, ConnectionError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise ServerError(f"vLLM server {url}: {path} ({what}) failed: {reason}. Is the server running? The run "
-                          "can go on with rlvr train --resume once it is back") from None
+        raise ServerError(f"vLLM server {url}: {path} ({what}) failed: {reason}. Is the server running?") from None
     try:
         return json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError:
@@ -189,8 +187,8 @@ class VllmServerEngine:
             held = self.version_of(url)
             if held != self.expected:
                 raise ServerError(f"vLLM server {url} holds weights version {held!r}, not {self.expected!r} (the "
-                                  "last pushed): it restarted or missed a push, and would sample from stale weights. "
-                                  "Restart the run with rlvr train --resume (it pushes the weights again)")
+                                  "last pushed): it restarted or missed a push, and would sample from stale weights "
+                                  "(a resumed run pushes them again)")
 
     # ------------------------------------------------------------ sampling
 
