@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -42,6 +43,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.models import unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.vllm_engine import outputs_to_rollout
@@ -147,6 +149,34 @@ def check_server_config(url: str, config: dict) -> None:
                           "--no-enable-chunked-prefill --max-num-batched-tokens N (N at least --max-model-len)")
 
 
+_EMBEDDING = re.compile(r"\(embed_tokens\): \w+\((?=[^)]*org_vocab_size=(\d+))(?=[^)]*embedding_dim=(\d+))")
+
+
+def served_embedding(url: str, timeout: float) -> tuple[int, int] | None:
+    """(vocabulary, hidden size) of the model a server holds, read from vLLM's printout of its model
+    (`get_model_inspection`); None where that route or its format is not this vLLM's."""
+    try:
+        answer = call(url, "/collective_rpc", {"method": "get_model_inspection"}, timeout=timeout,
+                      what="describing its model")
+        m = _EMBEDDING.search(str((answer.get("results") or [""])[0]))
+    except ServerError:
+        return None
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def check_served_model(url: str, served: str, policy: torch.nn.Module, name: str, timeout: float) -> None:
+    """Refuse, before anything is pushed, a server whose model has another vocabulary or hidden size than
+    the trainer's: its reload would fail half way, and vLLM 0.32 then fails every later reload too (the
+    server must be restarted)."""
+    shape = served_embedding(url, timeout)
+    trainer = tuple(unwrap(policy).get_input_embeddings().weight.shape)
+    if shape is not None and shape != trainer:
+        raise ServerError(f"vLLM server {url} serves {served} (vocabulary {shape[0]}, hidden size {shape[1]}), "
+                          f"and the trainer trains {name} (vocabulary {trainer[0]}, hidden size {trainer[1]}): "
+                          f"its weights cannot be pushed there. Start the server with the model the trainer "
+                          f"starts from (--model; docs/vllm.md)")
+
+
 class VllmServerEngine:
     """Rollouts from vLLM servers (module docstring). rank/world: this trainer process's place under
     torchrun (rank 0 pushes; prompts go to the servers round robin, offset by rank)."""
@@ -250,9 +280,17 @@ class VllmServerEngine:
             self._push_nccl(items, policy)
         else:
             path = write_weights(items, self.weights_dir / version)
-            self._each(lambda url: call(url, "/collective_rpc", {"method": "reload_weights",
-                                                                 "kwargs": {"weights_path": str(path)}},
-                                        timeout=self.timeout, what=f"reloading the weights from {path}"))
+            try:
+                self._each(lambda url: call(url, "/collective_rpc", {"method": "reload_weights",
+                                                                     "kwargs": {"weights_path": str(path)}},
+                                            timeout=self.timeout, what=f"reloading the weights from {path}"))
+            except ServerError as e:
+                shutil.rmtree(path, ignore_errors=True)  # a version no server will hold
+                if "HTTP 500" in str(e):  # vLLM's own reason is in the server's log, often not in its answer
+                    raise ServerError(f"{e}. The server could not load the trainer's weights: does it serve the "
+                                      "model the trainer trains? A failed reload leaves vLLM unable to reload "
+                                      "again: restart the server (docs/vllm.md)") from None
+                raise
         self._each(lambda url: call(url, "/reset_prefix_cache", {}, timeout=self.timeout,
                                     what="dropping the prompt cache computed with the old weights"))
         self._each(lambda url: call(url, "/update_weight_version", {"new_version": version}, timeout=self.timeout,
@@ -334,5 +372,16 @@ def make_server_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmServe
     weights_dir = Path(v.weights_dir).expanduser() if v.weights_dir else Path(workdir) / "vllm-weights"
     engine = VllmServerEngine(v.urls(), weights_dir=weights_dir, timeout_s=v.timeout_s, push=v.weight_push,
                               rank=rank, world=world)
-    engine.sync_weights(policy)  # the trainer's weights are the truth (LoRA, a resume, tiny random weights)
+    for url, served in engine.models.items():
+        check_served_model(url, served, policy, cfg.model.name, v.timeout_s)
+    made = [d for d in (weights_dir, *weights_dir.parents) if not d.exists()]  # deepest first
+    try:
+        engine.sync_weights(policy)  # the trainer's weights are the truth (LoRA, a resume, tiny random weights)
+    except RlvrError:  # a start that fails leaves no directory behind (a fresh run's would refuse the rerun)
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
     return engine

@@ -1,6 +1,6 @@
 """Server mode for real: a vLLM server on 127.0.0.1 started by this module (once: ~60 s on an idle 2-core machine),
 weights pushed and checked (greedy outputs equal the trainer's after a push), a short `rlvr train` through it, a
-server holding other weights refused, and a server killed mid-run named in the error with the steps done
+server holding other weights or serving another model refused, and a server killed mid-run named in the error with the steps done
 checkpointed.
 
 Runs in the vLLM venv (`make vllm`; `make test` runs `pytest -m vllm` there): skipped where vllm is not installed.
@@ -131,6 +131,27 @@ def test_a_server_with_other_weights_is_refused(server, tmp_path):
     with pytest.raises(ServerError, match=f"vLLM server {url} holds weights version 'someone-else'.*stale"):
         engine.generate([[5, 6]], seeds=[1], group_size=2, max_new_tokens=2, temperature=1.0, stop_ids=[3],
                         pad_id=0)
+
+
+def test_a_server_serving_another_model_is_refused_before_any_push(server, tmp_path):
+    """`rlvr train` of a model with another hidden size than the server's: refused naming both, with nothing pushed
+    (a failed reload leaves vLLM unable to reload again) and no run directory left behind."""
+    from rlvr.models import tiny_random
+    from rlvr.rollout.vllm_server import VllmServerEngine
+
+    url, model, *_ = server
+    other = tmp_path / "other"
+    policy, tok = tiny_random(seed=0, hidden=64)
+    policy.save_pretrained(other)
+    tok.save_pretrained(other)
+    out = tmp_path / "run"
+    done = run_train(out, url, other, "--train.steps=1")
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (f"vLLM server {url} serves {model} (vocabulary 100, hidden size 128), and the trainer trains {other} "
+            "(vocabulary 100, hidden size 64): its weights cannot be pushed there") in done.stderr, done.stderr[-3000:]
+    assert not out.exists()  # the same command runs once the server is the right one
+    engine = VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=120)
+    engine.sync_weights(tiny_random(seed=0, hidden=128)[0])  # the server still takes the right model's weights
 
 
 def train_command(out: Path, url: str, model: Path, *extra: str) -> list[str]:
