@@ -68,7 +68,9 @@ def call(url: str, path: str, body: dict | None = None, *, timeout: float, what:
             raw = response.read()
     except urllib.error.HTTPError as e:
         detail = e.read()[:500].decode(errors="replace")
-        hint = f"; {DEV_MODE_HINT}" if e.code == 404 else ""
+        hint = ""
+        if e.code == 404:  # the OpenAI routes are every vLLM server's; the others need its dev mode
+            hint = "; is it a vLLM server?" if path.startswith("/v1/") else f"; {DEV_MODE_HINT}"
         raise ServerError(f"vLLM server {url}: {path} ({what}) answered HTTP {e.code}: {detail}{hint}") from None
     except (TimeoutError, socket.timeout) as e:
         raise ServerError(f"vLLM server {url}: no answer to {path} ({what}) within rollout.vllm.timeout_s="

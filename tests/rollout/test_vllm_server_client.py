@@ -218,3 +218,11 @@ def test_a_first_push_the_server_cannot_load_says_why_and_leaves_no_run_director
         vs.make_server_engine(cfg, tiny[0], out)
     assert not out.exists()  # a rerun of the same command is not refused for a directory this start made
     assert not [p for p, _ in server.posts if p == "/update_weight_version"]
+
+
+def test_a_missing_route_says_what_to_check(fake_server):
+    _, url = fake_server
+    with pytest.raises(vs.ServerError, match=r"/v1/embeddings \(x\) answered HTTP 404.*; is it a vLLM server\?$"):
+        vs.call(url, "/v1/embeddings", timeout=5, what="x")
+    with pytest.raises(vs.ServerError, match="/get_world_size .*HTTP 404.*VLLM_SERVER_DEV_MODE=1"):
+        vs.call(url, "/get_world_size", timeout=5, what="x")
