@@ -84,6 +84,15 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
                         f"with `{command}`, or give a local path") from None
 
 
+def cached_config(repo_id: str) -> Path | None:
+    """A Hub model's config.json from the cache (no network, no download), or None when it is not there:
+    rlvr plan needs a model's config alone."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir())
+    return Path(found) if isinstance(found, str) else None
+
+
 def _in_split(rel: Path, split: str) -> bool:
     """A data file of `split`: a folder of that name, or a file name that starts with it (train-0000...)."""
     return split in rel.parts[:-1] or re.match(rf"{re.escape(split)}([-_.]|$)", rel.name) is not None

@@ -161,3 +161,23 @@ def test_is_hub_name_leaves_paths_alone(tmp_path, monkeypatch):
     (tmp_path / "runs" / "x").mkdir(parents=True)
     assert not is_hub_name("runs/x")  # a local folder wins
     assert not any(map(is_hub_name, ("tiny-random", "runs/demo/final", "./a/b", "/abs/x", "data.jsonl")))
+
+
+def test_rlvr_plan_reads_a_cached_hub_models_config_alone(cache, capsys):
+    from rlvr.cli import main
+    from rlvr.plan import SHAPES, shape_of, stored_dtype
+
+    # only config.json in the cache (`hf download ORG/NAME config.json`): no weights are needed to plan
+    snap = repo(cache, "model", "meta-llama/Llama-3.1-8B-Instruct")
+    (snap / "config.json").write_text((SHAPES / "llama-3.1-8b.json").read_text())
+    shape = shape_of("meta-llama/Llama-3.1-8B-Instruct")
+    assert shape.params == 8_030_261_248 and shape.name == "meta-llama/Llama-3.1-8B-Instruct"
+    assert stored_dtype("meta-llama/Llama-3.1-8B-Instruct") == "bfloat16"  # model.dtype auto reads it
+    assert main(["plan", "--model.name=meta-llama/Llama-3.1-8B-Instruct", "--model.dtype=auto", "--model.lora.r=16",
+                 "--memory=80GiB"]) == 0
+    assert "meta-llama/Llama-3.1-8B-Instruct (8.03B parameters) on cuda, weights bfloat16, LoRA r=16" in capsys.readouterr().out
+    # not cached: the one file to fetch, named
+    with pytest.raises(RlvrError, match=rf"'Qwen/Qwen2.5-7B-Instruct' is not in the Hugging Face cache \({cache}\); "
+                                        r"the plan needs its config.json alone: `hf download Qwen/Qwen2.5-7B-Instruct "
+                                        r"config.json`"):
+        shape_of("Qwen/Qwen2.5-7B-Instruct")

@@ -133,9 +133,10 @@ class VllmConfig:
     sleep mode)."""
     server_url: Union[str, list[str]] = ""
     """Sample from vLLM servers started by the user instead of a colocated engine: one URL
-    (http://host:8000), several (a list, or one string separated by commas: prompts are spread over them),
-    each started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs (docs/vllm.md). The
-    weights are pushed to every server after each update."""
+    (http://host:8000: the address alone, without the OpenAI base URL's /v1), several (a list, or one string
+    separated by commas: prompts are spread over them), each started with VLLM_SERVER_DEV_MODE=1 and
+    --logprobs-mode processed_logprobs (docs/vllm.md). The weights are pushed to every server after each
+    update, before the next rollout."""
     weight_push: str = "disk"
     """Server mode: how the weights reach the servers after each update: disk (written under weights_dir,
     each server reloads them in place: the CPU platform, and GPUs sharing a filesystem), or nccl (vLLM's
