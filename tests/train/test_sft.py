@@ -264,3 +264,19 @@ def test_sft_on_a_small_file_starts_from_the_defaults_as_train_does(tmp_path, mo
     assert (f"warning: the SFT baseline ({tmp_path / 'runs/sft'}) was evaluated with other prompts than this run: "
             "task.few_shot=0 there, 1 here; give this run the same (--task.few_shot=0) to compare like with like"
             ) in capsys.readouterr().err
+
+
+def test_gsm8k_rows_without_a_solution_column_name_the_column_of_worked_solutions(tmp_path, capsys):
+    """`rlvr sft --task.name=gsm8k.jsonl --task.columns.prompt=question`: GSM8K's worked solutions are its
+    `answer` column; the refusal names it and the override that uses it (before the model loads)."""
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Tom has {i} apples and buys 3 more. How many?",
+                                        "answer": f"{i} + 3 = <<{i}+3={i + 3}>>{i + 3}\n#### {i + 3}"}) + "\n"
+                            for i in range(10)))
+    args = ["sft", f"--task.name={data}", "--task.columns.prompt=question", "--model.name=no-such-model",
+            f"--train.out={tmp_path / 'run'}"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.endswith(
+        "file tasks need a 'solution' column (or task.columns: {solution: <column>}); column 'answer' holds worked "
+        "solutions (a final '#### N' or \\boxed{...}): --task.columns.solution=answer\n")
+    assert not (tmp_path / "run").exists()
