@@ -74,6 +74,10 @@ def as_rows(data, label: str) -> list[dict]:
     """A list of dicts, or a datasets.Dataset (anything with to_list), as a list of row dicts."""
     if hasattr(data, "to_list"):
         data = data.to_list()
+    if isinstance(data, dict) and data and all(hasattr(v, "to_list") for v in data.values()):
+        first = next(iter(data))  # load_dataset(name) without split=: a DatasetDict of splits
+        raise RlvrError(f"{label}: a DatasetDict of splits ({', '.join(map(str, data))}); pass one split, e.g. "
+                        f"{label}=dataset[{first!r}]")
     if isinstance(data, dict) or not isinstance(data, Iterable):
         raise RlvrError(f"{label}: give a list of dicts (one per row), a datasets.Dataset, or a file name; "
                         f"got {type(data).__name__}")

@@ -54,3 +54,15 @@ def test_as_rows_takes_lists_and_datasets():
     with pytest.raises(RlvrError, match="train_dataset: give a list of dicts .* got dict"):
         as_rows({"prompt": ["x"]}, "train_dataset")
     assert json.dumps(as_rows(iter(rows), "x")) == json.dumps(rows)
+
+
+def test_a_dataset_dict_is_told_to_pass_one_split():
+    """`rlvr.fit(train_dataset=load_dataset("openai/gsm8k", "main"))` passes a DatasetDict (no split=): the
+    error names its splits and the one to pass, where it said 'give a list of dicts ... got DatasetDict'."""
+    from datasets import Dataset, DatasetDict
+
+    splits = DatasetDict({"train": Dataset.from_list([{"prompt": "q", "answer": "1"}]),
+                          "test": Dataset.from_list([{"prompt": "r", "answer": "2"}])})
+    with pytest.raises(RlvrError, match=r"^train_dataset: a DatasetDict of splits \(train, test\); pass one split, "
+                                        r"e\.g\. train_dataset=dataset\['train'\]$"):
+        as_rows(splits, "train_dataset")
