@@ -234,12 +234,24 @@ def stored_dtype(name: str) -> str | None:
     if shipped.is_file():
         return json.loads(shipped.read_text()).get("torch_dtype")
     path = Path(name).expanduser()
+    if _run_model(path):
+        return stored_dtype(_run_model(path))
     if not path.is_dir() and is_hub_name(name):
         path = getattr(cached_config(name), "parent", path)
     return checkpoint_dtype(path) if path.is_dir() else None
 
 
 # ---------------------------------------------------------------------------------------------- shapes
+
+
+def _run_model(path: Path) -> str | None:
+    """model.name of the run whose checkpoint `path` is (RUN_DIR/checkpoints/step_N.pt), else None."""
+    config = path.parent.parent / "config.yaml"
+    if path.suffix != ".pt" or not path.is_file() or not config.is_file():
+        return None
+    from rlvr.config import build_config
+
+    return build_config(config).model.name
 
 
 def shape_of(name: str) -> Shape:
@@ -259,6 +271,8 @@ def shape_of(name: str) -> Shape:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return _from_config(json.loads((path / "config.json").read_text()), str(path))
+    if _run_model(path):  # a run's checkpoint: the shape of the model its run trained
+        return shape_of(_run_model(path))
     if is_hub_name(name):  # org/name: its config.json from the Hugging Face cache, which the run would load from
         config = cached_config(name)
         if config is None:
