@@ -376,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     module's non-daemon thread would otherwise keep a finished `rlvr train` alive)."""
     if argv is not None:
         return _command(list(argv))
+    working_directory_importable()
     try:
         code = _command(sys.argv[1:])
     except SystemExit as e:  # argparse's --help and usage errors
@@ -387,6 +388,16 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     exit_leaving_threads(code)
     return code
+
+
+def working_directory_importable() -> None:
+    """`python -m rlvr` has the working directory on sys.path, the `rlvr` script only its own bin folder: a
+    reward, tool or environment named `my_rewards:accuracy` after a file here loads under either. Added
+    last (as an absolute path, which a reward's os.chdir does not move), so no file here shadows a package
+    rlvr imports; the isolated reward worker inherits sys.path."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def exit_leaving_threads(code: int) -> None:

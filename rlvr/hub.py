@@ -14,7 +14,17 @@ from pathlib import Path
 from rlvr.errors import RlvrError
 
 _NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-DATA_SUFFIXES = (".parquet", ".jsonl", ".csv")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")  # a .jsonl, .json or .csv may be gzipped (name.jsonl.gz)
+DATA_PATTERNS = [f"*{s}" for s in DATA_SUFFIXES] + [f"*{s}.gz" for s in DATA_SUFFIXES if s != ".parquet"]
+
+
+def data_suffix(name) -> str:
+    """The data format a file name says: its suffix, or for a gzipped file the one before '.gz'
+    ('train.jsonl.gz' -> '.jsonl'); '' for '.gz' alone or a compressed parquet, which no reader takes."""
+    suffixes = Path(name).suffixes
+    if suffixes[-1:] == [".gz"]:
+        return suffixes[-2] if len(suffixes) > 1 and suffixes[-2] in DATA_SUFFIXES[1:] else ""
+    return suffixes[-1] if suffixes else ""
 # a model's files that loading needs; a repository's other formats (.bin, .onnx, .gguf) are not fetched
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
@@ -61,7 +71,7 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
     from rlvr.text import say
 
     say(f"downloading {repo_type} {repo_id} from the Hugging Face Hub into {cache}")
-    patterns = MODEL_FILES if repo_type == "model" else [f"*{s}" for s in DATA_SUFFIXES] + ["*.md"]
+    patterns = MODEL_FILES if repo_type == "model" else DATA_PATTERNS + ["*.md"]
     try:
         return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, allow_patterns=patterns))
     except (RepositoryNotFoundError, GatedRepoError) as e:
@@ -90,7 +100,7 @@ def dataset_files(repo_id: str, config: str, split: str) -> list[Path]:
     """The data files of one config and split of a Hub dataset (Hub layouts: <config>/<split>-*.parquet,
     data/<split>-*.parquet, <split>.jsonl, ...), in name order."""
     root = snapshot(repo_id, "dataset")
-    found = sorted(p.relative_to(root) for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file())
+    found = sorted(p.relative_to(root) for p in root.rglob("*") if data_suffix(p) in DATA_SUFFIXES and p.is_file())
     chosen = [r for r in found if _in_split(r, split) and (not config or config in r.parts[:-1])]
     configs = sorted({r.parts[0] for r in found if len(r.parts) > 1 and r.parts[0] not in ("data", split)})
     listed = ", ".join(map(str, found[:10])) + (", ..." if len(found) > 10 else "")

@@ -11,7 +11,7 @@ built-in model. Each phase's peak is the sum of what it holds at its peak:
     update   weights + optimizer state (the moments, and the fp32 master copies of bf16 trained weights)
              + activations (one micro-batch's tokens x layers x what a decoder layer keeps for its backward;
                with gradient checkpointing, each layer's input and one layer's in full; train.packed adds
-               its [tokens, tokens] mask)
+               each group's [tokens, tokens] mask)
              + logits (the log-prob head: fp32 [tokens, vocab] pieces, chunked, and their gradient)
              + gradients, which exist beside a micro-batch's activations from the second micro-batch on; with
                one micro-batch the peak is the larger of the forward's end (activations, logits) and the
@@ -105,7 +105,7 @@ class Settings:
     new_tokens: int = 256
     micro_batch_prompts: int = 4
     checkpointing: bool = False
-    packed: bool = False  # train.packed: each group's prompt once, under one [tokens, tokens] bool mask (sdpa)
+    packed: bool = False  # train.packed: a row per group, its prompt once, under its [tokens, tokens] mask (sdpa)
 
     @staticmethod
     def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "Settings":
@@ -180,7 +180,7 @@ def estimate(shape: Shape, s: Settings) -> Plan:
         activations = tokens * (shape.layers * shape.hidden + per_layer) * compute
     else:
         activations = tokens * shape.layers * per_layer * compute
-    mask = tokens * tokens if s.packed else 0  # the packed row's attention mask, a byte a pair, held to the end
+    mask = tokens * tokens // mb if s.packed else 0  # each group's packed row's mask, a byte a pair, held to the end
     activations += mask
     scored = mb * s.group * s.new_tokens  # completion tokens reach the head
     if s.device == "cuda":

@@ -210,6 +210,14 @@ def test_server_urls_one_or_several():
     assert build_config(None, []).rollout.vllm.urls() == []
     with pytest.raises(ConfigError, match="rollout.vllm.server_url 'a:8000' must start with http://"):
         build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=a:8000"])
+    # the OpenAI base URL's /v1: every route rlvr adds would answer 404, with a hint about the server's flags
+    with pytest.raises(ConfigError, match="rollout.vllm.server_url 'http://a:8000/v1' must be the server's address "
+                                          "alone, without a path: http://a:8000 "):
+        build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://a:8000/v1"])
+    with pytest.raises(ConfigError, match="rollout.vllm.server_url 'http://a:80000': Port out of range"):
+        build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://a:80000"])
+    with pytest.raises(ConfigError, match="rollout.vllm.server_url 'http://:8000' names no host"):
+        build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://:8000"])
 
 
 def test_docstrings_say_what_the_code_does():

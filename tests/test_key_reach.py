@@ -189,7 +189,7 @@ CPU_UNOBSERVABLE = {
     "rollout.cuda_graph": "CUDA only: decode replayed as CUDA graphs (tests/rollout/test_graphed.py on a GPU)",
     "rollout.vllm.gpu_memory_utilization": "vLLM on a GPU only (tests/rollout/test_vllm_gpu.py)",
     "rollout.vllm.sleep": "vLLM on a GPU only (tests/rollout/test_vllm_gpu.py)",
-    "rollout.vllm.server_url": "reserved: any value but empty is refused by validation (tests/test_config.py)",
+    "rollout.vllm.server_url": "needs a vLLM server: tests/rollout/test_vllm_server.py runs one in the vLLM venv",
     "train.parallel": "torchrun with several processes (tests/e2e/test_torchrun.py runs ddp and fsdp on gloo)",
     "rollout.compile": "speed only: the compiled decode step gives the eager step's tokens "
                        "(tests/rollout/test_lean.py); compiling takes tens of seconds on a CPU",

@@ -59,7 +59,7 @@ def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
     packed = estimate(SMALL, replace(CPU, checkpointing=True, micro_batch_prompts=1, packed=True))
     assert packed.update["activations"] == (3 * 6 + 10) * (2 * 64 + 1152) * 4 + 28 * 28  # one prompt, and the mask
     assert estimate(SMALL, replace(CPU, packed=True)).update["activations"] == \
-        estimate(SMALL, CPU).update["activations"] + (2 * (3 * 6 + 10)) ** 2  # both prompts in one micro-batch
+        estimate(SMALL, CPU).update["activations"] + 2 * (3 * 6 + 10) ** 2  # a row (and mask) per group
     g = estimate(SMALL, replace(CPU, device="cuda", dtype="bfloat16", precision="bf16", optimizer_state="8bit"))
     assert g.update["logits"] == 4 * 36 * 100 * 4 + 36 * 64 * 2  # one chunk (36 < 256 rows) and the hidden states
     assert g.update["optimizer"] == pytest.approx(80448 * (4 + 2 + 8 / 256))  # fp32 masters of the bf16 weights

@@ -48,8 +48,8 @@ class ModelConfig:
 @dataclass(kw_only=True)
 class TaskConfig:
     name: str = "arithmetic"
-    """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .csv, .parquet, or a directory
-    written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
+    """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .json, .csv, each may be
+    gzipped, .parquet, or a directory written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
     task.config and task.split; from the Hugging Face cache, else downloaded)."""
     config: str = ""
     """Hub datasets: the config (subset), e.g. main for openai/gsm8k; empty when the dataset has one."""
@@ -132,9 +132,10 @@ class VllmConfig:
     sleep mode)."""
     server_url: Union[str, list[str]] = ""
     """Sample from vLLM servers started by the user instead of a colocated engine: one URL
-    (http://host:8000), several (a list, or one string separated by commas: prompts are spread over them),
-    each started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs (docs/vllm.md). The
-    weights are pushed to every server after each update."""
+    (http://host:8000: the address alone, without the OpenAI base URL's /v1), several (a list, or one string
+    separated by commas: prompts are spread over them), each started with VLLM_SERVER_DEV_MODE=1 and
+    --logprobs-mode processed_logprobs (docs/vllm.md). The weights are pushed to every server after each
+    update, before the next rollout."""
     weight_push: str = "disk"
     """Server mode: how the weights reach the servers after each update: disk (written under weights_dir,
     each server reloads them in place: the CPU platform, and GPUs sharing a filesystem), or nccl (vLLM's
@@ -203,7 +204,7 @@ class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
     model may call env.tools by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>; or
-    'module:Class': an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
+    'module:Class' (or 'path/to/file.py:Class'): an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
     or a TRL-style environment class (reset(**row), public methods as tools, optional get_reward() scored
     by the `env` reward)."""
     tools: list[str] = field(default_factory=lambda: ["calculator"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import urllib.parse
 
 from rlvr.algo import AGGREGATIONS, ESTIMATORS, OBJECTIVES, SAMPLER_MODES
 from rlvr.algo.policy import SEQUENCE_RATIO_OBJECTIVES
@@ -45,7 +46,22 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
          "rollout.engine=vllm with it, or leave it empty"),
         *[(url.startswith(("http://", "https://")), f"rollout.vllm.server_url '{url}' must start with http:// "
            "or https://") for url in v.urls()],
+        *[_server_address(url) for url in v.urls()],
     ]
+
+
+def _server_address(url: str) -> tuple[bool, str]:
+    """A server URL is its address alone: rlvr adds the routes (/v1/completions, /collective_rpc, ...), so a
+    path such as the OpenAI base URL's /v1 would make every route a 404."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number from 0 to 65535)
+    except ValueError as e:
+        return False, f"rollout.vllm.server_url '{url}': {e}"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return False, (f"rollout.vllm.server_url '{url}' must be the server's address alone, without a path: "
+                       f"{parts.scheme}://{parts.netloc} (rlvr adds /v1/completions and the other routes)")
+    return bool(parts.hostname), f"rollout.vllm.server_url '{url}' names no host"
 
 
 def _algo(cfg: Config) -> list[tuple[bool, str]]:

@@ -23,13 +23,14 @@ version (`GET /weight_info`). A server that restarted, or missed a push, answers
 rollout stops with an error naming it: a rollout never silently comes from stale weights.
 
 Failures: every request has a timeout (rollout.vllm.timeout_s); a server that refuses, dies or hangs
-stops the run with an RlvrError naming its URL and what it was asked; the run directory keeps its last
-checkpoint, so `rlvr train --resume` continues once the server is back.
+stops the run with an RlvrError naming its URL and what it was asked; the training loop first
+checkpoints the steps done (rlvr/train/grpo.py), so `rlvr train --resume` continues once the server is back.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -42,6 +43,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.models import unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.vllm_engine import outputs_to_rollout
@@ -66,16 +68,16 @@ def call(url: str, path: str, body: dict | None = None, *, timeout: float, what:
             raw = response.read()
     except urllib.error.HTTPError as e:
         detail = e.read()[:500].decode(errors="replace")
-        hint = f"; {DEV_MODE_HINT}" if e.code == 404 else ""
+        hint = ""
+        if e.code == 404:  # the OpenAI routes are every vLLM server's; the others need its dev mode
+            hint = "; is it a vLLM server?" if path.startswith("/v1/") else f"; {DEV_MODE_HINT}"
         raise ServerError(f"vLLM server {url}: {path} ({what}) answered HTTP {e.code}: {detail}{hint}") from None
     except (TimeoutError, socket.timeout) as e:
         raise ServerError(f"vLLM server {url}: no answer to {path} ({what}) within rollout.vllm.timeout_s="
-                          f"{timeout:g} s: is it overloaded or hung? The run can go on with rlvr train --resume "
-                          "once the server answers") from e
+                          f"{timeout:g} s: is it overloaded or hung?") from e
     except (urllib.error.URLError, ConnectionError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise ServerError(f"vLLM server {url}: {path} ({what}) failed: {reason}. Is the server running? The run "
-                          "can go on with rlvr train --resume once it is back") from None
+        raise ServerError(f"vLLM server {url}: {path} ({what}) failed: {reason}. Is the server running?") from None
     try:
         return json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError:
@@ -149,6 +151,34 @@ def check_server_config(url: str, config: dict) -> None:
                           "--no-enable-chunked-prefill --max-num-batched-tokens N (N at least --max-model-len)")
 
 
+_EMBEDDING = re.compile(r"\(embed_tokens\): \w+\((?=[^)]*org_vocab_size=(\d+))(?=[^)]*embedding_dim=(\d+))")
+
+
+def served_embedding(url: str, timeout: float) -> tuple[int, int] | None:
+    """(vocabulary, hidden size) of the model a server holds, read from vLLM's printout of its model
+    (`get_model_inspection`); None where that route or its format is not this vLLM's."""
+    try:
+        answer = call(url, "/collective_rpc", {"method": "get_model_inspection"}, timeout=timeout,
+                      what="describing its model")
+        m = _EMBEDDING.search(str((answer.get("results") or [""])[0]))
+    except ServerError:
+        return None
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def check_served_model(url: str, served: str, policy: torch.nn.Module, name: str, timeout: float) -> None:
+    """Refuse, before anything is pushed, a server whose model has another vocabulary or hidden size than
+    the trainer's: its reload would fail half way, and vLLM 0.32 then fails every later reload too (the
+    server must be restarted)."""
+    shape = served_embedding(url, timeout)
+    trainer = tuple(unwrap(policy).get_input_embeddings().weight.shape)
+    if shape is not None and shape != trainer:
+        raise ServerError(f"vLLM server {url} serves {served} (vocabulary {shape[0]}, hidden size {shape[1]}), "
+                          f"and the trainer trains {name} (vocabulary {trainer[0]}, hidden size {trainer[1]}): "
+                          f"its weights cannot be pushed there. Start the server with the model the trainer "
+                          f"starts from (--model; docs/vllm.md)")
+
+
 class VllmServerEngine:
     """Rollouts from vLLM servers (module docstring). rank/world: this trainer process's place under
     torchrun (rank 0 pushes; prompts go to the servers round robin, offset by rank)."""
@@ -189,8 +219,8 @@ class VllmServerEngine:
             held = self.version_of(url)
             if held != self.expected:
                 raise ServerError(f"vLLM server {url} holds weights version {held!r}, not {self.expected!r} (the "
-                                  "last pushed): it restarted or missed a push, and would sample from stale weights. "
-                                  "Restart the run with rlvr train --resume (it pushes the weights again)")
+                                  "last pushed): it restarted or missed a push, and would sample from stale weights "
+                                  "(a resumed run pushes them again)")
 
     # ------------------------------------------------------------ sampling
 
@@ -252,9 +282,17 @@ class VllmServerEngine:
             self._push_nccl(items, policy)
         else:
             path = write_weights(items, self.weights_dir / version)
-            self._each(lambda url: call(url, "/collective_rpc", {"method": "reload_weights",
-                                                                 "kwargs": {"weights_path": str(path)}},
-                                        timeout=self.timeout, what=f"reloading the weights from {path}"))
+            try:
+                self._each(lambda url: call(url, "/collective_rpc", {"method": "reload_weights",
+                                                                     "kwargs": {"weights_path": str(path)}},
+                                            timeout=self.timeout, what=f"reloading the weights from {path}"))
+            except ServerError as e:
+                shutil.rmtree(path, ignore_errors=True)  # a version no server will hold
+                if "HTTP 500" in str(e):  # vLLM's own reason is in the server's log, often not in its answer
+                    raise ServerError(f"{e}. The server could not load the trainer's weights: does it serve the "
+                                      "model the trainer trains? A failed reload leaves vLLM unable to reload "
+                                      "again: restart the server (docs/vllm.md)") from None
+                raise
         self._each(lambda url: call(url, "/reset_prefix_cache", {}, timeout=self.timeout,
                                     what="dropping the prompt cache computed with the old weights"))
         self._each(lambda url: call(url, "/update_weight_version", {"new_version": version}, timeout=self.timeout,
@@ -336,5 +374,16 @@ def make_server_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmServe
     weights_dir = Path(v.weights_dir).expanduser() if v.weights_dir else Path(workdir) / "vllm-weights"
     engine = VllmServerEngine(v.urls(), weights_dir=weights_dir, timeout_s=v.timeout_s, push=v.weight_push,
                               rank=rank, world=world)
-    engine.sync_weights(policy)  # the trainer's weights are the truth (LoRA, a resume, tiny random weights)
+    for url, served in engine.models.items():
+        check_served_model(url, served, policy, cfg.model.name, v.timeout_s)
+    made = [d for d in (weights_dir, *weights_dir.parents) if not d.exists()]  # deepest first
+    try:
+        engine.sync_weights(policy)  # the trainer's weights are the truth (LoRA, a resume, tiny random weights)
+    except RlvrError:  # a start that fails leaves no directory behind (a fresh run's would refuse the rerun)
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
     return engine

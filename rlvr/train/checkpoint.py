@@ -129,14 +129,19 @@ class _Hashing:
         self.f.flush()
 
 
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    """Where step `step`'s checkpoint is written."""
+    return Path(run_dir) / CHECKPOINTS / f"step_{step:06d}.pt"
+
+
 def save_checkpoint(run_dir: str | Path, step: int, state: dict, keep: int) -> Path:
     """Write atomically (the checksum file first, then the checkpoint renamed into place), then delete
     all but the newest `keep` checkpoints. An OSError (disk full, permissions; torch's RuntimeError for a
     short write becomes one) propagates after the temporary file is removed; older checkpoints are
     untouched."""
-    d = Path(run_dir) / CHECKPOINTS
+    path = checkpoint_path(run_dir, step)
+    d = path.parent
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"step_{step:06d}.pt"
     tmp = d / f".{path.name}.tmp"
     try:
         with open(tmp, "wb") as f:

@@ -35,14 +35,15 @@ from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
 from rlvr.errors import WriteError
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, latest_checkpoint, load_newest,
-                                   restore_checkpoint, resume_records, save_final, set_aside, try_checkpoint)
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, checkpoint_path, latest_checkpoint,
+                                   load_newest, restore_checkpoint, resume_records, save_final, set_aside,
+                                   try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.optim import current_lr
-from rlvr.train.overlap import Rollouts
+from rlvr.train.overlap import RolloutError, Rollouts
 from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run, merge_collected
@@ -355,6 +356,21 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
     return summary
 
 
+def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: Rollouts) -> str:
+    """Checkpoint the steps done before a rollout failure stops the run (unless the newest checkpoint is
+    already of step p.step); says where the run stands. A single process only: under torchrun the other
+    ranks may not have failed, and a checkpoint needs them all."""
+    if p.step == 0:
+        return "No step had finished, so there is nothing to resume: start the run again once that is fixed"
+    if not run.dist.enabled and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
+        try_checkpoint(run, p, train_seconds, rollouts.state())  # a failed write is reported there
+    last = latest_checkpoint(run.out)
+    if last is None:
+        return f"No checkpoint was written: the {p.step} steps done are lost"
+    return (f"The run is saved up to {last.relative_to(run.out)} (of the {p.step} steps done): once that is "
+            f"fixed, continue it with rlvr train --resume {run.out}")
+
+
 def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:
     run, p, resumed, pending = start(cfg, resume, d, given)
     s = run.settings  # from here on the loop reads its settings, not the config
@@ -378,7 +394,10 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
                 break
             a = s.update.algo
             entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
-            m, collected = train_step(run, step, rollouts, entropy)
+            try:
+                m, collected = train_step(run, step, rollouts, entropy)
+            except RolloutError as e:  # the policy is as step p.step left it: keep what was done
+                raise RolloutError(f"{e}. {save_before_stopping(run, p, clock(), rollouts)}") from e
             if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
                 entropy = entropy.after(a, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy

@@ -1,7 +1,10 @@
 """Where each step's batch comes from (rollout.overlap).
 
 none: a step collects its batch (prompts, rollouts, rewards) first, from the weights its update then
-trains, and the engine takes the updated weights after the update (on-policy, lag 0).
+trains, and the engine takes the updated weights just before it collects the next batch (on-policy,
+lag 0). Taken there rather than right after the update, a push that fails (a vLLM server that died
+during the update) fails with the policy exactly as the last logged step left it, which the loop can
+checkpoint; and the last step's update is never pushed for nothing.
 
 one_step_off: while step k's update runs on the main thread, a background thread collects step k+1's
 batch from the engine's weights as they were before that update; step k+1 then trains on a batch one
@@ -15,9 +18,12 @@ synchronously.
         for step in ...:
             collected = rollouts.take(step, last)  # one step off: the batch collected during the last
             ...update...                           # update, and step+1's collection started
-            rollouts.updated()                     # none: the engine samples from the updated policy next
+            rollouts.updated()                     # the policy took an optimizer step
 
-A checkpoint holds the batch in flight (`state`), so a resumed run trains on what it would have.
+A checkpoint holds the batch in flight (`state`), so a resumed run trains on what it would have. A
+collection or push that fails raises RolloutError, after which `state` still describes the policy as the
+last finished step left it (a failed collection's batch is dropped; a batch collected before a failed
+push is kept in flight), so the run can be checkpointed there.
 """
 from __future__ import annotations
 
@@ -28,7 +34,13 @@ from typing import Callable
 
 import torch
 
+from rlvr.errors import RlvrError
 from rlvr.train.state import Collected
+
+
+class RolloutError(RlvrError):
+    """A step's batch could not be collected or the engine could not take the weights (a vLLM server that
+    refused, died or hung): the policy has not moved since the last finished step."""
 
 
 @dataclass
@@ -65,15 +77,27 @@ class Rollouts:
     def take(self, step: int, last_step: int) -> Collected:
         """Step `step`'s batch; one step off, also start collecting step+1's (unless `step` is the last)."""
         t0 = time.perf_counter()
-        if self.pending is not None and self.pending.step == step:
-            collected, version = self.pending.future.result(), self.pending.version
-        else:  # synchronous, or the first step of a run
-            collected, version = self._collect(step), self.synced
-        self.pending = None
-        waited = time.perf_counter() - t0
-        if self.one_step_off and step < last_step:
-            self.sync()
-            self.pending = Pending(step + 1, self.synced, self.pool.submit(self._collect, step + 1))
+        try:
+            if self.pending is not None and self.pending.step == step:
+                try:
+                    collected, version = self.pending.future.result(), self.pending.version
+                except BaseException:
+                    self.pending = None  # nothing in flight to checkpoint
+                    raise
+            else:  # synchronous, or the first step of a run
+                if self.synced != self.updates:
+                    self.sync()
+                collected, version = self._collect(step), self.synced
+            waited = time.perf_counter() - t0
+            if self.one_step_off and step < last_step:
+                self.sync()  # if this fails, the batch just taken stays in flight (`state`)
+                self.pending = Pending(step + 1, self.synced, self.pool.submit(self._collect, step + 1))
+            else:
+                self.pending = None
+        except RolloutError:
+            raise
+        except RlvrError as e:
+            raise RolloutError(str(e)) from e
         collected.metrics["rollout/policy_lag"] = self.updates - version
         if self.one_step_off:
             took = collected.metrics["time/collect_s"]
@@ -88,10 +112,8 @@ class Rollouts:
         return collected
 
     def updated(self) -> None:
-        """The policy took an optimizer step; synchronously, the engine follows it now."""
+        """The policy took an optimizer step; the engine takes it before it samples again (`take`)."""
         self.updates += 1
-        if not self.one_step_off:
-            self.sync()
 
     def sync(self) -> None:
         self.engine.sync_weights(self.policy)

@@ -1,6 +1,7 @@
 """Server mode for real: a vLLM server on 127.0.0.1 started by this module (once: ~60 s on an idle 2-core machine),
 weights pushed and checked (greedy outputs equal the trainer's after a push), a short `rlvr train` through it, a
-server holding other weights refused, and a killed server named in the error with the run left resumable.
+server holding other weights or serving another model refused, and a server killed mid-run named in the error with the steps done
+checkpointed.
 
 Runs in the vLLM venv (`make vllm`; `make test` runs `pytest -m vllm` there): skipped where vllm is not installed.
 """
@@ -132,12 +133,37 @@ def test_a_server_with_other_weights_is_refused(server, tmp_path):
                         pad_id=0)
 
 
+def test_a_server_serving_another_model_is_refused_before_any_push(server, tmp_path):
+    """`rlvr train` of a model with another hidden size than the server's: refused naming both, with nothing pushed
+    (a failed reload leaves vLLM unable to reload again) and no run directory left behind."""
+    from rlvr.models import tiny_random
+    from rlvr.rollout.vllm_server import VllmServerEngine
+
+    url, model, *_ = server
+    other = tmp_path / "other"
+    policy, tok = tiny_random(seed=0, hidden=64)
+    policy.save_pretrained(other)
+    tok.save_pretrained(other)
+    out = tmp_path / "run"
+    done = run_train(out, url, other, "--train.steps=1")
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (f"vLLM server {url} serves {model} (vocabulary 100, hidden size 128), and the trainer trains {other} "
+            "(vocabulary 100, hidden size 64): its weights cannot be pushed there") in done.stderr, done.stderr[-3000:]
+    assert not out.exists()  # the same command runs once the server is the right one
+    engine = VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=120)
+    engine.sync_weights(tiny_random(seed=0, hidden=128)[0])  # the server still takes the right model's weights
+
+
+def train_command(out: Path, url: str, model: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rlvr", "train", str(ROOT / "configs" / "smoke.yaml"), f"--model.name={model}",
+            "--rollout.engine=vllm", f"--rollout.vllm.server_url={url}", "--rollout.vllm.timeout_s=120",
+            f"--train.out={out}", "--eval.before=false", "--eval.after=false", "--train.save_every=1", *BIG_BATCH,
+            *extra]
+
+
 def run_train(out: Path, url: str, model: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "configs" / "smoke.yaml"),
-                           f"--model.name={model}", "--rollout.engine=vllm", f"--rollout.vllm.server_url={url}",
-                           "--rollout.vllm.timeout_s=120", f"--train.out={out}", "--eval.before=false",
-                           "--eval.after=false", "--train.save_every=1", *BIG_BATCH, *extra],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(train_command(out, url, model, *extra), capture_output=True, text=True, timeout=900,
+                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +181,8 @@ def test_a_short_run_through_the_server(short_run):
     for r in rows:  # step 2 sampled from the weights pushed after step 1's update
         assert r[MISMATCH] < 1e-3, r
     pushed = list((out / "vllm-weights").iterdir())
-    assert len(pushed) == 1 and pushed[0].name.endswith("-3")  # at start, after steps 1 and 2: the last kept
+    # pushed at start and before step 2's rollout (the last step's update is not pushed): the last one kept
+    assert len(pushed) == 1 and pushed[0].name.endswith("-2")
 
 
 def test_one_step_off_samples_from_the_server_while_the_trainer_updates(server, short_run, tmp_path):
@@ -171,14 +198,33 @@ def test_one_step_off_samples_from_the_server_while_the_trainer_updates(server, 
     assert all(0.0 <= r["time/overlap_frac"] <= 1.0 for r in rows)
 
 
-def test_a_killed_server_is_named_and_the_run_resumes_later(server, short_run):
+def test_a_server_killed_mid_run_is_named_and_the_steps_done_are_kept(server, tmp_path):
+    """The server dies while a run without a checkpoint due (train.save_every=0) is at step 3 or so: the run stops
+    naming the server, with the steps it finished checkpointed and resumable (the resume, the server still dead,
+    stops the same way with nothing changed). Last in the module: it kills the server."""
     url, model, proc, _ = server
-    out, done = short_run
-    assert done.returncode == 0
+    out = tmp_path / "run"
+    with open(tmp_path / "stderr", "w+") as err:
+        run = subprocess.Popen(train_command(out, url, model, "--train.steps=8", "--train.save_every=0"),
+                               stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+        deadline = time.monotonic() + 600
+        metrics = out / "metrics.jsonl"
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2):
+            assert run.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        assert run.wait(600) == 2
+        err.seek(0)
+        stderr = err.read()
+    done = len(metrics.read_text().splitlines())  # 2, or 3 when step 3's update was running at the kill
+    assert f"vLLM server {url}" in stderr and "Is the server running" in stderr, stderr[-3000:]
+    assert f"saved up to checkpoints/step_{done:06d}.pt (of the {done} steps done)" in stderr, stderr[-3000:]
+    assert f"continue it with rlvr train --resume {out}" in stderr
+    assert [p.name for p in (out / "checkpoints").glob("*.pt")] == [f"step_{done:06d}.pt"]
     checkpoints = sorted(p.name for p in (out / "checkpoints").iterdir())
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    resumed = subprocess.run([sys.executable, "-m", "rlvr", "train", "--resume", str(out), "--train.steps=3"],
+    resumed = subprocess.run([sys.executable, "-m", "rlvr", "train", "--resume", str(out)],
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert resumed.returncode == 2, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert f"vLLM server {url}" in resumed.stderr and "Is the server running" in resumed.stderr

@@ -111,6 +111,8 @@ class FakeVllm(BaseHTTPRequestHandler):
         if self.path == "/update_weight_version":
             s.version = body["new_version"]
             self._send(200, {"success": True})
+        elif self.path == "/collective_rpc" and body.get("method") == "reload_weights" and s.reload_fails:
+            self._send(500, {"error": {"message": "Call to collective_rpc method failed: Worker failed with error ''"}})
         elif self.path in ("/collective_rpc", "/reset_prefix_cache"):
             self._send(200, {})
         elif self.path == "/v1/completions":
@@ -125,6 +127,7 @@ class FakeVllm(BaseHTTPRequestHandler):
 def fake_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
     server.logprobs_mode, server.version, server.posts, server.chunked = "processed_logprobs", "default", [], False
+    server.reload_fails = False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}"
@@ -200,3 +203,26 @@ def test_nccl_push_needs_a_gpu_trainer(tmp_path):
                               "--rollout.vllm.weight_push=nccl"])
     with pytest.raises(RlvrError, match="weight_push=nccl broadcasts from the trainer's GPU"):
         vs.make_server_engine(cfg, torch.nn.Linear(1, 1), tmp_path)
+
+
+def test_a_first_push_the_server_cannot_load_says_why_and_leaves_no_run_directory(fake_server, tmp_path, tiny):
+    from rlvr.config import build_config
+
+    server, url = fake_server
+    server.reload_fails = True
+    cfg = build_config(None, ["--rollout.engine=vllm", f"--rollout.vllm.server_url={url}",
+                              "--rollout.vllm.timeout_s=5"])
+    out = tmp_path / "run"
+    with pytest.raises(vs.ServerError, match=f"vLLM server {url}: /collective_rpc .* answered HTTP 500.*could not "
+                                             "load the trainer's weights.*restart the server"):
+        vs.make_server_engine(cfg, tiny[0], out)
+    assert not out.exists()  # a rerun of the same command is not refused for a directory this start made
+    assert not [p for p, _ in server.posts if p == "/update_weight_version"]
+
+
+def test_a_missing_route_says_what_to_check(fake_server):
+    _, url = fake_server
+    with pytest.raises(vs.ServerError, match=r"/v1/embeddings \(x\) answered HTTP 404.*; is it a vLLM server\?$"):
+        vs.call(url, "/v1/embeddings", timeout=5, what="x")
+    with pytest.raises(vs.ServerError, match="/get_world_size .*HTTP 404.*VLLM_SERVER_DEV_MODE=1"):
+        vs.call(url, "/get_world_size", timeout=5, what="x")
