@@ -374,15 +374,17 @@ def apply_lora(policy, lora):
         raise RlvrError("model.lora.r > 0 needs the peft package: pip install 'rlvr[lora]'") from e
     if lora.r <= 0:
         raise RlvrError(f"apply_lora needs model.lora.r > 0, got {lora.r}")
-    names = {n.rsplit(".", 1)[-1] for n, _ in unwrap(policy).named_modules()}
-    missing = [t for t in lora.target_modules if t not in names]
+    inner = unwrap(policy)
+    names = {n.rsplit(".", 1)[-1] for n, _ in inner.named_modules()}
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in inner.named_modules()
+                     if isinstance(m, torch.nn.Linear) and m is not inner.get_output_embeddings()})
+    targets = linear if lora.target_modules == "all-linear" else list(lora.target_modules)
+    missing = [t for t in targets if t not in names]
     if missing:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, m in unwrap(policy).named_modules()
-                         if isinstance(m, torch.nn.Linear)})
         raise RlvrError(f"model.lora.target_modules {missing} are not modules of this model; "
-                        f"its linear layers are: {', '.join(linear)}")
+                        f"its linear layers are: {', '.join(linear)} (and the output head)")
     cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                     target_modules=list(lora.target_modules), task_type=TaskType.CAUSAL_LM)
+                     target_modules=targets, task_type=TaskType.CAUSAL_LM)
     return get_peft_model(policy, cfg)
 
 

@@ -53,6 +53,9 @@ CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/head.py t
 CPU_PROCESS = 0.1 * 2**30
 
 
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Shape.linear's layers
+
+
 @dataclass(kw_only=True, frozen=True)
 class Shape:
     """A decoder-only transformer's numbers (Llama, Qwen2, Qwen3, Mistral families)."""
@@ -70,8 +73,7 @@ class Shape:
     def linear(self) -> dict[str, tuple[int, int]]:
         """Each decoder layer's linear layers: name -> (in, out)."""
         h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        return dict(zip(ALL_LINEAR, ((h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h))))
 
     @property
     def linear_params(self) -> int:
@@ -126,7 +128,8 @@ class Settings:
         ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
             "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
         return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
-                        lora_targets=tuple(cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
+                        lora_targets=tuple(ALL_LINEAR if cfg.model.lora.target_modules == "all-linear"
+                                           else cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
                         reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
                         group=cfg.rollout.group_size, prompt_tokens=prompt_tokens,
                         new_tokens=cfg.rollout.max_new_tokens, micro_batch_prompts=cfg.optimizer.micro_batch_prompts,
