@@ -363,3 +363,14 @@ def test_numbers_that_cannot_work_are_refused_by_key(override, said):
                                       "--optimizer.lr=0.5", "--optimizer.lr=0", "--rewards.timeout_s=0"])
 def test_the_honest_numbers_beside_them_still_build(override):
     build_config(None, [override])
+
+
+def test_lora_keys_without_a_rank_get_a_note(tmp_path, capsys):
+    # model.lora.r is 0 by default: a config shaping adapters without a rank fine-tunes every weight
+    p = write(tmp_path, "model:\n  lora:\n    alpha: 32\n    target_modules: all-linear\n")
+    build_config(p)
+    assert capsys.readouterr().err == ("note: model.lora.alpha, model.lora.target_modules set, but model.lora.r is 0: "
+                                       "every weight is trained, no LoRA adapters; set model.lora.r > 0 for LoRA\n")
+    build_config(p, ["--model.lora.r=8"])
+    build_config(None)  # the defaults, as a run's config.yaml holds them: nothing to say
+    assert capsys.readouterr().err == ""

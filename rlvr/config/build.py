@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.config.sections import Config, ConfigError
+from rlvr.config.sections import Config, ConfigError, LoraConfig
 from rlvr.config.validate import validate
 from rlvr.errors import decode_utf8
 
@@ -351,7 +351,20 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     if not cfg.train.out:
         cfg.train.out = default_out(path, command)
     validate(cfg)
+    _lora_without_rank(cfg)
     return cfg
+
+
+def _lora_without_rank(cfg: Config) -> None:
+    """A note when LoRA's other keys differ from their defaults while model.lora.r is 0: the run fine-tunes
+    every weight, which is seldom what a config that shapes adapters meant (TRL's lora_* keys do nothing
+    without use_peft either, so this is easy to miss). A note, not an error: --model.lora.r=0 on a LoRA
+    config is how a full fine-tuning comparison is run."""
+    lora, default = cfg.model.lora, LoraConfig()
+    named = [f"model.lora.{k}" for k in ("alpha", "dropout", "target_modules") if getattr(lora, k) != getattr(default, k)]
+    if lora.r == 0 and named:
+        print(f"note: {', '.join(named)} set, but model.lora.r is 0: every weight is trained, no LoRA adapters; "
+              f"set model.lora.r > 0 for LoRA", file=sys.stderr)
 
 
 def default_out(path: str | Path | None, command: str = "train") -> str:
