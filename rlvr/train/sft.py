@@ -75,8 +75,11 @@ def end_of_turn_id(tok, stop_ids: list[int]) -> int:
 def with_solutions(problems: list[Problem], task_name: str) -> list[Problem]:
     found = [p for p in problems if p.solution.strip()]
     if not found:
+        trl = any("completion" in p.row for p in problems)  # TRL's prompt-completion datasets
         raise RlvrError(f"no train problem of task '{task_name}' has a worked solution to fine-tune on: "
-                        "file tasks need a 'solution' column (or task.columns: {solution: <column>})")
+                        "file tasks need a 'solution' column (or task.columns: {solution: <column>})"
+                        + ("; the rows' 'completion' column (TRL's prompt-completion form) is used with "
+                           "--task.columns.solution=completion" if trl else ""))
     return found
 
 
