@@ -60,6 +60,14 @@ def test_other_trainers_names_point_to_rlvr_keys(tmp_path):
         build_config(None, ["--train.per_device_train_batch_size=8"])
 
 
+def test_float16_is_refused_saying_why():
+    with pytest.raises(ConfigError, match=r"^model.dtype 'float16' is not one of float32, bfloat16, auto; float16 "
+                                          r"is not trained in: its range needs loss scaling, which bfloat16 does not$"):
+        build_config(None, ["--model.dtype=float16"])
+    with pytest.raises(ConfigError, match=r"^model.dtype 'bf16' is not one of float32, bfloat16, auto$"):
+        build_config(None, ["--model.dtype=bf16"])
+
+
 def test_other_trainers_bare_flags_are_named(capsys):
     from rlvr.cli import main
 

@@ -131,6 +131,7 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
     "report_to": ("log.trackers", "TRL", ""),
     "bf16": ("model.dtype", "TRL", "bfloat16 weights; train.mixed_precision=bf16 autocasts over fp32 ones"),
     "torch_dtype": ("model.dtype", "TRL", ""),
+    "fp16": ("model.dtype", "TRL", "bfloat16 or float32: float16 is not trained in, its range needs loss scaling"),
     "model_name_or_path": ("model.name", "TRL", ""),
     "pretrain": ("model.name", "OpenRLHF", ""),
     "dataset_name": ("task.name", "TRL", ""),
