@@ -68,6 +68,19 @@ def test_float16_is_refused_saying_why():
         build_config(None, ["--model.dtype=bf16"])
 
 
+def test_every_bad_key_of_a_file_is_named_at_once(tmp_path):
+    # a TRL config brought over: one run per key to find them all, before
+    p = write(tmp_path, "model:\n  name: tiny-random\nlearning_rate: 1.0e-6\nnum_generations: 4\n"
+                        "rollout:\n  group_size: many\n")
+    with pytest.raises(ConfigError) as e:
+        build_config(p)
+    assert str(e.value) == (
+        f"3 keys of {p} cannot be used:\n"
+        f"  {p}, line 3: unknown config key 'learning_rate': TRL's 'learning_rate' is rlvr's 'optimizer.lr'\n"
+        f"  {p}, line 4: unknown config key 'num_generations': TRL's 'num_generations' is rlvr's 'rollout.group_size'\n"
+        f"  {p}, line 6: 'rollout.group_size' must be int, got 'many'")
+
+
 def test_other_trainers_bare_flags_are_named(capsys):
     from rlvr.cli import main
 

@@ -343,10 +343,17 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     data = _preset_replaces(data, preset, str(path))
     for key, value in PRESETS[preset].items():
         _set(cfg, _preset_key(key), value, f"preset {preset}")
-    lines = key_lines(path) if path is not None else {}
+    lines, problems = key_lines(path) if path is not None else {}, []
     for key, value in data.items():
         line = lines.get(str(key))
-        _set(cfg, str(key), value, f"{path}, line {line}" if line else str(path))
+        try:
+            _set(cfg, str(key), value, f"{path}, line {line}" if line else str(path))
+        except ConfigError as e:  # every bad key of the file at once: a config brought from another trainer has several
+            problems.append(str(e))
+    if len(problems) > 1:
+        raise ConfigError(f"{len(problems)} keys of {path} cannot be used:\n  " + "\n  ".join(problems))
+    if problems:
+        raise ConfigError(problems[0])
     for key, value in parsed:
         _set(cfg, key, value, "command line")
     if not cfg.train.out:
