@@ -327,9 +327,9 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
         out.append(("--model.dtype=bfloat16", lambda t: replace(t, dtype="bfloat16")))
     if s.lora_r == 0:
         out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=False)))
-    if s.quantize == "none":
-        out.append(("--model.quantize=nf4", lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16,
-                                                             reference=ref(t), rollout_copy=False)))
+    if s.quantize == "none":  # the 4-bit base trains adapters only: advice a run accepts names the rank too
+        out.append(("--model.quantize=nf4" + ("" if s.lora_r else " --model.lora.r=16"),
+                    lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16, reference=ref(t), rollout_copy=False)))
     if not s.checkpointing:
         out.append(("--train.gradient_checkpointing=true", lambda t: replace(t, checkpointing=True)))
     if s.optimizer_state == "fp32" and s.lora_r == 0:

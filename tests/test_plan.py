@@ -123,8 +123,8 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
     s = Settings(dtype="float32", precision="bf16", rollout_copy=True)
     shape = shape_of("qwen2.5-32b")
     [(label, p)] = fixes(shape, s, 24 * GIB)
-    assert label == ("--model.dtype=bfloat16 --model.quantize=nf4 --train.gradient_checkpointing=true "
-                     "--optimizer.micro_batch_prompts=1 --rollout.max_new_tokens=128")
+    assert label == ("--model.dtype=bfloat16 --model.quantize=nf4 --model.lora.r=16 "
+                     "--train.gradient_checkpointing=true --optimizer.micro_batch_prompts=1 --rollout.max_new_tokens=128")
     assert p.peak <= 24 * GIB and p.settings.dtype == "bfloat16" and p.settings.quantize == "nf4"
     # each change is needed: without the bf16 weights (fp32 embeddings and head: 2 x 152064 x 5120 x 4
     # bytes = 5.8 GiB), the rest does not fit
@@ -134,7 +134,7 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
         (2 * 152064 * 5120 + (2 * 64 + 1) * 5120) * 2)  # embeddings, head and norms: 4 -> 2 bytes
     # a change the others fit without is left out: 8B in 4 bits with checkpointing needs no bf16 weights
     assert [x for x, _ in fixes(shape_of("llama-3.1-8b"), s, 24 * GIB)] == [
-        "--model.quantize=nf4 --train.gradient_checkpointing=true"]
+        "--model.quantize=nf4 --model.lora.r=16 --train.gradient_checkpointing=true"]
 
 
 def test_the_command(capsys):
@@ -144,6 +144,20 @@ def test_the_command(capsys):
     assert code == 0 and "fits in 24.0 GiB" in out and "weights nf4, LoRA r=16" in out
     assert main(["plan", "--model.name=llama-3.1-8b", "--memory=8GiB", "--device=cuda"]) == 1
     assert "does not fit in 8.0 GiB" in capsys.readouterr().out
+
+
+def test_every_piece_of_advice_is_a_config_a_run_accepts():
+    """Each change rlvr plan offers, taken as printed onto the config it was offered for, passes the run's own
+    validation (the 4-bit base alone was refused: it trains adapters, so it names the rank)."""
+    from rlvr.config import build_config
+    from rlvr.plan import plan_of
+
+    for overrides in ([], ["--model.lora.r=8"], ["--model.dtype=bfloat16"]):
+        cfg = build_config(SMOKE, ["--model.name=llama-3.1-8b", *overrides])
+        advice = [label for label, _ in fixes(shape_of("llama-3.1-8b"), plan_of(cfg, "cuda").settings, 10**15)]
+        assert any("--model.quantize=nf4" in a for a in advice), advice
+        for label in advice:
+            build_config(SMOKE, ["--model.name=llama-3.1-8b", *overrides, *label.split()])
 
 
 @pytest.mark.slow
