@@ -20,8 +20,9 @@ class LoraConfig:
     """LoRA alpha (scale alpha / r)."""
     dropout: float = 0.0
     """LoRA dropout."""
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Linear layers that get adapters."""
+    target_modules: Union[list[str], str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear layers that get adapters: their names, or all-linear (PEFT's and TRL's spelling: every linear
+    layer of the model but its output head)."""
 
 
 @dataclass(kw_only=True)
