@@ -104,12 +104,16 @@ def test_pushed_weights_reach_the_server(server, tmp_path):
     prompts = [tok.encode("<|im_start|>user\n12+30=?<|im_end|>\n"), tok.encode("abc")]
     greedy = dict(group_size=1, max_new_tokens=12, temperature=0.0, stop_ids=[tok.eos_token_id],
                   pad_id=tok.pad_token_id)
-    engine = VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=120)
+    leftover = tmp_path / "w" / "0123abcd-7"  # the last version of a run killed in this directory
+    leftover.mkdir(parents=True)
+    (leftover / "model.safetensors").write_bytes(b"...")
+    engine = VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=120, owns_dir=True)
     trainer = generate(policy, prompts, seeds=[1, 2], **greedy).completion_ids
     before = engine.generate(prompts, seeds=[1, 2], **greedy).completion_ids
     assert not torch.equal(before, trainer)  # the server's own weights
     assert engine.sync_weights(policy) == len(policy.state_dict())
     assert call(url, "/weight_info", timeout=10, what="")["weight_version"] == f"{engine.tag}-1"
+    assert [p.name for p in (tmp_path / "w").iterdir()] == [f"{engine.tag}-1"]  # the killed run's removed
     assert torch.equal(engine.generate(prompts, seeds=[1, 2], **greedy).completion_ids, trainer)
     sampled = engine.generate(prompts, seeds=[3, 4], **{**greedy, "group_size": 4, "temperature": 1.0})
     mask = sampled.completion_mask
