@@ -6,8 +6,8 @@ packed rows (train.packed), each on the same batch.
 2 prompts x 8 completions with lengths like a real rollout (most 5-12 tokens, a couple at 32; random
 tokens, only the sizes matter), one thread. Runs, interleaved, `repeats` times each: max_buckets=4 (the
 default), max_buckets=1 (the old padding to the micro-batch's longest completion) and packed=True (the rows
-in one padding-free row, rlvr/train/packed.py: with sdpa, each group's prompt once and its completions after
-it under a 4D mask), and prints the tokens each runs through the trunk,
+without pads, rlvr/train/packed.py: with sdpa, a row per group, its prompt once and its completions after it
+under a 4D mask), and prints the tokens each runs through the trunk,
 their median seconds and the ratios to the default (the bucketed run uses the default BUCKET_OVERHEAD, so it
 may choose fewer than 4 buckets). --chat: the prompts in the model's chat template (a run's prompts, with
 its system prompt), not bare; --checkpointing: gradient checkpointing on (the padded forwards then run each

@@ -84,7 +84,12 @@ def _override(key: str, value) -> str:
     """A keyword (train__steps or 'train.steps') as the command line's --train.steps=VALUE; JSON is YAML."""
     key = key.replace("__", ".")
     if "." not in key:
-        raise RlvrError(f"rlvr.fit: unknown keyword '{key}'; config keys are written section__key=value "
+        from rlvr.config.build import FOREIGN, foreign_name
+
+        ours = FOREIGN.get(key, ("",))[0]
+        said = (f": {foreign_name(key)}, rlvr.fit(..., {ours.replace('.', '__')}=...)" if ours
+                else f": {foreign_name(key)}" if key in FOREIGN else "")
+        raise RlvrError(f"rlvr.fit: unknown keyword '{key}'{said}; config keys are written section__key=value "
                         f"(e.g. train__steps=40) or **{{'section.key': value}}")
     return f"--{key}={json.dumps(value)}"
 

@@ -33,10 +33,14 @@ def is_override(arg: str) -> bool:
 
 def _hint(arg: str) -> str:
     from rlvr.config import valid_keys
+    from rlvr.config.build import FOREIGN, foreign_name
 
     key = arg[2:].split("=", 1)[0]
     if "." in key:
         return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
+    if key in FOREIGN:  # --num_generations=8, as TRL's command line spells it
+        ours = FOREIGN[key][0]
+        return f"--{ours}=... ({foreign_name(key)})" if ours else ""
     return " or ".join(f"--{k}=..." for k in valid_keys() if k.rsplit(".", 1)[-1] == key)
 
 
@@ -45,9 +49,15 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     overrides = [a for a in argv if is_override(a)]
     args, extra = parser.parse_known_args([a for a in argv if not is_override(a)])
     if extra:
-        hints = [h for h in map(_hint, [a for a in extra if a.startswith("--")]) if h]
+        from rlvr.config.build import FOREIGN, foreign_name
+
+        flags = [a for a in extra if a.startswith("--")]
+        hints = [h for h in map(_hint, flags) if h]
+        # another trainer's setting that rlvr has no key for: say so, and why
+        without = [foreign_name(k) for k in (a[2:].split("=", 1)[0] for a in flags) if FOREIGN.get(k, ("x",))[0] == ""]
         raise RlvrError(f"{parser.prog}: unrecognised arguments: {' '.join(extra)}"
                         + (f"; did you mean {', '.join(hints)}?" if hints else "")
+                        + "".join(f"; {w}" for w in without)
                         + " (config keys: --section.key=value; --help lists them)")
     return args, overrides
 
@@ -248,7 +258,9 @@ def plan_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr plan", description="The peak memory of the run's rollout and update, by component (weights, "
         "gradients, optimizer state, activations, logits, KV cache), from the model's config alone: no weights "
-        "are read. model.name may also be a shipped shape (llama-3.1-8b, qwen2.5-32b, qwen3-1.7b). With "
+        "are read. model.name may be a local model directory, a Hub name whose config.json is in the Hugging Face "
+        "cache (`hf download ORG/NAME config.json` fetches it alone), or a shipped shape (llama-3.1-8b, "
+        "qwen2.5-32b, qwen3-1.7b); mixture-of-experts models are refused. With "
         "--memory it says whether the run fits and which settings would make it fit (exit 1 when it does not).")
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
                         "the defaults)")
@@ -364,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     module's non-daemon thread would otherwise keep a finished `rlvr train` alive)."""
     if argv is not None:
         return _command(list(argv))
+    working_directory_importable()
     try:
         code = _command(sys.argv[1:])
     except SystemExit as e:  # argparse's --help and usage errors
@@ -375,6 +388,16 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     exit_leaving_threads(code)
     return code
+
+
+def working_directory_importable() -> None:
+    """`python -m rlvr` has the working directory on sys.path, the `rlvr` script only its own bin folder: a
+    reward, tool or environment named `my_rewards:accuracy` after a file here loads under either. Added
+    last (as an absolute path, which a reward's os.chdir does not move), so no file here shadows a package
+    rlvr imports; the isolated reward worker inherits sys.path."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def exit_leaving_threads(code: int) -> None:

@@ -14,7 +14,17 @@ from pathlib import Path
 from rlvr.errors import RlvrError
 
 _NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-DATA_SUFFIXES = (".parquet", ".jsonl", ".csv")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")  # a .jsonl, .json or .csv may be gzipped (name.jsonl.gz)
+DATA_PATTERNS = [f"*{s}" for s in DATA_SUFFIXES] + [f"*{s}.gz" for s in DATA_SUFFIXES if s != ".parquet"]
+
+
+def data_suffix(name) -> str:
+    """The data format a file name says: its suffix, or for a gzipped file the one before '.gz'
+    ('train.jsonl.gz' -> '.jsonl'); '' for '.gz' alone or a compressed parquet, which no reader takes."""
+    suffixes = Path(name).suffixes
+    if suffixes[-1:] == [".gz"]:
+        return suffixes[-2] if len(suffixes) > 1 and suffixes[-2] in DATA_SUFFIXES[1:] else ""
+    return suffixes[-1] if suffixes else ""
 # a model's files that loading needs; a repository's other formats (.bin, .onnx, .gguf) are not fetched
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
@@ -61,7 +71,7 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
     from rlvr.text import say
 
     say(f"downloading {repo_type} {repo_id} from the Hugging Face Hub into {cache}")
-    patterns = MODEL_FILES if repo_type == "model" else [f"*{s}" for s in DATA_SUFFIXES] + ["*.md"]
+    patterns = MODEL_FILES if repo_type == "model" else DATA_PATTERNS + ["*.md"]
     try:
         return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, allow_patterns=patterns))
     except (RepositoryNotFoundError, GatedRepoError) as e:
@@ -70,6 +80,15 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
     except Exception as e:  # noqa: BLE001 - no network, a proxy, a full disk: the same way out
         raise RlvrError(f"{repo_type} '{repo_id}' could not be downloaded ({type(e).__name__}: {e}); download it "
                         f"with `{command}`, or give a local path") from None
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """A Hub model's config.json from the cache (no network, no download), or None when it is not there:
+    rlvr plan needs a model's config alone."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir())
+    return Path(found) if isinstance(found, str) else None
 
 
 def _in_split(rel: Path, split: str) -> bool:
@@ -81,7 +100,7 @@ def dataset_files(repo_id: str, config: str, split: str) -> list[Path]:
     """The data files of one config and split of a Hub dataset (Hub layouts: <config>/<split>-*.parquet,
     data/<split>-*.parquet, <split>.jsonl, ...), in name order."""
     root = snapshot(repo_id, "dataset")
-    found = sorted(p.relative_to(root) for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file())
+    found = sorted(p.relative_to(root) for p in root.rglob("*") if data_suffix(p) in DATA_SUFFIXES and p.is_file())
     chosen = [r for r in found if _in_split(r, split) and (not config or config in r.parts[:-1])]
     configs = sorted({r.parts[0] for r in found if len(r.parts) > 1 and r.parts[0] not in ("data", split)})
     listed = ", ".join(map(str, found[:10])) + (", ..." if len(found) > 10 else "")

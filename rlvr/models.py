@@ -167,10 +167,19 @@ def weight_dtype(dtype: str, stored: str | None, device: torch.device) -> torch.
     return torch.float32
 
 
+# the files a Hugging Face tokenizer is saved as (fast, sentencepiece, BPE): a directory with none has none
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json")
+
+
 def _load_dir(path: Path, dtype: str, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = weight_dtype(dtype, checkpoint_dtype(path), device)
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        # transformers' own error here is about sentencepiece and tiktoken, which the user need not install
+        raise RlvrError(f"model directory {path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): "
+                        f"save the base model's tokenizer beside the weights, "
+                        f"AutoTokenizer.from_pretrained(BASE).save_pretrained('{path}')")
     try:
         tok = AutoTokenizer.from_pretrained(path)
         if torch.device(device).type == "cpu":

@@ -1,7 +1,7 @@
 """rlvr plan: the peak memory of a run's rollout and update, by component, from the model's config alone.
 
 No weights are read: the architecture numbers come from a local model directory's config.json (transformers'
-AutoConfig), a shape shipped in rlvr/shapes/ (public configs: llama-3.1-8b, qwen2.5-32b, qwen3-1.7b), or a
+AutoConfig), a Hub name's config.json in the Hugging Face cache, a shape shipped in rlvr/shapes/ (public configs: llama-3.1-8b, qwen2.5-32b, qwen3-1.7b), or a
 built-in model. Each phase's peak is the sum of what it holds at its peak:
 
     rollout  weights (+ a bf16 rollout copy, + a reference copy)  + gradients and optimizer state (still held)
@@ -11,7 +11,7 @@ built-in model. Each phase's peak is the sum of what it holds at its peak:
     update   weights + optimizer state (the moments, and the fp32 master copies of bf16 trained weights)
              + activations (one micro-batch's tokens x layers x what a decoder layer keeps for its backward;
                with gradient checkpointing, each layer's input and one layer's in full; train.packed adds
-               its [tokens, tokens] mask)
+               each group's [tokens, tokens] mask)
              + logits (the log-prob head: fp32 [tokens, vocab] pieces, chunked, and their gradient)
              + gradients, which exist beside a micro-batch's activations from the second micro-batch on; with
                one micro-batch the peak is the larger of the forward's end (activations, logits) and the
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlvr.errors import RlvrError
+from rlvr.hub import cache_dir, cached_config, is_hub_name
 from rlvr.models import SHAPES
 
 GIB = 2**30
@@ -104,7 +105,7 @@ class Settings:
     new_tokens: int = 256
     micro_batch_prompts: int = 4
     checkpointing: bool = False
-    packed: bool = False  # train.packed: each group's prompt once, under one [tokens, tokens] bool mask (sdpa)
+    packed: bool = False  # train.packed: a row per group, its prompt once, under its [tokens, tokens] mask (sdpa)
 
     @staticmethod
     def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "Settings":
@@ -179,7 +180,7 @@ def estimate(shape: Shape, s: Settings) -> Plan:
         activations = tokens * (shape.layers * shape.hidden + per_layer) * compute
     else:
         activations = tokens * shape.layers * per_layer * compute
-    mask = tokens * tokens if s.packed else 0  # the packed row's attention mask, a byte a pair, held to the end
+    mask = tokens * tokens // mb if s.packed else 0  # each group's packed row's mask, a byte a pair, held to the end
     activations += mask
     scored = mb * s.group * s.new_tokens  # completion tokens reach the head
     if s.device == "cuda":
@@ -233,6 +234,8 @@ def stored_dtype(name: str) -> str | None:
     if shipped.is_file():
         return json.loads(shipped.read_text()).get("torch_dtype")
     path = Path(name).expanduser()
+    if not path.is_dir() and is_hub_name(name):
+        path = getattr(cached_config(name), "parent", path)
     return checkpoint_dtype(path) if path.is_dir() else None
 
 
@@ -256,13 +259,28 @@ def shape_of(name: str) -> Shape:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return _from_config(json.loads((path / "config.json").read_text()), str(path))
+    if is_hub_name(name):  # org/name: its config.json from the Hugging Face cache, which the run would load from
+        config = cached_config(name)
+        if config is None:
+            raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({cache_dir()}); the plan needs "
+                            f"its config.json alone: `hf download {name} config.json`, or a local model directory")
+        return _from_config(json.loads(config.read_text()), name)
     known = sorted(p.stem for p in SHAPES.glob("*.json"))
     raise RlvrError(f"rlvr plan: no config for '{name}': give a local model directory (its config.json), a built-in "
                     f"({', '.join(BUILTINS)}) or a shipped shape ({', '.join(known)})")
 
 
+# config keys that give a mixture-of-experts model's experts (Qwen2/3-MoE, Mixtral, DeepSeek): its MLP is
+# many experts, not the one intermediate_size MLP a Shape counts
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
 def _from_config(c: dict, name: str) -> Shape:
     c = {**c, **c.get("text_config", {})}  # multimodal configs nest the language model's
+    experts = next((k for k in EXPERT_KEYS if isinstance(c.get(k), int) and c[k] > 1), None)
+    if experts:  # counted as dense, Qwen3-30B-A3B would be 3.3B parameters and "fit" a card it cannot
+        raise RlvrError(f"rlvr plan: {name} is a mixture-of-experts model ({experts}={c[experts]}): the plan "
+                        f"counts dense decoder layers only, and would undercount its experts' weights; no plan")
     try:
         heads = c["num_attention_heads"]
         return Shape(name=name, vocab=c["vocab_size"], hidden=c["hidden_size"], layers=c["num_hidden_layers"],
@@ -288,11 +306,13 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
     """The settings a user can change to save memory, most effective first: (override, Settings -> Settings)."""
     ref = lambda t: "adapters_off" if t.reference != "none" else "none"
     out = []
+    if s.dtype == "float32":  # model.dtype float32 (the default) holds an fp32 copy of a bf16 checkpoint
+        out.append(("--model.dtype=bfloat16", lambda t: replace(t, dtype="bfloat16")))
     if s.lora_r == 0:
         out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=False)))
-    if s.quantize == "none":
-        out.append(("--model.quantize=nf4", lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16,
-                                                             reference=ref(t), rollout_copy=False)))
+    if s.quantize == "none":  # the 4-bit base trains adapters only: advice a run accepts names the rank too
+        out.append(("--model.quantize=nf4" + ("" if s.lora_r else " --model.lora.r=16"),
+                    lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16, reference=ref(t), rollout_copy=False)))
     if not s.checkpointing:
         out.append(("--train.gradient_checkpointing=true", lambda t: replace(t, checkpointing=True)))
     if s.optimizer_state == "fp32" and s.lora_r == 0:
@@ -310,19 +330,30 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
 
 def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
     """Changes that bring the peak within `budget`: each one that does alone, or else the shortest run of
-    them, in _changes' order, that does together; [] when none does."""
+    them, in _changes' order, that does together, less any of it the rest fits without; [] when none does."""
     changes = _changes(s)
     alone = [(label, p) for label, change in changes for p in [estimate(shape, change(s))] if p.peak <= budget]
     if alone:
         return alone
-    t, labels = s, []
+
+    def together(chosen):
+        t = s
+        for _, change in chosen:
+            t = change(t)
+        return estimate(shape, t)
+
+    chosen = []
     for label, change in changes:
         if label.startswith("--model.lora.r") and any(x.startswith("--model.quantize") for x, _ in changes):
             continue  # the 4-bit base brings LoRA with it
-        t, labels = change(t), labels + [label]
-        p = estimate(shape, t)
-        if p.peak <= budget:
-            return [(" ".join(labels), p)]
+        key = label.split("=", 1)[0]  # a key given again (micro_batch_prompts 2, then 1): only its last value
+        chosen = [c for c in chosen if c[0].split("=", 1)[0] != key] + [(label, change)]
+        if together(chosen).peak <= budget:
+            for c in list(chosen):  # a change the others fit without is advice the user need not take
+                rest = [x for x in chosen if x is not c]
+                if together(rest).peak <= budget:
+                    chosen = rest
+            return [(" ".join(label for label, _ in chosen), together(chosen))]
     return []
 
 

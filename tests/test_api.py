@@ -40,6 +40,9 @@ def test_keywords_become_config_overrides():
     assert _override("model.name", "Qwen/Qwen2.5-0.5B-Instruct") == '--model.name="Qwen/Qwen2.5-0.5B-Instruct"'
     with pytest.raises(RlvrError, match="unknown keyword 'steps'; config keys are written section__key=value"):
         _override("steps", 40)
+    with pytest.raises(RlvrError, match=r"unknown keyword 'num_generations': TRL's 'num_generations' is rlvr's "
+                                        r"'rollout.group_size', rlvr.fit\(..., rollout__group_size=...\);"):
+        _override("num_generations", 8)   # GRPOConfig(num_generations=8), as TRL users write it
 
 
 def test_as_rows_takes_lists_and_datasets():

@@ -150,3 +150,29 @@ def test_help_and_commands_that_read_runs_load_neither_torch_nor_transformers(tm
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "[0, 2, 2] []"  # --help, then two refusals that read the directory
     assert "is not a run directory" in done.stderr
+
+
+def test_the_rlvr_script_loads_a_reward_module_from_the_working_directory(tmp_path):
+    """`rlvr audit --rewards.weights={'my_rewards:accuracy': 1}` in the folder holding my_rewards.py, through
+    the `rlvr` script pip writes (whose sys.path has its bin folder, not the working directory, unlike
+    `python -m rlvr`): the module loads, as the README's `my_rewards:accuracy` and `--env.name=guess:Guess`
+    say; it said "No module named 'my_rewards'"."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "work").mkdir()
+    script = tmp_path / "bin" / "rlvr"  # what pip writes for [project.scripts] rlvr = "rlvr.cli:main"
+    script.write_text("import sys\nfrom rlvr.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
+    (tmp_path / "work" / "my_rewards.py").write_text(
+        "def accuracy(completions, answer, **kwargs):\n"
+        "    return [float(c.strip() == f'Answer: {a}') for c, a in zip(completions, answer)]\n")
+    (tmp_path / "work" / "data.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(10)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, str(script), "audit", "--task.name=data.jsonl", "--task.heldout_size=2",
+                           "--n=3", "--rewards.weights={'my_rewards:accuracy': 1.0}"],
+                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "control (mean score of the reference solutions): my_rewards:accuracy 1\n" in done.stdout

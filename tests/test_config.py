@@ -32,10 +32,42 @@ def test_unknown_key_names_nearest(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown config key 'rollout.group_sise'.*'rollout.group_size'"):
         build_config(None, ["--rollout.group_sise=4"])
     p = write(tmp_path, "optimizer:\n  lrr: 1\n")
-    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'optimizer.lrr'.*'optimizer.lr'"):
+    with pytest.raises(ConfigError, match=r"c.yaml, line 2: unknown config key 'optimizer.lrr'.*'optimizer.lr'"):
         build_config(p)
     with pytest.raises(ConfigError, match=r"unknown config key 'algo.lrr'.*did you mean 'optimizer.lr'"):
         build_config(None, ["--algo.lrr=1"])   # near a moved key: the key it moved to
+
+
+def test_other_trainers_names_point_to_rlvr_keys(tmp_path):
+    # a config written from TRL's / verl's habits: the nearest spelling would be another setting
+    # (learning_rate -> rewards.isolate, rollout.max_completion_length -> rollout.vllm.max_model_len)
+    p = write(tmp_path, "model:\n  name: tiny-random\nlearning_rate: 1.0e-6\n")
+    with pytest.raises(ConfigError, match=r"c.yaml, line 3: unknown config key 'learning_rate': "
+                                          r"TRL's 'learning_rate' is rlvr's 'optimizer.lr'$"):
+        build_config(p)
+    p = write(tmp_path, "rollout:\n  max_completion_length: 64\n")
+    with pytest.raises(ConfigError, match=r"'rollout.max_completion_length': TRL's 'max_completion_length' "
+                                          r"is rlvr's 'rollout.max_new_tokens'$"):
+        build_config(p)
+    with pytest.raises(ConfigError, match=r"command line: unknown config key 'rollout.num_generations': "
+                                          r"TRL's 'num_generations' is rlvr's 'rollout.group_size'$"):
+        build_config(None, ["--rollout.num_generations=4"])
+    with pytest.raises(ConfigError, match=r"'algo.kl_loss_coef': verl's 'kl_loss_coef' is rlvr's 'algo.beta'$"):
+        build_config(None, ["--algo.kl_loss_coef=0.01"])
+    # where the meaning differs, the message says how
+    with pytest.raises(ConfigError, match=r"is rlvr's 'rollout.prompts_per_step' \(TRL counts completions, "
+                                          r"rlvr prompts: a step samples rollout.prompts_per_step x rollout.group_size"):
+        build_config(None, ["--train.per_device_train_batch_size=8"])
+
+
+def test_other_trainers_bare_flags_are_named(capsys):
+    from rlvr.cli import main
+
+    assert main(["train", "--num_generations=4", "--max_prompt_length=512"]) == 2
+    err = capsys.readouterr().err
+    assert ("unrecognised arguments: --num_generations=4 --max_prompt_length=512; did you mean "
+            "--rollout.group_size=... (TRL's 'num_generations' is rlvr's 'rollout.group_size')?; "
+            "TRL's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
 
 
 def test_wrong_type_names_key_and_type():
@@ -43,6 +75,18 @@ def test_wrong_type_names_key_and_type():
         build_config(None, ["--rollout.group_size=many"])
     with pytest.raises(ConfigError, match=r"'eval.before' must be bool"):
         build_config(None, ["--eval.before=3"])
+
+
+def test_a_files_bad_key_or_value_names_its_line(tmp_path):
+    p = write(tmp_path, "# my run\nmodel: {name: tiny-random}\nrollout:\n  prompts_per_step: 2\n\n  group_size: many\n")
+    with pytest.raises(ConfigError, match=r"c.yaml, line 6: 'rollout.group_size' must be int, got 'many'$"):
+        build_config(p)
+    p = write(tmp_path, "train:\n  steps: 2\nrollout:\n  vllm:\n    sleeep: true\n")  # deeper: its section's line
+    with pytest.raises(ConfigError, match=r"c.yaml, line 4: unknown config key 'rollout.vllm.sleeep'"):
+        build_config(p)
+    p = write(tmp_path, "steps: 3\n")  # not in a section
+    with pytest.raises(ConfigError, match=r"c.yaml, line 1: unknown config key 'steps'"):
+        build_config(p)
 
 
 def test_malformed_yaml_names_file_and_line(tmp_path):
@@ -143,7 +187,7 @@ def test_moved_keys_still_work_with_a_note_naming_the_new_key(tmp_path, capsys):
                      ("task.digits", "task.params.digits"), ("task.ood_operands", "task.ood_params.operands"),
                      ("algo.max_grad_norm", "optimizer.max_grad_norm")):
         assert f"'{old}' is now '{new}'" in err
-    assert f"{p}: 'algo.lr'" in err and "command line: 'task.operators'" in err
+    assert f"{p}, line 2: 'algo.lr'" in err and "command line: 'task.operators'" in err
 
 
 def test_dapo_sets_the_reward_switch_and_a_file_written_for_grpo_loses_it(tmp_path, capsys):
@@ -229,7 +273,7 @@ def test_the_old_tis_cap_key_is_an_error_naming_the_new_one(tmp_path):
     with pytest.raises(ConfigError, match=re.escape("command line: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")):
         build_config(None, ["--rollout.vllm.tis_cap=3"])
     p = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 2.5\n")
-    with pytest.raises(ConfigError, match=re.escape(f"{p}: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")) as e:
+    with pytest.raises(ConfigError, match=re.escape(f"{p}, line 2: 'rollout.vllm.tis_cap' is now 'rollout.tis_cap'")) as e:
         build_config(p)
     assert "set rollout.tis_cap=2.5 instead" in str(e.value)
     old_run = write(tmp_path, "rollout:\n  vllm:\n    tis_cap: 0.0\n    sleep: false\n")  # written before the rename

@@ -94,7 +94,7 @@ def test_hub_dataset_errors_name_the_setting_to_change(cache):
     with pytest.raises(RlvrError, match=r"dataset 'openai/gsm8k' has several configs \(main, socratic\): choose one "
                                         r"with task.config"):
         build_splits(TaskConfig(name="openai/gsm8k", columns={"prompt": "question"}))
-    with pytest.raises(RlvrError, match=r"dataset 'openai/gsm8k': no .parquet, .jsonl, .csv file of split 'validation' "
+    with pytest.raises(RlvrError, match=r"dataset 'openai/gsm8k': no .parquet, .jsonl, .json, .csv file of split 'validation' "
                                         r"in config 'main' in .* \(it has: main/test-00000-of-00001.parquet, "
                                         r"main/train-00000-of-00001.parquet, socratic/test.*\); set task.split and "
                                         r"task.config"):
@@ -115,9 +115,45 @@ def test_a_jsonl_hub_dataset_with_one_config(cache):
     assert any(n.startswith("me/sums (train): 12 rows: holding out 2 (a fifth)") for n in s.notes)
 
 
+def test_a_hub_dataset_of_json_and_gzipped_jsonl_files(cache):
+    """Hub datasets ship `.json` (an array, or JSON lines) and `.jsonl.gz` files: each is a data file of its
+    split, read as a file task's; another JSON file beside them (dataset_infos.json) is of no split."""
+    import gzip
+
+    snap = repo(cache, "dataset", "me/json")
+    rows = [{"prompt": f"What is {i} + 2?", "answer": str(i + 2)} for i in range(10)]
+    (snap / "train.json").write_text(json.dumps(rows[:6], indent=1))
+    (snap / "train-2.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows[6:]).encode()))
+    (snap / "test.json").write_text(json.dumps(rows[0]) + "\n")
+    (snap / "dataset_infos.json").write_text("{}")
+    s = build_splits(TaskConfig(name="me/json", heldout_split="test", few_shot=0))
+    assert sorted(int(p.answer) for p in s.train) == list(range(3, 12))  # the held-out prompt leaves train
+    assert [p.question for p in s.heldout] == ["What is 0 + 2?"]
+
+
 def test_is_hub_name_leaves_paths_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert is_hub_name("openai/gsm8k") and is_hub_name("Qwen/Qwen2.5-0.5B-Instruct")
     (tmp_path / "runs" / "x").mkdir(parents=True)
     assert not is_hub_name("runs/x")  # a local folder wins
     assert not any(map(is_hub_name, ("tiny-random", "runs/demo/final", "./a/b", "/abs/x", "data.jsonl")))
+
+
+def test_rlvr_plan_reads_a_cached_hub_models_config_alone(cache, capsys):
+    from rlvr.cli import main
+    from rlvr.plan import SHAPES, shape_of, stored_dtype
+
+    # only config.json in the cache (`hf download ORG/NAME config.json`): no weights are needed to plan
+    snap = repo(cache, "model", "meta-llama/Llama-3.1-8B-Instruct")
+    (snap / "config.json").write_text((SHAPES / "llama-3.1-8b.json").read_text())
+    shape = shape_of("meta-llama/Llama-3.1-8B-Instruct")
+    assert shape.params == 8_030_261_248 and shape.name == "meta-llama/Llama-3.1-8B-Instruct"
+    assert stored_dtype("meta-llama/Llama-3.1-8B-Instruct") == "bfloat16"  # model.dtype auto reads it
+    assert main(["plan", "--model.name=meta-llama/Llama-3.1-8B-Instruct", "--model.dtype=auto", "--model.lora.r=16",
+                 "--memory=80GiB"]) == 0
+    assert "meta-llama/Llama-3.1-8B-Instruct (8.03B parameters) on cuda, weights bfloat16, LoRA r=16" in capsys.readouterr().out
+    # not cached: the one file to fetch, named
+    with pytest.raises(RlvrError, match=rf"'Qwen/Qwen2.5-7B-Instruct' is not in the Hugging Face cache \({cache}\); "
+                                        r"the plan needs its config.json alone: `hf download Qwen/Qwen2.5-7B-Instruct "
+                                        r"config.json`"):
+        shape_of("Qwen/Qwen2.5-7B-Instruct")

@@ -48,6 +48,28 @@ def test_saved_tiny_model_loads_from_directory(tmp_path, tiny):
     assert all((x == y).all() for x, y in zip(model.parameters(), loaded.parameters()))
 
 
+def test_a_directory_without_a_tokenizer_says_so(tmp_path, tiny):
+    # model.save_pretrained alone: transformers' error asked for sentencepiece or tiktoken
+    model, tok = tiny
+    model.save_pretrained(tmp_path)
+    with pytest.raises(RlvrError, match=rf"model directory {tmp_path} has no tokenizer \(none of tokenizer.json, "
+                                        rf"tokenizer_config.json, .*\): save the base model's tokenizer beside the "
+                                        rf"weights, AutoTokenizer.from_pretrained\(BASE\).save_pretrained"):
+        load_model(str(tmp_path))
+    tok.save_pretrained(tmp_path)  # and with it the directory loads
+    assert load_model(str(tmp_path))[1]("12")["input_ids"] == tok("12")["input_ids"]
+
+
+def test_a_sharded_checkpoint_loads_whole(tmp_path, tiny):
+    # safetensors shards and their index, as save_pretrained writes a large model
+    model, tok = tiny
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    tok.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("*.safetensors"))) > 2
+    loaded, _ = load_model(str(tmp_path))
+    assert all((x == y).all() for x, y in zip(model.state_dict().values(), loaded.state_dict().values()))
+
+
 def test_a_random_shape_is_built_from_its_shipped_config_alone():
     import torch
 

@@ -59,7 +59,7 @@ def test_lora_nf4_checkpointing_and_the_cuda_head_by_hand():
     packed = estimate(SMALL, replace(CPU, checkpointing=True, micro_batch_prompts=1, packed=True))
     assert packed.update["activations"] == (3 * 6 + 10) * (2 * 64 + 1152) * 4 + 28 * 28  # one prompt, and the mask
     assert estimate(SMALL, replace(CPU, packed=True)).update["activations"] == \
-        estimate(SMALL, CPU).update["activations"] + (2 * (3 * 6 + 10)) ** 2  # both prompts in one micro-batch
+        estimate(SMALL, CPU).update["activations"] + 2 * (3 * 6 + 10) ** 2  # a row (and mask) per group
     g = estimate(SMALL, replace(CPU, device="cuda", dtype="bfloat16", precision="bf16", optimizer_state="8bit"))
     assert g.update["logits"] == 4 * 36 * 100 * 4 + 36 * 64 * 2  # one chunk (36 < 256 rows) and the hidden states
     assert g.update["optimizer"] == pytest.approx(80448 * (4 + 2 + 8 / 256))  # fp32 masters of the bf16 weights
@@ -101,6 +101,42 @@ def test_what_fits_a_24_gib_card():
     assert "does not fit in 24.0 GiB" in text and "these would fit" in text
 
 
+def test_a_mixture_of_experts_config_is_refused_not_undercounted(tmp_path):
+    # Qwen3-30B-A3B's config: counted as a dense model it was 3.34B parameters and "fit" 24 GiB in 4 bits
+    moe = json.loads((__import__("rlvr.plan").plan.SHAPES / "qwen3-1.7b.json").read_text())
+    moe.update(model_type="qwen3_moe", num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768)
+    (tmp_path / "config.json").write_text(json.dumps(moe))
+    with pytest.raises(RlvrError, match=r"is a mixture-of-experts model \(num_experts=128\): the plan counts "
+                                        r"dense decoder layers only"):
+        shape_of(str(tmp_path))
+    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "vocab_size": 32000}
+    (tmp_path / "config.json").write_text(json.dumps(mixtral))
+    with pytest.raises(RlvrError, match=r"num_local_experts=8"):
+        shape_of(str(tmp_path))
+
+
+def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
+    # Qwen2.5-32B under the defaults (model.dtype float32) on a 24 GiB card: the advice said no change
+    # fits, since it never offered bf16 weights; with them, 4 bits, checkpointing, micro-batches of one
+    # prompt and 128-token completions fit, each key said once (micro_batch_prompts was given as 2, then 1)
+    s = Settings(dtype="float32", precision="bf16", rollout_copy=True)
+    shape = shape_of("qwen2.5-32b")
+    [(label, p)] = fixes(shape, s, 24 * GIB)
+    assert label == ("--model.dtype=bfloat16 --model.quantize=nf4 --model.lora.r=16 "
+                     "--train.gradient_checkpointing=true --optimizer.micro_batch_prompts=1 --rollout.max_new_tokens=128")
+    assert p.peak <= 24 * GIB and p.settings.dtype == "bfloat16" and p.settings.quantize == "nf4"
+    # each change is needed: without the bf16 weights (fp32 embeddings and head: 2 x 152064 x 5120 x 4
+    # bytes = 5.8 GiB), the rest does not fit
+    fp32 = estimate(shape, replace(p.settings, dtype="float32"))
+    assert fp32.peak > 24 * GIB
+    assert fp32.update["weights"] - p.update["weights"] == pytest.approx(
+        (2 * 152064 * 5120 + (2 * 64 + 1) * 5120) * 2)  # embeddings, head and norms: 4 -> 2 bytes
+    # a change the others fit without is left out: 8B in 4 bits with checkpointing needs no bf16 weights
+    assert [x for x, _ in fixes(shape_of("llama-3.1-8b"), s, 24 * GIB)] == [
+        "--model.quantize=nf4 --model.lora.r=16 --train.gradient_checkpointing=true"]
+
+
 def test_the_command(capsys):
     code = main(["plan", "--model.name=llama-3.1-8b", "--model.dtype=auto", "--model.lora.r=16", "--model.quantize=nf4",
                  "--train.gradient_checkpointing=true", "--rollout.max_new_tokens=512", "--memory", "24GiB"])
@@ -108,6 +144,20 @@ def test_the_command(capsys):
     assert code == 0 and "fits in 24.0 GiB" in out and "weights nf4, LoRA r=16" in out
     assert main(["plan", "--model.name=llama-3.1-8b", "--memory=8GiB", "--device=cuda"]) == 1
     assert "does not fit in 8.0 GiB" in capsys.readouterr().out
+
+
+def test_every_piece_of_advice_is_a_config_a_run_accepts():
+    """Each change rlvr plan offers, taken as printed onto the config it was offered for, passes the run's own
+    validation (the 4-bit base alone was refused: it trains adapters, so it names the rank)."""
+    from rlvr.config import build_config
+    from rlvr.plan import plan_of
+
+    for overrides in ([], ["--model.lora.r=8"], ["--model.dtype=bfloat16"]):
+        cfg = build_config(SMOKE, ["--model.name=llama-3.1-8b", *overrides])
+        advice = [label for label, _ in fixes(shape_of("llama-3.1-8b"), plan_of(cfg, "cuda").settings, 10**15)]
+        assert any("--model.quantize=nf4" in a for a in advice), advice
+        for label in advice:
+            build_config(SMOKE, ["--model.name=llama-3.1-8b", *overrides, *label.split()])
 
 
 @pytest.mark.slow

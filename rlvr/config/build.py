@@ -78,7 +78,91 @@ MOVED = {
 }
 
 
+# Other trainers' names for rlvr's settings (TRL's GRPOConfig and its ModelConfig, OpenRLHF's flags, verl's
+# keys), by the name's last part: a config or command line written from those habits is refused, as any
+# unknown key is, with the rlvr key that means the same thing instead of the nearest spelling (which for
+# `learning_rate` or `max_completion_length` is some other setting). name -> (rlvr key, where it comes
+# from, what differs)
+FOREIGN: dict[str, tuple[str, str, str]] = {
+    "num_generations": ("rollout.group_size", "TRL", ""),
+    "n_samples_per_prompt": ("rollout.group_size", "OpenRLHF", ""),
+    "learning_rate": ("optimizer.lr", "TRL", ""),
+    "actor_learning_rate": ("optimizer.lr", "OpenRLHF", ""),
+    "max_completion_length": ("rollout.max_new_tokens", "TRL", ""),
+    "generate_max_len": ("rollout.max_new_tokens", "OpenRLHF", ""),
+    "max_response_length": ("rollout.max_new_tokens", "verl", ""),
+    "max_prompt_length": ("", "TRL", "rlvr does not cut prompts: a problem whose prompt and "
+                          "rollout.max_new_tokens do not fit the model's context is left out, with a count"),
+    "per_device_train_batch_size": ("rollout.prompts_per_step", "TRL",
+                                    "TRL counts completions, rlvr prompts: a step samples rollout.prompts_per_step "
+                                    "x rollout.group_size completions, optimizer.micro_batch_prompts prompts a forward pass"),
+    "rollout_batch_size": ("rollout.prompts_per_step", "OpenRLHF", ""),
+    "train_batch_size": ("rollout.prompts_per_step", "verl", ""),
+    "gradient_accumulation_steps": ("optimizer.micro_batch_prompts", "TRL",
+                                    "gradients accumulate over the step's micro-batches of that many prompts"),
+    "micro_train_batch_size": ("optimizer.micro_batch_prompts", "OpenRLHF", ""),
+    "ppo_micro_batch_size_per_gpu": ("optimizer.micro_batch_prompts", "verl", ""),
+    "num_iterations": ("algo.iterations", "TRL", ""),
+    "ppo_epochs": ("algo.iterations", "verl", ""),
+    "max_epochs": ("algo.iterations", "OpenRLHF", ""),
+    "epsilon": ("algo.clip_low", "TRL", ""),
+    "epsilon_high": ("algo.clip_high", "TRL", ""),
+    "eps_clip": ("algo.clip_low", "OpenRLHF", ""),
+    "clip_ratio_low": ("algo.clip_low", "verl", ""),
+    "clip_ratio_high": ("algo.clip_high", "verl", ""),
+    "init_kl_coef": ("algo.beta", "OpenRLHF", ""),
+    "kl_coef": ("algo.beta", "verl", "algo.kl_in=reward puts the KL in the reward, as verl's kl_ctrl does"),
+    "kl_loss_coef": ("algo.beta", "verl", ""),
+    "loss_type": ("algo.aggregation", "TRL", "or algo.preset (grpo, dr_grpo, dapo) for the whole recipe"),
+    "loss_agg_mode": ("algo.aggregation", "verl", ""),
+    "scale_rewards": ("algo.adv_scale", "TRL", ""),
+    "advantage_estimator": ("algo.adv_estimator", "OpenRLHF", ""),
+    "entropy_coeff": ("algo.entropy_coef", "verl", ""),
+    "mask_truncated_completions": ("algo.mask_truncated", "TRL", ""),
+    "reward_weights": ("rewards.weights", "TRL", "a mapping of reward function to weight"),
+    "reward_funcs": ("rewards.weights", "TRL", "a mapping of reward function to weight"),
+    "max_steps": ("train.steps", "TRL", ""),
+    "total_training_steps": ("train.steps", "verl", ""),
+    "num_train_epochs": ("train.steps", "TRL", "rlvr counts steps, each rollout.prompts_per_step prompts"),
+    "output_dir": ("train.out", "TRL", ""),
+    "save_steps": ("train.save_every", "TRL", ""),
+    "save_total_limit": ("train.keep_checkpoints", "TRL", ""),
+    "eval_steps": ("train.eval_every", "TRL", ""),
+    "report_to": ("log.trackers", "TRL", ""),
+    "bf16": ("model.dtype", "TRL", "bfloat16 weights; train.mixed_precision=bf16 autocasts over fp32 ones"),
+    "torch_dtype": ("model.dtype", "TRL", ""),
+    "model_name_or_path": ("model.name", "TRL", ""),
+    "pretrain": ("model.name", "OpenRLHF", ""),
+    "dataset_name": ("task.name", "TRL", ""),
+    "train_files": ("task.name", "verl", ""),
+    "use_peft": ("model.lora.r", "TRL", "LoRA is on when model.lora.r > 0"),
+    "lora_r": ("model.lora.r", "TRL", ""),
+    "lora_rank": ("model.lora.r", "OpenRLHF and verl", ""),
+    "lora_alpha": ("model.lora.alpha", "TRL", ""),
+    "lora_dropout": ("model.lora.dropout", "TRL", ""),
+    "lora_target_modules": ("model.lora.target_modules", "TRL", ""),
+    "load_in_4bit": ("model.quantize", "TRL", "model.quantize=nf4 with model.lora.r > 0 (QLoRA)"),
+    "enable_gradient_checkpointing": ("train.gradient_checkpointing", "verl", ""),
+    "use_vllm": ("rollout.engine", "TRL", "rollout.engine=vllm"),
+    "vllm_gpu_memory_utilization": ("rollout.vllm.gpu_memory_utilization", "TRL", ""),
+}
+
+
+def foreign_name(key: str) -> str | None:
+    """What to say about `key` when it is another trainer's name for an rlvr setting (FOREIGN), else None."""
+    found = FOREIGN.get(key.rsplit(".", 1)[-1])
+    if found is None:
+        return None
+    ours, origin, differs = found
+    name = key.rsplit(".", 1)[-1]
+    said = f"{origin}'s '{name}' is rlvr's '{ours}'" if ours else f"{origin}'s '{name}' has no rlvr key"
+    return said + (f" ({differs})" if differs else "")
+
+
 def _unknown(key: str, where: str) -> ConfigError:
+    foreign = foreign_name(key)
+    if foreign:
+        return ConfigError(f"{where}: unknown config key '{key}': {foreign}")
     close = difflib.get_close_matches(key, valid_keys() + list(MOVED), n=1, cutoff=0.5)
     hint = f"; did you mean '{MOVED.get(close[0], close[0])}'?" if close else ""
     return ConfigError(f"{where}: unknown config key '{key}'{hint}")
@@ -183,6 +267,19 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+def key_lines(path: str | Path) -> dict[str, int]:
+    """The line (1-based) of each key of a config file, as `_flat` names them (`section.key`, and the
+    section itself), so an error about a key can say where it is written."""
+    node = yaml.compose(decode_utf8(Path(path).read_bytes(), Path(path)), Loader=_Loader)
+    lines: dict[str, int] = {}
+    for k, v in node.value if isinstance(node, yaml.MappingNode) else []:
+        lines[str(k.value)] = k.start_mark.line + 1
+        if isinstance(v, yaml.MappingNode) and "." not in str(k.value):
+            for sub, _ in v.value:
+                lines[f"{k.value}.{sub.value}"] = sub.start_mark.line + 1
+    return lines
+
+
 def parse_override(arg: str) -> tuple[str, object]:
     """'--section.key=value' -> ('section.key', value parsed as YAML)."""
     if not arg.startswith("--") or "=" not in arg:
@@ -245,8 +342,10 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     data = _preset_replaces(data, preset, str(path))
     for key, value in PRESETS[preset].items():
         _set(cfg, _preset_key(key), value, f"preset {preset}")
+    lines = key_lines(path) if path is not None else {}
     for key, value in data.items():
-        _set(cfg, str(key), value, str(path))
+        line = lines.get(str(key))
+        _set(cfg, str(key), value, f"{path}, line {line}" if line else str(path))
     for key, value in parsed:
         _set(cfg, key, value, "command line")
     if not cfg.train.out:

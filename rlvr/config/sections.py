@@ -48,8 +48,8 @@ class ModelConfig:
 @dataclass(kw_only=True)
 class TaskConfig:
     name: str = "arithmetic"
-    """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .csv, .parquet, or a directory
-    written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
+    """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .json, .csv, each may be
+    gzipped, .parquet, or a directory written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
     task.config and task.split; from the Hugging Face cache, else downloaded)."""
     config: str = ""
     """Hub datasets: the config (subset), e.g. main for openai/gsm8k; empty when the dataset has one."""
@@ -206,7 +206,7 @@ class EnvConfig:
     name: str = "single"
     """single: the task's prompt, one answer, done (every task as it always was); tools: between turns the
     model may call env.tools by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>; or
-    'module:Class': an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
+    'module:Class' (or 'path/to/file.py:Class'): an rlvr Environment (reset(problem), step(text), reward_columns(); rlvr/envs/base.py),
     or a TRL-style environment class (reset(**row), public methods as tools, optional get_reward() scored
     by the `env` reward)."""
     tools: list[str] = field(default_factory=lambda: ["calculator"])

@@ -72,6 +72,13 @@ def builtin_tools(names: list[str]) -> list[Tool]:
 
 
 def load_class(path: str):
+    """'module:Class', or 'path/to/file.py:Class' (as rewards and tools take a file; config.yaml holds it
+    absolute)."""
+    if path.rpartition(":")[0].endswith(".py"):
+        try:
+            return load_callable(path, "class")
+        except RlvrError as e:
+            raise RlvrError(f"env.name '{path}': {e}") from None
     module, _, name = path.partition(":")
     try:
         return getattr(importlib.import_module(module), name)

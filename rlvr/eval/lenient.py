@@ -5,7 +5,8 @@ run can raise strict accuracy by teaching the answer line alone, or while breaki
 model knew, and only a grade that ignores the form shows which.
 
 The lenient answer is what the completion said last: the last number in it (integers, decimals,
-`1,000`, `3/4`, `\\frac{3}{4}`, a leading minus) when the gold is a number, otherwise the last final
+`1,000`, `3/4`, `\\frac{3}{4}`, a leading minus) when the gold is a number (or a worked solution whose
+`####` or boxed answer is one: GSM8K's and MATH's golds), otherwise the last final
 answer in any accepted form, else the last non-empty line without a lead-in such as "the answer is".
 A strict pass is always a lenient pass, so `lenient - strict` is exactly the share of answers that
 are right but not in the required form. Text after an unclosed <think> still counts here: the point
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from rlvr.rewards.maths.answer import after_thinking, final_answers
+from rlvr.rewards.maths.answer import after_thinking, final_answers, gold_answer
 from rlvr.rewards.base import Verdict
 from rlvr.rewards.maths.accuracy import check_answer, math_accuracy_verdict
 from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean, exact_value
@@ -47,7 +48,7 @@ def lenient_answer(completion: str, gold: str) -> str | None:
     """The answer a completion ends on, read without regard to the required form (module docstring)."""
     body = after_thinking(completion)
     text = completion.rsplit("<think>", 1)[1] if body is None else body
-    if exact_value(clean(str(gold)).text) is not None:
+    if exact_value(clean(gold_answer(str(gold))).text) is not None:  # a worked solution's gold: its final answer
         return last_number(text)
     cands = final_answers(text)
     return cands[-1] if cands else _last_line(text)

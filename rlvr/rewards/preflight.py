@@ -2,7 +2,8 @@
 on this data stops the run within seconds, naming the parameter, the row's columns and the likely fix,
 instead of after the first evaluation with "raised on every completion".
 
-Each row's completion is its reference answer (the worked solution, else 'Answer: <gold>'), in the
+Each row's completion is its reference answer (the worked solution, else the gold: as it is when it is
+itself a worked solution with a `####` or `\\boxed{}` answer, else 'Answer: <gold>'), in the
 dataset's form, with the columns training passes. `diagnose` reads a reward's exception: a parameter
 no column feeds, a verl compute_score named without 'verl:', 'verl:' on a TRL function, a return that
 is not one number per completion. `rlvr audit` uses it too.
@@ -20,6 +21,7 @@ from rlvr.text import clean_reason
 from rlvr.rewards.call import RESERVED, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.rewards.maths.accuracy import math_accuracy, math_accuracy_verdict
+from rlvr.rewards.maths.answer import gold_answer
 from rlvr.tasks import Problem
 from rlvr.tasks.files import check_gold
 
@@ -29,9 +31,16 @@ NEEDS_EPISODES = ("env",)  # built-ins fed by the environment's columns, which o
 _MISSING = re.compile(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)")
 
 
+def gold_completion(gold: str) -> str:
+    """A gold answer written as a right completion: a gold that is itself a worked solution (GSM8K's
+    answer ending in `#### 72`, MATH's solution with its `\\boxed{}`) as it is, since an answer line put
+    before it would make a second final answer; any other gold on an answer line."""
+    return gold if "####" in gold or "\\boxed" in gold else f"Answer: {gold}"
+
+
 def reference(p: Problem) -> str | None:
-    """What a right answer to p looks like: its worked solution, else its gold on an answer line."""
-    return p.solution or (f"Answer: {p.answer}" if p.answer else None)
+    """What a right answer to p looks like: its worked solution, else its gold as a completion."""
+    return p.solution or (gold_completion(p.answer) if p.answer else None)
 
 
 def _names(fn) -> list[str]:
@@ -127,8 +136,8 @@ def _call(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str
 def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list]) -> bool:
     """Whether the gold in another common final-answer form scores above 0 (a verl gsm8k scorer reads
     only '#### N'): a correctness check that reads its own form is not a wrong set-up."""
-    for form in ("#### {}", "\\boxed{{{}}}", "<answer>{}</answer>", "{}"):
-        shaped = [(p, form.format(p.answer)) for p, _ in rows]
+    for form in ("Answer: {}", "#### {}", "\\boxed{{{}}}", "<answer>{}</answer>", "{}"):
+        shaped = [(p, form.format(gold_answer(p.answer))) for p, _ in rows]  # the value, not a worked solution
         if max(_call(rf, shaped, columns, lambda e: None).per_function[rf.name]) > 0:
             return True
     return False
@@ -192,7 +201,7 @@ def maths_gold_note(problems: list[Problem]) -> list[str]:
     """A note when gold answers written 'Answer: <gold>' do not score 1 with the maths checker (the built-in
     correctness reward): a task whose golds it cannot read (some reasoning-gym datasets) needs its own."""
     golds = [p for p in problems if p.answer and not p.tests][:GOLD_CHECKS]
-    failed = [p for p in golds if math_accuracy_verdict(f"Answer: {p.answer}", p.answer).score != 1.0]
+    failed = [p for p in golds if math_accuracy_verdict(gold_completion(p.answer), p.answer).score != 1.0]
     if not failed:
         return []
     return [f"{len(failed)} of {len(golds)} gold answers checked do not score 1 with the maths checker (the "

@@ -1,6 +1,6 @@
 """Task sources. `build_splits(task_config)` returns train / held-out / OOD problems.
 
-Sources: `arithmetic`, `reasoning_gym:<dataset>`, `humaneval`, `pyfunc`, a file (.jsonl, .csv, .parquet,
+Sources: `arithmetic`, `reasoning_gym:<dataset>`, `humaneval`, `pyfunc`, a file (.jsonl, .json, .csv, gzipped or not, .parquet,
 or a directory written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name: rlvr/hub.py). Whatever the source, the splits leave here disjoint by normalised
 prompt, with task.prompt_template applied, and with `Splits.notes` saying what was removed or cut.
 """

@@ -1,4 +1,6 @@
-"""File tasks: .jsonl, .csv, .parquet, or a directory written by Hugging Face datasets' save_to_disk.
+"""File tasks: .jsonl, .json, .csv (each may be gzipped: .jsonl.gz), .parquet, or a directory written by
+Hugging Face datasets' save_to_disk. A .json file is a JSON array of row objects or JSON lines (what
+`datasets`' to_json writes), as `load_dataset("json", ...)` reads either.
 
 Rows become Problems through a column mapping (task.columns; dotted names reach nested fields, as
 verl's reward_model.ground_truth); the prompt may be text or chat messages (TRL's conversational form);
@@ -7,17 +9,21 @@ every column is kept for the reward functions. A bad row is an error naming the 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import random
+import re
+import zlib
 from pathlib import Path
 from typing import Iterator
 
 from rlvr.errors import RlvrError, decode_utf8
+from rlvr.hub import data_suffix
 from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
 from rlvr.tasks.code_forms import dataset_tests
 
-SUFFIXES = (".jsonl", ".csv", ".parquet")
+SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
 GOLD_DEFAULTS = ("answer", "reward_model.ground_truth")  # rlvr's name, then verl's parquet layout
 PROMPT_NAMES = ("problem", "question", "instruction", "query", "text")  # where common datasets keep the prompt
@@ -26,7 +32,18 @@ Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
 
 def is_file_source(name: str) -> bool:
-    return Path(name).suffix in SUFFIXES or Path(name).is_dir()
+    return data_suffix(name) in SUFFIXES or Path(name).is_dir()
+
+
+def read_text(path: Path) -> str:
+    """A data file's text: UTF-8, gunzipped first when its name ends in .gz."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise RlvrError(f"{path}: not a readable gzip file ({e})") from None
+    return decode_utf8(data, path)
 
 
 def _pyarrow():
@@ -55,13 +72,57 @@ def parse_jsonl(lines, path) -> Iterator[tuple[int, dict]]:
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    lines = decode_utf8(path.read_bytes(), path).split("\n")  # only "\n" ends a line: U+2028 may sit in a string
+    lines = read_text(path).split("\n")  # only "\n" ends a line: U+2028 may sit in a string
     return [(f"line {n}", row) for n, row in parse_jsonl(lines, path)]
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
+
+
+def _array_rows(text: str, path) -> list[Row]:
+    """The objects of a JSON array, each named by the line it starts on. The text is valid JSON (checked
+    by the caller), so the walk only has to find where each element starts."""
+    decoder, rows = json.JSONDecoder(), []
+    i, line, counted = _SPACE.match(text, text.index("[") + 1).end(), 1, 0
+    while text[i] != "]":
+        line, counted = line + text.count("\n", counted, i), i
+        row, end = decoder.raw_decode(text, i)
+        if not isinstance(row, dict):
+            raise RlvrError(f"{path} line {line}: element {len(rows) + 1} of the array: expected a JSON object, "
+                            f"got {type(row).__name__}")
+        rows.append((f"line {line}", row))
+        i = _SPACE.match(text, end).end()
+        i = _SPACE.match(text, i + 1).end() if text[i] == "," else i
+    return rows
+
+
+def read_json(path: Path) -> list[Row]:
+    """A .json file: a JSON array of row objects, or one object per line (JSON lines)."""
+    text = read_text(path)
+    if text.lstrip().startswith("["):
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as e:
+            raise RlvrError(f"{path} line {e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+        return _array_rows(text, path)
+    try:
+        return [(f"line {n}", row) for n, row in parse_jsonl(text.split("\n"), path)]
+    except RlvrError as not_lines:
+        try:
+            whole = json.loads(text)  # one object written over several lines?
+        except json.JSONDecodeError:
+            whole = None
+        if not isinstance(whole, dict):
+            raise not_lines from None
+        lists = [k for k, v in whole.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)]
+        held = f"; its '{lists[0]}' holds a list of {len(whole[lists[0]])} objects" if lists else ""
+        raise RlvrError(f"{path}: one JSON object{held}, not rows: give a JSON array of row objects, or one "
+                        "object per line (JSON lines)") from None
 
 
 def read_csv(path: Path) -> list[Row]:
     rows = []
-    with io.StringIO(decode_utf8(path.read_bytes(), path), newline="") as f:
+    with io.StringIO(read_text(path), newline="") as f:
         reader = csv.DictReader(f)
         start = 2  # the header is line 1; a quoted field may span lines, so track where each row starts
         try:
@@ -162,10 +223,11 @@ def read_rows(name: str) -> list[Row]:
     if path.is_dir():
         rows = read_saved_dataset(path)
     else:
-        reader = {".jsonl": read_jsonl, ".csv": read_csv, ".parquet": read_parquet}.get(path.suffix)
+        reader = {".jsonl": read_jsonl, ".json": read_json, ".csv": read_csv,
+                  ".parquet": read_parquet}.get(data_suffix(path))
         if reader is None:
-            raise RlvrError(f"{name}: unsupported file type '{path.suffix}'; use {', '.join(SUFFIXES)} "
-                            f"or a save_to_disk directory")
+            raise RlvrError(f"{name}: unsupported file type '{''.join(path.suffixes[-2:])}'; use "
+                            f"{', '.join(SUFFIXES)} (the first three may be gzipped: .jsonl.gz) or a save_to_disk directory")
         rows = reader(path)
     if not rows:
         raise RlvrError(f"{name}: no rows")

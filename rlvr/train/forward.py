@@ -18,9 +18,9 @@ Under gradient checkpointing transformers drops the cache inside checkpointed la
 prompt + completion row is then run in full, bucketed the same way (same values and gradients, the
 prompt recomputed G times).
 
-With train.packed the micro-batch runs instead as one padding-free row (rlvr/train/packed.py: no pads, one
-forward call; each prompt once where the attention takes a 4D mask, once per completion otherwise), and the
-head scores the same tokens.
+With train.packed the micro-batch runs instead padding-free (rlvr/train/packed.py: one forward call; a row
+per group, each prompt once, where the attention takes a 4D mask; one row, each prompt once per completion,
+otherwise), and the head scores the same tokens.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def completion_forward(model, prompts: list[list[int]], completion_ids: torch.Te
     prompts: P token lists; completion_ids, completion_mask: [B, Tc] with B = P * group_size and
     row b continuing prompt b // group_size. Rows run in up to max_buckets length buckets
     (plan_buckets); max_buckets=1 pads every row to the longest. fused_head: token_logprobs' fused path
-    (the same values; use_fused_head). packed (train.packed): the rows in one padding-free row instead
+    (the same values; use_fused_head). packed (train.packed): the rows packed without pads instead
     (rlvr/train/packed.py, in the layout shares_prompts picks; buckets then do not apply), the same values
     within rounding.
     """

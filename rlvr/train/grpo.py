@@ -42,6 +42,7 @@ from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, 
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
+from rlvr.train.optim import current_lr
 from rlvr.train.overlap import RolloutError, Rollouts
 from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
@@ -177,6 +178,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | 
     t1 = time.perf_counter()
     rollout_peak = peak_memory_gib(device)
     reset_peak_memory(device)
+    lr = current_lr(m_.scheduler)  # the rate this step's update uses: learn steps the schedule after it
     update, adv_metrics = learn(run, collected, step, entropy)            # 4-8. forwards, update
     rollouts.updated()  # on-policy: the next rollout samples from the updated policy
     t2 = time.perf_counter()
@@ -189,7 +191,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | 
     m.update(extra)
     m.update(getattr(collected, "sampler", {}))  # a batch pickled by an older checkpoint has no such field
     m["time/reward_share"] = m["time/reward_s"] / max(m["time/step_s"], 1e-9)  # of the step, in scoring
-    m["lr"] = m_.scheduler.get_last_lr()[0]
+    m["lr"] = lr
     return m, whole
 
 

@@ -193,6 +193,13 @@ def warmup_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> tor
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def current_lr(scheduler: torch.optim.lr_scheduler.LRScheduler) -> float:
+    """The first group's learning rate for the next step, as a float: torchao's AdamW8bit holds each group's
+    lr as a tensor (its compiled step reads it so), which the schedule hands back as it is and no metrics
+    line can hold."""
+    return float(scheduler.get_last_lr()[0])
+
+
 # An AdamW step moves a weight by lr times m/(sqrt(v) + eps), which is at most about (1 - b1)/sqrt(1 - b2)
 # (3.2 with the default betas; UPDATE_BOUND leaves room), and scales it by (1 - lr * weight_decay). With
 # weights below WEIGHT_BOUND (trained weights are far below), a step can overflow only when the bound

@@ -1,23 +1,26 @@
-"""Padding-free (packed) training forwards (train.packed): a micro-batch's rows run as one row [1, N] of their
-real tokens only, in one forward call.
+"""Padding-free (packed) training forwards (train.packed): a micro-batch's rows run as their real tokens only, in
+one forward call.
 
 Each row b contributes its completion up to its last real token (that token predicts nothing, so it is left
 out) after its prompt. Two layouts, by what the model's attention takes:
 
-- shared prompts (sdpa, eager: attention that takes a 4D mask as given): each group's prompt once, then its
-  G completions, positions continuing from the prompt's; the mask [1, 1, N, N] lets a completion token see
-  its group's prompt and its own earlier tokens, nothing else. Every prompt runs once, as in the padded
-  shared-prefix forward, and no pad runs at all.
-- rows (flash-attention and any other): each row's prompt + completion, positions restarting at 0 at each
-  row, and no attention mask: transformers reads the rows' bounds from the position ids
-  (masking_utils.find_packed_sequence_indices: a new row wherever a position is not the previous one + 1;
+- shared prompts (sdpa, eager: attention that takes a 4D mask as given): one packed row per group, its prompt
+  once and then its G completions, positions continuing from the prompt's, the groups' rows right-padded to
+  the longest; the mask [groups, 1, N, N] lets a completion token see its group's prompt and its own earlier
+  tokens, nothing else. Every prompt runs once, as in the padded shared-prefix forward, and pads run only at
+  the end of the shorter groups' rows. A row per group rather than one row for the micro-batch: sdpa computes
+  every pair of a masked product, so a micro-batch of m groups in one row would cost m^2 groups' attention
+  (and mask) where a row each costs m.
+- rows (flash-attention and any other): every row's prompt + completion in one row [1, N], positions
+  restarting at 0 at each row, and no attention mask: transformers reads the rows' bounds from the position
+  ids (masking_utils.find_packed_sequence_indices: a new row wherever a position is not the previous one + 1;
   the flash-attention paths build cu_seq_lens from them, modeling_flash_attention_utils, batch size 1) and
-  makes the attention block-diagonal causal. Each prompt then runs once per completion.
+  makes the attention block-diagonal causal; its varlen kernel skips the masked blocks. Each prompt then runs
+  once per completion.
 
 A model whose attention keeps packed rows apart in neither way (ALiBi models such as Bloom, which take no
 position ids) is refused up front by `check_packing`, which runs the model on the layout it would use rather
-than trusting a list. The attention of one [N, N] masked product costs N^2 where the padded forward's costs
-a row's length squared per row (flash-attention's varlen kernel skips the masked blocks).
+than trusting a list.
 """
 from __future__ import annotations
 
@@ -32,31 +35,33 @@ from rlvr.models import unwrap
 MASKED_ATTENTION = ("sdpa", "eager")  # attention implementations that take a 4D mask as given
 
 
+PAD = -2  # a pad's row id (shared prompts): after its row's real tokens, it sees the prompt and pads only
+
+
 @dataclass(frozen=True, kw_only=True)
 class Packing:
-    """Where a micro-batch's tokens go in its one packed row, and where each completion token's predicting
-    state comes back from."""
+    """Where a micro-batch's tokens go in its packed rows, and where each completion token's predicting state
+    comes back from."""
 
-    ids: torch.Tensor  # [1, N] the prompts and completions, one after another, no pads
-    positions: torch.Tensor  # [1, N] each token's position in its own prompt + completion
-    source: torch.Tensor  # [B, Tc] long: the packed index of the state predicting completion token t of row b
+    ids: torch.Tensor  # [R, N] the prompts and completions, one after another (shared prompts: pads at the end)
+    positions: torch.Tensor  # [R, N] each token's position in its own prompt + completion (0 on a pad)
+    source: torch.Tensor  # [B, Tc] long: the index in the flattened [R * N] of the state predicting token t of row b
     valid: torch.Tensor  # [B, Tc] bool: t < row b's width (source is 0 and meaningless elsewhere)
-    # shared prompts only: [N] each token's group, and its row (-1 on a prompt, which its group's rows share)
-    group: torch.Tensor | None = None
-    row: torch.Tensor | None = None
+    row: torch.Tensor | None = None  # shared prompts only: [R, N] each token's row b, -1 on the prompt, PAD on a pad
 
     def attention_mask(self, attn: str) -> torch.Tensor | None:
-        """None for the rows layout (the position ids say it all); for shared prompts [1, 1, N, N]: true (sdpa)
-        or 0 (eager, which adds it to the scores) where query i may see key j: j <= i, the same group, and j
-        on the prompt or on i's own row; else false (sdpa) or the lowest float (eager)."""
-        if self.group is None:
+        """None for the rows layout (the position ids say it all); for shared prompts [R, 1, N, N]: true (sdpa)
+        or 0 (eager, which adds it to the scores) where query i may see key j of its packed row: j <= i, and j
+        on the prompt or on i's own row (a pad, on no row, sees the prompt and the pads before it); else false
+        (sdpa) or the lowest float (eager)."""
+        if self.row is None:
             return None
-        g, r = self.group, self.row
-        n = g.shape[0]
-        allowed = (torch.ones(n, n, dtype=torch.bool, device=g.device).tril() & (g[:, None] == g[None, :])
-                   & ((r[None, :] == -1) | (r[:, None] == r[None, :])))[None, None]  # [1, 1, N, N]
+        r = self.row
+        n = r.shape[1]
+        allowed = (torch.ones(n, n, dtype=torch.bool, device=r.device).tril()
+                   & ((r[:, None, :] == -1) | (r[:, :, None] == r[:, None, :])))[:, None]  # [R, 1, N, N]
         if attn == "eager":
-            return torch.zeros(allowed.shape, device=g.device).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+            return torch.zeros(allowed.shape, device=r.device).masked_fill_(~allowed, torch.finfo(torch.float32).min)
         return allowed
 
 
@@ -72,59 +77,67 @@ def pack(prompts: list[list[int]], completion_ids: torch.Tensor, present: torch.
 
     Row b of width w (row_widths: the index after its last real token) runs completion tokens 0..w-2 after its
     prompt of Tp tokens, at positions Tp..Tp+w-2; token 0 is predicted by the prompt's last state, token t by
-    the state of token t - 1. shared: each group's prompt once, before its rows (a group with no token is left
-    out); else each row as prompt + completion (positions from 0). A row of width 0 has nothing to predict and
-    is left out. The indices are built on the host from the widths (one read of them) and cross to the device
-    once."""
+    the state of token t - 1. shared: a packed row per group, its prompt once before its rows (a group with no
+    token is left out), pads (token 0) after; else one packed row of every row's prompt + completion (positions
+    from 0). A row of width 0 has nothing to predict and is left out. The indices are built on the host from the
+    widths (one read of them) and cross to the device once."""
     device = completion_ids.device
     b_rows, tc = completion_ids.shape
     widths = row_widths(present).tolist()  # [B] host ints
-    starts, offset = [], 0  # each prompt's offset in `table`: the prompts flat, then completion_ids flat
+    starts, offset = [], 0  # each prompt's offset in `table`: the prompts flat, then completion_ids flat, a pad
     for p in prompts:
         starts.append(offset)
         offset += len(p)
-    index, positions, groups, rows = [], [], [], []
-    source = [[0] * tc for _ in range(b_rows)]
+    pad = offset + b_rows * tc
+    packed = [([], [], [])]  # each packed row's table indices, positions and row ids
+    where = [(0, [])] * b_rows  # row b: its packed row, and the places there of its tokens' predicting states
 
-    def put_prompt(p: int) -> int:  # the packed index of the prompt's last token
+    def put_prompt(row: tuple, p: int, row_id: int) -> int:  # the place of the prompt's last token in row
         tp = len(prompts[p])
-        index.extend(range(starts[p], starts[p] + tp))
-        positions.extend(range(tp))
-        groups.extend([p] * tp)
-        rows.extend([-1] * tp)
-        return len(index) - 1
+        row[0].extend(range(starts[p], starts[p] + tp))
+        row[1].extend(range(tp))
+        row[2].extend([row_id] * tp)
+        return len(row[0]) - 1
 
     for p in range(len(prompts)):
         members = [b for b in range(p * group_size, (p + 1) * group_size) if widths[b]]
-        last = put_prompt(p) if shared and members else None
+        if shared and members:
+            if packed[-1][0]:
+                packed.append(([], [], []))
+            last = put_prompt(packed[-1], p, -1)
+        row = packed[-1]
         for b in members:
             w, tp = widths[b], len(prompts[p])
             if not shared:
-                last = put_prompt(p)
-                rows[-tp:] = [b] * tp
-            source[b][:w] = [last, *range(len(index), len(index) + w - 1)]
-            index.extend(range(offset + b * tc, offset + b * tc + w - 1))
-            positions.extend(range(tp, tp + w - 1))
-            groups.extend([p] * (w - 1))
-            rows.extend([b] * (w - 1))
+                last = put_prompt(row, p, b)
+            where[b] = (len(packed) - 1, [last, *range(len(row[0]), len(row[0]) + w - 1)])
+            row[0].extend(range(offset + b * tc, offset + b * tc + w - 1))
+            row[1].extend(range(tp, tp + w - 1))
+            row[2].extend([b] * (w - 1))
+    n = max(len(row[0]) for row in packed)
+    index = [row[0] + [pad] * (n - len(row[0])) for row in packed]
+    positions = [row[1] + [0] * (n - len(row[1])) for row in packed]
+    rows = [row[2] + [PAD] * (n - len(row[2])) for row in packed]
+    source = [[r * n + i for i in places] + [0] * (tc - len(places)) for r, places in where]
     table = torch.cat([torch.tensor([t for p in prompts for t in p], dtype=completion_ids.dtype, device=device),
-                       completion_ids.reshape(-1)])
+                       completion_ids.reshape(-1), torch.zeros(1, dtype=completion_ids.dtype, device=device)])
     valid = torch.arange(tc, device=device)[None, :] < torch.tensor(widths, device=device)[:, None]  # [B, Tc]
     ints = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)
-    return Packing(ids=table[ints(index)][None, :], positions=ints(positions)[None, :], source=ints(source),
-                   valid=valid, group=ints(groups) if shared else None, row=ints(rows) if shared else None)
+    return Packing(ids=table[ints(index)], positions=ints(positions), source=ints(source),
+                   valid=valid, row=ints(rows) if shared else None)
 
 
 def packed_hidden(base, packing: Packing) -> torch.Tensor:
     """The trunk's states predicting every completion token [B, Tc, H] (zero past a row's width) from one
-    forward of the packed row. The rows layout passes no attention mask: a 2D mask would turn transformers'
+    forward of the packed rows. The rows layout passes no attention mask: a 2D mask would turn transformers'
     packed-row detection off and every row would attend to the rows before it."""
     b_rows, tc = packing.source.shape
     if packing.ids.shape[1] == 0:  # no row has a token: nothing to run
         return torch.zeros(b_rows, tc, base.config.hidden_size, device=packing.ids.device)
     h = base(input_ids=packing.ids, position_ids=packing.positions,
              attention_mask=packing.attention_mask(base.config._attn_implementation),
-             use_cache=False).last_hidden_state[0]  # [N, H]
+             use_cache=False).last_hidden_state  # [R, N, H]
+    h = h.reshape(-1, h.shape[-1])  # [R * N, H]
     return h[packing.source] * packing.valid[..., None].to(h.dtype)  # [B, Tc, H]
 
 
@@ -135,28 +148,28 @@ def check_packing(model) -> None:
     """Refuse train.packed (RlvrError naming the key) unless this model's attention keeps packed rows apart
     in the layout it would run (shares_prompts).
 
-    The check runs the model's own trunk (without gradient, in eval mode) on one prompt + completion packed
-    alone and packed after another, and compares the second's states with a forward that surely leaks (the
-    same packed row under a plain causal mask): where the packing holds, the row packed after another matches
+    The check runs the model's own trunk (without gradient, in eval mode) on a prompt's completion packed
+    alone and packed after another completion of it, and compares its states with a forward that surely leaks
+    (the same packed row under a plain causal mask): where the packing holds, the row packed after another matches
     it alone to rounding, far closer than the leaking forward does; where it does not (ALiBi models such as
     Bloom take no position ids), the packed forward is the leaking one. A relative bound would not do: at
     random initialisation a leak moves the states by under 1% of their scale."""
     inner = unwrap(model)
     base = inner.base_model
     device = next(inner.parameters()).device
-    tokens = (torch.arange(1, 4 * PROBE + 1, device=device) % inner.config.vocab_size).view(4, PROBE)
-    prompts, completions = tokens[:2].tolist(), tokens[2:]  # two prompts, a completion of each
+    tokens = (torch.arange(1, 3 * PROBE + 1, device=device) % inner.config.vocab_size).view(3, PROBE)
+    prompt, completions = tokens[:1].tolist(), tokens[1:]  # one prompt, two completions of it
     present = torch.ones(2, PROBE, device=device)
     shared = shares_prompts(model)
     was_training = inner.training
     inner.eval()
     try:
         with torch.no_grad():
-            both = pack(prompts, completions, present, 1, shared)
+            both = pack(prompt, completions, present, 2, shared)
             packed = packed_hidden(base, both)[1].float()  # [PROBE, H] the second row's states
-            alone = packed_hidden(base, pack(prompts[1:], completions[1:], present[1:], 1, shared))[0].float()
+            alone = packed_hidden(base, pack(prompt, completions[1:], present[1:], 1, shared))[0].float()
             leaking = base(input_ids=both.ids, position_ids=both.positions, attention_mask=torch.ones_like(both.ids),
-                           use_cache=False).last_hidden_state[0][both.source[1]].float()
+                           use_cache=False).last_hidden_state.flatten(0, 1)[both.source[1]].float()
     except (TypeError, ValueError, RuntimeError) as e:  # a trunk that takes no position ids or no such mask
         raise RlvrError(f"train.packed: {type(inner).__name__} cannot run packed rows ({e}); "
                         "set train.packed=false") from e

@@ -44,7 +44,7 @@ from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import eval_line, eval_on_main, flip_summary
 from rlvr.train.settings import eval_settings
 from rlvr.train.state import Data, Models
-from rlvr.train.optim import adamw, warmup_scheduler
+from rlvr.train.optim import adamw, current_lr, warmup_scheduler
 from rlvr.train.rundir import RunLock
 
 READS = ("model.", "task.", "eval.", "optimizer.", "sft.", "train.steps", "train.seed", "train.out", "train.threads",
@@ -189,7 +189,7 @@ def _locked(cfg: Config, out: Path, then: str, wall_start: float) -> dict:
     with JsonlWriter(out / "metrics.jsonl") as sink:
         for step in range(1, cfg.train.steps + 1):
             t0 = time.perf_counter()
-            lr = scheduler.get_last_lr()[0]
+            lr = current_lr(scheduler)
             batch = [examples[i] for i in sampler.take(cfg.sft.batch_size)]
             m = sft_step(policy, optimizer, batch, tok.pad_token_id, a.micro_batch_prompts, a.max_grad_norm, precision)
             scheduler.step()

@@ -180,6 +180,31 @@ def test_unknown_tool_and_class_are_clear_errors(tiny):
     assert spec.multi_turn and "bump" in tok.decode(spec.prompt(PROBLEMS[0]))
 
 
+GUESS = """class Guess:
+    def reset(self, answer, **row):
+        self.secret = int(answer)
+        return "Find the number: call guess."
+    def guess(self, n: int) -> str:
+        \"\"\"Compare your guess n with the secret number.\"\"\"
+        return "right" if n == self.secret else ("higher" if n < self.secret else "lower")
+"""
+
+
+def test_an_environment_class_in_a_py_file(tiny, tmp_path):
+    """`--env.name=guess.py:Guess`, a file as rewards and tools take one (and as config.yaml writes it,
+    absolute): the class loads and its method is a tool; it said "No module named 'guess'". A file without
+    the class names the file."""
+    _, tok = tiny
+    from rlvr.errors import RlvrError
+
+    (tmp_path / "guess.py").write_text(GUESS)
+    spec = make_spec(EnvConfig(name=f"{tmp_path / 'guess.py'}:Guess", tools=[]), tok, [])
+    prompt = tok.decode(spec.prompt(Problem(question="q", answer="7", row={"answer": "7"})))
+    assert spec.multi_turn and "Compare your guess n with the secret number." in prompt
+    with pytest.raises(RlvrError, match=r"env.name '.*guess.py:Nope': cannot load class '.*guess.py:Nope': .*Nope"):
+        make_spec(EnvConfig(name=f"{tmp_path / 'guess.py'}:Nope", tools=[]), tok, [])
+
+
 def test_single_turn_env_is_the_task_prompt():
     env = SingleTurn([("q1", "a1")], "sys")
     assert env.reset(Problem(question="q2", answer="x")) == [{"role": "system", "content": "sys"},

@@ -25,6 +25,25 @@ def test_lenient_verdict(completion, gold, score):
     assert lenient_verdict(completion, gold).score == score
 
 
+GSM8K_GOLD = "He has 25+49 = <<25+49=74>>74 apples.\n#### 74"
+MATH_GOLD = "We have $3\\cdot 4 = \\boxed{12}$."
+
+
+@pytest.mark.parametrize("completion, gold, score", [
+    ("so he has 74 apples", GSM8K_GOLD, 1.0),      # the gold's '####' value is a number: the last number said
+    ("25+49=74", GSM8K_GOLD, 1.0),
+    ("so he has 75 apples", GSM8K_GOLD, 0.0),
+    ("74 apples, or 75", GSM8K_GOLD, 0.0),          # ends on 75
+    ("so it is 12", MATH_GOLD, 1.0),                # the boxed answer of a worked solution
+    ("3 times 4 is 13", MATH_GOLD, 0.0),
+])
+def test_a_worked_solution_gold_is_graded_as_its_final_answer(completion, gold, score):
+    """GSM8K's and MATH's golds are worked solutions: format-free grading reads them as the number they end
+    on, as it reads the bare gold ('so he has 74 apples' is right against '74' and against the worked one)."""
+    assert lenient_verdict(completion, gold).score == score
+    assert lenient_verdict(completion, "74" if gold is GSM8K_GOLD else "12").score == score
+
+
 def test_last_number_forms():
     assert last_number("a 12 b 3.5 c") == "3.5"
     assert last_number("\\dfrac{-1}{2} then") == "-1/2"

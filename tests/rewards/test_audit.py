@@ -205,3 +205,18 @@ def test_a_missing_gold_column_names_the_column_with_the_box(tmp_path, capsys):
     assert "--task.columns.answer=solution makes its final answer the gold" in err
     assert main(["audit", f"--task.name={data}"]) == 2
     assert "name it with --task.columns.prompt=problem" in capsys.readouterr().err
+
+
+def test_audit_of_gsm8k_rows_judges_the_builtin_checker(tmp_path, capsys):
+    """`rlvr audit --task.name=gsm8k.jsonl --task.columns.prompt=question`: GSM8K's `answer` is a worked
+    solution ending in '#### N' and the rows have no other solution, so the control is that answer as it
+    is; written after 'Answer: ' it stated two final answers, scored 0, and the audit said CANNOT JUDGE
+    (exit 1) for the built-in checker on the README's own data."""
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Tom has {i} apples and buys 3 more. How many?",
+                                        "answer": f"He has {i} + 3 = <<{i}+3={i + 3}>>{i + 3} apples.\n#### {i + 3}"})
+                            + "\n" for i in range(12)))
+    assert main(["audit", f"--task.name={data}", "--task.columns.prompt=question", "--task.heldout_size=2", "--n=5"]) == 0
+    out = capsys.readouterr().out
+    assert "control (mean score of the reference solutions): correctness 1, format 0" in out
+    assert "CANNOT JUDGE" not in out and "ok: reward 'correctness' gave every attack 0 or less" in out

@@ -155,3 +155,33 @@ def test_gold_answers_the_maths_checker_cannot_read_are_noted_before_a_run():
     maths = rewards_of(build_config(None))
     assert check_gold_answers(maths, splits, {}) == maths_gold_note(prose)
     assert check_gold_answers([r for r in maths if r.name == "format"], splits, {}) == []
+
+
+def test_worked_solution_golds_are_their_own_reference_answers():
+    """A gold that is a worked solution (GSM8K's `answer` ending in '#### 74', MATH's `solution` with its
+    box) is a right completion as it is: on an answer line it would state two final answers, so the maths
+    checker scored it 0 and every GSM8K or MATH file drew 'give this task its own reward function'."""
+    from rlvr.rewards.preflight import maths_gold_note, reference
+
+    gsm8k = Problem(question="q", answer="He has 25+49 = <<25+49=74>>74 apples.\n#### 74")
+    maths = Problem(question="q", answer="We have $3\\cdot 4 = \\boxed{12}$.")
+    assert reference(gsm8k) == gsm8k.answer and reference(maths) == maths.answer
+    assert reference(ROWS[0]) == "Answer: 8"
+    assert maths_gold_note([gsm8k, maths, ROWS[0]]) == []
+    assert preflight(build_rewards({"correctness": 1.0}), [gsm8k, maths], ("correctness",)).zero == []
+
+
+def answer_line(completions, answer, **kwargs):
+    """Pays only a bare 'Answer: N' equal to the gold's '####' value."""
+    import re
+    return [float(bool(m := re.fullmatch(r"Answer: (\d+)", c.strip())) and m.group(1) == a.split("####")[-1].strip())
+            for c, a in zip(completions, answer)]
+
+
+def test_a_reward_reading_an_answer_line_pays_a_worked_gold_on_one():
+    """A correctness check that reads only 'Answer: N' gives a worked solution 0 but pays its final answer on
+    an answer line: no warning (the other forms are tried with the gold's final answer, not its whole text)."""
+    rf = RewardFunction(name="answer_line", weight=1.0, fn=answer_line)
+    worked = [Problem(question="q", answer="3 + 5 = 8.\n#### 8")]
+    assert answer_line(["3 + 5 = 8.\n#### 8", "Answer: 8"], ["#### 8"] * 2) == [0.0, 1.0]
+    assert preflight([rf], worked, ("answer_line",)).zero == []

@@ -33,6 +33,17 @@ def write_parquet(path, rows):
     return path
 
 
+def write_json_array(path, rows):
+    path.write_text(json.dumps(rows, indent=2))  # one key a line: row i starts on line 2 + 5 * i
+    return path
+
+
+def write_gzipped_jsonl(path, rows):
+    import gzip
+    path.with_suffix(".jsonl.gz").write_bytes(gzip.compress(write_jsonl(path, rows).read_bytes()))
+    return path.with_suffix(".jsonl.gz")
+
+
 def write_saved(path, rows):
     import datasets
     datasets.Dataset.from_list(rows).save_to_disk(str(path))
@@ -52,7 +63,9 @@ def assert_disjoint(s):
 
 
 @pytest.mark.parametrize("write,suffix", [(write_jsonl, ".jsonl"), (write_csv, ".csv"),
-                                          (write_parquet, ".parquet"), (write_saved, "")])
+                                          (write_parquet, ".parquet"), (write_saved, ""),
+                                          (write_json_array, ".json"), (write_jsonl, ".json"),
+                                          (write_gzipped_jsonl, "")])
 def test_each_format_maps_columns_and_carves_heldout(tmp_path, write, suffix):
     path = write(tmp_path / f"data{suffix}", ROWS)
     ood = write_jsonl(tmp_path / "ood.jsonl", [{"question": "What is 1000 + 1000?", "final": 2000}])
@@ -120,6 +133,35 @@ def test_malformed_jsonl_line(tmp_path):
         build_splits(TaskConfig(name=str(path), heldout_size=1))
 
 
+def test_json_files_name_the_line_of_a_bad_row(tmp_path):
+    """A .json array's rows are named by the line each starts on (indent=2 puts ROWS[i] on line 2 + 5 * i); a
+    broken array, an element that is no object, JSON lines with a bad line, and one object wrapping the rows
+    are errors naming the file and line."""
+    rows = [dict(r) for r in ROWS[:5]]
+    del rows[3]["final"]
+    path = write_json_array(tmp_path / "d.json", rows)
+    with pytest.raises(RlvrError, match=r"d\.json line 17: no column 'final' for answer \(task\.columns\.answer\)"):
+        build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=1))
+    path.write_text('[\n {"prompt": "a", "answer": "1"},\n {"prompt": "b" "answer": "2"}\n]')
+    with pytest.raises(RlvrError, match=r"d\.json line 3: not valid JSON \(Expecting ',' delimiter at column 17\)"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+    path.write_text('[{"prompt": "a", "answer": "1"},\n\n  "b"]')
+    with pytest.raises(RlvrError, match=r"d\.json line 3: element 2 of the array: expected a JSON object, got str"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+    path.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": }\n')
+    with pytest.raises(RlvrError, match=r"d\.json line 2: not valid JSON"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+    path.write_text(json.dumps({"version": 1, "data": ROWS[:4]}, indent=2))
+    with pytest.raises(RlvrError, match=r"d\.json: one JSON object; its 'data' holds a list of 4 objects, not rows"):
+        build_splits(TaskConfig(name=str(path), heldout_size=1))
+    (tmp_path / "d.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(RlvrError, match=r"d\.jsonl\.gz: not a readable gzip file"):
+        build_splits(TaskConfig(name=str(tmp_path / "d.jsonl.gz"), heldout_size=1))
+    (tmp_path / "d.parquet.gz").write_bytes(b"")
+    with pytest.raises(RlvrError, match=r"unknown task"):
+        build_splits(TaskConfig(name=str(tmp_path / "d.parquet.gz"), heldout_size=1))
+
+
 def test_code_rows_need_tests_not_answer(tmp_path):
     spec = {"kind": "function", "entry_point": "f", "tests": [{"input": [1], "output": 2}]}
     rows = [{"prompt": f"Write f #{i}", "tests": spec} for i in range(4)]
@@ -162,7 +204,10 @@ def test_bad_columns_types_and_names(tmp_path):
     path = write_jsonl(tmp_path / "d.jsonl", ROWS)
     with pytest.raises(RlvrError, match="task.columns has unknown key question; keys are prompt, answer"):
         build_splits(TaskConfig(name=str(path), columns={"question": "prompt"}))
-    with pytest.raises(RlvrError, match=r"unknown task '.*d\.json': task\.name takes arithmetic, .*a \.jsonl file"):
+    with pytest.raises(RlvrError, match=r"unknown task '.*d\.txt': task\.name takes arithmetic, .*a \.jsonl file, a \.json file"):
+        (tmp_path / "d.txt").write_text("[]")
+        build_splits(TaskConfig(name=str(tmp_path / "d.txt")))
+    with pytest.raises(RlvrError, match=r"d\.json: no rows"):
         (tmp_path / "d.json").write_text("[]")
         build_splits(TaskConfig(name=str(tmp_path / "d.json")))
     with pytest.raises(RlvrError, match="no such dataset file"):

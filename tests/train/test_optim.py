@@ -12,7 +12,8 @@ from rlvr.config import Config, OptimizerConfig, build_config
 from rlvr.errors import RlvrError
 from rlvr.models import tiny_random
 from rlvr.train.distributed import Dist
-from rlvr.train.optim import MasterAdamW, adamw, could_overflow, step_keeping_finite, warmup_scheduler
+from rlvr.train.optim import (MasterAdamW, adamw, could_overflow, current_lr, step_keeping_finite,
+                              warmup_scheduler)
 from rlvr.train.update import UpdateSettings, policy_update
 from tests.train.test_lora import rollout_batch
 
@@ -376,3 +377,35 @@ def test_8bit_moments_step_bf16_weights_through_masters_too():
     again.step()
     assert torch.equal(again.state[q]["master"], opt.state[p]["master"])
     assert float(opt.state[p]["master"][0]) == pytest.approx(1 - 7e-3, abs=1e-6)
+
+
+@pytest.mark.parametrize("state", ["fp32", "8bit", "offload"])
+def test_the_logged_lr_is_a_float_for_every_state(state):
+    # torchao's AdamW8bit keeps each group's lr as a tensor, and the schedule handed it back so: the first
+    # metrics line of a run with optimizer.state=8bit could not be written (TypeError, not JSON serializable)
+    p = torch.nn.Parameter(torch.zeros(4096))
+    opt = adamw([{"params": [p], "lr": 1e-3}], 0.0, state)
+    sched = warmup_scheduler(opt, 4)
+    seen = []
+    for _ in range(5):
+        seen.append(current_lr(sched))
+        p.grad = torch.ones_like(p)
+        opt.step()
+        sched.step()
+    assert all(type(x) is float for x in seen)
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3], rel=1e-6)  # (s + 1) / 4 of the lr, then all
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_run_with_8bit_state_writes_its_metrics(tmp_path, command):
+    import json
+    from pathlib import Path
+
+    from rlvr.cli import main
+
+    smoke = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+    out = tmp_path / "run"
+    assert main([command, smoke, "--optimizer.state=8bit", "--train.steps=2", f"--train.out={out}"]) == 0
+    lrs = [json.loads(line)["lr"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lrs == pytest.approx([2e-5 / 3, 2e-5 * 2 / 3], rel=1e-6)  # optimizer.lr 2e-5, 3 warm-up steps

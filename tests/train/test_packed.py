@@ -4,7 +4,7 @@ restart does not), that the update takes the setting, and that a model whose att
 is refused.
 
 Tolerances: fp32 on the CPU, the packed and padded forwards run the same weights over the same tokens in
-different shapes (one [1, N] row against a prompt pass and length buckets with a cache); their log-probs
+different shapes (packed rows against a prompt pass and length buckets with a cache); their log-probs
 agree to 1e-5 on tiny-random and 5e-5 on SmolLM2-135M (30 layers, log-probs of random tokens near -20;
 measured: 5e-7 and 1.6e-5), while positions that do not restart move them by 0.07 and 6.0."""
 import copy
@@ -36,22 +36,24 @@ def layout(request, monkeypatch):
 
 
 def test_pack_shares_each_group_s_prompt():
-    """Two prompts, G = 2, shared: group 0's prompt once, then row 0's completion tokens 0..1 (its last
-    token predicts nothing) and row 1's token 0; group 1's prompt, then row 2's token 0; row 3 (no token) is
-    left out. Positions continue from the prompt's; a token sees its group's prompt and its own row."""
+    """Two prompts, G = 2, shared: a packed row per group. Group 0's prompt once, then row 0's completion
+    tokens 0..1 (its last token predicts nothing) and row 1's token 0; group 1's prompt, then row 2's token 0,
+    then a pad (token 0, position 0) to the longer row's length; row 3 (no token) is left out. Positions
+    continue from the prompt's; a token sees its group's prompt and its own row, a pad the prompt and itself."""
     prompts = [[11, 12], [21, 22, 23]]
     ids = torch.tensor([[1, 2, 3], [4, 8, 0], [5, 6, 0], [0, 0, 0]])
     present = torch.tensor([[1., 1, 1], [1, 1, 0], [1, 1, 0], [0, 0, 0]])
     p = pack(prompts, ids, present, group_size=2, shared=True)
-    assert p.ids.tolist() == [[11, 12, 1, 2, 4, 21, 22, 23, 5]]
-    assert p.positions.tolist() == [[0, 1, 2, 3, 2, 0, 1, 2, 3]]
-    assert p.source.tolist() == [[1, 2, 3], [1, 4, 0], [7, 8, 0], [0, 0, 0]]
+    assert p.ids.tolist() == [[11, 12, 1, 2, 4], [21, 22, 23, 5, 0]]
+    assert p.positions.tolist() == [[0, 1, 2, 3, 2], [0, 1, 2, 3, 0]]
+    assert p.source.tolist() == [[1, 2, 3], [1, 4, 0], [7, 8, 0], [0, 0, 0]]  # in the flattened [2 * 5]
     assert p.valid.tolist() == [[True] * 3, [True, True, False], [True, True, False], [False] * 3]
-    mask = p.attention_mask("sdpa")[0, 0].int()
-    assert mask[3].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]  # row 0's token 1: the prompt and its row
-    assert mask[4].tolist() == [1, 1, 0, 0, 1, 0, 0, 0, 0]  # row 1's token 0: the prompt, not row 0
-    assert mask[8].tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1]  # row 2: group 1's prompt only
-    eager = p.attention_mask("eager")[0, 0]
+    mask = p.attention_mask("sdpa")[:, 0].int()  # [2, 5, 5]
+    assert mask[0, 3].tolist() == [1, 1, 1, 1, 0]  # row 0's token 1: the prompt and its row
+    assert mask[0, 4].tolist() == [1, 1, 0, 0, 1]  # row 1's token 0: the prompt, not row 0
+    assert mask[1, 3].tolist() == [1, 1, 1, 1, 0]  # row 2: group 1's prompt, not the pad after it
+    assert mask[1, 4].tolist() == [1, 1, 1, 0, 1]  # the pad: the prompt and itself, not row 2
+    eager = p.attention_mask("eager")[:, 0]
     assert torch.equal(eager == 0, mask.bool()) and bool((eager[~mask.bool()] == torch.finfo(torch.float32).min).all())
 
 
@@ -89,7 +91,7 @@ def wrong_positions(monkeypatch):
 
     def bad(*args):
         p = real(*args)
-        return replace(p, positions=torch.arange(p.ids.shape[1], device=p.ids.device)[None, :])
+        return replace(p, positions=torch.arange(p.ids.shape[1], device=p.ids.device).expand_as(p.ids))
 
     monkeypatch.setattr(forward, "pack", bad)
 
