@@ -85,8 +85,12 @@ _WORD_AFTER = re.compile(r"([A-Za-z’']+)(\s*\^\s*\{?\s*[23]\s*\}?)?")
 # the same line (`the answer is 4 \boxed{3}`): a box sharing the line with a stated value is a second answer.
 _LOOSE_END = (r"(?=[ \t$)*\\]{0,12}(?:[.!?;,:]?[ \t$)*\\]{0,12}(?:\\(?:[bB]oxed|fbox|framebox|bbox)(?![A-Za-z])"
               r"|<answer>|####)|[.!?;](?:[ \t]|$)|[.!?]{0,3}[ \t$)*\\]{0,12}$))")
-_LOOSE_LABEL = re.compile(r"(?:answer|答案)(?:[ \t*_:=;꞉]|-(?=[ \t])){0,12}(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
-                          r"[ \t*_$(\\:]{0,8}([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)" + _LOOSE_END,
+# The label may be abbreviated (`Ans: 4`, `ANS. 4`); the value may be a variable's (`the answer is x = 4`,
+# `$x=4$`) and a plain fraction (`\frac{8}{2}`, `8/2`).
+_LOOSE_LABEL = re.compile(r"(?:answer|(?<![A-Za-z])ans\b\.?|答案)(?:[ \t*_:=;꞉]|-(?=[ \t])){0,12}"
+                          r"(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
+                          r"[ \t*_$(\\:]{0,8}(?:[A-Za-z](?:_\{?\w{1,4}\}?)?[ \t]{0,4}=[ \t]{0,4})?"
+                          r"([-+]?(?:\\[dt]?frac\{\d{1,12}\}\{\d{1,12}\}|\d[\d,]*(?:\.\d+)?(?:/\d+)?))" + _LOOSE_END,
                           re.IGNORECASE | re.MULTILINE)   # bounded runs: a long blank run costs one pass, never a retry per blank
 # Cyrillic and Greek letters drawn like Latin ones, folded so a lookalike label (`Аnswer`) reads as one
 _CONFUSABLE = str.maketrans("АаВЕеКМНОоРрСсТХхУуЅѕІіΑΕΟοΡρΤΧ", "AaBEeKMHOoPpCcTXxYySsIiAEOoPpTX")
