@@ -84,6 +84,9 @@ CONTROLS = [
     ("stated-decimal-then-box", "The answer is 2.5 \\boxed{2.5}", "2.5"),
     ("stated-assignment-agrees", "The answer is $x = 3$.\n\\boxed{x=3}", "3"),
     ("abbreviated-label-agrees", "Ans: 12\n\\boxed{12}", "12"),
+    # a decimal comma on the answer line is the same number to the scan for second answers
+    ("decimal-comma-line", "Answer: 0,5", "0.5"),
+    ("decimal-comma-line-long", "Answer: 1000,99", "1000.99"),
 ]
 
 

@@ -282,7 +282,8 @@ def loose_answers(text: str) -> list[str]:
         body = _FENCE.sub("", body)
     if not body.isascii():   # most completions are ASCII: nothing to fold
         body = _INVISIBLE.sub("", unicodedata.normalize("NFKC", body)).translate(_CONFUSABLE)
-    return [m.group(1).replace(",", "") for m in _LOOSE_LABEL.finditer(body)]
+    # commas as the final answer reads them (`1,000` a thousand, `0,5` a decimal comma): never dropped
+    return [m.group(1).rstrip(",") for m in _LOOSE_LABEL.finditer(body)]
 
 
 def _hashes_value(content: str) -> bool:
