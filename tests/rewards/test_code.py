@@ -157,8 +157,17 @@ def test_an_int_past_4300_digits_is_a_value_both_ways():
             "hidden": ["assert f(3) == 6", "assert digits(f(2000)) == 5736"]}
     honest = "import math, sys\nsys.set_int_max_str_digits(0)\ndef f(n):\n    return math.factorial(n)\ndef digits(x):\n    return len(str(x))"
     off_by_one = honest.replace("math.factorial(n)", "math.factorial(n) + (n > 100)")
-    vs = reward.verdicts([explained_block(honest), explained_block(off_by_one)], tests=[spec, spec])
-    assert [(v.score, v.reason) for v in vs] == [(1.0, "passed 3/3"), (0.0, "failed case 1: assertion failed")]
+    # a function spec's wrong answer is shown in its reason, in the trainer: an int too long to write in
+    # decimal is said by its size, never a ValueError that would end the whole batch
+    fn = {"kind": "function", "entry_point": "f", "cases": [{"args": [3], "expected": 6}, {"args": [4], "expected": [24]}]}
+    huge = "def f(n):\n    return 10 ** 5000 if n == 3 else [10 ** 5000]"
+    huge_in_list = "def f(n):\n    return 6 if n == 3 else [10 ** 5000]"
+    vs = reward.verdicts([explained_block(p) for p in (honest, off_by_one, huge, huge_in_list)],
+                         tests=[spec, spec, fn, fn])
+    assert [(v.score, v.reason) for v in vs] == [
+        (1.0, "passed 3/3"), (0.0, "failed case 1: assertion failed"),
+        (0.0, "failed case 1: expected 6, got an int of 16610 bits"),
+        (0.0, "failed case 2: expected [24], got a list holding an int too long to show")]
 
 
 # ---- attacks: every one must score 0, within its time limit ------------------------------------

@@ -137,8 +137,18 @@ def _case_reason(case: Case, why: str, kind: str) -> str:
     return f"failed case {case.number}{' (hidden)' if case.hidden else ''}: {why}"
 
 
+def _repr(value) -> str:
+    """repr of a decoded value; one holding an int past Python's 4300 decimal digits (they arrive as
+    hexadecimal, rlvr.sandbox.harness) cannot be written in decimal and is said by its size instead."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"an int of {int.bit_length(value)} bits" if type(value) is int else f"a {type(value).__name__} " \
+            "holding an int too long to show"
+
+
 def _wrong_answer(case: Case, want, got, text: bool = False) -> str:
     if case.hidden:  # reasons are logged with samples; keep hidden answers out of them
         return f"failed case {case.number} (hidden): wrong answer"
-    show = (lambda v: repr(_clip(v))) if text else (lambda v: _clip(repr(v)))
+    show = (lambda v: repr(_clip(v))) if text else (lambda v: _clip(_repr(v)))
     return f"failed case {case.number}: expected {show(want)}, got {show(got)}"
