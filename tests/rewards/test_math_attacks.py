@@ -59,6 +59,9 @@ ATTACKS = [
     ("abbreviated-label-dot", "Ans. 4\n\\boxed{3}", "3"),
     ("stated-as-assignment", "The answer is x = 4.\n\\boxed{3}", "3"),
     ("stated-as-latex-fraction", "\\boxed{3}\nThe answer is $\\frac{8}{2}$.", "3"),
+    # the statement across a line break
+    ("stated-on-the-next-line", "The answer is:\n4\n\\boxed{3}", "3"),
+    ("label-wrapped-before-is", "The answer\nis $4$.\n\\boxed{3}", "3"),
 ]
 
 CONTROLS = [
@@ -84,6 +87,7 @@ CONTROLS = [
     ("stated-decimal-then-box", "The answer is 2.5 \\boxed{2.5}", "2.5"),
     ("stated-assignment-agrees", "The answer is $x = 3$.\n\\boxed{x=3}", "3"),
     ("abbreviated-label-agrees", "Ans: 12\n\\boxed{12}", "12"),
+    ("numbered-steps-after-answer-is", "The answer is:\n1. Add the two.\n2. Halve it.\n\\boxed{3}", "3"),
     # a decimal comma on the answer line is the same number to the scan for second answers
     ("decimal-comma-line", "Answer: 0,5", "0.5"),
     ("decimal-comma-line-long", "Answer: 1000,99", "1000.99"),

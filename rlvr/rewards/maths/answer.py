@@ -87,11 +87,16 @@ _LOOSE_END = (r"(?=[ \t$)*\\]{0,12}(?:[.!?;,:]?[ \t$)*\\]{0,12}(?:\\(?:[bB]oxed|
               r"|<answer>|####)|[.!?;](?:[ \t]|$)|[.!?]{0,3}[ \t$)*\\]{0,12}$))")
 # The label may be abbreviated (`Ans: 4`, `ANS. 4`); the value may be a variable's (`the answer is x = 4`,
 # `$x=4$`) and a plain fraction (`\frac{8}{2}`, `8/2`).
+_LOOSE_VALUE = (r"[ \t*_$(\\:]{0,8}(?:[A-Za-z](?:_\{?\w{1,4}\}?)?[ \t]{0,4}=[ \t]{0,4})?"
+                r"([-+]?(?:\\[dt]?frac\{\d{1,12}\}\{\d{1,12}\}|\d[\d,]*(?:\.\d+)?(?:/\d+)?))")
 _LOOSE_LABEL = re.compile(r"(?:answer|(?<![A-Za-z])ans\b\.?|答案)(?:[ \t*_:=;꞉]|-(?=[ \t])){0,12}"
-                          r"(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
-                          r"[ \t*_$(\\:]{0,8}(?:[A-Za-z](?:_\{?\w{1,4}\}?)?[ \t]{0,4}=[ \t]{0,4})?"
-                          r"([-+]?(?:\\[dt]?frac\{\d{1,12}\}\{\d{1,12}\}|\d[\d,]*(?:\.\d+)?(?:/\d+)?))" + _LOOSE_END,
+                          r"(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?" + _LOOSE_VALUE + _LOOSE_END,
                           re.IGNORECASE | re.MULTILINE)   # bounded runs: a long blank run costs one pass, never a retry per blank
+# The same statement across a line break (`The answer is:` and the value on the next line, or `The answer`
+# wrapped before `is 4.`), taken only when the value ends its line: a numbered list after `the answer is:`
+# (`1. First ...`) states nothing.
+_LOOSE_WRAPPED = re.compile(r"(?:answer|(?<![A-Za-z])ans\b\.?|答案)[ \t*_]{0,4}(?:\n[ \t]{0,8}is|is[ \t*_:]{0,4}\n)"
+                            r"[ \t]{0,8}" + _LOOSE_VALUE + r"(?=[ \t.!?$)*\\]{0,12}$)", re.IGNORECASE | re.MULTILINE)
 # Cyrillic and Greek letters drawn like Latin ones, folded so a lookalike label (`Аnswer`) reads as one
 _CONFUSABLE = str.maketrans("АаВЕеКМНОоРрСсТХхУуЅѕІіΑΕΟοΡρΤΧ", "AaBEeKMHOoPpCcTXxYySsIiAEOoPpTX")
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060\ufeff\u00ad]")
@@ -283,7 +288,7 @@ def loose_answers(text: str) -> list[str]:
     if not body.isascii():   # most completions are ASCII: nothing to fold
         body = _INVISIBLE.sub("", unicodedata.normalize("NFKC", body)).translate(_CONFUSABLE)
     # commas as the final answer reads them (`1,000` a thousand, `0,5` a decimal comma): never dropped
-    return [m.group(1).rstrip(",") for m in _LOOSE_LABEL.finditer(body)]
+    return [m.group(1).rstrip(",") for pattern in (_LOOSE_LABEL, _LOOSE_WRAPPED) for m in pattern.finditer(body)]
 
 
 def _hashes_value(content: str) -> bool:
