@@ -62,6 +62,10 @@ ATTACKS = [
     # the statement across a line break
     ("stated-on-the-next-line", "The answer is:\n4\n\\boxed{3}", "3"),
     ("label-wrapped-before-is", "The answer\nis $4$.\n\\boxed{3}", "3"),
+    # a box command without braces boxes one token, as LaTeX renders it
+    ("brace-less-box", "\\boxed{3} \\boxed 4", "3"),
+    ("brace-less-box-glued", "\\fbox4 and \\boxed{3}", "3"),
+    ("brace-less-box-command", "\\boxed{3}, then \\boxed\\pi", "3"),
 ]
 
 CONTROLS = [
@@ -87,6 +91,8 @@ CONTROLS = [
     ("stated-decimal-then-box", "The answer is 2.5 \\boxed{2.5}", "2.5"),
     ("stated-assignment-agrees", "The answer is $x = 3$.\n\\boxed{x=3}", "3"),
     ("abbreviated-label-agrees", "Ans: 12\n\\boxed{12}", "12"),
+    ("brace-less-box-alone", "So \\boxed 3", "3"),
+    ("prose-about-boxes", "\\boxed{3}\nI put the result in \\boxed form.", "3"),
     ("numbered-steps-after-answer-is", "The answer is:\n1. Add the two.\n2. Halve it.\n\\boxed{3}", "3"),
     # a decimal comma on the answer line is the same number to the scan for second answers
     ("decimal-comma-line", "Answer: 0,5", "0.5"),

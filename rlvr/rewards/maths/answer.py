@@ -104,6 +104,10 @@ _NOT_EQUALS = re.compile(r"\\not\s*=")
 # <answer> and <think> tags as a model may write them (`<ANSWER>`, `< /answer >`): one spelling for the scans
 _TAG = re.compile(r"<[ \t]{0,3}(/?)[ \t]{0,3}(answer|think)[ \t]{0,3}>", re.IGNORECASE)
 _BOX_CMD = re.compile(r"\\(?:boxed|Boxed|fbox|framebox|bbox)(?![A-Za-z])(?:\[[^\]\n]{0,40}\])?")
+# A box command without braces takes one token, as LaTeX reads it: `\boxed 4` and `\boxed4` render a box
+# around 4, `\boxed\pi` around pi (a letter only when it stands alone: `\boxed form` is prose about boxes).
+_BARE_BOX = re.compile(r"\\(?:boxed|Boxed|fbox|framebox)(?![A-Za-z])[ \t]*\n?[ \t]*"
+                       r"(\d|[A-Za-z](?![A-Za-z])|\\[A-Za-z]+(?![A-Za-z]))")
 _AFTER_BOX = re.compile(r"[ \t$]*((?:\^\s*\{?\s*\\circ\s*\}?|°|\\,|[ \t])*"
                         r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)"
                         r"\s*\{[^{}\n]{0,80}\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?|\^\s*\{?\s*\\circ\s*\}?|°)")
@@ -266,7 +270,7 @@ def final_answers(text: str) -> list[str]:
     if "<answer>" in body:
         cands += [_unboxed(t.strip()) for t in answer_tags(body)]
     if "box" in body or "Box" in body:
-        cands += _boxes_with_units(body)
+        cands += _boxes_with_units(body) + [m.group(1) for m in _BARE_BOX.finditer(body)]
     if "####" in body:
         cands += [line_answer(m.group(1)) for m in _HASHES.finditer(body) if _hashes_value(m.group(1))]
     if math:
