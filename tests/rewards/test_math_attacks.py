@@ -62,6 +62,11 @@ ATTACKS = [
     # the statement across a line break
     ("stated-on-the-next-line", "The answer is:\n4\n\\boxed{3}", "3"),
     ("label-wrapped-before-is", "The answer\nis $4$.\n\\boxed{3}", "3"),
+    # text outside thinking is shown: a box before a stray </think>, or between two think blocks, is an answer
+    ("box-before-a-stray-close", "<think>x</think>\\boxed{4}</think>\\boxed{3}", "3"),
+    ("template-think-then-stray-close", "so 4</think>The answer is 4.</think>\\boxed{3}", "3"),
+    ("box-between-think-blocks", "<think>a</think>\\boxed{4}<think>b</think>\\boxed{3}", "3"),
+    ("box-before-thinking", "\\boxed{4}<think>hmm</think>\\boxed{3}", "3"),
     # a box command without braces boxes one token, as LaTeX renders it
     ("brace-less-box", "\\boxed{3} \\boxed 4", "3"),
     ("brace-less-box-glued", "\\fbox4 and \\boxed{3}", "3"),
@@ -91,6 +96,8 @@ CONTROLS = [
     ("stated-decimal-then-box", "The answer is 2.5 \\boxed{2.5}", "2.5"),
     ("stated-assignment-agrees", "The answer is $x = 3$.\n\\boxed{x=3}", "3"),
     ("abbreviated-label-agrees", "Ans: 12\n\\boxed{12}", "12"),
+    ("box-inside-a-second-think", "<think>a</think>Let me check.<think>\\boxed{4}</think>\\boxed{3}", "3"),
+    ("same-box-around-a-stray-close", "<think>a</think>\\boxed{3}</think>\\boxed{3}", "3"),
     ("brace-less-box-alone", "So \\boxed 3", "3"),
     ("prose-about-boxes", "\\boxed{3}\nI put the result in \\boxed form.", "3"),
     ("numbered-steps-after-answer-is", "The answer is:\n1. Add the two.\n2. Halve it.\n\\boxed{3}", "3"),

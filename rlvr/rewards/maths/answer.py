@@ -159,10 +159,22 @@ def answer_tags(text: str) -> list[str]:
 
 
 def after_thinking(text: str) -> str | None:
-    """The text after the last </think>; None when a <think> is left open, including one opened
-    after the last </think> (`<think>a</think><think>... Answer: 42`): an answer still inside thinking is not final."""
-    body = text.rsplit("</think>", 1)[1] if "</think>" in text else text
-    return None if "<think>" in body else body
+    """The text a reader sees: everything outside thinking, the text after the last </think> last; None
+    when a <think> is left open, including one opened after the last </think> (`<think>a</think><think>...
+    Answer: 42`): an answer still inside thinking is not final.
+
+    The first </think> ends the thinking (opened by the completion or by the chat template); each later one
+    ends a <think> opened after the one before, or closes nothing: the text before such a stray close is
+    shown, so `...</think>\\boxed{4}</think>\\boxed{3}` states two answers, not only the last."""
+    if "</think>" not in text:
+        return None if "<think>" in text else text
+    head, *middle, last = text.split("</think>")
+    if "<think>" in last:
+        return None
+    shown = [head[:head.index("<think>")]] if "<think>" in head else []
+    shown += [seg[:seg.index("<think>")] if "<think>" in seg else seg for seg in middle]
+    shown = [seg for seg in shown if seg.strip()]
+    return "\n".join(shown + [last]) if shown else last
 
 
 def line_answer(content: str) -> str:
