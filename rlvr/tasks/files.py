@@ -32,7 +32,7 @@ Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
 
 def is_file_source(name: str) -> bool:
-    return data_suffix(name) in SUFFIXES or Path(name).is_dir()
+    return data_suffix(name) in SUFFIXES or Path(name).expanduser().is_dir()
 
 
 def read_text(path: Path) -> str:
@@ -218,7 +218,7 @@ def read_rows(name: str) -> list[Row]:
     given = _GIVEN.get(str(Path(name).resolve()))
     if given is not None:
         return [(f"row {i}", dict(row)) for i, row in enumerate(given[1], 1)]
-    path = Path(name)
+    path = Path(name).expanduser()  # ~/data/gsm8k/train.parquet, as verl's configs write it
     if not path.exists():
         raise RlvrError(f"no such dataset file or directory: {name}")
     if path.is_dir():

@@ -256,3 +256,25 @@ def test_a_prompt_read_from_another_column_reaches_rewards_under_that_name_too()
     assert cols["question"] == ["What is 2 + 2?"] * 2 and cols["prompts"] == ["What is 2 + 2?"] * 2
     chat = to_problem({"prompt": [{"role": "user", "content": "Hi?"}], "answer": "1"}, {}, "f.jsonl:2")
     assert "prompt" not in dataset_columns([chat], 1)   # TRL passes a `prompt` column as `prompts` only
+
+
+def test_a_path_under_the_home_directory_reads_in_every_command(tmp_path, monkeypatch, capsys):
+    """`task.name: ~/data/gsm8k/train.parquet`, as verl's configs write it: rlvr train expanded the ~ (its
+    config is made absolute first) but rlvr eval and rlvr audit said 'no such dataset file'. Files, held-out
+    files and Hub-layout folders under ~ read alike."""
+    from rlvr.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    write_parquet(tmp_path / "data" / "gsm8k" / "train.parquet", ROWS[:20])
+    write_jsonl(tmp_path / "data" / "gsm8k" / "test.jsonl", ROWS[20:])
+    s = build_splits(TaskConfig(name="~/data/gsm8k/train.parquet", heldout_file="~/data/gsm8k/test.jsonl",
+                                columns=MAPPING, few_shot=0, ood_size=0))
+    assert (len(s.train), len(s.heldout)) == (20, 10)
+    s = build_splits(TaskConfig(name="~/data/gsm8k", heldout_split="test", columns=MAPPING, few_shot=0, ood_size=0))
+    assert (len(s.train), len(s.heldout)) == (20, 10)
+    config = tmp_path / "mine.yaml"
+    config.write_text("task:\n  name: ~/data/gsm8k/train.parquet\n  heldout_size: 4\n"
+                      "  columns: {prompt: question, answer: final}\n")
+    assert main(["audit", str(config), "--n=3"]) == 0
+    assert "control (mean score of the reference solutions): correctness 1" in capsys.readouterr().out
