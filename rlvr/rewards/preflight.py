@@ -52,9 +52,10 @@ def _names(fn) -> list[str]:
 
 def missing_names(error: BaseException) -> list[str]:
     """The parameters a call could not fill: a TypeError's 'missing ... argument(s)', or the key of a
-    KeyError (a **kwargs lookup such as kwargs['solution'])."""
+    KeyError that could name a column (a **kwargs lookup such as kwargs['solution']; not TABLE['12'], a
+    lookup of the reward's own data by a value)."""
     if isinstance(error, KeyError) and error.args and isinstance(error.args[0], str):
-        return [error.args[0]]
+        return [error.args[0]] if error.args[0].isidentifier() else []
     m = _MISSING.search(str(error)) if isinstance(error, TypeError) else None
     return re.findall(r"'(\w+)'", m.group(1)) if m else []
 
@@ -123,7 +124,8 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
         bad = sum(scores.failed[rf.name])
         if bad:
             fix = diagnose(rf, errors[0], visible)
-            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) else ""  # a bug inside it: where
+            # a bug inside it, or a KeyError that may be one (a dict of its own, not a column): where
+            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) or isinstance(errors[0], KeyError) else ""
             out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")
         elif rf.name in strict and max(scores.per_function[rf.name]) <= 0 and not _pays_another_form(rf, rows, columns):
             out.zero.append(rf.name)

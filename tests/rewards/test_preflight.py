@@ -56,6 +56,7 @@ def test_missing_names_reads_type_and_key_errors():
         == ["solution_str", "ground_truth"]
     assert missing_names(TypeError("f() missing 1 required keyword-only argument: 'solution'")) == ["solution"]
     assert missing_names(KeyError("solution")) == ["solution"]
+    assert missing_names(KeyError("12")) == [] and missing_names(KeyError("no entry for 12")) == []  # a value, not a name
     assert missing_names(ValueError("bad")) == []
 
 
@@ -199,3 +200,21 @@ def test_a_reward_past_its_time_limit_is_told_to_be_faster_not_fixed(module):
     assert diagnose(rf, CallTimedOut(1.5), ["answer"]) == (
         "'user_rewards.py:my_reward' took longer than rewards.timeout_s=1.5s on one completion; make it faster or "
         "raise rewards.timeout_s (it is called on a batch of completions per step)")
+
+
+TABLE = {"1": 1.0}
+
+
+def table_lookup(completions, answer, **kwargs):
+    return [TABLE[str(a)] for a in answer]
+
+
+def test_a_key_error_of_the_rewards_own_dict_is_shown_not_taken_for_a_missing_column():
+    """`TABLE[str(a)]` raising KeyError('8') was diagnosed 'parameter '8' of ... has no column' with no
+    traceback; a key that cannot name a parameter is the reward's own lookup: the generic diagnosis and
+    the traceback down to the line that raised."""
+    rf = RewardFunction(name="table_lookup", weight=1.0, fn=table_lookup)
+    bad, message = preflight([rf], ROWS).failed["table_lookup"]
+    assert bad == 2 and message.startswith("KeyError: '8'. Likely fix: the row has columns question, answer; "
+                                           "fix the reward so it runs on them\nTraceback")
+    assert "return [TABLE[str(a)] for a in answer]" in message and "has no column" not in message
