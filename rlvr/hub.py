@@ -80,8 +80,13 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
         raise RlvrError(f"{repo_type} '{repo_id}': no such repository on the Hugging Face Hub, or a gated one "
                         f"(log in with `hf auth login`); nor a local path ({type(e).__name__})") from None
     except Exception as e:  # noqa: BLE001 - no network, a proxy, a full disk: the same way out
-        raise RlvrError(f"{repo_type} '{repo_id}' could not be downloaded ({type(e).__name__}: {e}); download it "
-                        f"with `{command}`, or give a local path") from None
+        # huggingface_hub's message runs to several lines of advice; its first names the cause
+        cause = str(e).strip().splitlines()[0].removeprefix("Got: ") if str(e).strip() else type(e).__name__
+        where = ("a local model directory (config.json, weights and tokenizer, as save_pretrained writes them)"
+                 if repo_type == "model" else "a local data file or directory")
+        raise RlvrError(f"{repo_type} '{repo_id}' is not a local path nor in the Hugging Face cache ({cache}), and "
+                        f"could not be downloaded ({cause}): download it on a machine that is online with "
+                        f"`{command}` (into that cache; HF_HUB_CACHE or HF_HOME choose it), or give {where}") from None
 
 
 def cached_config(repo_id: str) -> Path | None:

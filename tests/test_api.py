@@ -43,6 +43,12 @@ def test_keywords_become_config_overrides():
     with pytest.raises(RlvrError, match=r"unknown keyword 'num_generations': TRL's 'num_generations' is rlvr's "
                                         r"'rollout.group_size', rlvr.fit\(..., rollout__group_size=...\);"):
         _override("num_generations", 8)   # GRPOConfig(num_generations=8), as TRL users write it
+    # GRPOTrainer(reward_funcs=..., args=GRPOConfig(...)): what rlvr.fit takes instead
+    with pytest.raises(RlvrError, match=r"^rlvr.fit: unknown keyword 'reward_funcs' \(TRL's GRPOTrainer argument\): "
+                                        r"rlvr.fit takes rewards=\[...\]"):
+        _override("reward_funcs", [])
+    with pytest.raises(RlvrError, match=r"unknown keyword 'args' .*: rlvr.fit takes config keys as keywords"):
+        _override("args", None)
 
 
 def test_as_rows_takes_lists_and_datasets():

@@ -181,3 +181,16 @@ def test_rlvr_plan_reads_a_cached_hub_models_config_alone(cache, capsys):
                                         r"the plan needs its config.json alone: `hf download Qwen/Qwen2.5-7B-Instruct "
                                         r"config.json`"):
         shape_of("Qwen/Qwen2.5-7B-Instruct")
+
+
+def test_an_uncached_hub_model_with_no_network_says_where_it_looked_and_what_to_do(cache, monkeypatch):
+    # online allowed, but the endpoint answers no one (tests/conftest.py): the download fails at once
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    with pytest.raises(RlvrError) as e:
+        load_model("Qwen/Qwen2.5-7B-Instruct")
+    assert str(e.value) == (
+        f"model 'Qwen/Qwen2.5-7B-Instruct' is not a local path nor in the Hugging Face cache ({cache}), and could "
+        "not be downloaded (ConnectError: [Errno 111] Connection refused): download it on a machine that is online "
+        "with `hf download Qwen/Qwen2.5-7B-Instruct` (into that cache; HF_HUB_CACHE or HF_HOME choose it), or give "
+        "a local model directory (config.json, weights and tokenizer, as save_pretrained writes them)")

@@ -20,8 +20,9 @@ class LoraConfig:
     """LoRA alpha (scale alpha / r)."""
     dropout: float = 0.0
     """LoRA dropout."""
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Linear layers that get adapters."""
+    target_modules: Union[list[str], str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear layers that get adapters: their names, or all-linear (PEFT's and TRL's spelling: every linear
+    layer of the model but its output head)."""
 
 
 @dataclass(kw_only=True)
@@ -143,7 +144,9 @@ class VllmConfig:
     weight-transfer API, GPU to GPU; not tested by rlvr's suite: docs/vllm.md)."""
     weights_dir: str = ""
     """Server mode: where the pushed weights are written for the servers to load (a directory every server
-    can read: shared storage across nodes); empty: <train.out>/vllm-weights."""
+    can read: shared storage across nodes); empty: <train.out>/vllm-weights, where only the newest version
+    is kept (a killed run's too are removed at the next push); in a directory given here, each run removes
+    its own older versions only."""
     timeout_s: float = 600.0
     """Server mode: the longest a request (a group's completions, a weight push) may take before the run
     stops with an error naming the server."""

@@ -181,16 +181,19 @@ def check_served_model(url: str, served: str, policy: torch.nn.Module, name: str
 
 class VllmServerEngine:
     """Rollouts from vLLM servers (module docstring). rank/world: this trainer process's place under
-    torchrun (rank 0 pushes; prompts go to the servers round robin, offset by rank)."""
+    torchrun (rank 0 pushes; prompts go to the servers round robin, offset by rank). owns_dir: weights_dir
+    is this run's alone (the default, inside the locked run directory), so whatever else is in it after a
+    push (a killed run's versions, a write cut short) is removed; in a directory of the user's, only this
+    engine's own older versions are."""
 
     def __init__(self, urls: list[str], *, weights_dir: Path, timeout_s: float, push: str = "disk",
-                 rank: int = 0, world: int = 1):
+                 rank: int = 0, world: int = 1, owns_dir: bool = False):
         if not urls:
             raise RlvrError("rollout.vllm.server_url: no server URL given")
         if push not in ("disk", "nccl"):
             raise ValueError(f"push must be disk or nccl, not {push}")
         self.urls, self.timeout, self.push = urls, timeout_s, push
-        self.weights_dir, self.rank, self.world = Path(weights_dir), rank, world
+        self.weights_dir, self.rank, self.world, self.owns_dir = Path(weights_dir), rank, world, owns_dir
         self.tag = uuid.uuid4().hex[:8]  # this engine's versions: another run's pushes never match
         self.weights_version = 0  # pushes so far
         self.expected: str | None = None  # the version every server must hold; None until the first push
@@ -298,7 +301,8 @@ class VllmServerEngine:
         self._each(lambda url: call(url, "/update_weight_version", {"new_version": version}, timeout=self.timeout,
                                     what="naming the new weights version"))
         if self.push == "disk":
-            for old in self.weights_dir.glob(f"{self.tag}-*"):  # every server holds the new ones now
+            # every server holds the new ones now
+            for old in self.weights_dir.glob("*" if self.owns_dir else f"{self.tag}-*"):
                 if old.name != version:
                     shutil.rmtree(old, ignore_errors=True)
 
@@ -373,7 +377,7 @@ def make_server_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmServe
                         f"{next(policy.parameters()).device}: use rollout.vllm.weight_push=disk")
     weights_dir = Path(v.weights_dir).expanduser() if v.weights_dir else Path(workdir) / "vllm-weights"
     engine = VllmServerEngine(v.urls(), weights_dir=weights_dir, timeout_s=v.timeout_s, push=v.weight_push,
-                              rank=rank, world=world)
+                              rank=rank, world=world, owns_dir=not v.weights_dir)
     for url, served in engine.models.items():
         check_served_model(url, served, policy, cfg.model.name, v.timeout_s)
     made = [d for d in (weights_dir, *weights_dir.parents) if not d.exists()]  # deepest first

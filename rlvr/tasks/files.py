@@ -238,12 +238,16 @@ def read_rows(name: str) -> list[Row]:
 def _text(value, key: str, where: str) -> str:
     if isinstance(value, str):
         return value
-    if key == "solution" and is_chat(value) and all(m["role"] == "assistant" for m in value):
-        return "\n".join(m["content"] for m in value)  # TRL's conversational completion, [{"role": "assistant", ...}]
     if key in ("tests", "answer") and isinstance(value, (dict, list)):
         return as_text(value)  # a verl ground truth may be a list of accepted answers
     if key in ("answer", "difficulty") and isinstance(value, (int, float)) and not isinstance(value, bool):
         return as_text(value)
+    if key == "solution" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict) \
+            and value[0].get("role") == "assistant" and isinstance(value[0].get("content"), str):
+        return value[0]["content"]  # TRL's conversational completion: [{"role": "assistant", "content": ...}]
+    if key == "solution" and isinstance(value, list):
+        raise RlvrError(f"{where}: column for solution holds a list; a solution is text, or one assistant "
+                        "message [{'role': 'assistant', 'content': <text>}] (TRL's conversational completion)")
     raise RlvrError(f"{where}: column for {key} holds a {type(value).__name__}, expected text")
 
 

@@ -397,7 +397,8 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
             try:
                 m, collected = train_step(run, step, rollouts, entropy)
             except RolloutError as e:  # the policy is as step p.step left it: keep what was done
-                raise RolloutError(f"{e}. {save_before_stopping(run, p, clock(), rollouts)}") from e
+                said = str(e) if str(e).endswith((".", "?")) else f"{e}."
+                raise RolloutError(f"{said} {save_before_stopping(run, p, clock(), rollouts)}") from e
             if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
                 entropy = entropy.after(a, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy

@@ -85,8 +85,7 @@ class Rollouts:
                     self.pending = None  # nothing in flight to checkpoint
                     raise
             else:  # synchronous, or the first step of a run
-                if self.synced != self.updates:
-                    self.sync()
+                self.sync()
                 collected, version = self._collect(step), self.synced
             waited = time.perf_counter() - t0
             if self.one_step_off and step < last_step:
@@ -116,8 +115,10 @@ class Rollouts:
         self.updates += 1
 
     def sync(self) -> None:
-        self.engine.sync_weights(self.policy)
-        self.synced = self.updates
+        """The engine takes the policy's weights, unless it holds them already."""
+        if self.synced != self.updates:
+            self.engine.sync_weights(self.policy)
+            self.synced = self.updates
 
     def state(self) -> dict | None:
         """The batch in flight, waited for (a checkpoint's "pending"), or None."""

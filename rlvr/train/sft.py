@@ -79,6 +79,9 @@ def with_solutions(problems: list[Problem], task_name: str) -> list[Problem]:
         held = gold_candidates(problems[0].row) if problems else []  # GSM8K's answer, MATH's solution
         hint = (f"; column '{held[0]}' holds worked solutions (a final '#### N' or \\boxed{{...}}): "
                 f"--task.columns.solution={held[0]}" if held else "")
+        if any("completion" in p.row for p in problems):  # TRL's prompt-completion datasets
+            hint += ("; the rows' 'completion' column (TRL's prompt-completion form) is used with "
+                     "--task.columns.solution=completion")
         raise RlvrError(f"no train problem of task '{task_name}' has a worked solution to fine-tune on: "
                         "file tasks need a 'solution' column (or task.columns: {solution: <column>})" + hint)
     return found

@@ -140,6 +140,15 @@ MISMATCH = "rollout/logp_mismatch_mean_abs"
 BIG_BATCH = ["--rollout.prompts_per_step=4", "--rollout.group_size=8"]
 
 
+def learning(folder) -> list[str]:
+    """Overrides under which a random model's weights move at every step: a reward that varies within groups (the
+    arithmetic rewards score a random model 0, so no gradient) and a large learning rate. Without them a run
+    samples from the weights it started with, and a missing weight push would go unseen."""
+    reward = folder / "varied.py"
+    reward.write_text("def varied(completions, **kwargs):\n    return [float(len(set(c)) % 3) for c in completions]\n")
+    return [f"--rewards.weights={{{reward}:varied: 1.0}}", "--optimizer.lr=1e-3", "--optimizer.warmup_steps=0"]
+
+
 def small_model_dir(path):
     """A 2-layer random Llama with heads 32 wide (vLLM's CPU attention has no kernel for tiny-random's 16) as a
     Hugging Face model directory, read by the trainer and vLLM alike."""
@@ -165,11 +174,13 @@ def test_rlvr_train_with_the_colocated_engine(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "configs" / "smoke.yaml"),
                            f"--model.name={model}", "--rollout.engine=vllm", "--rollout.vllm.kv_cache_gib=0.0625",
-                           f"--train.out={out}", "--eval.before=false", "--eval.after=false", *BIG_BATCH],
+                           f"--train.out={out}", "--eval.before=false", "--eval.after=false", *BIG_BATCH,
+                           *learning(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = metrics_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["grad_norm"] > 0 for r in rows)  # the weights moved at step 1
     for r in rows:  # vLLM sampled what the trainer scores, the weights synced after step 1's update
         assert r[MISMATCH] < 1e-3, r
 

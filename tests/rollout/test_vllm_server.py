@@ -34,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-from tests.rollout.test_vllm_real import BIG_BATCH  # noqa: E402 (the same prompts as the colocated run)
+from tests.rollout.test_vllm_real import BIG_BATCH, learning  # noqa: E402 (the same runs as the colocated one)
 
 
 def server_command(model: Path, port: int) -> list[str]:
@@ -104,12 +104,16 @@ def test_pushed_weights_reach_the_server(server, tmp_path):
     prompts = [tok.encode("<|im_start|>user\n12+30=?<|im_end|>\n"), tok.encode("abc")]
     greedy = dict(group_size=1, max_new_tokens=12, temperature=0.0, stop_ids=[tok.eos_token_id],
                   pad_id=tok.pad_token_id)
-    engine = VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=120)
+    leftover = tmp_path / "w" / "0123abcd-7"  # the last version of a run killed in this directory
+    leftover.mkdir(parents=True)
+    (leftover / "model.safetensors").write_bytes(b"...")
+    engine = VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=120, owns_dir=True)
     trainer = generate(policy, prompts, seeds=[1, 2], **greedy).completion_ids
     before = engine.generate(prompts, seeds=[1, 2], **greedy).completion_ids
     assert not torch.equal(before, trainer)  # the server's own weights
     assert engine.sync_weights(policy) == len(policy.state_dict())
     assert call(url, "/weight_info", timeout=10, what="")["weight_version"] == f"{engine.tag}-1"
+    assert [p.name for p in (tmp_path / "w").iterdir()] == [f"{engine.tag}-1"]  # the killed run's removed
     assert torch.equal(engine.generate(prompts, seeds=[1, 2], **greedy).completion_ids, trainer)
     sampled = engine.generate(prompts, seeds=[3, 4], **{**greedy, "group_size": 4, "temperature": 1.0})
     mask = sampled.completion_mask
@@ -169,8 +173,8 @@ def run_train(out: Path, url: str, model: Path, *extra: str) -> subprocess.Compl
 @pytest.fixture(scope="module")
 def short_run(server, tmp_path_factory):
     url, model, *_ = server
-    out = tmp_path_factory.mktemp("run") / "run"
-    return out, run_train(out, url, model, "--train.steps=2")
+    root = tmp_path_factory.mktemp("run")
+    return root / "run", run_train(root / "run", url, model, "--train.steps=2", *learning(root))
 
 
 def test_a_short_run_through_the_server(short_run):
@@ -178,6 +182,7 @@ def test_a_short_run_through_the_server(short_run):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["grad_norm"] > 0 for r in rows)  # the weights moved at step 1
     for r in rows:  # step 2 sampled from the weights pushed after step 1's update
         assert r[MISMATCH] < 1e-3, r
     pushed = list((out / "vllm-weights").iterdir())
@@ -190,12 +195,15 @@ def test_one_step_off_samples_from_the_server_while_the_trainer_updates(server, 
     version check holds while every batch after the first is one update old."""
     url, model, *_ = server
     out = tmp_path / "off"
-    done = run_train(out, url, model, "--train.steps=3", "--rollout.overlap=one_step_off")
+    done = run_train(out, url, model, "--train.steps=3", "--rollout.overlap=one_step_off", *learning(tmp_path))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["rollout/policy_lag"] for r in rows] == [0, 1, 1]
     assert rows[0][MISMATCH] < 1e-3  # step 1: sampled from the weights the trainer holds
     assert all(0.0 <= r["time/overlap_frac"] <= 1.0 for r in rows)
+    # pushed at start and after step 1's update (step 3's batch is sampled from it); step 2's batch was
+    # sampled from the starting weights, and the update of the last step is not pushed
+    assert [p.name[-2:] for p in (out / "vllm-weights").iterdir()] == ["-2"]
 
 
 def test_a_server_killed_mid_run_is_named_and_the_steps_done_are_kept(server, tmp_path):

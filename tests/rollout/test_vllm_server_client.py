@@ -226,3 +226,18 @@ def test_a_missing_route_says_what_to_check(fake_server):
         vs.call(url, "/v1/embeddings", timeout=5, what="x")
     with pytest.raises(vs.ServerError, match="/get_world_size .*HTTP 404.*VLLM_SERVER_DEV_MODE=1"):
         vs.call(url, "/get_world_size", timeout=5, what="x")
+
+
+def test_the_run_directorys_weights_keep_only_the_newest_and_a_shared_directory_its_own(fake_server, tmp_path, tiny):
+    from rlvr.config import build_config
+
+    _, url = fake_server
+    run_dir, shared = tmp_path / "run", tmp_path / "shared"
+    for d in (run_dir / "vllm-weights", shared):  # what a run killed during a push left there
+        (d / "0123abcd-7").mkdir(parents=True)
+        (d / ".0123abcd-8-tmp").mkdir()
+    args = ["--rollout.engine=vllm", f"--rollout.vllm.server_url={url}", "--rollout.vllm.timeout_s=5"]
+    engine = vs.make_server_engine(build_config(None, args), tiny[0], run_dir)
+    assert [p.name for p in (run_dir / "vllm-weights").iterdir()] == [f"{engine.tag}-1"]
+    engine = vs.make_server_engine(build_config(None, [*args, f"--rollout.vllm.weights_dir={shared}"]), tiny[0], run_dir)
+    assert sorted(p.name for p in shared.iterdir()) == [".0123abcd-8-tmp", "0123abcd-7", f"{engine.tag}-1"]

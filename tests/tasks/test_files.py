@@ -278,3 +278,20 @@ def test_a_path_under_the_home_directory_reads_in_every_command(tmp_path, monkey
                       "  columns: {prompt: question, answer: final}\n")
     assert main(["audit", str(config), "--n=3"]) == 0
     assert "control (mean score of the reference solutions): correctness 1" in capsys.readouterr().out
+
+
+def test_trls_conversational_completion_is_a_solution(tmp_path):
+    """TRL's prompt-completion SFT rows: the completion a list holding one assistant message. Refused before
+    as 'holds a list, expected text'."""
+    data = [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+             "completion": [{"role": "assistant", "content": f"{i} + {i} = {2 * i}\nAnswer: {2 * i}"}],
+             "answer": str(2 * i)} for i in range(10)]
+    path = str(write_jsonl(tmp_path / "d.jsonl", data))
+    s = build_splits(TaskConfig(name=path, heldout_size=2, columns={"solution": "completion"}))
+    assert sorted(p.solution for p in s.train + s.heldout) == sorted(f"{i} + {i} = {2 * i}\nAnswer: {2 * i}"
+                                                                     for i in range(10))
+    data[3]["completion"].append({"role": "user", "content": "and?"})  # a conversation is no one solution
+    path = str(write_jsonl(tmp_path / "e.jsonl", data))
+    with pytest.raises(RlvrError, match=r"e.jsonl line 4: column for solution holds a list; a solution is text, or "
+                                        r"one assistant message"):
+        build_splits(TaskConfig(name=path, heldout_size=2, columns={"solution": "completion"}))

@@ -55,10 +55,21 @@ def test_a_push_that_fails_is_a_rollout_error_before_the_next_step_with_nothing_
         assert rollouts.state() is None
 
 
-def test_one_step_off_a_failed_push_keeps_the_batch_taken_in_flight():
-    engine = Engine(fail_at=2)
+def test_one_step_off_each_update_is_pushed_once_before_the_next_collection():
+    engine = Engine()
     with Rollouts(collector(), engine, POLICY, one_step_off=True) as rollouts:
-        rollouts.take(1, 5)  # push 1, then step 2's batch is collected from it
+        for step in (1, 2, 3):
+            assert rollouts.take(step, 3).step == step
+            # step 2's batch is collected from the weights the engine started with, step 3's after update 1
+            assert engine.pushes == step - 1 if step < 3 else 1
+            rollouts.updated()
+    assert engine.pushes == 1
+
+
+def test_one_step_off_a_failed_push_keeps_the_batch_taken_in_flight():
+    engine = Engine(fail_at=1)
+    with Rollouts(collector(), engine, POLICY, one_step_off=True) as rollouts:
+        rollouts.take(1, 5)  # step 2's batch is collected from the weights the engine started with
         rollouts.updated()
         with pytest.raises(RolloutError, match="collective_rpc failed"):
             rollouts.take(2, 5)  # step 2's batch was collected; the push before step 3's collection fails

@@ -206,6 +206,12 @@ def test_no_solutions_is_a_clear_error(tmp_path, monkeypatch, capsys):
                         hand_made([Problem(question="What is 1 + 1?", answer="2", difficulty="d1")]))
     assert main(["sft", *SMALL, f"--train.out={tmp_path / 'x'}"]) == 2
     assert "no train problem of task 'arithmetic' has a worked solution" in capsys.readouterr().err
+    # TRL's prompt-completion rows: the error names the column to map
+    monkeypatch.setattr(sft_module, "build_splits", hand_made(
+        [Problem(question="What is 1 + 1?", answer="2", difficulty="d1", row={"completion": "1 + 1 = 2"})]))
+    assert main(["sft", *SMALL, f"--train.out={tmp_path / 'y'}"]) == 2
+    assert ("; the rows' 'completion' column (TRL's prompt-completion form) is used with "
+            "--task.columns.solution=completion\n") in capsys.readouterr().err
 
 
 def test_sft_of_a_config_names_its_own_run_directory_and_the_grpo_command(tmp_path, monkeypatch):
