@@ -60,8 +60,9 @@ def missing_names(error: BaseException) -> list[str]:
     return re.findall(r"'(\w+)'", m.group(1)) if m else []
 
 
-def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> str:
-    """The likely fix for `error`, raised by reward `rf` on rows that have `columns`."""
+def diagnose(rf: RewardFunction, error: BaseException, columns: list[str], chat: bool | None = None) -> str:
+    """The likely fix for `error`, raised by reward `rf` on rows that have `columns`; `chat`: whether its
+    completions were chat message lists (a conversational dataset) or text, when known."""
     if isinstance(error, CallTimedOut):  # rewards.isolate: the worker was killed at the limit, no bug to show
         return (f"'{rf.name}' took longer than rewards.timeout_s={rf.timeout_s:g}s on one completion; make it "
                 "faster or raise rewards.timeout_s (it is called on a batch of completions per step)")
@@ -81,6 +82,14 @@ def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> st
                 "rlvr passes the gold answer as 'answer' (its column is set with task.columns.answer=COLUMN)")
     if isinstance(error, ValueError) and "expected a list of" in str(error):
         return "a TRL reward returns one number (or None) per completion, in a list as long as `completions`"
+    said = str(error)
+    if chat is False and isinstance(error, TypeError) and "string indices must be integers" in said:
+        return ("the completions are text, as TRL passes them for a dataset of text prompts; c[0]['content'] reads "
+                "a conversational dataset's ([{'role': 'assistant', 'content': ...}]): read each completion as "
+                "text, or give the prompts as lists of chat messages")
+    if chat and isinstance(error, AttributeError) and "'list' object has no attribute" in said:
+        return ("the completions are lists of chat messages, as TRL passes them for a dataset of conversational "
+                "prompts: read each one's text as c[-1]['content']")
     return f"the row has columns {have}; {GENERIC}"
 
 
@@ -123,7 +132,7 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
         scores = _call(rf, rows, columns, errors.append)
         bad = sum(scores.failed[rf.name])
         if bad:
-            fix = diagnose(rf, errors[0], visible)
+            fix = diagnose(rf, errors[0], visible, chat=bool(rows[0][0].messages))
             # a bug inside it, or a KeyError that may be one (a dict of its own, not a column): where
             trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) or isinstance(errors[0], KeyError) else ""
             out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")

@@ -218,3 +218,27 @@ def test_a_key_error_of_the_rewards_own_dict_is_shown_not_taken_for_a_missing_co
     assert bad == 2 and message.startswith("KeyError: '8'. Likely fix: the row has columns question, answer; "
                                            "fix the reward so it runs on them\nTraceback")
     assert "return [TABLE[str(a)] for a in answer]" in message and "has no column" not in message
+
+
+def reads_chat(completions, answer, **kwargs):  # TRL's README habit: c[0]["content"]
+    return [float(a in c[0]["content"]) for c, a in zip(completions, answer)]
+
+
+def reads_text(completions, answer, **kwargs):
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+
+def test_a_reward_written_for_the_other_completion_form_is_told_which_form_it_gets():
+    """TRL passes text completions for text prompts and message lists for conversational ones; a reward
+    written for the other form raised a TypeError or AttributeError diagnosed as 'fix the reward'. The
+    diagnosis now says which form this dataset gives and how to read it."""
+    chat_rows = [Problem(question=p.question, answer=p.answer, row=p.row,
+                         messages=({"role": "user", "content": p.question},)) for p in ROWS]
+    text_fail = preflight([RewardFunction(name="reads_chat", weight=1.0, fn=reads_chat)], ROWS).failed["reads_chat"]
+    assert text_fail[1].startswith("TypeError: string indices must be integers, not 'str'. Likely fix: the "
+                                   "completions are text, as TRL passes them for a dataset of text prompts;")
+    chat_fail = preflight([RewardFunction(name="reads_text", weight=1.0, fn=reads_text)], chat_rows).failed["reads_text"]
+    assert chat_fail[1].startswith("AttributeError: 'list' object has no attribute 'strip'. Likely fix: the "
+                                   "completions are lists of chat messages, as TRL passes them for a dataset of "
+                                   "conversational prompts: read each one's text as c[-1]['content']")
+    assert preflight([RewardFunction(name="reads_chat", weight=1.0, fn=reads_chat)], chat_rows).failed == {}
