@@ -72,8 +72,14 @@ def parse_jsonl(lines, path) -> Iterator[tuple[int, dict]]:
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    lines = read_text(path).split("\n")  # only "\n" ends a line: U+2028 may sit in a string
-    return [(f"line {n}", row) for n, row in parse_jsonl(lines, path)]
+    text = read_text(path)
+    try:
+        return [(f"line {n}", row) for n, row in parse_jsonl(text.split("\n"), path)]  # only "\n" ends a line
+    except RlvrError as e:
+        if text.lstrip().startswith("[") and str(e).startswith(f"{path} line 1:"):  # json.dump(rows) saved as .jsonl
+            raise RlvrError(f"{e}; the file is one JSON array, not JSON lines: name it .json, or write one "
+                            "object per line") from None
+        raise
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace

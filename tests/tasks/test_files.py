@@ -295,3 +295,17 @@ def test_trls_conversational_completion_is_a_solution(tmp_path):
     with pytest.raises(RlvrError, match=r"e.jsonl line 4: column for solution holds a list; a solution is text, or "
                                         r"one assistant message"):
         build_splits(TaskConfig(name=path, heldout_size=2, columns={"solution": "completion"}))
+
+
+def test_a_json_array_saved_as_jsonl_is_told_so(tmp_path):
+    """json.dump(rows, open("d.jsonl", "w")): the line-1 error says the file is one array and how to read it
+    (a .json name), pretty-printed or on one line."""
+    path = tmp_path / "d.jsonl"
+    for text, said in ((json.dumps(ROWS[:3], indent=2), "not valid JSON"), (json.dumps(ROWS[:3]), "expected a JSON object, got list")):
+        path.write_text(text)
+        with pytest.raises(RlvrError, match=rf"d\.jsonl line 1: {said}.*; the file is one JSON array, not JSON lines: "
+                                            r"name it \.json, or write one object per line$"):
+            build_splits(TaskConfig(name=str(path), heldout_size=1))
+    path.with_suffix(".json").write_text(json.dumps(ROWS[:3], indent=2))
+    assert len(build_splits(TaskConfig(name=str(path.with_suffix(".json")), columns=MAPPING, heldout_size=1,
+                                       few_shot=0, ood_size=0)).train) == 2
