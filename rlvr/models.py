@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -385,7 +386,9 @@ def apply_lora(policy, lora):
                         f"its linear layers are: {', '.join(linear)} (and the output head)")
     cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                      target_modules=targets, task_type=TaskType.CAUSAL_LM)
-    return get_peft_model(policy, cfg)
+    with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias: a warning no user can act on
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        return get_peft_model(policy, cfg)
 
 
 def enable_gradient_checkpointing(policy) -> None:

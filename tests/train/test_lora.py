@@ -54,6 +54,18 @@ def test_only_adapter_weights_train(tiny):
         4 * hidden + hidden * 4 + 4 * hidden + kv * 4)
 
 
+def test_applying_lora_prints_no_deprecation_warning_of_peft_s(tiny):
+    """PEFT reads transformers' deprecated is_gradient_checkpointing, whose FutureWarning every LoRA run
+    printed; no user can act on it, so it is not shown (pytest's own filter hides FutureWarnings: "always"
+    here lets one through)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_lora(tiny[0], LORA)
+    assert [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)] == []
+
+
 def test_one_update_changes_only_adapters(tiny):
     model, tok = tiny
     batch = rollout_batch(model, tok)
