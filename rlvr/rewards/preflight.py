@@ -144,7 +144,9 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
 def _call(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list], on_error) -> Scores:
     completions = [as_chat(p, r) for p, r in rows]
     cols = {**columns, "completion_ids": [list(range(max(1, len(r) // 4))) for _, r in rows]}  # no tokenizer yet
-    return score_batch([rf], completions, cols, lambda name, e, row: on_error(e), shared={"trainer_state": TrainerState()})
+    origins = [p.origin or repr(p.question[:80]) for p, _ in rows]  # a reward that overruns names its file and line
+    return score_batch([rf], completions, cols, lambda name, e, row: on_error(e), shared={"trainer_state": TrainerState()},
+                       origins=origins)
 
 
 def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list]) -> bool:

@@ -242,3 +242,21 @@ def test_a_reward_written_for_the_other_completion_form_is_told_which_form_it_ge
                                    "completions are lists of chat messages, as TRL passes them for a dataset of "
                                    "conversational prompts: read each one's text as c[-1]['content']")
     assert preflight([RewardFunction(name="reads_chat", weight=1.0, fn=reads_chat)], chat_rows).failed == {}
+
+
+def sleeps(completions, **kwargs):
+    import time
+    time.sleep(0.6)
+    return [0.0] * len(completions)
+
+
+def test_a_reward_past_its_limit_in_the_preflight_names_the_file_and_line():
+    """A reward that overruns rewards.timeout_s in the trainer's process during the preflight stops the run
+    naming the first row's file and line, as in training; it said 'first row: row 1 of the batch'."""
+    import dataclasses
+
+    rows = [dataclasses.replace(p, origin=f"d.jsonl line {i + 3}") for i, p in enumerate(ROWS)]
+    rf = RewardFunction(name="sleeps", weight=1.0, fn=sleeps, user=True, timeout_s=0.2)
+    with pytest.raises(RlvrError, match=r"did not return within rewards.timeout_s=0.2s on a batch of 2 completions "
+                                        r"\(first row: d\.jsonl line 3\)"):
+        check_rewards([rf], rows)
