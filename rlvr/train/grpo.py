@@ -361,7 +361,8 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     already of step p.step); says where the run stands. A single process only: under torchrun the other
     ranks may not have failed, and a checkpoint needs them all."""
     if p.step == 0:
-        return "No step had finished, so there is nothing to resume: start the run again once that is fixed"
+        return ("No step had finished, so there is nothing to resume: once that is fixed, start the run again with "
+                "--train.overwrite=true (its directory holds only this start's records)")
     if not run.dist.enabled and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
         try_checkpoint(run, p, train_seconds, rollouts.state())  # a failed write is reported there
     last = latest_checkpoint(run.out)
