@@ -100,8 +100,9 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
 
 def memory_metrics(rollout: float | None, update: float | None) -> dict[str, float]:
     """Peak memory of the step's phases in GiB (rlvr.device.peak_memory_gib: CUDA tensors on a GPU, the
-    process's resident set on the CPU): rollout (sampling and scoring), update (advantages, the policy
-    update, the rollout weights' refresh) and the whole step; absent where it cannot be read."""
+    process's resident set on the CPU): rollout (an engine with weights of its own taking the last update,
+    sampling and scoring), update (advantages, the policy update) and the whole step; absent where it
+    cannot be read."""
     if rollout is None or update is None:
         return {}
     return {"memory/rollout_peak_gib": rollout, "memory/update_peak_gib": update,
