@@ -74,15 +74,31 @@ def as_rows(data, label: str) -> list[dict]:
     """A list of dicts, or a datasets.Dataset (anything with to_list), as a list of row dicts."""
     if hasattr(data, "to_list"):
         data = data.to_list()
+    if isinstance(data, dict) and data and all(hasattr(v, "to_list") for v in data.values()):
+        first = next(iter(data))  # load_dataset(name) without split=: a DatasetDict of splits
+        raise RlvrError(f"{label}: a DatasetDict of splits ({', '.join(map(str, data))}); pass one split, e.g. "
+                        f"{label}=dataset[{first!r}]")
     if isinstance(data, dict) or not isinstance(data, Iterable):
         raise RlvrError(f"{label}: give a list of dicts (one per row), a datasets.Dataset, or a file name; "
                         f"got {type(data).__name__}")
     return list(data)
 
 
+# GRPOTrainer's own arguments, as TRL users pass them to it: what rlvr.fit takes instead
+TRAINER_ARGUMENTS = {
+    "reward_funcs": "rewards=[...] (a list, or {function: weight})",
+    "args": "config keys as keywords (train__steps=40, rollout__group_size=8), not a GRPOConfig",
+    "peft_config": "model__lora__r=16 (and model__lora__alpha, model__lora__target_modules)",
+    "processing_class": "nothing: the tokenizer is the model's own",
+}
+
+
 def _override(key: str, value) -> str:
     """A keyword (train__steps or 'train.steps') as the command line's --train.steps=VALUE; JSON is YAML."""
     key = key.replace("__", ".")
+    if key in TRAINER_ARGUMENTS:
+        raise RlvrError(f"rlvr.fit: unknown keyword '{key}' (TRL's GRPOTrainer argument): rlvr.fit takes "
+                        f"{TRAINER_ARGUMENTS[key]}")
     if "." not in key:
         from rlvr.config.build import FOREIGN, foreign_name
 

@@ -217,8 +217,8 @@ def eval_parser() -> argparse.ArgumentParser:
         "maj@k (majority vote of k sampled answers) per task and difficulty; writes OUT/eval.json and "
         "OUT/samples.jsonl. Task settings come from CONFIG and --section.key=value overrides.")
     parser.add_argument("config", nargs="?", help="YAML config, e.g. RUN_DIR/config.yaml (default: none)")
-    parser.add_argument("--model", help="built-in name or model directory, e.g. runs/demo/final "
-                        "(default: model.name)")
+    parser.add_argument("--model", help="built-in name, Hub name or model directory, e.g. runs/demo/final, "
+                        "or a run's checkpoint, runs/demo/checkpoints/step_000010.pt (default: model.name)")
     parser.add_argument("--task", action="append", help="task name (default: task.name); give several "
                         "for a transfer table")
     parser.add_argument("--split", default="heldout", choices=("train", "heldout", "ood"))

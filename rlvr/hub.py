@@ -25,6 +25,8 @@ def data_suffix(name) -> str:
     if suffixes[-1:] == [".gz"]:
         return suffixes[-2] if len(suffixes) > 1 and suffixes[-2] in DATA_SUFFIXES[1:] else ""
     return suffixes[-1] if suffixes else ""
+
+
 # a model's files that loading needs; a repository's other formats (.bin, .onnx, .gguf) are not fetched
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
@@ -78,8 +80,13 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
         raise RlvrError(f"{repo_type} '{repo_id}': no such repository on the Hugging Face Hub, or a gated one "
                         f"(log in with `hf auth login`); nor a local path ({type(e).__name__})") from None
     except Exception as e:  # noqa: BLE001 - no network, a proxy, a full disk: the same way out
-        raise RlvrError(f"{repo_type} '{repo_id}' could not be downloaded ({type(e).__name__}: {e}); download it "
-                        f"with `{command}`, or give a local path") from None
+        # huggingface_hub's message runs to several lines of advice; its first names the cause
+        cause = str(e).strip().splitlines()[0].removeprefix("Got: ") if str(e).strip() else type(e).__name__
+        where = ("a local model directory (config.json, weights and tokenizer, as save_pretrained writes them)"
+                 if repo_type == "model" else "a local data file or directory")
+        raise RlvrError(f"{repo_type} '{repo_id}' is not a local path nor in the Hugging Face cache ({cache}), and "
+                        f"could not be downloaded ({cause}): download it on a machine that is online with "
+                        f"`{command}` (into that cache; HF_HUB_CACHE or HF_HOME choose it), or give {where}") from None
 
 
 def cached_config(repo_id: str) -> Path | None:
@@ -99,8 +106,19 @@ def _in_split(rel: Path, split: str) -> bool:
 def dataset_files(repo_id: str, config: str, split: str) -> list[Path]:
     """The data files of one config and split of a Hub dataset (Hub layouts: <config>/<split>-*.parquet,
     data/<split>-*.parquet, <split>.jsonl, ...), in name order."""
-    root = snapshot(repo_id, "dataset")
-    found = sorted(p.relative_to(root) for p in root.rglob("*") if data_suffix(p) in DATA_SUFFIXES and p.is_file())
+    return split_files(snapshot(repo_id, "dataset"), repo_id, config, split)
+
+
+def data_files(root: Path) -> list[Path]:
+    """The data files under a folder (relative to it), in name order; hidden folders (.git, .cache) skipped."""
+    rels = (p.relative_to(root) for p in root.rglob("*") if data_suffix(p) in DATA_SUFFIXES and p.is_file())
+    return sorted(r for r in rels if not any(part.startswith(".") for part in r.parts))
+
+
+def split_files(root: Path, repo_id: str, config: str, split: str) -> list[Path]:
+    """dataset_files of a folder in the Hub's layout: a snapshot, or a local copy (`hf download --local-dir`,
+    a git clone of the dataset's repository)."""
+    found = data_files(root)
     chosen = [r for r in found if _in_split(r, split) and (not config or config in r.parts[:-1])]
     configs = sorted({r.parts[0] for r in found if len(r.parts) > 1 and r.parts[0] not in ("data", split)})
     listed = ", ".join(map(str, found[:10])) + (", ..." if len(found) > 10 else "")

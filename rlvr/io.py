@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib
 import importlib.util
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -142,15 +144,16 @@ def load_callable(spec: str, what: str) -> Callable:
     try:
         if module_name.endswith(".py"):
             path = Path(module_name)
-            loader = importlib.util.spec_from_file_location(path.stem, path)
+            name = file_module_name(path)
+            loader = importlib.util.spec_from_file_location(name, path)
             if loader is None or not path.exists():
                 raise ImportError(f"no such file {path}")
             module = importlib.util.module_from_spec(loader)
-            sys.modules[path.stem] = module  # as an import would: dataclasses and pickling look it up there
+            sys.modules[name] = module  # as an import would: dataclasses and pickling look it up there
             try:
                 loader.loader.exec_module(module)
             except BaseException:
-                sys.modules.pop(path.stem, None)
+                sys.modules.pop(name, None)
                 raise
         else:
             module = importlib.import_module(module_name)
@@ -167,6 +170,25 @@ def load_callable(spec: str, what: str) -> Callable:
     if not callable(fn):
         raise RlvrError(f"{what} '{spec}' is not callable")
     return fn
+
+
+def file_module_name(path: Path) -> str:
+    """The name a user's .py file is loaded under: its stem, as an import would name it, unless that names
+    another module (a copy of verl's reward_score/math.py is no stand-in for the standard library's math,
+    which transformers imports after it; a math_verify.py wrapper imports the real math_verify package):
+    then a private name made from its path, the same in every process (the isolated reward worker)."""
+    stem = path.stem
+    if stem.isidentifier():
+        loaded = sys.modules.get(stem)
+        try:
+            spec = getattr(loaded, "__spec__", None) if loaded is not None else importlib.util.find_spec(stem)
+        except (ImportError, ValueError):  # a broken package of that name: keep clear of it too
+            loaded, spec = True, None
+        origin = getattr(spec, "origin", None)
+        if (loaded is None and spec is None) or (origin and Path(origin).resolve() == path.resolve()):
+            return stem  # free, or this very file loaded before
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    return "rlvr_user_file_" + re.sub(r"\W", "_", stem) + "_" + digest
 
 
 def _raised_by_code(e: BaseException) -> bool:

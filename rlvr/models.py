@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -58,15 +59,64 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
         return _load_dir(prepare_smollm2(), dtype, device)
     path = Path(name).expanduser()
     if path.is_dir():
+        if not (path / "config.json").is_file() and (path / "config.yaml").is_file():
+            raise RlvrError(_run_dir_is_no_model(path))
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
         return _load_dir(path, dtype, device)
+    if path.is_file() and path.suffix == ".pt":
+        return checkpoint_policy(path, dtype, device)
     if is_hub_name(name):  # org/name: the Hugging Face cache, else a download (rlvr/hub.py)
         return _load_dir(snapshot(name, "model"), dtype, device)
     if "/" in name or name.startswith(".") or path.suffix:
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "
                     f"a built-in name ({', '.join(BUILTINS)})")
+
+
+def _run_dir_is_no_model(path: Path) -> str:
+    """What to say when a run directory is given as a model: where its model is."""
+    from rlvr.train.checkpoint import latest_checkpoint
+
+    if (path / "final" / "config.json").is_file():
+        return f"{path} is an rlvr run directory, not a model: its trained model is {path / 'final'}"
+    newest = latest_checkpoint(path)
+    return (f"{path} is an rlvr run directory, not a model, and has no final/ yet: "
+            + (f"its newest checkpoint loads as one, {newest}" if newest else "nor any checkpoint"))
+
+
+def checkpoint_policy(path: Path, dtype: str = "float32", device: torch.device | str = "cpu"):
+    """(model, tokenizer) of a checkpoint rlvr train wrote (RUN_DIR/checkpoints/step_N.pt): the run's model
+    (its config.yaml's model section) with the checkpoint's policy weights, a LoRA run's adapters merged into
+    the base (a 4-bit base dequantised first), as final/ holds them; then in `dtype` on `device`. So a run
+    stopped before its end, or any step of one, is evaluated or trained on as its final/ would be."""
+    from rlvr.config import build_config
+    from rlvr.nf4 import dequantized, is_nf4
+    from rlvr.train.checkpoint import load_checkpoint
+
+    config = path.parent.parent / "config.yaml"
+    if path.parent.name != "checkpoints" or not config.is_file():
+        raise RlvrError(f"{path} is not a checkpoint of an rlvr run (no {config}): a .pt model is a run's "
+                        f"RUN_DIR/checkpoints/step_N.pt")
+    m = build_config(config).model
+    model, tok = load_model(m.name, m.dtype, "cpu", m.quantize)
+    if m.lora.r > 0:
+        model = apply_lora(model, m.lora)
+    try:
+        model.load_state_dict(load_checkpoint(path)["policy"])
+    except RuntimeError as e:  # the run's config.yaml was edited since: another model or LoRA setting
+        raise RlvrError(f"checkpoint {path} does not fit the model its run's {config} names ({m.name}, "
+                        f"model.lora.r={m.lora.r}): {str(e).splitlines()[0]}") from None
+    if m.lora.r > 0:
+        with torch.no_grad():
+            for module in model.modules():
+                for pname, p in list(module.named_parameters(recurse=False)):
+                    if is_nf4(p):
+                        setattr(module, pname, torch.nn.Parameter(dequantized(p), requires_grad=False))
+        model = model.merge_and_unload()
+    model.config._name_or_path = str(path.resolve())  # what it came from (a LoRA adapter on it names it)
+    stored = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return model.to(device=torch.device(device), dtype=weight_dtype(dtype, stored, torch.device(device))), tok
 
 
 @torch.no_grad()
@@ -135,13 +185,14 @@ def random_shape(shape: str, dtype: str, device: torch.device, quantize: str = "
 def base_model_path(name: str) -> str | None:
     """What a LoRA adapter's base_model_name_or_path should say for model.name `name`: a name
     from_pretrained loads (a Hub name, a local directory made absolute, the built-in SmolLM2's converted
-    copy); None for tiny-random, which is built in code."""
+    copy), or a run's checkpoint made absolute (step_N.pt: load_model reads it, from_pretrained does not);
+    None for tiny-random, built in code."""
     if name == TINY:
         return None
     if name == SMOLLM2:
         return str(prepare_smollm2())
     path = Path(name).expanduser()
-    return str(path.resolve()) if path.is_dir() else name
+    return str(path.resolve()) if path.is_dir() or path.suffix == ".pt" else name
 
 
 def checkpoint_dtype(path: Path) -> str | None:
@@ -324,16 +375,20 @@ def apply_lora(policy, lora):
         raise RlvrError("model.lora.r > 0 needs the peft package: pip install 'rlvr[lora]'") from e
     if lora.r <= 0:
         raise RlvrError(f"apply_lora needs model.lora.r > 0, got {lora.r}")
-    names = {n.rsplit(".", 1)[-1] for n, _ in unwrap(policy).named_modules()}
-    missing = [t for t in lora.target_modules if t not in names]
+    inner = unwrap(policy)
+    names = {n.rsplit(".", 1)[-1] for n, _ in inner.named_modules()}
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in inner.named_modules()
+                     if isinstance(m, torch.nn.Linear) and m is not inner.get_output_embeddings()})
+    targets = linear if lora.target_modules == "all-linear" else list(lora.target_modules)
+    missing = [t for t in targets if t not in names]
     if missing:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, m in unwrap(policy).named_modules()
-                         if isinstance(m, torch.nn.Linear)})
         raise RlvrError(f"model.lora.target_modules {missing} are not modules of this model; "
-                        f"its linear layers are: {', '.join(linear)}")
+                        f"its linear layers are: {', '.join(linear)} (and the output head)")
     cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                     target_modules=list(lora.target_modules), task_type=TaskType.CAUSAL_LM)
-    return get_peft_model(policy, cfg)
+                     target_modules=targets, task_type=TaskType.CAUSAL_LM)
+    with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias: a warning no user can act on
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        return get_peft_model(policy, cfg)
 
 
 def enable_gradient_checkpointing(policy) -> None:

@@ -53,6 +53,9 @@ CHUNK = 256  # rows of the log-prob head per piece on CUDA (rlvr/train/head.py t
 CPU_PROCESS = 0.1 * 2**30
 
 
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Shape.linear's layers
+
+
 @dataclass(kw_only=True, frozen=True)
 class Shape:
     """A decoder-only transformer's numbers (Llama, Qwen2, Qwen3, Mistral families)."""
@@ -70,8 +73,7 @@ class Shape:
     def linear(self) -> dict[str, tuple[int, int]]:
         """Each decoder layer's linear layers: name -> (in, out)."""
         h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        return dict(zip(ALL_LINEAR, ((h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h))))
 
     @property
     def linear_params(self) -> int:
@@ -126,7 +128,8 @@ class Settings:
         ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
             "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
         return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
-                        lora_targets=tuple(cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
+                        lora_targets=tuple(ALL_LINEAR if cfg.model.lora.target_modules == "all-linear"
+                                           else cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
                         reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
                         group=cfg.rollout.group_size, prompt_tokens=prompt_tokens,
                         new_tokens=cfg.rollout.max_new_tokens, micro_batch_prompts=cfg.optimizer.micro_batch_prompts,
@@ -234,12 +237,24 @@ def stored_dtype(name: str) -> str | None:
     if shipped.is_file():
         return json.loads(shipped.read_text()).get("torch_dtype")
     path = Path(name).expanduser()
+    if _run_model(path):
+        return stored_dtype(_run_model(path))
     if not path.is_dir() and is_hub_name(name):
         path = getattr(cached_config(name), "parent", path)
     return checkpoint_dtype(path) if path.is_dir() else None
 
 
 # ---------------------------------------------------------------------------------------------- shapes
+
+
+def _run_model(path: Path) -> str | None:
+    """model.name of the run whose checkpoint `path` is (RUN_DIR/checkpoints/step_N.pt), else None."""
+    config = path.parent.parent / "config.yaml"
+    if path.suffix != ".pt" or not path.is_file() or not config.is_file():
+        return None
+    from rlvr.config import build_config
+
+    return build_config(config).model.name
 
 
 def shape_of(name: str) -> Shape:
@@ -259,6 +274,8 @@ def shape_of(name: str) -> Shape:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return _from_config(json.loads((path / "config.json").read_text()), str(path))
+    if _run_model(path):  # a run's checkpoint: the shape of the model its run trained
+        return shape_of(_run_model(path))
     if is_hub_name(name):  # org/name: its config.json from the Hugging Face cache, which the run would load from
         config = cached_config(name)
         if config is None:

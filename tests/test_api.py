@@ -43,6 +43,12 @@ def test_keywords_become_config_overrides():
     with pytest.raises(RlvrError, match=r"unknown keyword 'num_generations': TRL's 'num_generations' is rlvr's "
                                         r"'rollout.group_size', rlvr.fit\(..., rollout__group_size=...\);"):
         _override("num_generations", 8)   # GRPOConfig(num_generations=8), as TRL users write it
+    # GRPOTrainer(reward_funcs=..., args=GRPOConfig(...)): what rlvr.fit takes instead
+    with pytest.raises(RlvrError, match=r"^rlvr.fit: unknown keyword 'reward_funcs' \(TRL's GRPOTrainer argument\): "
+                                        r"rlvr.fit takes rewards=\[...\]"):
+        _override("reward_funcs", [])
+    with pytest.raises(RlvrError, match=r"unknown keyword 'args' .*: rlvr.fit takes config keys as keywords"):
+        _override("args", None)
 
 
 def test_as_rows_takes_lists_and_datasets():
@@ -54,3 +60,15 @@ def test_as_rows_takes_lists_and_datasets():
     with pytest.raises(RlvrError, match="train_dataset: give a list of dicts .* got dict"):
         as_rows({"prompt": ["x"]}, "train_dataset")
     assert json.dumps(as_rows(iter(rows), "x")) == json.dumps(rows)
+
+
+def test_a_dataset_dict_is_told_to_pass_one_split():
+    """`rlvr.fit(train_dataset=load_dataset("openai/gsm8k", "main"))` passes a DatasetDict (no split=): the
+    error names its splits and the one to pass, where it said 'give a list of dicts ... got DatasetDict'."""
+    from datasets import Dataset, DatasetDict
+
+    splits = DatasetDict({"train": Dataset.from_list([{"prompt": "q", "answer": "1"}]),
+                          "test": Dataset.from_list([{"prompt": "r", "answer": "2"}])})
+    with pytest.raises(RlvrError, match=r"^train_dataset: a DatasetDict of splits \(train, test\); pass one split, "
+                                        r"e\.g\. train_dataset=dataset\['train'\]$"):
+        as_rows(splits, "train_dataset")

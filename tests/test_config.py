@@ -60,6 +60,27 @@ def test_other_trainers_names_point_to_rlvr_keys(tmp_path):
         build_config(None, ["--train.per_device_train_batch_size=8"])
 
 
+def test_float16_is_refused_saying_why():
+    with pytest.raises(ConfigError, match=r"^model.dtype 'float16' is not one of float32, bfloat16, auto; float16 "
+                                          r"is not trained in: its range needs loss scaling, which bfloat16 does not$"):
+        build_config(None, ["--model.dtype=float16"])
+    with pytest.raises(ConfigError, match=r"^model.dtype 'bf16' is not one of float32, bfloat16, auto$"):
+        build_config(None, ["--model.dtype=bf16"])
+
+
+def test_every_bad_key_of_a_file_is_named_at_once(tmp_path):
+    # a TRL config brought over: one run per key to find them all, before
+    p = write(tmp_path, "model:\n  name: tiny-random\nlearning_rate: 1.0e-6\nnum_generations: 4\n"
+                        "rollout:\n  group_size: many\n")
+    with pytest.raises(ConfigError) as e:
+        build_config(p)
+    assert str(e.value) == (
+        f"3 keys of {p} cannot be used:\n"
+        f"  {p}, line 3: unknown config key 'learning_rate': TRL's 'learning_rate' is rlvr's 'optimizer.lr'\n"
+        f"  {p}, line 4: unknown config key 'num_generations': TRL's 'num_generations' is rlvr's 'rollout.group_size'\n"
+        f"  {p}, line 6: 'rollout.group_size' must be int, got 'many'")
+
+
 def test_other_trainers_bare_flags_are_named(capsys):
     from rlvr.cli import main
 
@@ -363,3 +384,14 @@ def test_numbers_that_cannot_work_are_refused_by_key(override, said):
                                       "--optimizer.lr=0.5", "--optimizer.lr=0", "--rewards.timeout_s=0"])
 def test_the_honest_numbers_beside_them_still_build(override):
     build_config(None, [override])
+
+
+def test_lora_keys_without_a_rank_get_a_note(tmp_path, capsys):
+    # model.lora.r is 0 by default: a config shaping adapters without a rank fine-tunes every weight
+    p = write(tmp_path, "model:\n  lora:\n    alpha: 32\n    target_modules: all-linear\n")
+    build_config(p)
+    assert capsys.readouterr().err == ("note: model.lora.alpha, model.lora.target_modules set, but model.lora.r is 0: "
+                                       "every weight is trained, no LoRA adapters; set model.lora.r > 0 for LoRA\n")
+    build_config(p, ["--model.lora.r=8"])
+    build_config(None)  # the defaults, as a run's config.yaml holds them: nothing to say
+    assert capsys.readouterr().err == ""

@@ -131,6 +131,30 @@ def test_a_hub_dataset_of_json_and_gzipped_jsonl_files(cache):
     assert [p.question for p in s.heldout] == ["What is 0 + 2?"]
 
 
+def test_a_local_copy_of_a_hub_dataset_reads_as_the_hub_one(cache, tmp_path):
+    """`hf download openai/gsm8k --repo-type dataset --local-dir gsm8k` (or a git clone of it), then
+    task.name=gsm8k: the folder is read in the Hub's layout, config and split as for the Hub name (its
+    `.cache` metadata skipped); it was refused as 'not one written by datasets' save_to_disk'. A folder with
+    no data file at all still says what it expected."""
+    import shutil
+
+    gsm8k(cache)
+    local = tmp_path / "gsm8k"
+    shutil.copytree(cache / "datasets--openai--gsm8k" / "snapshots" / REV, local)
+    (local / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (local / ".cache" / "huggingface" / "download" / "train.json").write_text("not data")
+    s = build_splits(TaskConfig(name=str(local), config="main", heldout_split="test", few_shot=0,
+                                columns={"prompt": "question"}))
+    assert len(s.train) == 10 and len(s.heldout) == 3 and s.heldout[0].question.startswith("main test 0")
+    assert s.heldout[2].answer.endswith("#### 4")
+    with pytest.raises(RlvrError, match=r"dataset '.*gsm8k' has several configs \(main, socratic\)"):
+        build_splits(TaskConfig(name=str(local), columns={"prompt": "question"}))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RlvrError, match=r"empty: a directory, but not one written by datasets' save_to_disk "
+                                        r"\(no state.json\), nor one holding data files"):
+        build_splits(TaskConfig(name=str(tmp_path / "empty")))
+
+
 def test_is_hub_name_leaves_paths_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert is_hub_name("openai/gsm8k") and is_hub_name("Qwen/Qwen2.5-0.5B-Instruct")
@@ -157,3 +181,16 @@ def test_rlvr_plan_reads_a_cached_hub_models_config_alone(cache, capsys):
                                         r"the plan needs its config.json alone: `hf download Qwen/Qwen2.5-7B-Instruct "
                                         r"config.json`"):
         shape_of("Qwen/Qwen2.5-7B-Instruct")
+
+
+def test_an_uncached_hub_model_with_no_network_says_where_it_looked_and_what_to_do(cache, monkeypatch):
+    # online allowed, but the endpoint answers no one (tests/conftest.py): the download fails at once
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    with pytest.raises(RlvrError) as e:
+        load_model("Qwen/Qwen2.5-7B-Instruct")
+    assert str(e.value) == (
+        f"model 'Qwen/Qwen2.5-7B-Instruct' is not a local path nor in the Hugging Face cache ({cache}), and could "
+        "not be downloaded (ConnectError: [Errno 111] Connection refused): download it on a machine that is online "
+        "with `hf download Qwen/Qwen2.5-7B-Instruct` (into that cache; HF_HUB_CACHE or HF_HOME choose it), or give "
+        "a local model directory (config.json, weights and tokenizer, as save_pretrained writes them)")

@@ -1,7 +1,7 @@
 import pytest
 
 from rlvr.errors import RlvrError
-from rlvr.models import load_model, stop_token_ids, tiny_random, tiny_tokenizer
+from rlvr.models import base_model_path, load_model, stop_token_ids, tiny_random, tiny_tokenizer
 from rlvr.tasks import encode_prompt
 
 
@@ -108,3 +108,38 @@ def test_a_save_draws_no_progress_bar_and_leaves_the_setting_as_it_was(tmp_path,
     assert "Writing model shards" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()
     assert load_model(str(tmp_path / "final"))[0] is not None
+
+
+def varied(completions, **kwargs):
+    """A reward that differs across a group (a random model's answers are all wrong): the update moves."""
+    return [float(sum(map(ord, c)) % 2) for c in completions]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", [{}, {"model__lora__r": 4}, {"model__lora__r": 4, "model__quantize": "nf4"}],
+                         ids=["full", "lora", "nf4-lora"])
+def test_a_runs_checkpoint_loads_as_its_model(tmp_path, setting):
+    """model.name (rlvr eval --model, rlvr train --model.name) takes RUN_DIR/checkpoints/step_N.pt: the run's
+    model with that step's weights, LoRA merged as final/ holds it; the last step's is final/ itself."""
+    import torch
+
+    import rlvr
+    from rlvr.train.checkpoint import checkpoints
+
+    out = tmp_path / "run"
+    rows = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(12)]
+    rlvr.fit(model="tiny-random", rewards={varied: 1.0}, train_dataset=rows, train__steps=2, train__save_every=1,
+             train__keep_checkpoints=2, rollout__prompts_per_step=2, rollout__group_size=4,
+             rollout__max_new_tokens=6, eval__max_new_tokens=4, optimizer__lr=0.05, optimizer__warmup_steps=0,
+             train__out=str(out), **setting)
+    first, last = checkpoints(out)
+    x = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        logits = {name: load_model(str(m))[0](x).logits for name, m in
+                  (("first", first), ("last", last), ("final", out / "final"), ("base", "tiny-random"))}
+    assert torch.equal(logits["last"], logits["final"])
+    assert base_model_path(str(last)) == str(last.resolve())  # a LoRA run started from it: its adapter's base
+    assert not torch.allclose(logits["first"], logits["last"]) and not torch.allclose(logits["first"], logits["base"])
+    with pytest.raises(RlvrError, match=rf"^{out} is an rlvr run directory, not a model: its trained model is "
+                                        rf"{out / 'final'}$"):
+        load_model(str(out))

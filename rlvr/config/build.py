@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.config.sections import Config, ConfigError
+from rlvr.config.sections import Config, ConfigError, LoraConfig
 from rlvr.config.validate import validate
 from rlvr.errors import decode_utf8
 
@@ -131,9 +131,14 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
     "report_to": ("log.trackers", "TRL", ""),
     "bf16": ("model.dtype", "TRL", "bfloat16 weights; train.mixed_precision=bf16 autocasts over fp32 ones"),
     "torch_dtype": ("model.dtype", "TRL", ""),
+    "fp16": ("model.dtype", "TRL", "bfloat16 or float32: float16 is not trained in, its range needs loss scaling"),
     "model_name_or_path": ("model.name", "TRL", ""),
     "pretrain": ("model.name", "OpenRLHF", ""),
     "dataset_name": ("task.name", "TRL", ""),
+    "prompt_data": ("task.name", "OpenRLHF", ""),
+    "input_key": ("task.columns.prompt", "OpenRLHF", "the prompt's column"),
+    "prompt_key": ("task.columns.prompt", "verl", "the prompt's column"),
+    "label_key": ("task.columns.answer", "OpenRLHF", "the gold answer's column"),
     "train_files": ("task.name", "verl", ""),
     "use_peft": ("model.lora.r", "TRL", "LoRA is on when model.lora.r > 0"),
     "lora_r": ("model.lora.r", "TRL", ""),
@@ -342,16 +347,36 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     data = _preset_replaces(data, preset, str(path))
     for key, value in PRESETS[preset].items():
         _set(cfg, _preset_key(key), value, f"preset {preset}")
-    lines = key_lines(path) if path is not None else {}
+    lines, problems = key_lines(path) if path is not None else {}, []
     for key, value in data.items():
         line = lines.get(str(key))
-        _set(cfg, str(key), value, f"{path}, line {line}" if line else str(path))
+        try:
+            _set(cfg, str(key), value, f"{path}, line {line}" if line else str(path))
+        except ConfigError as e:  # every bad key of the file at once: a config brought from another trainer has several
+            problems.append(str(e))
+    if len(problems) > 1:
+        raise ConfigError(f"{len(problems)} keys of {path} cannot be used:\n  " + "\n  ".join(problems))
+    if problems:
+        raise ConfigError(problems[0])
     for key, value in parsed:
         _set(cfg, key, value, "command line")
     if not cfg.train.out:
         cfg.train.out = default_out(path, command)
     validate(cfg)
+    _lora_without_rank(cfg)
     return cfg
+
+
+def _lora_without_rank(cfg: Config) -> None:
+    """A note when LoRA's other keys differ from their defaults while model.lora.r is 0: the run fine-tunes
+    every weight, which is seldom what a config that shapes adapters meant (TRL's lora_* keys do nothing
+    without use_peft either, so this is easy to miss). A note, not an error: --model.lora.r=0 on a LoRA
+    config is how a full fine-tuning comparison is run."""
+    lora, default = cfg.model.lora, LoraConfig()
+    named = [f"model.lora.{k}" for k in ("alpha", "dropout", "target_modules") if getattr(lora, k) != getattr(default, k)]
+    if lora.r == 0 and named:
+        print(f"note: {', '.join(named)} set, but model.lora.r is 0: every weight is trained, no LoRA adapters; "
+              f"set model.lora.r > 0 for LoRA", file=sys.stderr)
 
 
 def default_out(path: str | Path | None, command: str = "train") -> str:

@@ -20,8 +20,9 @@ class LoraConfig:
     """LoRA alpha (scale alpha / r)."""
     dropout: float = 0.0
     """LoRA dropout."""
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Linear layers that get adapters."""
+    target_modules: Union[list[str], str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear layers that get adapters: their names, or all-linear (PEFT's and TRL's spelling: every linear
+    layer of the model but its output head)."""
 
 
 @dataclass(kw_only=True)
@@ -49,8 +50,9 @@ class ModelConfig:
 class TaskConfig:
     name: str = "arithmetic"
     """Task source: arithmetic, reasoning_gym:<dataset>, a file (.jsonl, .json, .csv, each may be
-    gzipped, .parquet, or a directory written by datasets' save_to_disk), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k, with
-    task.config and task.split; from the Hugging Face cache, else downloaded)."""
+    gzipped, .parquet, or a directory written by datasets' save_to_disk or laid out as a Hub dataset's,
+    read with task.config and task.split), or a Hugging Face Hub dataset (org/name, e.g. openai/gsm8k,
+    with task.config and task.split; from the Hugging Face cache, else downloaded)."""
     config: str = ""
     """Hub datasets: the config (subset), e.g. main for openai/gsm8k; empty when the dataset has one."""
     split: str = "train"

@@ -129,8 +129,14 @@ def _optimizer(cfg: Config) -> list[tuple[bool, str]]:
 def _rest(cfg: Config) -> list[tuple[bool, str]]:
     t, c, task = cfg.train, cfg.curriculum, cfg.task
     return [
-        _one_of(cfg.model.dtype, "model.dtype", ("float32", "bfloat16", "auto")),
+        (cfg.model.dtype in ("float32", "bfloat16", "auto"),
+         f"model.dtype '{cfg.model.dtype}' is not one of float32, bfloat16, auto"
+         + ("; float16 is not trained in: its range needs loss scaling, which bfloat16 does not"
+            if cfg.model.dtype in ("float16", "fp16", "half") else "")),
         (cfg.model.lora.r >= 0, "model.lora.r must be >= 0"),
+        (isinstance(cfg.model.lora.target_modules, list) or cfg.model.lora.target_modules == "all-linear",
+         f"model.lora.target_modules is a list of layer names (e.g. [q_proj, v_proj]) or all-linear, got "
+         f"{cfg.model.lora.target_modules!r}"),
         _one_of(cfg.model.quantize, "model.quantize", ("none", "nf4")),
         (cfg.model.quantize == "none" or cfg.model.lora.r > 0,
          "model.quantize=nf4 freezes the base in 4 bits: it trains LoRA adapters only, so set model.lora.r > 0"),

@@ -55,13 +55,15 @@ def task_problems(task: TaskConfig, split: str, n: int | None):
 
 def evaluate_tasks(policy, tok, stop_ids: list[int], tasks: dict[str, TaskConfig], split: str,
                    n: int | None, s: SampleSettings, env: EnvConfig = EnvConfig(),
-                   graders: dict[str, Grader] | None = None) -> dict[str, tuple[dict, list[dict]]]:
+                   graders: dict[str, Grader] | None = None,
+                   problems_of: dict[str, tuple[list, list]] | None = None) -> dict[str, tuple[dict, list[dict]]]:
     """label -> (summary with per_difficulty and its grader's name, per-problem records), in the order
     given; each problem's greedy and sampled answers are the final answers of episodes in the environment
-    `env`, graded by graders[label] (the built-in checker when absent)."""
+    `env`, graded by graders[label] (the built-in checker when absent). `problems_of`: each task's
+    task_problems, read already (else read here)."""
     results = {}
     for label, task in tasks.items():
-        problems, few_shot = task_problems(task, split, n)
+        problems, few_shot = (problems_of or {}).get(label) or task_problems(task, split, n)
         grader = (graders or {}).get(label, Grader())
         records = evaluate_sampled(policy, tok, problems, make_spec(env, tok, few_shot, task.system_prompt), s,
                                    stop_ids, grader)
@@ -118,12 +120,13 @@ def greedy_records(records: list[dict]) -> list[dict]:
 
 def compare_to_baseline(policy, tok, stop_ids: list[int], model: str, tasks: dict[str, TaskConfig], split: str,
                         n: int | None, s: SampleSettings, results: dict, env: EnvConfig = EnvConfig(),
-                        graders: dict[str, Grader] | None = None) -> dict[str, tuple[dict, list[dict]]]:
+                        graders: dict[str, Grader] | None = None,
+                        problems_of: dict[str, tuple[list, list]] | None = None) -> dict[str, tuple[dict, list[dict]]]:
     """label -> (the baseline model's summary, its records): evaluated as evaluate_tasks evaluated the model
     (the same problems, sampling settings and seed, graders), so its pass@1, format-free@1, pass@k and maj@k
     stand beside the model's; with `change` (the model's minus the baseline's, per metric) and the per-problem
     flips and decomposition of the greedy completions from the baseline to the model (results of evaluate_tasks)."""
-    base = evaluate_tasks(policy, tok, stop_ids, tasks, split, n, s, env, graders)
+    base = evaluate_tasks(policy, tok, stop_ids, tasks, split, n, s, env, graders, problems_of)
     out = {}
     for label, (summary, records) in base.items():
         ours = results[label][0]
@@ -170,16 +173,19 @@ def eval_json(model: str, split: str, s: SampleSettings, summaries: dict[str, di
 def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]],
                   baseline: dict[str, list[dict]] | None = None) -> Path:
     """Write eval.json and samples.jsonl (one line per problem, with its task) into `out`, and the
-    baseline's records as baseline_samples.jsonl when there is one."""
+    baseline's records as baseline_samples.jsonl when there is one (else an earlier one there is removed:
+    it would pair with another eval.json). Each file whole or not at all (rlvr.io.atomic_write_text)."""
+    from rlvr.io import atomic_write_json, atomic_write_text
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
-    for name, recs_of in (("samples.jsonl", records), ("baseline_samples.jsonl", baseline or {})):
-        if recs_of:
-            with open(out / name, "w") as f:
-                for label, recs in recs_of.items():
-                    for r in recs:
-                        f.write(json.dumps({"task": label, **r}) + "\n")
+    jsonl = lambda recs_of: "".join(json.dumps({"task": label, **r}) + "\n" for label, recs in recs_of.items()
+                                    for r in recs)
+    atomic_write_text(out / "samples.jsonl", jsonl(records))
+    if baseline:
+        atomic_write_text(out / "baseline_samples.jsonl", jsonl(baseline))
+    else:
+        (out / "baseline_samples.jsonl").unlink(missing_ok=True)
+    atomic_write_json(out / "eval.json", doc)
     return out / "eval.json"
 
 
@@ -195,6 +201,9 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     from rlvr.rollout.engines import graph_decode
 
     tasks = task_configs(cfg.task, task_names)
+    # every task's problems before any model loads: a bad row or split of the last task stops in seconds,
+    # not after the first tasks were evaluated
+    problems_of = {label: task_problems(task, split, n) for label, task in tasks.items()}
     grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded
     graders = task_graders(cfg.task, tasks, grader)
     if grader.user:  # the built-in checker is what rlvr eval always used
@@ -210,19 +219,25 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     policy, tok = loaded(model)
     with sampling:
         results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, split, n, s, cfg.env,
-                                 graders)
+                                 graders, problems_of)
     summaries = {label: summary for label, (summary, _) in results.items()}
     print(format_table(summaries, s.k))
-    if baseline:
-        del policy  # one model in memory at a time
+    records = {label: recs for label, (_, recs) in results.items()}
+    # the model's figures are written before the baseline runs: a baseline that cannot load, fails or is
+    # stopped loses none of them (eval.json is written again with the baseline's beside them)
+    path = write_outputs(out, eval_json(model, split, s, summaries), records)
+    if not baseline:
+        return path
+    del policy  # one model in memory at a time
+    try:
         base_policy, base_tok = loaded(baseline)
         with sampling:
             compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
-                                           baseline, tasks, split, n, s, results, cfg.env, graders)
-        for label, (base, _) in compared.items():
-            summaries[label]["baseline"] = base
-            print("\n".join(baseline_lines(label, summaries[label], base)))
-    path = write_outputs(out, eval_json(model, split, s, summaries),
-                         {label: records for label, (_, records) in results.items()},
-                         {label: records for label, (_, records) in compared.items()} if baseline else None)
-    return path
+                                           baseline, tasks, split, n, s, results, cfg.env, graders, problems_of)
+    except RlvrError as e:
+        raise RlvrError(f"baseline {baseline}: {e} (this model's results are written: {path})") from None
+    for label, (base, _) in compared.items():
+        summaries[label]["baseline"] = base
+        print("\n".join(baseline_lines(label, summaries[label], base)))
+    return write_outputs(out, eval_json(model, split, s, summaries), records,
+                         {label: recs for label, (_, recs) in compared.items()})

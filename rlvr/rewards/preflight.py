@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from rlvr.errors import RlvrError
 from rlvr.rewards.base import RewardFunction, Scores, score_batch
 from rlvr.text import clean_reason
-from rlvr.rewards.call import RESERVED, TrainerState, as_chat, dataset_columns
+from rlvr.rewards.call import RESERVED, CallTimedOut, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.rewards.maths.accuracy import math_accuracy, math_accuracy_verdict
 from rlvr.rewards.maths.answer import gold_answer
@@ -61,6 +61,9 @@ def missing_names(error: BaseException) -> list[str]:
 
 def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> str:
     """The likely fix for `error`, raised by reward `rf` on rows that have `columns`."""
+    if isinstance(error, CallTimedOut):  # rewards.isolate: the worker was killed at the limit, no bug to show
+        return (f"'{rf.name}' took longer than rewards.timeout_s={rf.timeout_s:g}s on one completion; make it "
+                "faster or raise rewards.timeout_s (it is called on a batch of completions per step)")
     original = rf.reward.user_fn if rf.reward is not None else None  # a verl scorer's own function
     params = _names(original or rf.fn)
     have = ", ".join(columns)

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import string
+from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.arithmetic import arithmetic_splits
 from rlvr.tasks.code_forms import FENCE
 from rlvr.tasks.arithmetic import settings as arithmetic_settings
 from rlvr.tasks.base import HELDOUT_SIZE, Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
-from rlvr.hub import dataset_files, is_hub_name
+from rlvr.hub import data_files, dataset_files, is_hub_name, split_files
 from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source, read_files, read_rows
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 from rlvr.tasks.humaneval import humaneval_splits
 from rlvr.tasks.pyfunc import pyfunc_splits
 
 TASKS = ("arithmetic", f"{PREFIX}<dataset>", *(f"a {s} file" for s in SUFFIXES),
-         "a directory written by datasets' save_to_disk", "humaneval", "pyfunc",
+         "a directory written by datasets' save_to_disk or laid out as a Hub dataset", "humaneval", "pyfunc",
          "a Hugging Face Hub dataset (org/name, with task.config and task.split)")
 
 
@@ -62,6 +63,8 @@ def source_splits(task) -> Splits:
     if name == "pyfunc":
         return pyfunc_splits(dict(task.params), dict(task.ood_params), heldout_size(task), task.ood_size,
                              task.train_size, task.few_shot, task.seed)
+    if is_hub_folder(name):
+        return hub_splits(task, root=Path(name))
     if is_file_source(name):
         return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,
                            task.ood_size, task.train_size, task.few_shot, task.seed, fence=code_fence(task))
@@ -70,13 +73,24 @@ def source_splits(task) -> Splits:
     raise RlvrError(f"unknown task '{name}': task.name takes {', '.join(TASKS)}")
 
 
-def hub_splits(task) -> Splits:
+def is_hub_folder(name: str) -> bool:
+    """A local folder in a Hub dataset's layout (`hf download --local-dir`, a git clone of the dataset's
+    repository): data files and no save_to_disk record."""
+    path = Path(name)
+    return (path.is_dir() and not (path / "state.json").exists() and not (path / "dataset_dict.json").exists()
+            and bool(data_files(path)))
+
+
+def hub_splits(task, root: Path | None = None) -> Splits:
     """A Hugging Face Hub dataset: the files of task.config's task.split, read as a file task's rows;
-    held-out from its task.heldout_split when one is named, else carved out of task.split."""
+    held-out from its task.heldout_split when one is named, else carved out of task.split. `root`: a local
+    folder in the Hub's layout instead of the Hub's copy."""
     if task.heldout_file and task.heldout_split:
         raise RlvrError("set task.heldout_file or task.heldout_split, not both")
     label = lambda split: f"{task.name} ({', '.join(filter(None, (task.config, split)))})"
-    files = {label(s): dataset_files(task.name, task.config, s) for s in filter(None, (task.split, task.heldout_split))}
+    find = (lambda split: split_files(root, task.name, task.config, split)) if root is not None else (
+        lambda split: dataset_files(task.name, task.config, split))
+    files = {label(s): find(s) for s in filter(None, (task.split, task.heldout_split))}
     read = lambda name: read_files(files[name]) if name in files else read_rows(name)  # a heldout_file: a file
     heldout = label(task.heldout_split) if task.heldout_split else task.heldout_file
     return file_splits(label(task.split), dict(task.columns), heldout, task.ood_file, task.heldout_size, task.ood_size,

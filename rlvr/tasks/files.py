@@ -26,7 +26,7 @@ from rlvr.tasks.code_forms import dataset_tests
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
 GOLD_DEFAULTS = ("answer", "reward_model.ground_truth")  # rlvr's name, then verl's parquet layout
-PROMPT_NAMES = ("problem", "question", "instruction", "query", "text")  # where common datasets keep the prompt
+PROMPT_NAMES = ("problem", "question", "instruction", "query", "text", "messages")  # where common datasets keep it
 OPTIONAL = ("difficulty", "solution")  # a row may lack these even when mapped (few rows have a solution)
 Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
@@ -167,7 +167,8 @@ def read_saved_dataset(path: Path) -> list[Row]:
         path = path / "train"
     state = path / "state.json"
     if not state.exists():
-        raise RlvrError(f"{path}: a directory, but not one written by datasets' save_to_disk (no state.json)")
+        raise RlvrError(f"{path}: a directory, but not one written by datasets' save_to_disk (no state.json), nor "
+                        f"one holding data files ({', '.join(SUFFIXES)}) as a Hub dataset's folder does")
     try:
         files = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -237,10 +238,18 @@ def read_rows(name: str) -> list[Row]:
 def _text(value, key: str, where: str) -> str:
     if isinstance(value, str):
         return value
+    if key == "solution" and is_chat(value) and all(m["role"] == "assistant" for m in value):
+        return "\n".join(m["content"] for m in value)  # TRL's conversational completion, [{"role": "assistant", ...}]
     if key in ("tests", "answer") and isinstance(value, (dict, list)):
         return as_text(value)  # a verl ground truth may be a list of accepted answers
     if key in ("answer", "difficulty") and isinstance(value, (int, float)) and not isinstance(value, bool):
         return as_text(value)
+    if key == "solution" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict) \
+            and value[0].get("role") == "assistant" and isinstance(value[0].get("content"), str):
+        return value[0]["content"]  # TRL's conversational completion: [{"role": "assistant", "content": ...}]
+    if key == "solution" and isinstance(value, list):
+        raise RlvrError(f"{where}: column for solution holds a list; a solution is text, or one assistant "
+                        "message [{'role': 'assistant', 'content': <text>}] (TRL's conversational completion)")
     raise RlvrError(f"{where}: column for {key} holds a {type(value).__name__}, expected text")
 
 
@@ -270,17 +279,25 @@ def gold_column(row: dict, columns: dict[str, str]) -> str:
     return "answer"
 
 
-def chat_prompt(value: list, where: str) -> tuple[tuple[dict, ...], str]:
-    """A conversational prompt (TRL): its messages and its last (user) turn's text."""
-    ok = all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-             for m in value)
-    if not value or not ok:
+def is_chat(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def chat_prompt(value: list, where: str, reply_ok: bool = False) -> tuple[tuple[dict, ...], str, str]:
+    """A conversational prompt (TRL): its messages, its last (user) turn's text, and with `reply_ok` the
+    assistant turn that ends a whole conversation (a chat dataset's `messages`, TRL's SFT form: the prompt is
+    the turns before it, the reply its reference solution), else ''."""
+    if not is_chat(value):
         raise RlvrError(f"{where}: the prompt is a list but not of chat messages "
                         "({'role': ..., 'content': <text>}); give text or a list of messages")
+    reply = ""
+    if reply_ok and len(value) > 1 and value[-1]["role"] == "assistant":
+        reply, value = value[-1]["content"], value[:-1]
     if value[-1]["role"] != "user":
         raise RlvrError(f"{where}: a conversational prompt must end with a user message, this one ends "
                         f"with {value[-1]['role']!r}")
-    return tuple(dict(m) for m in value), value[-1]["content"]
+    return tuple(dict(m) for m in value), value[-1]["content"], reply
 
 
 def _value(row: dict, key: str, col: str, columns: dict[str, str], where: str):
@@ -318,17 +335,22 @@ def to_problem(row: dict, columns: dict[str, str], where: str, fence: str = "") 
     on the problem for the reward functions and an environment's reset, but one named `prompt`: rewards get
     the prompt as `prompts`, as TRL passes it; a prompt read from another column (task.columns.prompt=
     question) is also passed under that column's own name, since a reward written for the data asks for it.
-    A row with tests (any form of rlvr.tasks.code_forms) gets `fence` added to its prompt (_tests)."""
-    values, messages = {}, ()
+    A row with tests (any form of rlvr.tasks.code_forms) gets `fence` added to its prompt (_tests). A whole
+    conversation read from a column other than `prompt` (a chat dataset's `messages`) is prompted up to its
+    last user turn, and its closing assistant turn is the row's solution unless a solution column gives one."""
+    values, messages, reply = {}, (), ""
     for key in KEYS:
         col = gold_column(row, columns) if key == "answer" else columns.get(key, key)
         value = _value(row, key, col, columns, where)
         if key == "prompt" and isinstance(value, list):
-            messages, value = chat_prompt(value, where)
+            # TRL's `prompt` ending with an assistant turn asks to continue it, which rlvr does not; a
+            # conversation under another name (`messages`) ends with its reference reply
+            messages, value, reply = chat_prompt(value, where, reply_ok=col != "prompt")
         if key == "tests" and value is not None:
             values[key], values["prompt"] = _tests(value, row, values["prompt"], col, where, fence)
             continue
         values[key] = "" if value is None else _text(value, key, where)
+    values["solution"] = values["solution"] or reply
     rest = {k: v for k, v in row.items() if k != "prompt"}
     return Problem(question=values["prompt"], answer=values["answer"], difficulty=values["difficulty"],
                    tests=values["tests"], solution=values["solution"],

@@ -38,6 +38,7 @@ from rlvr.eval.grader import choose_grader
 from rlvr.rewards import rewards_of
 from rlvr.tasks import Epochs, Problem, build_splits
 from rlvr.tasks.base import encode_messages, problem_messages
+from rlvr.tasks.files import gold_candidates
 from rlvr.config.paths import anchored
 from rlvr.train.checkpoint import check_run_dir, prepare_run_dir
 from rlvr.train.distributed import Dist
@@ -75,8 +76,14 @@ def end_of_turn_id(tok, stop_ids: list[int]) -> int:
 def with_solutions(problems: list[Problem], task_name: str) -> list[Problem]:
     found = [p for p in problems if p.solution.strip()]
     if not found:
+        held = gold_candidates(problems[0].row) if problems else []  # GSM8K's answer, MATH's solution
+        hint = (f"; column '{held[0]}' holds worked solutions (a final '#### N' or \\boxed{{...}}): "
+                f"--task.columns.solution={held[0]}" if held else "")
+        if any("completion" in p.row for p in problems):  # TRL's prompt-completion datasets
+            hint += ("; the rows' 'completion' column (TRL's prompt-completion form) is used with "
+                     "--task.columns.solution=completion")
         raise RlvrError(f"no train problem of task '{task_name}' has a worked solution to fine-tune on: "
-                        "file tasks need a 'solution' column (or task.columns: {solution: <column>})")
+                        "file tasks need a 'solution' column (or task.columns: {solution: <column>})" + hint)
     return found
 
 
@@ -155,14 +162,14 @@ def _locked(cfg: Config, out: Path, then: str, wall_start: float) -> dict:
     torch.manual_seed(cfg.train.seed)
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(cfg.train.mixed_precision, device)
-    policy, tok = load_model(cfg.model.name, cfg.model.dtype, device)
-    splits = build_splits(cfg.task)
+    splits = build_splits(cfg.task)  # the data first, as rlvr train: a bad row or no solution stops in seconds
     for note in splits.notes:  # as rlvr train says them: held-out carved, rows dropped, sizes cut
         say(f"task: {note}")
+    solved = with_solutions(splits.train, cfg.task.name)
+    policy, tok = load_model(cfg.model.name, cfg.model.dtype, device)
     stop_ids = stop_token_ids(policy, tok)
     end_id = end_of_turn_id(tok, stop_ids)
-    examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id)
-                for p in with_solutions(splits.train, cfg.task.name)]
+    examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id) for p in solved]
     grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as a GRPO run of cfg grades
     if grader.user:
         say(grader.line())

@@ -80,6 +80,48 @@ def test_a_prompt_list_that_is_not_chat_is_named(tmp_path):
         build_splits(TaskConfig(name=str(path), heldout_size=0, few_shot=0))
 
 
+def chat_rows(n):
+    """A chat dataset as TRL's SFTTrainer takes it: whole conversations under `messages`."""
+    return [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"What is {i} + {i}?"},
+                          {"role": "assistant", "content": f"{i} + {i} = {2 * i}"}], "answer": str(2 * i)}
+            for i in range(n)]
+
+
+def test_a_chat_dataset_of_whole_conversations_prompts_up_to_the_last_user_turn(tmp_path):
+    """`--task.columns.prompt=messages` on a chat dataset: the prompt is the conversation up to its last user
+    turn and the closing assistant turn is the row's solution (what rlvr sft trains on; a solution column
+    wins); it was refused as 'must end with a user message'. Without the mapping the error names the column."""
+    from rlvr.train.sft import with_solutions
+
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in chat_rows(10)))
+    s = build_splits(TaskConfig(name=str(path), columns={"prompt": "messages"}, heldout_size=2, few_shot=0, ood_size=0))
+    p = next(p for p in s.train if p.answer == "6")
+    assert p.question == "What is 3 + 3?" and p.solution == "3 + 3 = 6"
+    assert p.messages == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 3 + 3?"})
+    assert with_solutions(s.train, "chat.jsonl") == s.train
+    with pytest.raises(RlvrError, match=r"line 1: no column 'prompt' for prompt; the row has columns messages, answer; "
+                                        r"name it with --task.columns.prompt=messages"):
+        build_splits(TaskConfig(name=str(path), heldout_size=2))
+    rows = [{**r, "reference": f"so it is {r['answer']}"} for r in chat_rows(5)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = build_splits(TaskConfig(name=str(path), columns={"prompt": "messages", "solution": "reference"}, heldout_size=1,
+                                few_shot=0, ood_size=0))
+    assert sorted(p.solution for p in s.train + s.heldout) == [f"so it is {2 * i}" for i in range(5)]
+
+
+def test_trl_conversational_prompt_completion_rows_give_their_completion_as_the_solution(tmp_path):
+    """TRL's conversational prompt-completion form: `completion` is a list of one assistant message; as
+    task.columns.solution it is that message's text (it was refused as 'holds a list, expected text')."""
+    path = tmp_path / "pc.jsonl"
+    path.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"What is {i} + 1?"}],
+                                        "completion": [{"role": "assistant", "content": f"It is {i + 1}."}],
+                                        "answer": str(i + 1)}) + "\n" for i in range(5)))
+    s = build_splits(TaskConfig(name=str(path), columns={"solution": "completion"}, heldout_size=1, few_shot=0,
+                                ood_size=0))
+    assert sorted(p.solution for p in s.train + s.heldout) == [f"It is {i + 1}." for i in range(5)]
+
+
 def test_a_trl_reset_gets_every_column_and_adds_to_the_user_turn():
     class Env:
         def reset(self, target, prompt, **kwargs):

@@ -160,3 +160,34 @@ def test_eval_baseline_gets_pass_at_k_and_maj_at_k_with_the_change(tmp_path, cap
     assert table[0].split() == ["baseline", "model", "change"]
     assert table[1].split() == ["pass@1", "0.0%", "100.0%", "+100.0"]
     assert [r.split()[0] for r in table[2:5]] == ["format-free@1", "pass@2", "maj@2"]
+
+
+def test_a_baseline_that_cannot_load_keeps_the_models_results(tmp_path, capsys):
+    """`rlvr eval --model M --baseline B` with a B that does not load (a typo, a failing download): M's
+    figures were evaluated (minutes on a real model) and then lost with nothing written; they are written
+    before B starts, and the error says so."""
+    out = tmp_path / "ev"
+    (out).mkdir()
+    (out / "baseline_samples.jsonl").write_text('{"task": "from an earlier eval"}\n')
+    rc = main(["eval", "--model", "tiny-random", "--baseline", "no-such-model", "--task", "arithmetic", "--n", "3",
+               "--k", "1", "--max-new-tokens", "4", "--out", str(out)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr: error: baseline no-such-model: unknown model 'no-such-model'")
+    assert err.rstrip().endswith(f"(this model's results are written: {out / 'eval.json'})")
+    doc = json.loads((out / "eval.json").read_text())
+    assert (doc["model"], doc["n"]) == ("tiny-random", 3) and "baseline" not in doc["tasks"]["arithmetic"]
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 3
+    assert not (out / "baseline_samples.jsonl").exists()  # it belonged to another eval.json
+
+
+def test_every_tasks_data_is_read_before_a_model_loads(tmp_path, capsys):
+    """`rlvr eval --task arithmetic --task bad.jsonl`: the bad line of the second task stops the command before
+    any model loads (here: before 'no-such-model' is even looked up), not after the first task was evaluated."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n{"prompt": "What is 2 + 2?", "answer": }\n')
+    rc = main(["eval", "--model", "no-such-model", "--task", "arithmetic", "--task", str(bad), "--n", "2",
+               "--out", str(tmp_path / "ev")])
+    assert rc == 2
+    assert f"{bad} line 2: not valid JSON" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()

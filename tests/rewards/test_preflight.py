@@ -185,3 +185,17 @@ def test_a_reward_reading_an_answer_line_pays_a_worked_gold_on_one():
     worked = [Problem(question="q", answer="3 + 5 = 8.\n#### 8")]
     assert answer_line(["3 + 5 = 8.\n#### 8", "Answer: 8"], ["#### 8"] * 2) == [0.0, 1.0]
     assert preflight([rf], worked, ("answer_line",)).zero == []
+
+
+def test_a_reward_past_its_time_limit_is_told_to_be_faster_not_fixed(module):
+    """rewards.isolate=true: a reward killed at rewards.timeout_s in the preflight is diagnosed as slow (make
+    it faster or raise the limit), not as 'fix the reward so it runs on them' with a traceback of rlvr's own
+    worker plumbing."""
+    import dataclasses
+
+    from rlvr.rewards.call import CallTimedOut
+
+    rf = dataclasses.replace(reward(module, "my_reward"), timeout_s=1.5)
+    assert diagnose(rf, CallTimedOut(1.5), ["answer"]) == (
+        "'user_rewards.py:my_reward' took longer than rewards.timeout_s=1.5s on one completion; make it faster or "
+        "raise rewards.timeout_s (it is called on a batch of completions per step)")

@@ -268,3 +268,31 @@ def test_an_environment_instance_in_the_columns_is_passed_as_it_is(tmp_path):
     s = score_batch(fns, ["a", "b"], columns)
     assert s.per_function["python:reads_env"] == [1.0, 1.0] and s.errors == {"python:reads_env": 0}
     assert seen[0][0] is envs[0] and seen[0] is not envs and columns["answer"] == ["1", "2"]
+
+
+def test_a_reward_file_named_like_another_module_does_not_replace_it(tmp_path, monkeypatch):
+    """verl's scorer is reward_score/math.py: `verl:math.py:compute_score` registered the file as the module
+    `math`, so every later `from math import ceil` (transformers, as the model loaded) failed and rlvr
+    train died with a traceback. A file named like a module that exists is loaded under a private name (the
+    same in the isolated worker), and a wrapper named like the package it imports (yaml.py importing yaml)
+    gets the real package; a file whose name is free keeps it, as an import would name it."""
+    import sys
+
+    import yaml
+
+    monkeypatch.setitem(sys.modules, "math", math)  # put back after the test, whatever it did
+    monkeypatch.setitem(sys.modules, "yaml", yaml)
+    (tmp_path / "math.py").write_text("def compute_score(solution_str, ground_truth):\n"
+                                      "    return float(solution_str.strip() == ground_truth)\n")
+    (tmp_path / "yaml.py").write_text("from yaml import safe_load\n\ndef f(completions, answer, **kw):\n"
+                                      "    return [float(safe_load(c) == safe_load(a)) for c, a in zip(completions, answer)]\n")
+    (tmp_path / "free_name_rewards.py").write_text("def f(completions, **kw):\n    return [0.5] * len(completions)\n")
+    fns = build_rewards({f"verl:{tmp_path / 'math.py'}:compute_score": 1.0, f"{tmp_path / 'yaml.py'}:f": 1.0,
+                         f"{tmp_path / 'free_name_rewards.py'}:f": 1.0})
+    assert sys.modules["math"] is math and sys.modules["yaml"] is yaml
+    assert sys.modules["free_name_rewards"].__file__ == str(tmp_path / "free_name_rewards.py")
+    s, errors = score(fns, ["1", "2", "4"])
+    assert errors == [] and s.total == [2.5, 2.5, 0.5]  # math.py and yaml.py pay rows 1 and 2, free_name 0.5 each
+    with owned_by_run():  # the worker process loads the file under the same private name
+        isolated = build_rewards({f"verl:{tmp_path / 'math.py'}:compute_score": 1.0}, isolate=True, timeout_s=30)
+        assert score(isolated, ["1", "0", "3"])[0].total == [1.0, 0.0, 1.0]

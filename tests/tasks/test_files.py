@@ -212,8 +212,10 @@ def test_bad_columns_types_and_names(tmp_path):
         build_splits(TaskConfig(name=str(tmp_path / "d.json")))
     with pytest.raises(RlvrError, match="no such dataset file"):
         build_splits(TaskConfig(name=str(tmp_path / "missing.jsonl")))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.txt").write_text("no data here")
     with pytest.raises(RlvrError, match="not one written by datasets' save_to_disk"):
-        build_splits(TaskConfig(name=str(tmp_path)))
+        build_splits(TaskConfig(name=str(tmp_path / "notes")))
     with pytest.raises(RlvrError, match="too few to carve task.heldout_size=30"):
         build_splits(TaskConfig(name=str(path), columns=MAPPING, heldout_size=30))
     with pytest.raises(RlvrError, match="too few to carve task.heldout_size=1 held-out rows"):
@@ -254,3 +256,20 @@ def test_a_prompt_read_from_another_column_reaches_rewards_under_that_name_too()
     assert cols["question"] == ["What is 2 + 2?"] * 2 and cols["prompts"] == ["What is 2 + 2?"] * 2
     chat = to_problem({"prompt": [{"role": "user", "content": "Hi?"}], "answer": "1"}, {}, "f.jsonl:2")
     assert "prompt" not in dataset_columns([chat], 1)   # TRL passes a `prompt` column as `prompts` only
+
+
+def test_trls_conversational_completion_is_a_solution(tmp_path):
+    """TRL's prompt-completion SFT rows: the completion a list holding one assistant message. Refused before
+    as 'holds a list, expected text'."""
+    data = [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+             "completion": [{"role": "assistant", "content": f"{i} + {i} = {2 * i}\nAnswer: {2 * i}"}],
+             "answer": str(2 * i)} for i in range(10)]
+    path = str(write_jsonl(tmp_path / "d.jsonl", data))
+    s = build_splits(TaskConfig(name=path, heldout_size=2, columns={"solution": "completion"}))
+    assert sorted(p.solution for p in s.train + s.heldout) == sorted(f"{i} + {i} = {2 * i}\nAnswer: {2 * i}"
+                                                                     for i in range(10))
+    data[3]["completion"].append({"role": "user", "content": "and?"})  # a conversation is no one solution
+    path = str(write_jsonl(tmp_path / "e.jsonl", data))
+    with pytest.raises(RlvrError, match=r"e.jsonl line 4: column for solution holds a list; a solution is text, or "
+                                        r"one assistant message"):
+        build_splits(TaskConfig(name=path, heldout_size=2, columns={"solution": "completion"}))

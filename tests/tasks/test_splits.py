@@ -72,7 +72,7 @@ def test_prompt_template_applies_to_every_split_and_turn():
 
 def test_unknown_task_lists_the_sources():
     with pytest.raises(RlvrError, match="unknown task 'gsm8k': task.name takes arithmetic, reasoning_gym:<dataset>, "
-                                        "a .jsonl file, a .csv file, a .parquet file, a directory written by"):
+                                        "a .jsonl file, a .json file, a .csv file, a .parquet file, a directory written by"):
         build_splits(TaskConfig(name="gsm8k"))
 
 

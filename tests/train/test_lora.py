@@ -54,6 +54,18 @@ def test_only_adapter_weights_train(tiny):
         4 * hidden + hidden * 4 + 4 * hidden + kv * 4)
 
 
+def test_applying_lora_prints_no_deprecation_warning_of_peft_s(tiny):
+    """PEFT reads transformers' deprecated is_gradient_checkpointing, whose FutureWarning every LoRA run
+    printed; no user can act on it, so it is not shown (pytest's own filter hides FutureWarnings: "always"
+    here lets one through)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_lora(tiny[0], LORA)
+    assert [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)] == []
+
+
 def test_one_update_changes_only_adapters(tiny):
     model, tok = tiny
     batch = rollout_batch(model, tok)
@@ -151,3 +163,27 @@ def test_unknown_target_module_lists_the_linear_layers(tiny):
     model, _ = tiny
     with pytest.raises(RlvrError, match=r"\['qkv'\] are not modules.*down_proj, gate_proj, k_proj"):
         apply_lora(model, LoraConfig(r=4, target_modules=["q_proj", "qkv"]))
+
+
+def test_all_linear_targets_every_linear_layer_but_the_head(tiny):
+    # PEFT's and TRL's spelling (LoraConfig(target_modules="all-linear")), refused before as 'must be list'
+    from rlvr.config import build_config
+    from rlvr.config.sections import ConfigError
+
+    cfg = build_config(None, ["--model.lora.r=4", "--model.lora.target_modules=all-linear"])
+    assert cfg.model.lora.target_modules == "all-linear"
+    model, _ = tiny
+    wrapped = apply_lora(model, cfg.model.lora)
+    adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in wrapped.named_parameters() if ".lora_A" in n}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # no lm_head
+    # r x (in + out) per layer: q 64+64, k and v 64+32, o 64+64, gate and up 64+128, down 128+64; 2 layers
+    assert sum(p.numel() for p in wrapped.parameters() if p.requires_grad) == 2 * 4 * (
+        2 * 128 + 2 * 96 + 3 * 192) == 8192
+    from rlvr.plan import Settings, estimate, shape_of
+
+    s = Settings.of(cfg, "cpu")
+    assert s.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert estimate(shape_of("tiny-random"), s).update["optimizer"] == 8 * 8192  # the plan counts the same adapters
+    with pytest.raises(ConfigError, match=r"model.lora.target_modules is a list of layer names \(e.g. \[q_proj, "
+                                          r"v_proj\]\) or all-linear, got 'q_proj'"):
+        build_config(None, ["--model.lora.r=4", "--model.lora.target_modules=q_proj"])

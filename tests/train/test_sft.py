@@ -206,6 +206,12 @@ def test_no_solutions_is_a_clear_error(tmp_path, monkeypatch, capsys):
                         hand_made([Problem(question="What is 1 + 1?", answer="2", difficulty="d1")]))
     assert main(["sft", *SMALL, f"--train.out={tmp_path / 'x'}"]) == 2
     assert "no train problem of task 'arithmetic' has a worked solution" in capsys.readouterr().err
+    # TRL's prompt-completion rows: the error names the column to map
+    monkeypatch.setattr(sft_module, "build_splits", hand_made(
+        [Problem(question="What is 1 + 1?", answer="2", difficulty="d1", row={"completion": "1 + 1 = 2"})]))
+    assert main(["sft", *SMALL, f"--train.out={tmp_path / 'y'}"]) == 2
+    assert ("; the rows' 'completion' column (TRL's prompt-completion form) is used with "
+            "--task.columns.solution=completion\n") in capsys.readouterr().err
 
 
 def test_sft_of_a_config_names_its_own_run_directory_and_the_grpo_command(tmp_path, monkeypatch):
@@ -264,3 +270,19 @@ def test_sft_on_a_small_file_starts_from_the_defaults_as_train_does(tmp_path, mo
     assert (f"warning: the SFT baseline ({tmp_path / 'runs/sft'}) was evaluated with other prompts than this run: "
             "task.few_shot=0 there, 1 here; give this run the same (--task.few_shot=0) to compare like with like"
             ) in capsys.readouterr().err
+
+
+def test_gsm8k_rows_without_a_solution_column_name_the_column_of_worked_solutions(tmp_path, capsys):
+    """`rlvr sft --task.name=gsm8k.jsonl --task.columns.prompt=question`: GSM8K's worked solutions are its
+    `answer` column; the refusal names it and the override that uses it (before the model loads)."""
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Tom has {i} apples and buys 3 more. How many?",
+                                        "answer": f"{i} + 3 = <<{i}+3={i + 3}>>{i + 3}\n#### {i + 3}"}) + "\n"
+                            for i in range(10)))
+    args = ["sft", f"--task.name={data}", "--task.columns.prompt=question", "--model.name=no-such-model",
+            f"--train.out={tmp_path / 'run'}"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.endswith(
+        "file tasks need a 'solution' column (or task.columns: {solution: <column>}); column 'answer' holds worked "
+        "solutions (a final '#### N' or \\boxed{...}): --task.columns.solution=answer\n")
+    assert not (tmp_path / "run").exists()
