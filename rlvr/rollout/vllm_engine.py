@@ -200,7 +200,7 @@ def request_errors() -> tuple[type[Exception], ...]:
         from vllm.exceptions import VLLMClientError
     except ImportError:
         return (ValueError,)
-    return (VLLMClientError, ValueError)
+    return (VLLMClientError,)
 
 
 class VllmEngine:
