@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from rlvr.rewards.maths.answer import after_thinking, boxed_contents, final_answers
 from rlvr.rewards.base import Verdict, batch_form
@@ -9,6 +10,15 @@ from rlvr.rewards.maths.forms import one_answer
 from rlvr.rewards.maths.normalise import MAX_ANSWER_CHARS, clean, has_plus_minus, looks_like_several
 
 STYLES = ("answer_line", "boxed", "tag", "any")
+# Characters that render as nothing (zero-width, BOM, word joiner: Unicode's format category) or as blank space.
+_BLANK_CATEGORIES = ("Cf", "Cc", "Zs", "Zl", "Zp")
+
+
+def _states_nothing(value: str) -> bool:
+    """An answer of invisible characters (`Answer: \u200b`) or of bare punctuation (`Answer: ?`, `...`)
+    fills the form without stating anything. Brackets stay content: `{}` and `[]` may be an empty set or list."""
+    shown = [c for c in value if unicodedata.category(c) not in _BLANK_CATEGORIES]
+    return all(unicodedata.category(c) == "Po" for c in shown)
 _ANSWER_LINE_START = re.compile(r"[ \t]*[*_]*(?:final[ \t]+)?answer[ \t*_]*:", re.IGNORECASE)
 
 
@@ -45,6 +55,9 @@ def format_check(completion: str, style: str = "answer_line") -> Verdict:
     value = clean(cands[0]).text
     if not value or len(value) > MAX_ANSWER_CHARS:
         return Verdict(0.0, "empty or overlong final answer", cands[0][:40])
+    if _states_nothing(value):
+        return Verdict(0.0, "the final answer states nothing (only invisible characters or punctuation)",
+                       cands[0][:40])
     if "<|" in value or "hope it is correct" in value.lower():   # text went on after where the answer ends
         return Verdict(0.0, "text after the end of the final answer", cands[0][:40])
     if looks_like_several(value) or has_plus_minus(value):

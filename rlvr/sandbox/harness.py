@@ -26,12 +26,15 @@ Plain data, typed so that the parent can tell a tuple from a list: None, bool, i
 list stand for themselves; a finite float is a JSON float; everything else is a one-key object:
     {"f": "nan"|"inf"|"-inf"}  {"t": [...]} tuple  {"s": [...]} set  {"z": [...]} frozenset
     {"d": [[k, v], ...]} dict  {"b": "hex"} bytes  {"c": [re, im]} complex
+    {"i": "hex"} an int too long for JSON's decimal digits (Python refuses to convert more than 4300;
+                 hexadecimal is read in linear time and has no such limit)
 Types are matched exactly (`type(v) is list`), so no subclass or custom method ever runs in encoding.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import sys
 import types
@@ -39,6 +42,7 @@ import types
 MAX_DEPTH = 60          # the deepest value a call may return
 CALL_DEPTH = 4 * MAX_DEPTH   # the deepest arguments the parent ships in: a returned value fed back
                              # into another call (`dec(enc(s))`) must always fit
+BIG_INT_BITS = 13_000   # ints longer than this (about 3900 decimal digits) travel as hexadecimal
 MAX_SAME_HASH = 8       # set elements or dict keys sharing one hash: more is a collision flood
 _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 _type_name = type.__dict__["__name__"].__get__   # a metaclass cannot fake the class name
@@ -55,6 +59,8 @@ def encode(value, depth: int = 0, limit: int = MAX_DEPTH):
     if depth > limit:
         raise NotPlain("nesting deeper than %d" % limit)
     t = type(value)
+    if t is int and int.bit_length(value) > BIG_INT_BITS:
+        return {"i": format(value, "x")}
     if value is None or t is bool or t is int or t is str:
         return value
     if t is float:
@@ -117,6 +123,7 @@ def _within(value, limit: int) -> None:
 
 
 _CONTAINERS = (list, tuple, set, frozenset, dict, complex)
+_HEX_INT = re.compile(r"-?[0-9a-f]+")
 
 
 def _tagged(pairs):
@@ -128,6 +135,8 @@ def _tagged(pairs):
         return _NONFINITE[body]
     if tag == "b" and type(body) is str:
         return bytes.fromhex(body)
+    if tag == "i" and type(body) is str and _HEX_INT.fullmatch(body):
+        return int(body, 16)
     if type(body) is not list:
         raise ValueError("malformed tagged value %r" % tag)
     if tag == "t":

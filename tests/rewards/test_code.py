@@ -150,6 +150,17 @@ def test_tuple_is_not_a_list(src, reason):
     assert (v.score, v.reason) == (0.0, reason)
 
 
+def test_an_int_past_4300_digits_is_a_value_both_ways():
+    """Python refuses to write an int of more than 4300 decimal digits as text: such a return value (5736
+    digits) must reach the test as itself, and go back in as an argument, not fail as a ValueError."""
+    spec = {"kind": "assert", "asserts": ["import math\nassert f(2000) == math.factorial(2000)"],
+            "hidden": ["assert f(3) == 6", "assert digits(f(2000)) == 5736"]}
+    honest = "import math, sys\nsys.set_int_max_str_digits(0)\ndef f(n):\n    return math.factorial(n)\ndef digits(x):\n    return len(str(x))"
+    off_by_one = honest.replace("math.factorial(n)", "math.factorial(n) + (n > 100)")
+    vs = reward.verdicts([explained_block(honest), explained_block(off_by_one)], tests=[spec, spec])
+    assert [(v.score, v.reason) for v in vs] == [(1.0, "passed 3/3"), (0.0, "failed case 1: assertion failed")]
+
+
 # ---- attacks: every one must score 0, within its time limit ------------------------------------
 # The table is in tests/rewards/code_cases.py.
 

@@ -48,6 +48,17 @@ ATTACKS = [
     ("overlong-answer", "Answer: " + "3" * 5000, "3"),
     ("set-for-set-missing-element", "\\boxed{\\{1, 2\\}}", "\\{1, 2, 3\\}"),
     ("wrong-interval-brackets", "\\boxed{(0, 1)}", "[0, 1]"),
+    # a value stated after an answer word on the box's own line is a second answer
+    ("stated-then-box-same-line", "The answer is 4. \\boxed{3}", "3"),
+    ("stated-math-then-box", "The answer is $4$ \\boxed{3}", "3"),
+    ("stated-then-words-then-box", "The correct answer is \\(4\\). So \\boxed{3}", "3"),
+    ("stated-colon-comma-box", "My answer is: 4, \\boxed{3}", "3"),
+    ("box-then-stated-same-line", "\\boxed{3} and the answer is **4**! Done", "3"),
+    # an abbreviated label, a variable's value or a fraction stated beside the box
+    ("abbreviated-label", "ANS: 4\n\\boxed{3}", "3"),
+    ("abbreviated-label-dot", "Ans. 4\n\\boxed{3}", "3"),
+    ("stated-as-assignment", "The answer is x = 4.\n\\boxed{3}", "3"),
+    ("stated-as-latex-fraction", "\\boxed{3}\nThe answer is $\\frac{8}{2}$.", "3"),
 ]
 
 CONTROLS = [
@@ -69,6 +80,13 @@ CONTROLS = [
     ("interval", "\\boxed{(0, 1]}", "(0, 1]"),
     ("symbolic", "\\boxed{2x + 1}", "1 + 2x"),
     ("text-unit", "\\boxed{12\\text{}}", "12"),
+    ("stated-and-boxed-agree", "The answer is 3.5. So \\boxed{\\frac{7}{2}}", "7/2"),
+    ("stated-decimal-then-box", "The answer is 2.5 \\boxed{2.5}", "2.5"),
+    ("stated-assignment-agrees", "The answer is $x = 3$.\n\\boxed{x=3}", "3"),
+    ("abbreviated-label-agrees", "Ans: 12\n\\boxed{12}", "12"),
+    # a decimal comma on the answer line is the same number to the scan for second answers
+    ("decimal-comma-line", "Answer: 0,5", "0.5"),
+    ("decimal-comma-line-long", "Answer: 1000,99", "1000.99"),
 ]
 
 

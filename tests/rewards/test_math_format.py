@@ -56,6 +56,19 @@ def test_format_styles(style, text, score):
     assert make_format_reward(style)([text]) == [score]
 
 
+# The form filled with nothing: invisible characters or bare punctuation earn no format reward; an empty
+# set or list (`{}`, `\\{\\}`, `[]`) and a symbol (`∅`, `∞`) are answers.
+@pytest.mark.parametrize("style, text, score", [
+    ("answer_line", "Answer: \u200b", 0.0), ("answer_line", "Answer: \u2060\ufeff", 0.0),
+    ("answer_line", "Answer: ?", 0.0), ("answer_line", "Answer: ...", 0.0), ("boxed", "\\boxed{\u200b}", 0.0),
+    ("tag", "<answer>!?</answer>", 0.0), ("tag", "<answer>\u200b</answer>", 0.0),
+    ("answer_line", "Answer: {}", 1.0), ("boxed", "\\boxed{\\{\\}}", 1.0), ("tag", "<answer>[]</answer>", 1.0),
+    ("answer_line", "Answer: \u2205", 1.0), ("boxed", "\\boxed{\\infty}", 1.0), ("answer_line", "Answer: -3", 1.0),
+])
+def test_a_final_answer_that_states_nothing_earns_no_format_reward(style, text, score):
+    assert make_format_reward(style)([text]) == [score]
+
+
 def test_overlong_soft_punishment():
     # max 20, buffer 8: free up to 12 tokens, then -1/8 per token down to -1 at 20
     assert [overlong_score(n, 20, 8) for n in (5, 12, 13, 16, 20, 25)] == [0.0, 0.0, -0.125, -0.5, -1.0, -1.0]

@@ -120,3 +120,16 @@ def test_unclosed_answer_tags_reach_the_linear_scan(monkeypatch):
     v = math_accuracy_verdict(flood + "\\boxed{5}", "5")
     assert v.score == 1.0 and calls and all(k >= len(flood) for k in calls), v
     assert answer.final_answers("<answer>1</answer><answer> 2</answer>x<answer>3") == ["1", "2"]
+
+
+# ---- an unbraced chain of powers associates right: its exponent is the rest of the chain ------------
+
+@pytest.mark.parametrize("text", ["Answer: 2**10**10", "\\boxed{2^2^2^2^2^2^2}", "Answer: 9 ** 9 ** 9",
+                                  "\\boxed{2^{3}^{9^9}}"])
+def test_an_unbraced_power_tower_is_refused_before_sympy(text):
+    v = math_accuracy.verdict(text, "3")
+    assert (v.score, v.reason) == (0.0, "an exponent over 100000 or a factorial over 10000: too large to compare")
+
+
+def test_a_small_unbraced_power_chain_is_still_compared():
+    assert math_accuracy.verdict("\\boxed{2^3^2}", "512").score == 1.0

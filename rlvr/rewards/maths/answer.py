@@ -80,10 +80,18 @@ _UNIT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|textsf|texttt
 _WORD_AFTER = re.compile(r"([A-Za-z’']+)(\s*\^\s*\{?\s*[23]\s*\}?)?")
 # Answer statements in forms the extractor does not read as final (`Answer = 13`, `the answer is actually 13`,
 # `**Final answer** 13`, a lookalike or fullwidth label, `答案：13`): read loosely, only to see a second value,
-# and only a plain number that ends its statement (`Answer: 2^{10}` states no 2).
-_LOOSE_LABEL = re.compile(r"(?:answer|答案)(?:[ \t*_:=;꞉]|-(?=[ \t])){0,12}(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
-                          r"[ \t*_$(]{0,8}([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)(?=[ \t.!?$)]{0,12}(?:\n|\Z))",
-                          re.IGNORECASE)   # bounded runs: a long blank run costs one pass, never a retry per blank
+# and only a plain number that ends its statement (`Answer: 2^{10}` states no 2). A statement ends at the end
+# of its line, at a sentence's end (`the answer is 4. So \boxed{3}`) or where a final-answer form follows on
+# the same line (`the answer is 4 \boxed{3}`): a box sharing the line with a stated value is a second answer.
+_LOOSE_END = (r"(?=[ \t$)*\\]{0,12}(?:[.!?;,:]?[ \t$)*\\]{0,12}(?:\\(?:[bB]oxed|fbox|framebox|bbox)(?![A-Za-z])"
+              r"|<answer>|####)|[.!?;](?:[ \t]|$)|[.!?]{0,3}[ \t$)*\\]{0,12}$))")
+# The label may be abbreviated (`Ans: 4`, `ANS. 4`); the value may be a variable's (`the answer is x = 4`,
+# `$x=4$`) and a plain fraction (`\frac{8}{2}`, `8/2`).
+_LOOSE_LABEL = re.compile(r"(?:answer|(?<![A-Za-z])ans\b\.?|答案)(?:[ \t*_:=;꞉]|-(?=[ \t])){0,12}"
+                          r"(?:is(?:[ \t]{1,4}(?:actually|really|now|then|still))?)?"
+                          r"[ \t*_$(\\:]{0,8}(?:[A-Za-z](?:_\{?\w{1,4}\}?)?[ \t]{0,4}=[ \t]{0,4})?"
+                          r"([-+]?(?:\\[dt]?frac\{\d{1,12}\}\{\d{1,12}\}|\d[\d,]*(?:\.\d+)?(?:/\d+)?))" + _LOOSE_END,
+                          re.IGNORECASE | re.MULTILINE)   # bounded runs: a long blank run costs one pass, never a retry per blank
 # Cyrillic and Greek letters drawn like Latin ones, folded so a lookalike label (`Аnswer`) reads as one
 _CONFUSABLE = str.maketrans("АаВЕеКМНОоРрСсТХхУуЅѕІіΑΕΟοΡρΤΧ", "AaBEeKMHOoPpCcTXxYySsIiAEOoPpTX")
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060\ufeff\u00ad]")
@@ -274,7 +282,8 @@ def loose_answers(text: str) -> list[str]:
         body = _FENCE.sub("", body)
     if not body.isascii():   # most completions are ASCII: nothing to fold
         body = _INVISIBLE.sub("", unicodedata.normalize("NFKC", body)).translate(_CONFUSABLE)
-    return [m.group(1).replace(",", "") for m in _LOOSE_LABEL.finditer(body)]
+    # commas as the final answer reads them (`1,000` a thousand, `0,5` a decimal comma): never dropped
+    return [m.group(1).rstrip(",") for m in _LOOSE_LABEL.finditer(body)]
 
 
 def _hashes_value(content: str) -> bool:

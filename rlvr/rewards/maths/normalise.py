@@ -270,6 +270,7 @@ _FACTORIAL = re.compile(r"(\d{5,300})\s*!")
 MAX_FACTORIAL = 10_000   # 99999999! is a tower of its own
 _POWER_MARK = re.compile(r"\^|\*\*|(?<=\d)[eE](?=[+-]?\d)")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_POWER_CHAIN = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s*(?:\^|\*\*)\s*(?:[+-]?\d+(?:\.\d+)?|\{[^{}]*\}|\([^()]*\)))*")
 _BASE = re.compile(r"\s*\(?\s*([+-]?\d+(?:\.\d+)?)\s*\)?\s*(?:\^|\*\*)")
 
 
@@ -309,5 +310,6 @@ def _argument(s: str, i: int) -> str:
             if depth == 0:
                 return s[i + 1:j]
         return s[i + 1:]
-    m = _NUMBER.match(s, i)
+    # an unbraced exponent is the whole chain of powers after it (`2**10**10` and `2^2^2^...` associate right)
+    m = _POWER_CHAIN.match(s, i)
     return m.group() if m else s[i:i + 1]
