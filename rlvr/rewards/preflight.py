@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from rlvr.errors import RlvrError
 from rlvr.rewards.base import RewardFunction, Scores, score_batch
 from rlvr.text import clean_reason
-from rlvr.rewards.call import RESERVED, CallTimedOut, TrainerState, as_chat, dataset_columns
+from rlvr.rewards.call import NOT_APPLICABLE, RESERVED, CallTimedOut, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.rewards.maths.accuracy import math_accuracy, math_accuracy_verdict
 from rlvr.rewards.maths.answer import gold_answer
@@ -96,11 +96,13 @@ def diagnose(rf: RewardFunction, error: BaseException, columns: list[str], chat:
 @dataclass
 class Preflight:
     """What the preflight found: per reward, the rows it failed on and the first error with its diagnosis,
-    and the rewards that gave every reference answer nothing."""
+    and the correctness rewards that gave every reference answer nothing: 0, or None/NaN ("does not apply")
+    for every one of them (not_applicable)."""
 
     rows: int = 0
     failed: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (rows failed, message)
     zero: list[str] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
 
 
 GENERIC = "fix the reward so it runs on them"
@@ -136,6 +138,8 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
             # a bug inside it, or a KeyError that may be one (a dict of its own, not a column): where
             trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) or isinstance(errors[0], KeyError) else ""
             out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")
+        elif rf.name in strict and all(r == NOT_APPLICABLE for r in scores.reasons[rf.name]):
+            out.not_applicable.append(rf.name)
         elif rf.name in strict and max(scores.per_function[rf.name]) <= 0 and not _pays_another_form(rf, rows, columns):
             out.zero.append(rf.name)
     return out
@@ -182,6 +186,10 @@ def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict
         line = f"reward '{name}' raised on {bad} of {found.rows} rows tried (each given its reference answer): {message}"
         every = bad == found.rows and not (env_columns and "has no column" in message)
         (stops if every else warnings).append(line)
+    for name in found.not_applicable:
+        warnings.append(f"reward '{name}' returned None or NaN (does not apply) for the reference answers of all "
+                        f"{found.rows} rows tried, so it would score no completion of this data: check that it "
+                        "recognises these rows (their data_source, columns or answer form)")
     for name in found.zero:
         warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: "
                         + zero_cause([p for p in problems if reference(p) is not None][:ROWS]))

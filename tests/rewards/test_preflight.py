@@ -35,6 +35,9 @@ def one_number(completions, **kwargs):
 def never_right(completions, **kwargs):
     return [0.0 for _ in completions]
 
+def never_applies(completions, **kwargs):
+    return [None if i % 2 else float("nan") for i, _ in enumerate(completions)]
+
 def hashes_only(data_source, solution_str, ground_truth, extra_info=None):
     return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
 '''
@@ -92,6 +95,12 @@ def test_rewards_that_run_pass_and_a_correctness_check_paying_nothing_is_a_warni
     warnings = check_rewards([zero], ROWS, (zero.name,))
     assert len(warnings) == 1 and "gave the reference answers of all 2 rows tried 0" in warnings[0]
     assert check_rewards([zero], ROWS) == []  # not a correctness check: 0 for everything may be its design
+    # None and NaN mean "does not apply", not 0: said so, not taken for a wrong reading of the gold
+    na = reward(module, "never_applies")
+    [warning] = check_rewards([na], ROWS, (na.name,))
+    assert warning.startswith("reward 'user_rewards.py:never_applies' returned None or NaN (does not apply) for "
+                              "the reference answers of all 2 rows tried") and " 0:" not in warning
+    assert check_rewards([na], ROWS) == []
     hashes = reward(module, "hashes_only", verl=True)  # pays '#### 8' only, not the reference 'Answer: 8'
     assert check_rewards([hashes], ROWS, (hashes.name,)) == []
 
