@@ -9,8 +9,8 @@ falls on every variant alike.
 A variant is NAME=TREE[;ENV=VALUE,...[;OVERRIDES]]: TREE a checkout (`git worktree add /tmp/old c45d173`),
 ENV environment variables for its process, OVERRIDES `rlvr train` overrides passed as vs_trl's --rlvr.
 Each run is the tree's `rlvr train` on vs_trl's work (SmolLM2-135M-Instruct, 2 prompts x 8 x 32 tokens
-by default), its first step untimed. Per round and variant it prints the median step, rollout (sampling and
-scoring: time/rollout_s) and update (time/train_s: advantages, policy update, the rollout weights' refresh)
+by default), its first step untimed. Per round and variant it prints the median step, rollout (the rollout
+weights' refresh, sampling and scoring: time/rollout_s) and update (time/train_s: advantages, policy update)
 in seconds; at the end, per variant, the medians over every timed step and each as a ratio of the first
 variant's. Report the ratios and how they spread over rounds: the absolute times depend on the machine's load.
 """

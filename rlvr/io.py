@@ -143,7 +143,7 @@ def load_callable(spec: str, what: str) -> Callable:
     module_name, _, attr = spec.rpartition(":")
     try:
         if module_name.endswith(".py"):
-            path = Path(module_name)
+            path = Path(module_name).expanduser()
             name = file_module_name(path)
             loader = importlib.util.spec_from_file_location(name, path)
             if loader is None or not path.exists():

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from rlvr.errors import RlvrError
 from rlvr.rewards.base import RewardFunction, Scores, score_batch
 from rlvr.text import clean_reason
-from rlvr.rewards.call import RESERVED, CallTimedOut, TrainerState, as_chat, dataset_columns
+from rlvr.rewards.call import NOT_APPLICABLE, RESERVED, CallTimedOut, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.rewards.maths.accuracy import math_accuracy, math_accuracy_verdict
 from rlvr.rewards.maths.answer import gold_answer
@@ -52,15 +52,17 @@ def _names(fn) -> list[str]:
 
 def missing_names(error: BaseException) -> list[str]:
     """The parameters a call could not fill: a TypeError's 'missing ... argument(s)', or the key of a
-    KeyError (a **kwargs lookup such as kwargs['solution'])."""
+    KeyError that could name a column (a **kwargs lookup such as kwargs['solution']; not TABLE['12'], a
+    lookup of the reward's own data by a value)."""
     if isinstance(error, KeyError) and error.args and isinstance(error.args[0], str):
-        return [error.args[0]]
+        return [error.args[0]] if error.args[0].isidentifier() else []
     m = _MISSING.search(str(error)) if isinstance(error, TypeError) else None
     return re.findall(r"'(\w+)'", m.group(1)) if m else []
 
 
-def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> str:
-    """The likely fix for `error`, raised by reward `rf` on rows that have `columns`."""
+def diagnose(rf: RewardFunction, error: BaseException, columns: list[str], chat: bool | None = None) -> str:
+    """The likely fix for `error`, raised by reward `rf` on rows that have `columns`; `chat`: whether its
+    completions were chat message lists (a conversational dataset) or text, when known."""
     if isinstance(error, CallTimedOut):  # rewards.isolate: the worker was killed at the limit, no bug to show
         return (f"'{rf.name}' took longer than rewards.timeout_s={rf.timeout_s:g}s on one completion; make it "
                 "faster or raise rewards.timeout_s (it is called on a batch of completions per step)")
@@ -80,17 +82,27 @@ def diagnose(rf: RewardFunction, error: BaseException, columns: list[str]) -> st
                 "rlvr passes the gold answer as 'answer' (its column is set with task.columns.answer=COLUMN)")
     if isinstance(error, ValueError) and "expected a list of" in str(error):
         return "a TRL reward returns one number (or None) per completion, in a list as long as `completions`"
+    said = str(error)
+    if chat is False and isinstance(error, TypeError) and "string indices must be integers" in said:
+        return ("the completions are text, as TRL passes them for a dataset of text prompts; c[0]['content'] reads "
+                "a conversational dataset's ([{'role': 'assistant', 'content': ...}]): read each completion as "
+                "text, or give the prompts as lists of chat messages")
+    if chat and isinstance(error, AttributeError) and "'list' object has no attribute" in said:
+        return ("the completions are lists of chat messages, as TRL passes them for a dataset of conversational "
+                "prompts: read each one's text as c[-1]['content']")
     return f"the row has columns {have}; {GENERIC}"
 
 
 @dataclass
 class Preflight:
     """What the preflight found: per reward, the rows it failed on and the first error with its diagnosis,
-    and the rewards that gave every reference answer nothing."""
+    and the correctness rewards that gave every reference answer nothing: 0, or None/NaN ("does not apply")
+    for every one of them (not_applicable)."""
 
     rows: int = 0
     failed: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (rows failed, message)
     zero: list[str] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
 
 
 GENERIC = "fix the reward so it runs on them"
@@ -122,9 +134,12 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
         scores = _call(rf, rows, columns, errors.append)
         bad = sum(scores.failed[rf.name])
         if bad:
-            fix = diagnose(rf, errors[0], visible)
-            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) else ""  # a bug inside it: where
+            fix = diagnose(rf, errors[0], visible, chat=bool(rows[0][0].messages))
+            # a bug inside it, or a KeyError that may be one (a dict of its own, not a column): where
+            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) or isinstance(errors[0], KeyError) else ""
             out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")
+        elif rf.name in strict and all(r == NOT_APPLICABLE for r in scores.reasons[rf.name]):
+            out.not_applicable.append(rf.name)
         elif rf.name in strict and max(scores.per_function[rf.name]) <= 0 and not _pays_another_form(rf, rows, columns):
             out.zero.append(rf.name)
     return out
@@ -133,7 +148,9 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
 def _call(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list], on_error) -> Scores:
     completions = [as_chat(p, r) for p, r in rows]
     cols = {**columns, "completion_ids": [list(range(max(1, len(r) // 4))) for _, r in rows]}  # no tokenizer yet
-    return score_batch([rf], completions, cols, lambda name, e, row: on_error(e), shared={"trainer_state": TrainerState()})
+    origins = [p.origin or repr(p.question[:80]) for p, _ in rows]  # a reward that overruns names its file and line
+    return score_batch([rf], completions, cols, lambda name, e, row: on_error(e), shared={"trainer_state": TrainerState()},
+                       origins=origins)
 
 
 def _pays_another_form(rf: RewardFunction, rows: list[tuple[Problem, str]], columns: dict[str, list]) -> bool:
@@ -169,6 +186,10 @@ def check_rewards(rewards: list[RewardFunction], problems: list[Problem], strict
         line = f"reward '{name}' raised on {bad} of {found.rows} rows tried (each given its reference answer): {message}"
         every = bad == found.rows and not (env_columns and "has no column" in message)
         (stops if every else warnings).append(line)
+    for name in found.not_applicable:
+        warnings.append(f"reward '{name}' returned None or NaN (does not apply) for the reference answers of all "
+                        f"{found.rows} rows tried, so it would score no completion of this data: check that it "
+                        "recognises these rows (their data_source, columns or answer form)")
     for name in found.zero:
         warnings.append(f"reward '{name}' gave the reference answers of all {found.rows} rows tried 0: "
                         + zero_cause([p for p in problems if reference(p) is not None][:ROWS]))

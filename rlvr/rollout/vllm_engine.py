@@ -194,6 +194,15 @@ def outputs_to_rollout(prompts: list[list[int]], token_ids: list[list[int]], log
 # ---------------------------------------------------------------- the engine
 
 
+def request_errors() -> tuple[type[Exception], ...]:
+    """What vLLM raises for a request it refuses: VLLMClientError from vLLM 0.2x on, ValueError before."""
+    try:
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        return (ValueError,)
+    return (VLLMClientError,)
+
+
 class VllmEngine:
     """vLLM in this process (a CUDA GPU or vLLM's CPU platform); sample with generate, push the policy's
     weights with sync_weights (weights_version counts the pushes)."""
@@ -223,7 +232,13 @@ class VllmEngine:
                       top_p=top_p, top_k=top_k, stop_ids=stop_ids)
         params = [SamplingParams(**sampling_kwargs(**common, seed=None if seeds is None else seeds[i]))
                   for i in range(len(prompts))]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        try:
+            outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        except request_errors() as e:  # a request vLLM refuses (a prompt longer than its context), not a crash
+            context = self.llm.llm_engine.vllm_config.model_config.max_model_len
+            raise RlvrError(f"vLLM refused a rollout request: {e} vLLM's context here is {context} tokens "
+                            "(rollout.vllm.max_model_len; 0: the model's own), for the prompt (with an episode's "
+                            "earlier turns) and rollout.max_new_tokens") from None
         tokens, logps, reasons = request_outputs_to_lists(outputs)
         return outputs_to_rollout(prompts, tokens, logps, reasons, group_size=group_size, stop_ids=stop_ids,
                                   pad_id=pad_id)

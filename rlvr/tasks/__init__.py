@@ -64,7 +64,7 @@ def source_splits(task) -> Splits:
         return pyfunc_splits(dict(task.params), dict(task.ood_params), heldout_size(task), task.ood_size,
                              task.train_size, task.few_shot, task.seed)
     if is_hub_folder(name):
-        return hub_splits(task, root=Path(name))
+        return hub_splits(task, root=Path(name).expanduser())
     if is_file_source(name):
         return file_splits(name, dict(task.columns), task.heldout_file, task.ood_file, task.heldout_size,
                            task.ood_size, task.train_size, task.few_shot, task.seed, fence=code_fence(task))
@@ -76,7 +76,7 @@ def source_splits(task) -> Splits:
 def is_hub_folder(name: str) -> bool:
     """A local folder in a Hub dataset's layout (`hf download --local-dir`, a git clone of the dataset's
     repository): data files and no save_to_disk record."""
-    path = Path(name)
+    path = Path(name).expanduser()
     return (path.is_dir() and not (path / "state.json").exists() and not (path / "dataset_dict.json").exists()
             and bool(data_files(path)))
 

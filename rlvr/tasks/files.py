@@ -32,7 +32,7 @@ Row = tuple[str, dict]  # (where in the file, e.g. "line 3", the row's columns)
 
 
 def is_file_source(name: str) -> bool:
-    return data_suffix(name) in SUFFIXES or Path(name).is_dir()
+    return data_suffix(name) in SUFFIXES or Path(name).expanduser().is_dir()
 
 
 def read_text(path: Path) -> str:
@@ -72,8 +72,14 @@ def parse_jsonl(lines, path) -> Iterator[tuple[int, dict]]:
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    lines = read_text(path).split("\n")  # only "\n" ends a line: U+2028 may sit in a string
-    return [(f"line {n}", row) for n, row in parse_jsonl(lines, path)]
+    text = read_text(path)
+    try:
+        return [(f"line {n}", row) for n, row in parse_jsonl(text.split("\n"), path)]  # only "\n" ends a line
+    except RlvrError as e:
+        if text.lstrip().startswith("[") and str(e).startswith(f"{path} line 1:"):  # json.dump(rows) saved as .jsonl
+            raise RlvrError(f"{e}; the file is one JSON array, not JSON lines: name it .json, or write one "
+                            "object per line") from None
+        raise
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
@@ -218,7 +224,7 @@ def read_rows(name: str) -> list[Row]:
     given = _GIVEN.get(str(Path(name).resolve()))
     if given is not None:
         return [(f"row {i}", dict(row)) for i, row in enumerate(given[1], 1)]
-    path = Path(name)
+    path = Path(name).expanduser()  # ~/data/gsm8k/train.parquet, as verl's configs write it
     if not path.exists():
         raise RlvrError(f"no such dataset file or directory: {name}")
     if path.is_dir():
@@ -238,8 +244,6 @@ def read_rows(name: str) -> list[Row]:
 def _text(value, key: str, where: str) -> str:
     if isinstance(value, str):
         return value
-    if key == "solution" and is_chat(value) and all(m["role"] == "assistant" for m in value):
-        return "\n".join(m["content"] for m in value)  # TRL's conversational completion, [{"role": "assistant", ...}]
     if key in ("tests", "answer") and isinstance(value, (dict, list)):
         return as_text(value)  # a verl ground truth may be a list of accepted answers
     if key in ("answer", "difficulty") and isinstance(value, (int, float)) and not isinstance(value, bool):

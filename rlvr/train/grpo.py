@@ -100,8 +100,9 @@ def sample_and_score(run: Run, n_prompts: int, step: int, round_: int = 0) -> Co
 
 def memory_metrics(rollout: float | None, update: float | None) -> dict[str, float]:
     """Peak memory of the step's phases in GiB (rlvr.device.peak_memory_gib: CUDA tensors on a GPU, the
-    process's resident set on the CPU): rollout (sampling and scoring), update (advantages, the policy
-    update, the rollout weights' refresh) and the whole step; absent where it cannot be read."""
+    process's resident set on the CPU): rollout (an engine with weights of its own taking the last update,
+    sampling and scoring), update (advantages, the policy update) and the whole step; absent where it
+    cannot be read."""
     if rollout is None or update is None:
         return {}
     return {"memory/rollout_peak_gib": rollout, "memory/update_peak_gib": update,
@@ -361,7 +362,8 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     already of step p.step); says where the run stands. A single process only: under torchrun the other
     ranks may not have failed, and a checkpoint needs them all."""
     if p.step == 0:
-        return "No step had finished, so there is nothing to resume: start the run again once that is fixed"
+        return ("No step had finished, so there is nothing to resume: once that is fixed, start the run again with "
+                "--train.overwrite=true (its directory holds only this start's records)")
     if not run.dist.enabled and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
         try_checkpoint(run, p, train_seconds, rollouts.state())  # a failed write is reported there
     last = latest_checkpoint(run.out)

@@ -81,6 +81,11 @@ def test_your_data_your_reward_walk_runs_as_written(tmp_path, monkeypatch):
     assert namespace["accuracy"](["so #### 72", "#### 71", "72"], [shown[0]["answer"]] * 3) == [1.0, 0.0, 0.0]
     assert namespace["compute_score"]("toy", "She earned #### $10", shown[1]["answer"]) == {"score": 1.0, "pred": "10"}
     assert namespace["compute_score"]("toy", "#### 9", shown[1]["answer"])["score"] == 0.1
+    # verl's parquet holds the bare ground truth: an answer-less completion scored 1.0 there and the right
+    # one 0.1 (final_number of a bare '72' is None, equal to the answer-less completion's None)
+    assert [namespace["compute_score"]("openai/gsm8k", c, "72")["score"] for c in ("no answer", "#### 72", "#### 7")] \
+        == [0.0, 1.0, 0.1]
+    assert namespace["accuracy"](["#### 72", "72", "#### 7"], ["72"] * 3) == [1.0, 0.0, 0.0]
     monkeypatch.chdir(tmp_path)
     small = {"train": ["--model.name=tiny-random", "--train.steps=1", "--rollout.prompts_per_step=2",
                        "--rollout.group_size=2", "--rollout.max_new_tokens=8", "--eval.max_new_tokens=8"],

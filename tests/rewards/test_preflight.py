@@ -35,6 +35,9 @@ def one_number(completions, **kwargs):
 def never_right(completions, **kwargs):
     return [0.0 for _ in completions]
 
+def never_applies(completions, **kwargs):
+    return [None if i % 2 else float("nan") for i, _ in enumerate(completions)]
+
 def hashes_only(data_source, solution_str, ground_truth, extra_info=None):
     return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
 '''
@@ -56,6 +59,7 @@ def test_missing_names_reads_type_and_key_errors():
         == ["solution_str", "ground_truth"]
     assert missing_names(TypeError("f() missing 1 required keyword-only argument: 'solution'")) == ["solution"]
     assert missing_names(KeyError("solution")) == ["solution"]
+    assert missing_names(KeyError("12")) == [] and missing_names(KeyError("no entry for 12")) == []  # a value, not a name
     assert missing_names(ValueError("bad")) == []
 
 
@@ -91,6 +95,12 @@ def test_rewards_that_run_pass_and_a_correctness_check_paying_nothing_is_a_warni
     warnings = check_rewards([zero], ROWS, (zero.name,))
     assert len(warnings) == 1 and "gave the reference answers of all 2 rows tried 0" in warnings[0]
     assert check_rewards([zero], ROWS) == []  # not a correctness check: 0 for everything may be its design
+    # None and NaN mean "does not apply", not 0: said so, not taken for a wrong reading of the gold
+    na = reward(module, "never_applies")
+    [warning] = check_rewards([na], ROWS, (na.name,))
+    assert warning.startswith("reward 'user_rewards.py:never_applies' returned None or NaN (does not apply) for "
+                              "the reference answers of all 2 rows tried") and " 0:" not in warning
+    assert check_rewards([na], ROWS) == []
     hashes = reward(module, "hashes_only", verl=True)  # pays '#### 8' only, not the reference 'Answer: 8'
     assert check_rewards([hashes], ROWS, (hashes.name,)) == []
 
@@ -199,3 +209,63 @@ def test_a_reward_past_its_time_limit_is_told_to_be_faster_not_fixed(module):
     assert diagnose(rf, CallTimedOut(1.5), ["answer"]) == (
         "'user_rewards.py:my_reward' took longer than rewards.timeout_s=1.5s on one completion; make it faster or "
         "raise rewards.timeout_s (it is called on a batch of completions per step)")
+
+
+TABLE = {"1": 1.0}
+
+
+def table_lookup(completions, answer, **kwargs):
+    return [TABLE[str(a)] for a in answer]
+
+
+def test_a_key_error_of_the_rewards_own_dict_is_shown_not_taken_for_a_missing_column():
+    """`TABLE[str(a)]` raising KeyError('8') was diagnosed 'parameter '8' of ... has no column' with no
+    traceback; a key that cannot name a parameter is the reward's own lookup: the generic diagnosis and
+    the traceback down to the line that raised."""
+    rf = RewardFunction(name="table_lookup", weight=1.0, fn=table_lookup)
+    bad, message = preflight([rf], ROWS).failed["table_lookup"]
+    assert bad == 2 and message.startswith("KeyError: '8'. Likely fix: the row has columns question, answer; "
+                                           "fix the reward so it runs on them\nTraceback")
+    assert "return [TABLE[str(a)] for a in answer]" in message and "has no column" not in message
+
+
+def reads_chat(completions, answer, **kwargs):  # TRL's README habit: c[0]["content"]
+    return [float(a in c[0]["content"]) for c, a in zip(completions, answer)]
+
+
+def reads_text(completions, answer, **kwargs):
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+
+def test_a_reward_written_for_the_other_completion_form_is_told_which_form_it_gets():
+    """TRL passes text completions for text prompts and message lists for conversational ones; a reward
+    written for the other form raised a TypeError or AttributeError diagnosed as 'fix the reward'. The
+    diagnosis now says which form this dataset gives and how to read it."""
+    chat_rows = [Problem(question=p.question, answer=p.answer, row=p.row,
+                         messages=({"role": "user", "content": p.question},)) for p in ROWS]
+    text_fail = preflight([RewardFunction(name="reads_chat", weight=1.0, fn=reads_chat)], ROWS).failed["reads_chat"]
+    assert text_fail[1].startswith("TypeError: string indices must be integers, not 'str'. Likely fix: the "
+                                   "completions are text, as TRL passes them for a dataset of text prompts;")
+    chat_fail = preflight([RewardFunction(name="reads_text", weight=1.0, fn=reads_text)], chat_rows).failed["reads_text"]
+    assert chat_fail[1].startswith("AttributeError: 'list' object has no attribute 'strip'. Likely fix: the "
+                                   "completions are lists of chat messages, as TRL passes them for a dataset of "
+                                   "conversational prompts: read each one's text as c[-1]['content']")
+    assert preflight([RewardFunction(name="reads_chat", weight=1.0, fn=reads_chat)], chat_rows).failed == {}
+
+
+def sleeps(completions, **kwargs):
+    import time
+    time.sleep(0.6)
+    return [0.0] * len(completions)
+
+
+def test_a_reward_past_its_limit_in_the_preflight_names_the_file_and_line():
+    """A reward that overruns rewards.timeout_s in the trainer's process during the preflight stops the run
+    naming the first row's file and line, as in training; it said 'first row: row 1 of the batch'."""
+    import dataclasses
+
+    rows = [dataclasses.replace(p, origin=f"d.jsonl line {i + 3}") for i, p in enumerate(ROWS)]
+    rf = RewardFunction(name="sleeps", weight=1.0, fn=sleeps, user=True, timeout_s=0.2)
+    with pytest.raises(RlvrError, match=r"did not return within rewards.timeout_s=0.2s on a batch of 2 completions "
+                                        r"\(first row: d\.jsonl line 3\)"):
+        check_rewards([rf], rows)

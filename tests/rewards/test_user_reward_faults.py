@@ -296,3 +296,13 @@ def test_a_reward_file_named_like_another_module_does_not_replace_it(tmp_path, m
     with owned_by_run():  # the worker process loads the file under the same private name
         isolated = build_rewards({f"verl:{tmp_path / 'math.py'}:compute_score": 1.0}, isolate=True, timeout_s=30)
         assert score(isolated, ["1", "0", "3"])[0].total == [1.0, 0.0, 1.0]
+
+
+def test_a_reward_file_under_the_home_directory_loads(tmp_path, monkeypatch):
+    """`rewards.weights: {"~/rewards/r.py:f": 1}` loaded in rlvr train (its config is made absolute first)
+    but not in rlvr eval or rlvr audit of the same config ('no such file ~/rewards/r.py')."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "rewards").mkdir()
+    (tmp_path / "rewards" / "home_reward.py").write_text("def f(completions, **kw):\n    return [0.25] * len(completions)\n")
+    fns = build_rewards({"~/rewards/home_reward.py:f": 1.0})
+    assert score(fns)[0].total == [0.25, 0.25, 0.25]

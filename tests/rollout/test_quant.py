@@ -259,8 +259,9 @@ def test_bf16_copy_under_autocast_is_the_autocast_forward(tiny):
 
 
 def test_bf16_copy_is_refreshed_once_per_optimizer_step(tmp_path, monkeypatch):
-    """Training with a bf16 copy: the loop refreshes it once per step, after the optimizer step, and the
-    copy then holds the policy's weights cast to bf16 (norms and embedding as they are)."""
+    """Training with a bf16 copy: the loop refreshes it once per optimizer step, before the next rollout (the
+    last step's update is never sampled from), and the copy then holds the policy's weights cast to bf16 (norms
+    and embedding as they are)."""
     from tests.e2e.test_tiny_run import SMOKE
 
     from rlvr.cli import main
@@ -278,6 +279,6 @@ def test_bf16_copy_is_refreshed_once_per_optimizer_step(tmp_path, monkeypatch):
                     and torch.equal(copy.model.norm.weight, policy.model.norm.weight))
     monkeypatch.setattr(engines, "refresh", refresh)
     out = tmp_path / "bf16"
-    assert main(["train", *SMOKE, f"--train.out={out}", "--rollout.weights=bf16"]) == 0
+    assert main(["train", *SMOKE, f"--train.out={out}", "--rollout.weights=bf16", "--train.steps=3"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2] and seen == [True, True]
+    assert steps == [1, 2, 3] and seen == [True, True]

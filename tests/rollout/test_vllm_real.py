@@ -103,6 +103,17 @@ def test_sync_reaches_vllm_with_the_tied_head(colocated):
         engine.sync_weights(policy)
 
 
+def test_a_prompt_longer_than_the_context_is_an_error_naming_the_setting(colocated):
+    from rlvr.errors import RlvrError
+
+    engine, policy, tok, prompts, sampling = colocated
+    with pytest.raises(RlvrError, match=f"vLLM refused a rollout request: .*maximum context length is {MAX_MODEL_LEN} "
+                                        f"tokens.* vLLM's context here is {MAX_MODEL_LEN} tokens "
+                                        r"\(rollout.vllm.max_model_len"):
+        engine.generate([prompts[0] * 40], seeds=[1], **sampling)
+    assert engine.generate(prompts, seeds=[1, 2], **sampling).completion_ids.shape[0] == 6  # the engine lives on
+
+
 def test_multi_turn_session_continues_each_row(colocated):
     from rlvr.rollout.decoding import Rollout
 

@@ -258,6 +258,28 @@ def test_a_prompt_read_from_another_column_reaches_rewards_under_that_name_too()
     assert "prompt" not in dataset_columns([chat], 1)   # TRL passes a `prompt` column as `prompts` only
 
 
+def test_a_path_under_the_home_directory_reads_in_every_command(tmp_path, monkeypatch, capsys):
+    """`task.name: ~/data/gsm8k/train.parquet`, as verl's configs write it: rlvr train expanded the ~ (its
+    config is made absolute first) but rlvr eval and rlvr audit said 'no such dataset file'. Files, held-out
+    files and Hub-layout folders under ~ read alike."""
+    from rlvr.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "data" / "gsm8k").mkdir(parents=True)
+    write_parquet(tmp_path / "data" / "gsm8k" / "train.parquet", ROWS[:20])
+    write_jsonl(tmp_path / "data" / "gsm8k" / "test.jsonl", ROWS[20:])
+    s = build_splits(TaskConfig(name="~/data/gsm8k/train.parquet", heldout_file="~/data/gsm8k/test.jsonl",
+                                columns=MAPPING, few_shot=0, ood_size=0))
+    assert (len(s.train), len(s.heldout)) == (20, 10)
+    s = build_splits(TaskConfig(name="~/data/gsm8k", heldout_split="test", columns=MAPPING, few_shot=0, ood_size=0))
+    assert (len(s.train), len(s.heldout)) == (20, 10)
+    config = tmp_path / "mine.yaml"
+    config.write_text("task:\n  name: ~/data/gsm8k/train.parquet\n  heldout_size: 4\n"
+                      "  columns: {prompt: question, answer: final}\n")
+    assert main(["audit", str(config), "--n=3"]) == 0
+    assert "control (mean score of the reference solutions): correctness 1" in capsys.readouterr().out
+
+
 def test_trls_conversational_completion_is_a_solution(tmp_path):
     """TRL's prompt-completion SFT rows: the completion a list holding one assistant message. Refused before
     as 'holds a list, expected text'."""
@@ -273,3 +295,17 @@ def test_trls_conversational_completion_is_a_solution(tmp_path):
     with pytest.raises(RlvrError, match=r"e.jsonl line 4: column for solution holds a list; a solution is text, or "
                                         r"one assistant message"):
         build_splits(TaskConfig(name=path, heldout_size=2, columns={"solution": "completion"}))
+
+
+def test_a_json_array_saved_as_jsonl_is_told_so(tmp_path):
+    """json.dump(rows, open("d.jsonl", "w")): the line-1 error says the file is one array and how to read it
+    (a .json name), pretty-printed or on one line."""
+    path = tmp_path / "d.jsonl"
+    for text, said in ((json.dumps(ROWS[:3], indent=2), "not valid JSON"), (json.dumps(ROWS[:3]), "expected a JSON object, got list")):
+        path.write_text(text)
+        with pytest.raises(RlvrError, match=rf"d\.jsonl line 1: {said}.*; the file is one JSON array, not JSON lines: "
+                                            r"name it \.json, or write one object per line$"):
+            build_splits(TaskConfig(name=str(path), heldout_size=1))
+    path.with_suffix(".json").write_text(json.dumps(ROWS[:3], indent=2))
+    assert len(build_splits(TaskConfig(name=str(path.with_suffix(".json")), columns=MAPPING, heldout_size=1,
+                                       few_shot=0, ood_size=0)).train) == 2
