@@ -76,7 +76,7 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
 
 def _run_dir_is_no_model(path: Path) -> str:
     """What to say when a run directory is given as a model: where its model is."""
-    from rlvr.train.checkpoint import latest_checkpoint
+    from rlvr.checkpoint_files import latest_checkpoint
 
     if (path / "final" / "config.json").is_file():
         return f"{path} is an rlvr run directory, not a model: its trained model is {path / 'final'}"
@@ -90,15 +90,24 @@ def checkpoint_policy(path: Path, dtype: str = "float32", device: torch.device |
     (its config.yaml's model section) with the checkpoint's policy weights, a LoRA run's adapters merged into
     the base (a 4-bit base dequantised first), as final/ holds them; then in `dtype` on `device`. So a run
     stopped before its end, or any step of one, is evaluated or trained on as its final/ would be."""
-    from rlvr.config import build_config
+    from types import SimpleNamespace
+
+    import yaml
+
     from rlvr.nf4 import dequantized, is_nf4
-    from rlvr.train.checkpoint import load_checkpoint
+    from rlvr.checkpoint_files import load_checkpoint
 
     config = path.parent.parent / "config.yaml"
     if path.parent.name != "checkpoints" or not config.is_file():
         raise RlvrError(f"{path} is not a checkpoint of an rlvr run (no {config}): a .pt model is a run's "
                         f"RUN_DIR/checkpoints/step_N.pt")
-    m = build_config(config).model
+    # the model section of the run's config.yaml, which the run wrote resolved (every key, paths absolute)
+    try:
+        section = yaml.safe_load(config.read_text())["model"]
+        m = SimpleNamespace(name=section["name"], dtype=section["dtype"], quantize=section["quantize"],
+                            lora=SimpleNamespace(**section["lora"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise RlvrError(f"{config}: no model section an rlvr run writes ({type(e).__name__}: {e})") from None
     model, tok = load_model(m.name, m.dtype, "cpu", m.quantize)
     if m.lora.r > 0:
         model = apply_lora(model, m.lora)

@@ -47,9 +47,10 @@ def test_importing_the_loop_leaves_the_sandbox_unloaded():
 # The packages of rlvr from the bottom up: a module may import only from its own package or one in a lower
 # layer (at module level or inside a function), so no two packages import each other, however indirectly.
 # Shared types and helpers live low: rlvr/text.py (reasons, console lines), rlvr/io.py (atomic writes,
-# loading a user's callable). "rlvr" is the package's own __init__ (rlvr.fit).
-LAYERS = [{"errors", "nf4", "text", "device"}, {"hub"}, {"models"}, {"io"}, {"algo", "sandbox"}, {"tasks"},
-          {"rewards"}, {"rollout"}, {"envs"}, {"report"}, {"config"}, {"eval"}, {"train"}, {"api", "plan"},
+# loading a user's callable), rlvr/checkpoint_files.py (a checkpoint read as a model needs no trainer).
+# "rlvr" is the package's own __init__ (rlvr.fit).
+LAYERS = [{"errors", "nf4", "text", "device", "checkpoint_files"}, {"hub"}, {"models"}, {"io"}, {"algo", "sandbox"},
+          {"tasks"}, {"rewards"}, {"rollout"}, {"envs"}, {"report"}, {"config"}, {"eval"}, {"train"}, {"api", "plan"},
           {"cli", "rlvr", "__main__"}]
 
 

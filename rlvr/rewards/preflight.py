@@ -93,7 +93,7 @@ def diagnose(rf: RewardFunction, error: BaseException, columns: list[str], chat:
     return f"the row has columns {have}; {GENERIC}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Preflight:
     """What the preflight found: per reward, the rows it failed on and the first error with its diagnosis,
     and the correctness rewards that gave every reference answer nothing: 0, or None/NaN ("does not apply")

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import os
 import random
-import re
 import shutil
 import signal
 import threading
@@ -34,9 +33,9 @@ from rlvr.models import base_model_path, load_model
 from rlvr.train.rundir import LOCK, remove_leftovers
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.state import Progress, Run
+from rlvr.checkpoint_files import (CHECKPOINTS, checkpoint_path, checkpoints, checksum_file, latest_checkpoint,
+                                   load_checkpoint)
 
-CHECKPOINTS = "checkpoints"
-_NAME = re.compile(r"^step_(\d{6,})\.pt$")
 # What a run writes into its directory besides config.yaml: a fresh run into a directory it may replace
 # (train.overwrite, or a resume that found no checkpoint) removes them, so no record of an earlier run
 # in the same directory is read as this one's.
@@ -99,22 +98,6 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def checkpoints(run_dir: str | Path) -> list[Path]:
-    """Finished checkpoints, oldest first."""
-    d = Path(run_dir) / CHECKPOINTS
-    found = [(int(m.group(1)), p) for p in d.glob("step_*.pt") if (m := _NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = checkpoints(run_dir)
-    return found[-1] if found else None
-
-
-def checksum_file(path: Path) -> Path:
-    return path.with_name(path.name + ".sha256")
-
-
 class _Hashing:
     """A file that hashes what is written through it: the checksum costs no second read of the file."""
 
@@ -127,11 +110,6 @@ class _Hashing:
 
     def flush(self) -> None:
         self.f.flush()
-
-
-def checkpoint_path(run_dir: str | Path, step: int) -> Path:
-    """Where step `step`'s checkpoint is written."""
-    return Path(run_dir) / CHECKPOINTS / f"step_{step:06d}.pt"
 
 
 def save_checkpoint(run_dir: str | Path, step: int, state: dict, keep: int) -> Path:
@@ -160,33 +138,6 @@ def save_checkpoint(run_dir: str | Path, step: int, state: dict, keep: int) -> P
         old.unlink(missing_ok=True)
         checksum_file(old).unlink(missing_ok=True)
     return path
-
-
-def damage(path: Path) -> str | None:
-    """Why a checkpoint cannot be trusted (its bytes differ from the checksum written with it), or None.
-    A checkpoint without a checksum file (written before they were) is not checked here."""
-    sums = checksum_file(path)
-    if not sums.is_file():
-        return None
-    want = sums.read_text(errors="replace").split(" ", 1)[0].strip()
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    if h.hexdigest() != want:
-        return f"its sha256 differs from the one written with it in {sums.name}"
-    return None
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    path = Path(path)
-    why = damage(path)
-    if why is not None:
-        raise RlvrError(f"checkpoint {path} is damaged: {why}")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are objects
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        raise RlvrError(f"checkpoint {path} cannot be read ({type(e).__name__}: {e})") from None
 
 
 def load_newest(run_dir: str | Path) -> tuple[Path, dict, list[tuple[Path, str]]] | None:
