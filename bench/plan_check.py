@@ -106,7 +106,7 @@ def run_fresh(name: str, steps: int, work: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", help="one configuration: " + ", ".join(CONFIGS))
+    ap.add_argument("--only", choices=list(CONFIGS), help="one configuration")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -114,7 +114,11 @@ def main() -> None:
     if args.one:
         print("RESULT " + json.dumps(measure(args.one, args.steps, args.work)), flush=True)
         return
-    work = Path(tempfile.mkdtemp(prefix="plancheck-"))
+    with tempfile.TemporaryDirectory(prefix="plancheck-") as work:  # a random model and runs: ~0.5 GiB
+        report(args, Path(work))
+
+
+def report(args, work: Path) -> None:
     p, g, t = SHAPE
     print(f"SmolLM2-135M shape, random weights, fp32 on the CPU, {p}x{g}x{t}, {args.steps} steps (the last read); "
           f"GiB over the process before its model loaded")

@@ -76,11 +76,13 @@ def rlvr_child(args, name: str, extra: str, task_file: Path) -> dict:
         f.flush()
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the rlvr train process, the only child
-    if done.returncode != 0:
-        sys.stderr.write(log.read_text()[-4000:])
-        raise SystemExit(f"rlvr train exited {done.returncode}; its log: {log}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][args.warmup:]
-    shutil.rmtree(out)  # checkpoints; the log stays
+    try:
+        if done.returncode != 0:
+            sys.stderr.write(log.read_text()[-4000:])
+            raise SystemExit(f"rlvr train exited {done.returncode}; its log: {log}")
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][args.warmup:]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # checkpoints and final weights, ~0.5 GiB a run; the log stays
     return {"step_s": [r["time/step_s"] for r in rows], "rollout_s": [r["time/rollout_s"] for r in rows],
             "tokens": [r["tokens/generated"] for r in rows], "peak_rss_mib": peak_kib / 1024,
             "overrides": extra, "log": str(log)}
