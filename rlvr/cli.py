@@ -259,8 +259,9 @@ def plan_parser() -> argparse.ArgumentParser:
         prog="rlvr plan", description="The peak memory of the run's rollout and update, by component (weights, "
         "gradients, optimizer state, activations, logits, KV cache), from the model's config alone: no weights "
         "are read. model.name may be a local model directory, a Hub name whose config.json is in the Hugging Face "
-        "cache (`hf download ORG/NAME config.json` fetches it alone), or a shipped shape (llama-3.1-8b, "
-        "qwen2.5-32b, qwen3-1.7b); mixture-of-experts models are refused. With "
+        "cache (`hf download ORG/NAME config.json` fetches it alone), a built-in, or a shipped shape, named "
+        "alone or as the random:SHAPE a run trains (llama-3.1-8b, qwen2.5-32b, qwen3-1.7b, smollm2-135m); "
+        "mixture-of-experts models are refused. With "
         "--memory it says whether the run fits and which settings would make it fit (exit 1 when it does not).")
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
                         "the defaults)")

@@ -231,8 +231,9 @@ def size(n: float) -> str:
 
 def stored_dtype(name: str) -> str | None:
     """The dtype model.name's checkpoint is stored in, where its config says (model.dtype auto reads it)."""
-    from rlvr.models import checkpoint_dtype
+    from rlvr.models import RANDOM, checkpoint_dtype
 
+    name = name.removeprefix(RANDOM)  # random:SHAPE loads as the shipped shape's config says
     shipped = SHAPES / f"{name.lower()}.json"
     if shipped.is_file():
         return json.loads(shipped.read_text()).get("torch_dtype")
@@ -259,9 +260,10 @@ def _run_model(path: Path) -> str | None:
 
 def shape_of(name: str) -> Shape:
     """The shape of model.name (a shipped shape, a built-in, or a local directory's config.json), or of a
-    shipped shape's name (rlvr/shapes/NAME.json)."""
-    from rlvr.models import BUILTINS, SMOLLM2, TINY
+    shipped shape's name (rlvr/shapes/NAME.json), with or without random: (its random weights have its shape)."""
+    from rlvr.models import BUILTINS, RANDOM, SMOLLM2, TINY
 
+    name = name.removeprefix(RANDOM)
     shipped = SHAPES / f"{name.lower()}.json"
     if shipped.is_file():
         return _from_config(json.loads(shipped.read_text()), name)

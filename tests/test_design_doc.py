@@ -17,3 +17,16 @@ def test_every_rlvr_file_has_a_line_and_every_line_a_file():
     listed = layout_paths()
     assert sorted(files - listed) == [], "add a line for each to docs/DESIGN.md's layout"
     assert sorted(listed - files) == [], "docs/DESIGN.md's layout names files that do not exist"
+
+
+def test_every_path_the_docs_name_exists():
+    """A reader follows README.md's and docs/*.md's paths (rlvr/..., tests/..., bench/..., configs/...) to
+    the file: one that moved or went is a dead end. A path may leave off `.py`."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = []
+    for doc in docs:
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            for m in re.finditer(r"(?<![\w/.\-])((?:rlvr|tests|bench|configs|docs)/[\w./\-]*\w)", line):
+                if not (ROOT / m.group(1)).exists() and not (ROOT / (m.group(1) + ".py")).exists():
+                    missing.append(f"{doc.name}:{number}: {m.group(1)}")
+    assert missing == []

@@ -213,3 +213,34 @@ def test_rlvr_train_on_the_cpu_says_one_line(tmp_path, monkeypatch):
     assemble.setup(build_config(SMOKE, [f"--train.out={tmp_path / 'run'}", "--train.device=cpu"]))
     plan = [line for line in said if line.startswith("memory plan")]
     assert len(plan) == 1 and "\n" not in plan[0] and "on the CPU" in plan[0], said
+
+
+def test_a_random_shape_plans_as_the_shape_it_is(capsys):
+    """model.name=random:SHAPE (the README's way to try a model's memory without its checkpoint) plans as the
+    shipped shape, its stored bf16 included, and rlvr plan's help names every shipped shape."""
+    assert shape_of("random:llama-3.1-8b") == shape_of("llama-3.1-8b")
+    assert main(["plan", "--model.name=random:qwen3-1.7b", "--model.dtype=auto", "--device=cuda"]) == 0
+    assert "qwen3-1.7b (1.72B parameters) on cuda, weights bfloat16" in capsys.readouterr().out
+    from rlvr.cli import plan_parser
+    from rlvr.plan import SHAPES
+
+    described = " ".join(plan_parser().description.split())
+    assert [s.stem for s in sorted(SHAPES.glob("*.json")) if s.stem not in described] == []
+
+
+def test_the_memory_figures_docs_gpu_md_quotes(capsys):
+    """docs/gpu.md's planned peaks for the 8B and 32B shapes come from the command it shows, as shown."""
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "gpu.md").read_text().split())
+    command = re.search(r"`rlvr plan (--model.name=llama-3.1-8b[^`]*)` plans ([\d.]+) GiB", text)
+    base = command.group(1).split()
+    nf4 = re.search(r"adding `(--model.quantize=nf4)` plans ([\d.]+) GiB", text)
+    qwen = re.search(r"Qwen2.5-32B \(`(--model.name=qwen2.5-32b)`\) with nf4 \+ LoRA, 8x4x1024 \(`([^`]*)`\): "
+                     r"([\d.]+) GiB", text)
+    for argv, figure in ((base, command.group(2)), (base + [nf4.group(1)], nf4.group(2)),
+                         (base + [nf4.group(1), qwen.group(1), *qwen.group(2).split()], qwen.group(3))):
+        assert main(["plan", *argv]) == 0
+        peaks = [line.split()[-1] for line in capsys.readouterr().out.splitlines()[2:4]]  # rollout, update
+        assert max(peaks, key=float) == figure, argv
