@@ -313,3 +313,51 @@ def test_a_checkpoint_without_its_weight_settings_is_checked_against_config_yaml
     capsys.readouterr()
     assert main(["train", "--resume", str(out), "--train.steps=3", "--model.lora.alpha=8"]) == 2
     assert "holds weights trained with model.lora.alpha=16; this start sets model.lora.alpha=8" in capsys.readouterr().err
+
+
+def test_a_run_that_stops_before_step_1_keeps_its_evaluation_before_training(tmp_path, capsys, monkeypatch):
+    """A reward that raises on every completion of step 1 stops the run before its first checkpoint. The
+    evaluation before training it made is on disk whole, and `--resume` once the reward is fixed keeps
+    it instead of evaluating again: the run then equals one never stopped, value for value. With another
+    config the restart evaluates again."""
+    import shutil
+
+    import rlvr.train.grpo as grpo
+
+    broken = tmp_path / "broken"
+    reward = tmp_path / "flaky.py"
+    reward.write_text("import os\n\n\ndef flaky(completions, **kwargs):\n"
+                      f"    if kwargs['trainer_state'].max_steps and os.path.exists({str(broken)!r}):\n"
+                      "        raise ValueError('a bug in the reward')\n"
+                      "    return [float(len(set(c)) % 3) for c in completions]\n")
+    # graded by the built-in checker (correctness): a user's grader may be the code that was fixed
+    args = [*RUN, "--train.steps=2", "--train.eval_every=0", f"--rewards.weights={{correctness: 1.0, {reward}:flaky: 1.0}}"]
+    alone = tmp_path / "alone"
+    assert main(["train", *args, f"--train.out={alone}"]) == 0
+    out = tmp_path / "run"
+    broken.touch()
+    capsys.readouterr()
+    assert main(["train", *args, f"--train.out={out}"]) == 2
+    assert "a bug in the reward" in capsys.readouterr().err
+    assert not checkpoints(out)
+    assert (out / "eval_before.jsonl").read_bytes() == (alone / "eval_before.jsonl").read_bytes()
+    broken.unlink()
+
+    real, tags = grpo.eval_on_main, []
+
+    def counted(*args, **kwargs):
+        tags.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "eval_on_main", counted)
+    other = shutil.copytree(out, tmp_path / "other")
+    assert main(["train", "--resume", str(other), "--eval.max_new_tokens=5"]) == 0
+    assert tags == ["before", "after"]  # another config: its own evaluation
+    tags.clear()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0
+    assert tags == ["after"]
+    assert "(kept from the last start, which stopped before its first checkpoint" in capsys.readouterr().err
+    same_run(alone, out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["flips"] == json.loads((alone / "summary.json").read_text())["flips"]
