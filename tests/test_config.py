@@ -395,3 +395,22 @@ def test_lora_keys_without_a_rank_get_a_note(tmp_path, capsys):
     build_config(p, ["--model.lora.r=8"])
     build_config(None)  # the defaults, as a run's config.yaml holds them: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def test_every_shipped_config_builds_and_the_readme_names_it():
+    """Each file in configs/ is one a newcomer copies: it builds (sft.yaml as rlvr sft reads it) and the
+    README's list of them names it; ppo.yaml differs from arithmetic.yaml in the algorithm alone, as said."""
+    from rlvr.config import to_dict
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    listed = readme.split("The shipped configs (`configs/`)")[1].split("\n\n")[0]
+    for path in sorted((root / "configs").glob("*.yaml")):
+        build_config(path, command="sft" if path.stem == "sft" else "train")
+        assert f"`{path.name}`" in listed, path.name
+
+    def knobs(name):
+        return {(s, k): v for s, keys in to_dict(build_config(root / "configs" / name)).items() for k, v in keys.items()}
+    arithmetic, ppo = knobs("arithmetic.yaml"), knobs("ppo.yaml")
+    assert {s for s, k in arithmetic if arithmetic[s, k] != ppo[s, k] and (s, k) not in
+            {("task", "heldout_size"), ("train", "out")}} == {"algo"}  # heldout_size null: 100 for a generated task
