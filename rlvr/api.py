@@ -114,7 +114,7 @@ def _dataset(data, label: str, path: Path) -> str:
     """task.name / task.heldout_file for `data`: a file or Hub name as it is; rows become `path`."""
     if isinstance(data, (str, Path)):
         return str(data)
-    from rlvr.tasks.files import give_rows
+    from rlvr.tasks.readers import give_rows
 
     give_rows(path, label, as_rows(data, label))
     return str(path)

@@ -27,8 +27,12 @@ def data_suffix(name) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-# a model's files that loading needs; a repository's other formats (.bin, .onnx, .gguf) are not fetched
-MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+# a model's files that loading needs; a repository's other formats (.onnx, .gguf, .h5, .msgpack) are not fetched
+MODEL_FILES = ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+# its weights in one format: safetensors where the repository has them, else PyTorch's pickles (older models ship
+# only those), never both (many repositories ship both: twice the download). Named pytorch_model*, so a
+# repository's other .bin files (training_args.bin, an optimizer's state) stay behind.
+WEIGHTS = (["*.safetensors"], ["pytorch_model*.bin"])
 
 
 def is_hub_name(name: str) -> bool:
@@ -73,20 +77,45 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
     from rlvr.text import say
 
     say(f"downloading {repo_type} {repo_id} from the Hugging Face Hub into {cache}")
-    patterns = MODEL_FILES if repo_type == "model" else DATA_PATTERNS + ["*.md"]
     try:
+        patterns = model_patterns(repo_id, list_files(repo_id)) if repo_type == "model" else DATA_PATTERNS + ["*.md"]
         return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, allow_patterns=patterns))
+    except RlvrError:
+        raise
     except (RepositoryNotFoundError, GatedRepoError) as e:
         raise RlvrError(f"{repo_type} '{repo_id}': no such repository on the Hugging Face Hub, or a gated one "
                         f"(log in with `hf auth login`); nor a local path ({type(e).__name__})") from None
     except Exception as e:  # noqa: BLE001 - no network, a proxy, a full disk: the same way out
         # huggingface_hub's message runs to several lines of advice; its first names the cause
         cause = str(e).strip().splitlines()[0].removeprefix("Got: ") if str(e).strip() else type(e).__name__
+        if not re.match(r"\w+: ", cause):  # the listing's own error (httpx's) says no kind: name it
+            cause = f"{type(e).__name__}: {cause}"
         where = ("a local model directory (config.json, weights and tokenizer, as save_pretrained writes them)"
                  if repo_type == "model" else "a local data file or directory")
         raise RlvrError(f"{repo_type} '{repo_id}' is not a local path nor in the Hugging Face cache ({cache}), and "
                         f"could not be downloaded ({cause}): download it on a machine that is online with "
                         f"`{command}` (into that cache; HF_HUB_CACHE or HF_HOME choose it), or give {where}") from None
+
+
+def list_files(repo_id: str) -> list[str]:
+    """The files of a Hub model repository, as the Hub lists them (one request)."""
+    from huggingface_hub import HfApi
+
+    return HfApi().list_repo_files(repo_id)
+
+
+def model_patterns(repo_id: str, files: list[str]) -> list[str]:
+    """What to download of a model repository holding `files`: MODEL_FILES and its weights in the first
+    format of WEIGHTS it has; a repository with neither is refused, naming what it has."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    for weights in WEIGHTS:
+        if any(filter_repo_objects(files, allow_patterns=weights)):
+            return MODEL_FILES + weights
+    shown = ", ".join(files[:10]) + (", ..." if len(files) > 10 else "")
+    raise RlvrError(f"model '{repo_id}' on the Hugging Face Hub has no weights rlvr loads (*.safetensors or "
+                    f"pytorch_model*.bin; it has: {shown or 'no files'}): give a model that has, or a local model "
+                    "directory")
 
 
 def cached_config(repo_id: str) -> Path | None:

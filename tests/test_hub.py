@@ -194,3 +194,53 @@ def test_an_uncached_hub_model_with_no_network_says_where_it_looked_and_what_to_
         "not be downloaded (ConnectError: [Errno 111] Connection refused): download it on a machine that is online "
         "with `hf download Qwen/Qwen2.5-7B-Instruct` (into that cache; HF_HUB_CACHE or HF_HOME choose it), or give "
         "a local model directory (config.json, weights and tokenizer, as save_pretrained writes them)")
+
+
+def test_a_hub_model_with_pytorch_weights_only_downloads_them_and_loads(cache, tmp_path):
+    """A repository holding only pytorch_model.bin (older models) gets its weights fetched: the patterns
+    rlvr gives snapshot_download, through huggingface_hub's own filter, select the files below from a model
+    folder as the Hub lists it; those files, and no others, in the cache load as the model saved."""
+    import shutil
+
+    from huggingface_hub.utils import filter_repo_objects
+
+    from rlvr.hub import model_patterns
+
+    model, tok = tiny_random(seed=5)
+    remote = tmp_path / "remote"  # the repository's files
+    tok.save_pretrained(remote)
+    model.config.save_pretrained(remote)
+    torch.save(model.state_dict(), remote / "pytorch_model.bin")
+    (remote / "training_args.bin").write_bytes(b"not weights")
+    (remote / "tf_model.h5").write_bytes(b"not for torch")
+    (remote / "README.md").write_text("# a model")
+    files = sorted(str(p.relative_to(remote)) for p in remote.rglob("*") if p.is_file())
+    chosen = sorted(filter_repo_objects(files, allow_patterns=model_patterns("old/bin-only", files)))
+    assert chosen == ["chat_template.jinja", "config.json", "pytorch_model.bin", "tokenizer.json",
+                      "tokenizer_config.json"]
+    snap = repo(cache, "model", "old/bin-only")
+    for name in chosen:  # what snapshot_download would have written
+        shutil.copy(remote / name, snap / name)
+    loaded, _ = load_model("old/bin-only")
+    ids = torch.tensor([tok("Answer: 42")["input_ids"]])
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_a_hub_model_with_both_formats_downloads_safetensors_only():
+    from huggingface_hub.utils import filter_repo_objects
+
+    from rlvr.hub import model_patterns
+
+    # openai-community/gpt2's files, as the Hub lists them (abridged)
+    gpt2 = [".gitattributes", "64-8bits.tflite", "README.md", "config.json", "flax_model.msgpack",
+            "generation_config.json", "merges.txt", "model.safetensors", "onnx/decoder_model.onnx",
+            "pytorch_model.bin", "rust_model.ot", "tf_model.h5", "tokenizer.json", "tokenizer_config.json", "vocab.json"]
+    assert sorted(filter_repo_objects(gpt2, allow_patterns=model_patterns("openai-community/gpt2", gpt2))) == [
+        "config.json", "generation_config.json", "merges.txt", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json", "vocab.json"]
+    sharded = ["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin",
+               "pytorch_model.bin.index.json", "tokenizer.model"]
+    assert sorted(filter_repo_objects(sharded, allow_patterns=model_patterns("old/sharded", sharded))) == sharded
+    with pytest.raises(RlvrError, match=r"model 'x/gguf' on the Hugging Face Hub has no weights rlvr loads "
+                                        r"\(\*.safetensors or pytorch_model\*.bin; it has: README.md, m.Q4_K_M.gguf\)"):
+        model_patterns("x/gguf", ["README.md", "m.Q4_K_M.gguf"])

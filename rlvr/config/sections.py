@@ -149,7 +149,8 @@ class VllmConfig:
     its own older versions only."""
     timeout_s: float = 600.0
     """Server mode: the longest a request (a group's completions, a weight push) may take before the run
-    stops with an error naming the server."""
+    stops with an error naming the server; the first contact with each server has 10 s at most (a wrong
+    address is told in seconds)."""
 
     def urls(self) -> list[str]:
         """server_url as a list of URLs (trailing slashes dropped); empty: colocated."""

@@ -22,9 +22,10 @@ The version check: after a push the trainer names the version on every server
 version (`GET /weight_info`). A server that restarted, or missed a push, answers another version, and the
 rollout stops with an error naming it: a rollout never silently comes from stale weights.
 
-Failures: every request has a timeout (rollout.vllm.timeout_s); a server that refuses, dies or hangs
-stops the run with an RlvrError naming its URL and what it was asked; the training loop first
-checkpoints the steps done (rlvr/train/grpo.py), so `rlvr train --resume` continues once the server is back.
+Failures: every request has a timeout (rollout.vllm.timeout_s), the first contact with each server a short one
+(FIRST_CONTACT_S), so a wrong address is told in seconds; a server that refuses, dies or hangs stops the run
+with an RlvrError naming its URL and what it was asked; the training loop first checkpoints the steps done
+(rlvr/train/grpo.py), so `rlvr train --resume` continues once the server is back.
 """
 from __future__ import annotations
 
@@ -53,13 +54,21 @@ DEV_MODE_HINT = ("start it with VLLM_SERVER_DEV_MODE=1 (its weight-reload and we
                  "--logprobs-mode processed_logprobs: docs/vllm.md")
 
 
+# The first contact's limit: a running vLLM server lists its model at once, while a wrong address whose host
+# drops packets (a firewall, an address no host holds) would hold the connection until rollout.vllm.timeout_s,
+# which must be long for a group's generation.
+FIRST_CONTACT_S = 10.0
+
+
 class ServerError(RlvrError):
     """A vLLM server that refused, failed or did not answer in time."""
 
 
-def call(url: str, path: str, body: dict | None = None, *, timeout: float, what: str) -> dict:
+def call(url: str, path: str, body: dict | None = None, *, timeout: float, what: str, first: bool = False) -> dict:
     """One HTTP request to a server: GET without a body, POST with one (JSON); the JSON answer ({} when
-    empty). Any failure is a ServerError naming the server, the route and `what` it was for."""
+    empty). Any failure is a ServerError naming the server, the route and `what` it was for. first: the
+    first contact, whose short `timeout` (FIRST_CONTACT_S) is the address's test, said as such."""
+    limit = f"{timeout:g} s of the first contact" if first else f"rollout.vllm.timeout_s={timeout:g} s"
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST",
                                      headers={"Content-Type": "application/json"})
@@ -72,10 +81,15 @@ def call(url: str, path: str, body: dict | None = None, *, timeout: float, what:
         if e.code == 404:  # the OpenAI routes are every vLLM server's; the others need its dev mode
             hint = "; is it a vLLM server?" if path.startswith("/v1/") else f"; {DEV_MODE_HINT}"
         raise ServerError(f"vLLM server {url}: {path} ({what}) answered HTTP {e.code}: {detail}{hint}") from None
-    except (TimeoutError, socket.timeout) as e:
-        raise ServerError(f"vLLM server {url}: no answer to {path} ({what}) within rollout.vllm.timeout_s="
-                          f"{timeout:g} s: is it overloaded or hung?") from e
+    except (TimeoutError, socket.timeout) as e:  # connected, then nothing
+        why = ("a vLLM server answers it at once: is this address a vLLM server's, and has it finished starting? "
+               "(rollout.vllm.server_url)" if first else "is it overloaded or hung?")
+        raise ServerError(f"vLLM server {url}: no answer to {path} ({what}) within {limit}: {why}") from e
     except (urllib.error.URLError, ConnectionError, OSError) as e:
+        if isinstance(getattr(e, "reason", None), TimeoutError):  # no connection at all: packets dropped
+            raise ServerError(f"vLLM server {url}: no connection within {limit}: is rollout.vllm.server_url's host "
+                              "and port right, and the host reachable from here? (an address no server holds, or "
+                              "a firewall, drops the packets instead of refusing)") from None
         reason = getattr(e, "reason", e)
         raise ServerError(f"vLLM server {url}: {path} ({what}) failed: {reason}. Is the server running?") from None
     try:
@@ -187,12 +201,12 @@ class VllmServerEngine:
     engine's own older versions are."""
 
     def __init__(self, urls: list[str], *, weights_dir: Path, timeout_s: float, push: str = "disk",
-                 rank: int = 0, world: int = 1, owns_dir: bool = False):
+                 rank: int = 0, world: int = 1, owns_dir: bool = False, first_contact_s: float = FIRST_CONTACT_S):
         if not urls:
             raise RlvrError("rollout.vllm.server_url: no server URL given")
         if push not in ("disk", "nccl"):
             raise ValueError(f"push must be disk or nccl, not {push}")
-        self.urls, self.timeout, self.push = urls, timeout_s, push
+        self.urls, self.timeout, self.push, self.first_contact_s = urls, timeout_s, push, first_contact_s
         self.weights_dir, self.rank, self.world, self.owns_dir = Path(weights_dir), rank, world, owns_dir
         self.tag = uuid.uuid4().hex[:8]  # this engine's versions: another run's pushes never match
         self.weights_version = 0  # pushes so far
@@ -202,7 +216,8 @@ class VllmServerEngine:
 
     def _connect(self, url: str) -> str:
         """The server's model name, once it has shown it runs with what rlvr needs."""
-        models = call(url, "/v1/models", timeout=self.timeout, what="listing its model").get("data", [])
+        models = call(url, "/v1/models", timeout=min(self.timeout, self.first_contact_s), what="listing its model",
+                      first=True).get("data", [])
         if not models:
             raise ServerError(f"vLLM server {url} serves no model")
         info = call(url, "/server_info?config_format=json", timeout=self.timeout, what="reading its settings")

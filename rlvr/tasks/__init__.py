@@ -16,7 +16,8 @@ from rlvr.tasks.code_forms import FENCE
 from rlvr.tasks.arithmetic import settings as arithmetic_settings
 from rlvr.tasks.base import HELDOUT_SIZE, Epochs, Problem, Splits, chat_messages, encode_prompt, normalise
 from rlvr.hub import data_files, dataset_files, is_hub_name, split_files
-from rlvr.tasks.files import SUFFIXES, file_splits, is_file_source, read_files, read_rows
+from rlvr.tasks.files import file_splits
+from rlvr.tasks.readers import SUFFIXES, is_file_source, read_files, read_rows
 from rlvr.tasks.gym import PREFIX, SUFFIX, gym_splits
 from rlvr.tasks.humaneval import humaneval_splits
 from rlvr.tasks.pyfunc import pyfunc_splits

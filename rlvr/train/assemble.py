@@ -22,7 +22,7 @@ from rlvr.rewards.preflight import check_gold_answers, check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
-from rlvr.tasks.files import save_rows
+from rlvr.tasks.readers import save_rows
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.checkpoint import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model

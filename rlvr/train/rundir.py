@@ -121,7 +121,7 @@ def remove_leftovers(out: Path, names: tuple[str, ...]) -> None:
 def data_sources(task) -> list[Path]:
     """The files (or save_to_disk directories) a task config reads: task.name, task.heldout_file,
     task.ood_file and task.ood_name where they are files. Built-in and Hub tasks have none."""
-    from rlvr.tasks.files import is_file_source
+    from rlvr.tasks.readers import is_file_source
 
     names = [task.name, task.heldout_file, task.ood_file, getattr(task, "ood_name", "")]
     return [Path(n) for n in dict.fromkeys(names) if n and is_file_source(n) and Path(n).exists()]

@@ -63,18 +63,41 @@ def test_refused_connection_names_the_server():
         vs.VllmServerEngine([url], weights_dir="unused", timeout_s=5)
 
 
-def test_a_hung_server_times_out_naming_it():
+def test_a_hung_server_is_told_at_the_first_contact_not_after_the_request_timeout():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()  # accepts connections, never answers
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     start = time.perf_counter()
     try:
-        with pytest.raises(vs.ServerError, match=f"vLLM server {url}: no answer to /v1/models .*rollout.vllm.timeout_s=0.5 s"):
-            vs.VllmServerEngine([url], weights_dir="unused", timeout_s=0.5)
+        with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no answer to /v1/models \(listing its model\) "
+                                                 r"within 0.5 s of the first contact: a vLLM server answers it at once.*"
+                                                 r"\(rollout.vllm.server_url\)"):
+            vs.VllmServerEngine([url], weights_dir="unused", timeout_s=600, first_contact_s=0.5)
     finally:
         listener.close()
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 30  # rollout.vllm.timeout_s is 600
+
+
+def test_an_address_that_drops_packets_is_told_in_seconds_naming_the_key():
+    """A host that drops the connection's packets (a firewall, an address nobody holds) never refuses: the
+    connection waits. A listener whose one-place accept queue is full drops new connections' packets alike
+    (Linux), on this machine."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)  # one connection waits to be accepted; the kernel drops the packets of any more
+    port = listener.getsockname()[1]
+    queued = socket.create_connection(("127.0.0.1", port), timeout=5)
+    url = f"http://127.0.0.1:{port}"
+    start = time.perf_counter()
+    try:
+        with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no connection within 0.5 s of the first contact: "
+                                                 r"is rollout.vllm.server_url's host and port right"):
+            vs.VllmServerEngine([url], weights_dir="unused", timeout_s=600, first_contact_s=0.5)
+    finally:
+        queued.close()
+        listener.close()
+    assert time.perf_counter() - start < 30  # rollout.vllm.timeout_s is 600
 
 
 class FakeVllm(BaseHTTPRequestHandler):
@@ -116,6 +139,7 @@ class FakeVllm(BaseHTTPRequestHandler):
         elif self.path in ("/collective_rpc", "/reset_prefix_cache"):
             self._send(200, {})
         elif self.path == "/v1/completions":
+            time.sleep(s.generate_s)
             n = body["n"]
             self._send(200, {"choices": [{"index": i, "token_ids": [4, 3], "finish_reason": "stop",
                                           "logprobs": {"token_logprobs": [-0.5, -0.1]}} for i in range(n)]})
@@ -127,7 +151,7 @@ class FakeVllm(BaseHTTPRequestHandler):
 def fake_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
     server.logprobs_mode, server.version, server.posts, server.chunked = "processed_logprobs", "default", [], False
-    server.reload_fails = False
+    server.reload_fails, server.generate_s = False, 0.0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}"
@@ -179,6 +203,7 @@ def test_prompts_are_spread_over_the_servers(fake_server, tmp_path):
     server, url = fake_server
     other = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
     other.logprobs_mode, other.version, other.posts, other.chunked = "processed_logprobs", "default", [], False
+    other.generate_s = 0.0
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
         urls = [url, f"http://127.0.0.1:{other.server_address[1]}"]
@@ -194,6 +219,18 @@ def test_prompts_are_spread_over_the_servers(fake_server, tmp_path):
     finally:
         other.shutdown()
         other.server_close()
+
+
+def test_generation_has_rollout_vllm_timeout_s_not_the_first_contacts(fake_server, tmp_path):
+    server, url = fake_server
+    server.generate_s = 1.0  # longer than the first contact's limit, within the requests' one
+    sampling = dict(group_size=2, max_new_tokens=4, temperature=1.0, stop_ids=[3], pad_id=0)
+    engine = vs.VllmServerEngine([url], weights_dir=tmp_path, timeout_s=5, first_contact_s=0.5)
+    assert engine.generate([[1]], seeds=[1], **sampling).completion_ids.shape[0] == 2
+    engine.timeout = 0.5  # a generation past rollout.vllm.timeout_s
+    with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no answer to /v1/completions .* within "
+                                             r"rollout.vllm.timeout_s=0.5 s: is it overloaded or hung\?"):
+        engine.generate([[1]], seeds=[1], **sampling)
 
 
 def test_nccl_push_needs_a_gpu_trainer(tmp_path):

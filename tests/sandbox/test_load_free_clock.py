@@ -11,7 +11,7 @@ import pytest
 
 from rlvr.rewards.code import make_code_tests
 from rlvr.rewards.workers import owned_by_run
-from rlvr.sandbox.clock import RunClock
+from rlvr.sandbox.clock import RunClock, usable_cpus
 from tests.conftest import python_block
 
 LIMIT_S = 1.5
@@ -72,3 +72,59 @@ def test_a_sleeping_program_still_times_out_at_the_limit_under_load():
     with loaded_machine():
         v = reward.verdicts([python_block("import time\ntime.sleep(30)\nprint(3)")], tests=[STDIO])[0]
     assert (v.score, v.reason) == (0.0, "timed out after 1.5s")
+
+
+# A tree that makes its own run-queue delay: processes that spin wait for each other's CPUs. Summed over
+# its threads that delay passes the wall time, and the delay alone would let it run to the backstop.
+SPINNERS = "import os\nfor _ in range({n}):\n    if os.fork() == 0:\n        break\nwhile True: pass\n"
+# Two spinners that live, and children that spin 10 ms and exit between two looks at the tree.
+SHORT_LIVED = """
+import os, time
+for _ in range(2):
+    if os.fork() == 0:
+        while True: pass
+while True:
+    try:
+        if os.fork() == 0:
+            t = time.monotonic()
+            while time.monotonic() - t < 0.01: pass
+            os._exit(0)
+    except OSError:
+        pass
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]: pass
+    except ChildProcessError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("src", [SPINNERS.format(n=4 * (os.cpu_count() or 1)), SHORT_LIVED],
+                         ids=["spinning-processes", "short-lived-spinners"])
+def test_a_tree_cannot_stretch_its_limit_with_its_own_run_queue_delay(src):
+    """Its CPU time over the CPUs it may use is time an idle machine needs too: 2 s of wall time with every
+    CPU busy is 2 s however much of it the tree's threads spent waiting for each other."""
+    tree = subprocess.Popen([sys.executable, "-c", src], start_new_session=True)
+    try:
+        clock = RunClock(tree.pid, 0.5)
+        time.sleep(2.0)
+        assert clock.delay() > 2.0   # the wall time less the delay says it has hardly started
+        assert clock.left() == 0.0
+    finally:
+        os.killpg(tree.pid, 9)
+        tree.wait()
+
+
+def test_usable_cpus_are_the_fewer_of_the_affinity_and_a_container_quota(tmp_path):
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cpus(str(tmp_path)) == affinity          # no quota files: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cpus(str(tmp_path)) == affinity
+    (tmp_path / "cpu.max").write_text("50000 100000\n")    # half a CPU: one
+    assert usable_cpus(str(tmp_path)) == 1
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus(str(tmp_path)) == affinity
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")   # 1.5 CPUs: two, if the affinity has them
+    assert usable_cpus(str(tmp_path)) == min(affinity, 2)
