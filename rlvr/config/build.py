@@ -330,10 +330,12 @@ def _preset_replaces(data: dict, preset: str, where: str) -> dict:
     return {k: v for k, v in data.items() if k not in dropped}
 
 
-def build_config(path: str | Path | None = None, overrides: list[str] = (), command: str = "train") -> Config:
+def build_config(path: str | Path | None = None, overrides: list[str] = (), command: str = "train",
+                 source: str = "command line") -> Config:
     """Defaults, then the algo preset's knobs, then the YAML file, then the command line; a preset given
     on the command line also replaces the file's values for the keys it sets (module docstring). `command`
-    names the run directory when nothing else does (default_out)."""
+    names the run directory when nothing else does (default_out); `source` is where the overrides were
+    written, as an error about one names it (rlvr.fit's keywords are no command line)."""
     from rlvr.algo.presets import PRESETS
 
     cfg = Config()
@@ -359,7 +361,7 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     if problems:
         raise ConfigError(problems[0])
     for key, value in parsed:
-        _set(cfg, key, value, "command line")
+        _set(cfg, key, value, source)
     if not cfg.train.out:
         cfg.train.out = default_out(path, command)
     validate(cfg)
