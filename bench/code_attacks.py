@@ -3,15 +3,15 @@ batch with one hostile program among them, through the real code reward (bubblew
 The honest programs must all still pass, and the batch should take about the hostile program's time limit
 longer at most, whatever the attack.
 
-    python bench/code_attacks.py [limit_s]
+    python bench/code_attacks.py [--limit-s 1.0]
 
 The spinning attacks are the ones the load-free clock (rlvr.sandbox.clock) once let run to its wall
 backstop, 10 x the limit, with every core busy: their run-queue delay was counted as the machine's load.
 """
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import textwrap
 import time
 
@@ -68,7 +68,9 @@ def timed(reward, programs: list[str]) -> tuple[list, float]:
 
 
 def main() -> None:
-    limit = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--limit-s", type=float, default=1.0, help="each program's time limit (rewards.timeout_s)")
+    limit = ap.parse_args().limit_s
     reward = make_code_tests(timeout_s=limit)
     print(f"limit {limit:.1f} s per program, batch of {BATCH}, cpus {len(os.sched_getaffinity(0))}, "
           f"load average {os.getloadavg()[0]:.1f} at the start")

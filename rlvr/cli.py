@@ -5,6 +5,7 @@ other argument is the command's own and may be spelled `--flag value` or `--flag
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import threading
@@ -369,6 +370,23 @@ PARSERS = {"train": train_parser, "audit": audit_parser, "compare": compare_pars
            "eval": eval_parser, "sft": sft_parser, "tasks": tasks_parser, "plan": plan_parser}
 COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
             "eval": cmd_eval, "sft": cmd_sft, "tasks": cmd_tasks, "plan": cmd_plan}
+# what `rlvr --help` says of each command, in the README's order: a newcomer's first look at what is here
+SUMMARIES = {
+    "train": "train with GRPO (or another algo.preset); no CONFIG: configs/demo.yaml; --resume RUN_DIR continues",
+    "sft": "supervised fine-tuning on the task's worked solutions, a baseline and a warm start for train",
+    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: a weak reward)",
+    "compare": "run configs, or read run directories, side by side: a table and compare.html",
+    "report": "write RUN_DIR/report.html (train writes it at the end)",
+    "tasks": "list the task sources and reasoning-gym's datasets with their task.params",
+    "eval": "greedy pass@1, pass@k and maj@k of a model on tasks, beside a --baseline model",
+    "plan": "the peak memory of a run's rollout and update, from the config alone; --memory: does it fit",
+}
+
+
+def usage() -> str:
+    width = max(map(len, SUMMARIES))
+    return ("usage: rlvr COMMAND [ARGS ...]   (rlvr COMMAND --help: its arguments; rlvr train --help: every "
+            "config key)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -425,12 +443,16 @@ def _end_progress_bars() -> None:
 
 
 def _command(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"rlvr: unknown command '{argv[0]}'", file=sys.stderr)
-        print("usage: rlvr {" + ",".join(COMMANDS) + "} ...   (rlvr train --help lists config keys)",
-              file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv and argv[0] in ("-h", "--help"):  # asked for: to stdout, so that `rlvr --help | less` shows it
+        print(usage(), end="")
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        if argv:
+            near = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+            print(f"rlvr: unknown command '{argv[0]}'" + (f"; did you mean '{near[0]}'?" if near else ""),
+                  file=sys.stderr)
+        print(usage(), end="", file=sys.stderr)
+        return 2
     try:
         return COMMANDS[argv[0]](argv[1:])
     except RlvrError as e:

@@ -176,3 +176,18 @@ def test_the_rlvr_script_loads_a_reward_module_from_the_working_directory(tmp_pa
                           cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "control (mean score of the reference solutions): my_rewards:accuracy 1\n" in done.stdout
+
+
+def test_rlvr_help_lists_every_command_on_stdout(capsys):
+    """`rlvr --help` is a newcomer's first command: every command with what it does, on stdout (a pager or
+    grep sees it), exit 0; no command or a misspelt one is a usage error on stderr naming the nearest."""
+    assert main(["--help"]) == 0
+    out, err = capsys.readouterr()
+    listed = [line.split()[0] for line in out.split("commands:\n")[1].splitlines()]
+    assert sorted(listed) == sorted(cli.COMMANDS) and err == ""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Command line\n\n```\n")[1].split("```")[0]
+    assert sorted({line.split()[1] for line in block.splitlines()}) == sorted(cli.COMMANDS)
+    assert main([]) == 2 and "commands:" in capsys.readouterr().err
+    assert main(["trian"]) == 2
+    assert "unknown command 'trian'; did you mean 'train'?" in capsys.readouterr().err

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import (Config, ConfigError, TrainConfig, VllmConfig, build_config, describe, field_docs,
-                         parse_override, to_yaml)
+                         parse_override, to_yaml, valid_keys)
 
 
 def write(tmp_path, text):
@@ -79,6 +79,27 @@ def test_every_bad_key_of_a_file_is_named_at_once(tmp_path):
         f"  {p}, line 3: unknown config key 'learning_rate': TRL's 'learning_rate' is rlvr's 'optimizer.lr'\n"
         f"  {p}, line 4: unknown config key 'num_generations': TRL's 'num_generations' is rlvr's 'rollout.group_size'\n"
         f"  {p}, line 6: 'rollout.group_size' must be int, got 'many'")
+
+
+def test_a_verl_config_is_refused_leaf_by_leaf_with_the_rlvr_keys(tmp_path):
+    """verl nests its keys (actor_rollout_ref.rollout.n): each leaf is named at its line with the rlvr key it
+    means, not the nested block as one unknown key with an unrelated nearest spelling."""
+    p = write(tmp_path, "data:\n  train_batch_size: 16\nactor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-0.5B\n"
+                        "  rollout:\n    n: 8\n  actor:\n    optim:\n      lr: 1.0e-6\n")
+    with pytest.raises(ConfigError) as e:
+        build_config(p)
+    assert str(e.value).splitlines()[1:] == [
+        f"  {p}, line 2: unknown config key 'data.train_batch_size': verl's 'train_batch_size' is rlvr's "
+        "'rollout.prompts_per_step'",
+        f"  {p}, line 5: unknown config key 'actor_rollout_ref.model.path': verl's 'model.path' is rlvr's 'model.name'",
+        f"  {p}, line 7: unknown config key 'actor_rollout_ref.rollout.n': verl's 'rollout.n' is rlvr's "
+        "'rollout.group_size'",
+        f"  {p}, line 10: unknown config key 'actor_rollout_ref.actor.optim.lr': verl's 'optim.lr' is rlvr's "
+        "'optimizer.lr'"]
+    from rlvr.config.build import FOREIGN
+    keys = valid_keys()  # every rlvr key FOREIGN names exists (task.columns.prompt: a key of task.columns)
+    assert [name for name, (ours, _, _) in FOREIGN.items()
+            if ours and ours not in keys and ours.rsplit(".", 1)[0] != "task.columns"] == []
 
 
 def test_other_trainers_bare_flags_are_named(capsys):
@@ -395,3 +416,22 @@ def test_lora_keys_without_a_rank_get_a_note(tmp_path, capsys):
     build_config(p, ["--model.lora.r=8"])
     build_config(None)  # the defaults, as a run's config.yaml holds them: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def test_every_shipped_config_builds_and_the_readme_names_it():
+    """Each file in configs/ is one a newcomer copies: it builds (sft.yaml as rlvr sft reads it) and the
+    README's list of them names it; ppo.yaml differs from arithmetic.yaml in the algorithm alone, as said."""
+    from rlvr.config import to_dict
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    listed = readme.split("The shipped configs (`configs/`)")[1].split("\n\n")[0]
+    for path in sorted((root / "configs").glob("*.yaml")):
+        build_config(path, command="sft" if path.stem == "sft" else "train")
+        assert f"`{path.name}`" in listed, path.name
+
+    def knobs(name):
+        return {(s, k): v for s, keys in to_dict(build_config(root / "configs" / name)).items() for k, v in keys.items()}
+    arithmetic, ppo = knobs("arithmetic.yaml"), knobs("ppo.yaml")
+    assert {s for s, k in arithmetic if arithmetic[s, k] != ppo[s, k] and (s, k) not in
+            {("task", "heldout_size"), ("train", "out")}} == {"algo"}  # heldout_size null: 100 for a generated task
