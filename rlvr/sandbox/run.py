@@ -192,7 +192,8 @@ def dataset_dirs(python: str) -> tuple[str, ...]:
         found += json.loads(r.stdout) if r.returncode == 0 else []
     except (OSError, ValueError, subprocess.TimeoutExpired):
         pass   # an interpreter that cannot run fails the sandbox's probe, which says so
-    return tuple(sorted({os.path.realpath(d) for d in found if isinstance(d, str)}))
+    # directories only: a tmpfs cannot cover a path inside a zipped egg (which pip no longer installs)
+    return tuple(sorted({os.path.realpath(d) for d in found if isinstance(d, str) and os.path.isdir(d)}))
 
 
 def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
