@@ -191,3 +191,17 @@ def test_rlvr_help_lists_every_command_on_stdout(capsys):
     assert main([]) == 2 and "commands:" in capsys.readouterr().err
     assert main(["trian"]) == 2
     assert "unknown command 'trian'; did you mean 'train'?" in capsys.readouterr().err
+
+
+def test_the_readme_command_lines_flags_are_the_commands_own():
+    """Each line of the README's command-line block uses only flags its command's parser has (a --section.key
+    is a config override, which every command that reads a config takes)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Command line\n\n```\n")[1].split("```")[0]
+    for line in block.splitlines():
+        command = line.split()[1]
+        own = {s for action in cli.PARSERS[command]()._actions for s in action.option_strings}
+        flags = {f for f in re.findall(r"(?<![\w-])(--[a-z][\w-]*)(?![\w.])", line.split("#")[0])}
+        assert flags <= own, (line, flags - own)
