@@ -276,12 +276,12 @@ def plan_parser() -> argparse.ArgumentParser:
 def cmd_plan(argv: list[str]) -> int:
     args, overrides = parse(plan_parser(), argv)
     cfg = build_config(args.config or default_config(overrides), overrides)
-    from rlvr.plan import plan_of, parse_size, report
+    from rlvr.plan import plan_of, parse_size, report, unplanned
 
     budget = parse_size(args.memory) if args.memory else None
     device = args.device or plan_device(cfg.train.device, budget is not None)
     plan = plan_of(cfg, device, args.prompt_tokens)
-    print(report(plan, budget))
+    print(report(plan, budget) + unplanned(cfg))
     return 1 if budget is not None and plan.peak > budget else 0
 
 
