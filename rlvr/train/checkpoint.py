@@ -32,6 +32,7 @@ from rlvr.report.sinks import jsonl_records
 from rlvr.models import base_model_path, load_model
 from rlvr.train.rundir import LOCK, remove_leftovers
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
+from rlvr.train.settings import weight_settings
 from rlvr.train.state import Progress, Run
 from rlvr.checkpoint_files import (CHECKPOINTS, checkpoint_path, checkpoints, checksum_file, latest_checkpoint,
                                    load_checkpoint)
@@ -203,7 +204,7 @@ def checkpoint_state(run: Run, p: Progress, train_seconds: float, pending: dict 
             "optimizer": _optimizer_state(run), "scheduler": m.scheduler.state_dict(),
             "sampler": run.data.sampler.state_dict(), "rng": gather_objects(rng_state(), d),
             "progress": {**dataclasses.asdict(p), "fired": sorted(p.fired), "train_seconds": train_seconds},
-            "pending": pending}
+            "pending": pending, "weights": dict(run.settings.checkpoint.weights)}
 
 
 def restore(run: Run, state: dict) -> Progress:
@@ -232,29 +233,57 @@ def restore(run: Run, state: dict) -> Progress:
 
 
 def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
-    """`restore`, with a checkpoint that does not fit this start's config (an override that changes the
-    model, the optimizer's groups or the task's problems) said in one line naming the keys that differ
-    from the run's config.yaml, instead of the error of whichever state failed to load."""
+    """`restore`, with a checkpoint that does not fit this start's config (an override that changes what
+    its weights are, the model, the optimizer's groups or the task's problems) said in one line naming
+    the keys that differ from the run's config.yaml, instead of the error of whichever state failed to
+    load, or (weights that would load into another model) of none. Any other key this start changes is
+    said in a note."""
+    check_weight_settings(state, path, run.settings.checkpoint.weights, run.out / "config.yaml")
     problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
     why = None
     if problems is not None and problems != len(run.data.splits.train):
         why = f"it trained on {problems} train problems, this config makes {len(run.data.splits.train)}"
     else:
         try:
-            return restore(run, state)
+            p = restore(run, state)
         except RlvrError:
             raise
         except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
+        else:
+            changed = changed_keys(run.out / "config.yaml", cfg, ignore=("train.out",))
+            if changed:  # a learning rate, more steps, a dropout: the run goes on under them from here
+                say(f"note: resuming with settings changed from the run's config.yaml: {', '.join(changed)}")
+            return p
     changed = changed_keys(run.out / "config.yaml", cfg)
     raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
                     + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
                     + "; nothing in the run directory was changed: resume without those overrides")
 
 
-def changed_keys(saved: Path, cfg: Config) -> list[str]:
+def check_weight_settings(state: dict, path: Path, now: dict, saved: Path) -> None:
+    """Refuse a resume whose WEIGHT_KEYS (rlvr/train/settings.py) differ from those the checkpoint's weights
+    were trained under: recorded in the checkpoint, else (one written before they were) the run's
+    config.yaml. Such weights would load, or fail to, into another model than the one they are."""
+    was = state.get("weights")
+    if was is None:
+        try:
+            was = weight_settings(yaml.safe_load(saved.read_text()) or {})
+        except (OSError, yaml.YAMLError):
+            return
+    differ = [k for k in now if k in was and was[k] != now[k]]
+    if differ:
+        raise RlvrError(f"checkpoint {path} holds weights trained with "
+                        + ", ".join(f"{k}={was[k]}" for k in differ) + "; this start sets "
+                        + ", ".join(f"{k}={now[k]}" for k in differ) + ": under another value the same weights "
+                        "are another model, so a resume keeps them; nothing in the run directory was changed: "
+                        f"resume without --{differ[0]}, or start a new run from the checkpoint's model with it "
+                        f"(--model.name={path} --train.out=NEW_DIR)")
+
+
+def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.steps", "train.out")) -> list[str]:
     """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
-    train.steps and train.out aside (a resume changes them freely)."""
+    the keys in `ignore` aside (by default those a resume changes freely)."""
     def flat(d: dict, prefix: str = "") -> dict:
         out = {}
         for k, v in d.items():
@@ -268,7 +297,7 @@ def changed_keys(saved: Path, cfg: Config) -> list[str]:
         return []
     new = flat(to_dict(cfg))
     return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and k not in ("train.steps", "train.out")][:8]
+            if old.get(k) != new.get(k) and k not in ignore][:8]
 
 
 def resume_records(out: Path, p: Progress) -> None:

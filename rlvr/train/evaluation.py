@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlvr.config import Config
 from rlvr.device import sampling_autocast
 from rlvr.eval import evaluate
 from rlvr.eval.grader import Grader
 from rlvr.eval.flips import decompose, describe, flips
+from rlvr.io import atomic_write_text, json_safe
 from rlvr.report.console import say
-from rlvr.report.sinks import JsonlWriter
+from rlvr.report.sinks import JsonlWriter, jsonl_records
+from rlvr.tasks import Splits
+from rlvr.train.checkpoint import changed_keys
 from rlvr.train.distributed import Dist, gathered
 from rlvr.train.settings import EvalSettings
 from rlvr.train.state import Data, Models
@@ -43,25 +47,59 @@ def evaluate_splits(policy, tok, problems: dict, spec, s: EvalSettings, tag: str
 
 
 def write_records(out: Path, tag: str, records: dict[str, list[dict]]) -> None:
-    with JsonlWriter(out / f"eval_{tag}.jsonl") as sink:
-        for split, recs in records.items():
-            for rec in recs:
-                sink.write({"split": split, **rec})
+    """eval_{tag}.jsonl, whole or not at all (atomic): what a resume reads back as its baseline is never
+    cut short, and an evaluation that took long is on disk as soon as it is done."""
+    atomic_write_text(out / f"eval_{tag}.jsonl", "".join(json.dumps(json_safe({"split": split, **rec})) + "\n"
+                                                          for split, recs in records.items() for rec in recs))
 
 
 def read_records(path: Path) -> dict[str, list[dict]]:
-    """eval_before.jsonl back into records per split (a resumed run's baseline); {} if absent or if
-    written by a version without format-free grades."""
+    """eval_before.jsonl back into records per split (a resumed run's baseline); {} if absent, cut short
+    (written by a version that appended it line by line), or written by a version without format-free
+    grades."""
     if not path.is_file():
         return {}
     out: dict[str, list[dict]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            if "lenient" not in rec:
-                return {}
-            out.setdefault(rec.pop("split"), []).append(rec)
+    for _, _, rec in jsonl_records(path):
+        if rec is None or "lenient" not in rec:
+            return {}
+        out.setdefault(rec.pop("split"), []).append(rec)
     return out
+
+
+def kept_before(cfg: Config, dist: Dist) -> tuple[dict, dict[str, list[dict]]] | None:
+    """The evaluation before training that the run directory's last start made before it stopped short of
+    its first checkpoint (a reward that raised on every completion, a full disk, a second Ctrl-C): its
+    evals.jsonl row and its records per split, for a restart (`--resume` finding no checkpoint) to keep
+    instead of evaluating again. Only when that start had this very config (its config.yaml; train.steps
+    aside), and in a single process (under torchrun every rank would have to agree to skip it). Read
+    before the restart clears the directory; `keep_before` checks it against the problems."""
+    out = Path(cfg.train.out)
+    if dist.enabled or not cfg.eval.before or not (out / "config.yaml").is_file() or changed_keys(out / "config.yaml", cfg):
+        return None
+    rows = [rec for _, _, rec in jsonl_records(out / "evals.jsonl")][:1] if (out / "evals.jsonl").is_file() else []
+    records = read_records(out / "eval_before.jsonl")
+    if not records or not rows or rows[0] is None or rows[0].get("step") != 0:
+        return None
+    return rows[0], records
+
+
+def keep_before(kept: tuple[dict, dict[str, list[dict]]], splits: Splits, grader: Grader, out: Path) -> dict | None:
+    """`kept_before`'s evaluation written back into the cleared run directory (eval_before.jsonl, the row of
+    evals.jsonl) when its records are of this start's held-out and OOD problems, in order, and graded by
+    the built-in checker (a user's grader may be the very code that was fixed); returns its result
+    ({split}_{metric}_before, as `run_eval` returns it), or None (evaluate again)."""
+    row, records = kept
+    same = all([r["question"] for r in records.get(s, [])] == [p.question for p in getattr(splits, s)] for s in SPLITS)
+    if grader.user or not same or not set(records) <= set(SPLITS):
+        return None
+    write_records(out, "before", records)
+    with JsonlWriter(out / "evals.jsonl") as sink:
+        sink.write(row)
+    result = {f"{k}_before": v for k, v in row.items() if k not in ("step", "train_seconds")}  # log_eval's row, back
+    say(f"eval at step 0: {eval_line(result, 'before')} (kept from the last start, which stopped before its first "
+        "checkpoint: delete eval_before.jsonl to evaluate again)")
+    return result
 
 
 def flip_summary(baseline: dict[str, list[dict]], records: dict[str, list[dict]]) -> dict:

@@ -40,7 +40,7 @@ from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, che
                                    try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
-from rlvr.train.evaluation import eval_on_main, flip_summary, log_eval, read_records
+from rlvr.train.evaluation import eval_on_main, flip_summary, keep_before, kept_before, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.optim import current_lr
 from rlvr.train.overlap import RolloutError, Rollouts
@@ -237,12 +237,19 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     A resume writes nothing into the run directory (config.yaml included) until the checkpoint, the data
     it trained on and the models have all loaded: one that fails leaves the run as it was."""
     newest = load_newest(cfg.train.out) if resume else None  # damaged ones skipped with a note
+    kept = None
     if resume and newest is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
+        kept = kept_before(cfg, d)  # read now: setup clears the directory
     if newest is not None:
         check_data(newest[1]["progress"]["summary"].get("data", {}).get("files"), cfg.task, newest[0])
     run = setup(cfg, fresh=newest is None, d=d, given=given)
     p = Progress()
+    before = keep_before(kept, run.data.splits, run.data.grader, run.out) if kept is not None else None
+    if before is not None:  # the evaluation before training is not made again (_train)
+        p.summary.update(before)
+        p.eval_rows.append(kept[0])
+        run.baseline = kept[1]
     sft = baseline_of(cfg.model.name)
     if sft is not None:  # started from an SFT model: its accuracy is the baseline
         p.summary["sft"] = sft
@@ -362,8 +369,8 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     already of step p.step); says where the run stands. A single process only: under torchrun the other
     ranks may not have failed, and a checkpoint needs them all."""
     if p.step == 0:
-        return ("No step had finished, so there is nothing to resume: once that is fixed, start the run again with "
-                "--train.overwrite=true (its directory holds only this start's records)")
+        return (f"No step had finished: once that is fixed, start the run again with rlvr train --resume {run.out} "
+                "(from step 0; with the same config, the evaluation before training is kept)")
     if not run.dist.enabled and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
         try_checkpoint(run, p, train_seconds, rollouts.state())  # a failed write is reported there
     last = latest_checkpoint(run.out)
@@ -379,9 +386,10 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
     out = Outputs.open(run, p)
     stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
     if s.eval.before and not resumed:
-        before, run.baseline = eval_on_main(run.models, run.data, s.eval, d, "before")
-        p.summary.update(before)
-        p.eval_rows.append(log_eval(out.evals, 0, before, "before", 0.0))
+        if not p.eval_rows:  # else kept from a start that stopped before its first checkpoint (start)
+            before, run.baseline = eval_on_main(run.models, run.data, s.eval, d, "before")
+            p.summary.update(before)
+            p.eval_rows.append(log_eval(out.evals, 0, before, "before", 0.0))
         out.track_eval(p.eval_rows[-1])
     started = time.perf_counter() - p.train_seconds  # the training clock, carried over a resume
     clock = lambda: time.perf_counter() - started

@@ -40,6 +40,27 @@ class EvalSettings:
     out: Path  # the run directory: eval_before.jsonl, eval_after.jsonl
 
 
+# The keys that decide what a checkpoint's weights are: under another value the same tensors would be another
+# model (a LoRA alpha rescales every adapter, other target modules or rank are other adapters, another base,
+# dtype or 4-bit quantization other base weights), so a resume refuses a change to any of them
+# (rlvr.train.checkpoint.restore_checkpoint); a change to any other key is a note.
+WEIGHT_KEYS = ("model.name", "model.dtype", "model.quantize", "model.lora.r", "model.lora.alpha",
+               "model.lora.target_modules")
+
+
+def weight_settings(config: dict) -> dict:
+    """WEIGHT_KEYS' values in a config as plain values (to_dict's, or a saved config.yaml's); a key the
+    config lacks is left out."""
+    out = {}
+    for key in WEIGHT_KEYS:
+        value = config
+        for part in key.split("."):
+            value = value.get(part, {}) if isinstance(value, dict) else {}
+        if value != {}:
+            out[key] = value
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class CheckpointSettings:
     out: Path  # the run directory (checkpoints/, final/)
@@ -47,6 +68,7 @@ class CheckpointSettings:
     keep: int  # train.keep_checkpoints
     model_name: str  # model.name and model.dtype: what final/ is loaded back from (LoRA: the base)
     model_dtype: str
+    weights: dict  # WEIGHT_KEYS' values: recorded in each checkpoint, checked by a resume
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +106,8 @@ class Settings:
             update=UpdateSettings.of(cfg, pad_id, precision),
             eval=eval_settings(cfg, stop_ids=stop_ids, pad_id=pad_id, precision=precision),
             checkpoint=CheckpointSettings(out=out, every=t.save_every, keep=t.keep_checkpoints,
-                                          model_name=cfg.model.name, model_dtype=cfg.model.dtype),
+                                          model_name=cfg.model.name, model_dtype=cfg.model.dtype,
+                                          weights=weight_settings(to_dict(cfg))),
             log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project,
                             config=to_dict(cfg)))
 

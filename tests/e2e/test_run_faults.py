@@ -149,7 +149,8 @@ def test_the_honest_resume_reads_no_damage_and_extends_a_finished_run_once(alone
     capsys.readouterr()
     assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0
     err = capsys.readouterr().err
-    assert "note:" not in err
+    assert [line for line in err.splitlines() if line.startswith("note:")] == [  # no damaged checkpoint
+        "note: resuming with settings changed from the run's config.yaml: train.steps=6 (was 4)"]
     assert f"{out}: removed 2 temporary file(s) of writes cut short" in err
     assert not tmp.exists() and not (out / ".config.yaml.abcd1234").exists()
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == n_eval  # not appended twice
@@ -264,3 +265,99 @@ def test_an_lr_that_overflows_the_weights_is_undone_each_step_and_never_checkpoi
     last = torch.load(checkpoints(out)[-1], weights_only=False)["policy"]
     assert all(torch.equal(last[k], v) for k, v in fresh.state_dict().items())
     assert all(r.get("skipped_nonfinite_weights") == 0 for r in read_jsonl(alone / "metrics.jsonl"))  # honest lr
+
+
+def test_a_resume_refuses_what_changes_the_weights_and_notes_the_rest(tmp_path, capsys):
+    """LoRA's alpha, rank and target modules, the base's dtype: under another value the checkpoint's
+    weights are another model (alpha rescales every adapter and loaded silently). Each is refused naming
+    the key, the checkpoint's value and this start's, the run directory untouched; a dropout or learning
+    rate is a note, and the run goes on under it."""
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.steps=2", "--model.lora.r=4", "--algo.beta=0", "--algo.ref_sync_every=0",
+                 "--train.eval_every=0", f"--train.out={out}"]) == 0
+    ckpt = out / "checkpoints" / "step_000002.pt"
+    before = tree(out)
+    refused = {"--model.lora.alpha=32": "model.lora.alpha=16; this start sets model.lora.alpha=32",
+               "--model.lora.r=8": "model.lora.r=4; this start sets model.lora.r=8",
+               "--model.lora.target_modules=all-linear": "model.lora.target_modules=['q_proj', 'k_proj', 'v_proj', "
+                                                         "'o_proj']; this start sets model.lora.target_modules=all-linear",
+               "--model.dtype=bfloat16": "model.dtype=float32; this start sets model.dtype=bfloat16"}
+    for override, said in refused.items():
+        capsys.readouterr()
+        assert main(["train", "--resume", str(out), "--train.steps=3", override]) == 2, override
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err == (f"rlvr: error: checkpoint {ckpt} holds weights trained with {said}: under another value the "
+                       "same weights are another model, so a resume keeps them; nothing in the run directory was "
+                       f"changed: resume without {override.split('=')[0]}, or start a new run from the checkpoint's "
+                       f"model with it (--model.name={ckpt} --train.out=NEW_DIR)")
+        assert tree(out) == before
+    assert main(["train", "--resume", str(out), "--train.steps=3", "--model.lora.dropout=0.1", "--optimizer.lr=0.0002"]) == 0
+    assert ("note: resuming with settings changed from the run's config.yaml: model.lora.dropout=0.1 (was 0.0), "
+            "optimizer.lr=0.0002 (was 2e-05), train.steps=3 (was 2)") in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_checkpoint_without_its_weight_settings_is_checked_against_config_yaml(tmp_path, capsys):
+    """A checkpoint written before it recorded them: the run's config.yaml says what they were."""
+    from rlvr.train.checkpoint import save_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.steps=2", "--model.lora.r=4", "--algo.beta=0", "--algo.ref_sync_every=0",
+                 "--train.eval_every=0", "--eval.before=false", f"--train.out={out}"]) == 0
+    (ckpt,) = checkpoints(out)
+    state = torch.load(ckpt, weights_only=False)
+    assert state.pop("weights") == {"model.name": "tiny-random", "model.dtype": "float32", "model.quantize": "none",
+                                    "model.lora.r": 4, "model.lora.alpha": 16,
+                                    "model.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+    save_checkpoint(out, 2, state, keep=1)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=3", "--model.lora.alpha=8"]) == 2
+    assert "holds weights trained with model.lora.alpha=16; this start sets model.lora.alpha=8" in capsys.readouterr().err
+
+
+def test_a_run_that_stops_before_step_1_keeps_its_evaluation_before_training(tmp_path, capsys, monkeypatch):
+    """A reward that raises on every completion of step 1 stops the run before its first checkpoint. The
+    evaluation before training it made is on disk whole, and `--resume` once the reward is fixed keeps
+    it instead of evaluating again: the run then equals one never stopped, value for value. With another
+    config the restart evaluates again."""
+    import shutil
+
+    import rlvr.train.grpo as grpo
+
+    broken = tmp_path / "broken"
+    reward = tmp_path / "flaky.py"
+    reward.write_text("import os\n\n\ndef flaky(completions, **kwargs):\n"
+                      f"    if kwargs['trainer_state'].max_steps and os.path.exists({str(broken)!r}):\n"
+                      "        raise ValueError('a bug in the reward')\n"
+                      "    return [float(len(set(c)) % 3) for c in completions]\n")
+    # graded by the built-in checker (correctness): a user's grader may be the code that was fixed
+    args = [*RUN, "--train.steps=2", "--train.eval_every=0", f"--rewards.weights={{correctness: 1.0, {reward}:flaky: 1.0}}"]
+    alone = tmp_path / "alone"
+    assert main(["train", *args, f"--train.out={alone}"]) == 0
+    out = tmp_path / "run"
+    broken.touch()
+    capsys.readouterr()
+    assert main(["train", *args, f"--train.out={out}"]) == 2
+    assert "a bug in the reward" in capsys.readouterr().err
+    assert not checkpoints(out)
+    assert (out / "eval_before.jsonl").read_bytes() == (alone / "eval_before.jsonl").read_bytes()
+    broken.unlink()
+
+    real, tags = grpo.eval_on_main, []
+
+    def counted(*args, **kwargs):
+        tags.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "eval_on_main", counted)
+    other = shutil.copytree(out, tmp_path / "other")
+    assert main(["train", "--resume", str(other), "--eval.max_new_tokens=5"]) == 0
+    assert tags == ["before", "after"]  # another config: its own evaluation
+    tags.clear()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0
+    assert tags == ["after"]
+    assert "(kept from the last start, which stopped before its first checkpoint" in capsys.readouterr().err
+    same_run(alone, out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["flips"] == json.loads((alone / "summary.json").read_text())["flips"]

@@ -113,6 +113,17 @@ ATTACKS = {
         for daemon in (True, False):
             threading.Thread(target=spam, daemon=daemon).start()
         def f(a, b=0): return 0"""),
+    # Replies forged on the real reply pipe: worth no more than the values they answer (here, wrong ones).
+    "forged-replies-on-the-reply-pipe": (FN, """
+        import os
+        def f(a, b=0):
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    if int(fd) > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                        os.write(int(fd), b'["v",0]\\n["x","ok",""]\\n["ready"]\\n')
+                except OSError:
+                    pass
+            return 0"""),
     "atexit-forgery": (FN, """
         import atexit
         atexit.register(lambda: print("0 value 3"))
@@ -139,6 +150,30 @@ ATTACKS = {
         while True:
             try: os.fork()
             except OSError: pass"""),
+    # Processes that spin wait for each other's CPUs: their run-queue delay must not stretch the limit
+    # (rlvr.sandbox.clock), the long-lived ones' nor that of children that spin 10 ms and exit.
+    "spinning-processes": (FN, """
+        import os
+        def f(a, b=0):
+            for _ in range(8):
+                if os.fork() == 0:
+                    break
+            while True: pass"""),
+    "short-lived-spinners": (ASSERT, """
+        import os, time
+        def f(a, b=0):
+            for _ in range(2):
+                if os.fork() == 0:
+                    while True: pass
+            while True:
+                try:
+                    if os.fork() == 0:
+                        t = time.monotonic()
+                        while time.monotonic() - t < 0.01: pass
+                        os._exit(0)
+                    os.wait()
+                except OSError:
+                    pass"""),
     "thread-bomb": (STDIO, """
         import threading, time
         while True:

@@ -186,6 +186,7 @@ def test_attack_scores_zero_within_its_limit(name):
 
 @pytest.mark.parametrize("name, reason", [
     ("endless-loop", "timed out after 1.0s"),
+    ("spinning-processes", "timed out after 1.0s"),
     ("ignore-sigterm", "timed out after 1.0s"),
     ("memory-bomb", "memory limit"),
     ("memory-bomb-list", "memory limit"),
