@@ -137,9 +137,15 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
         build_config(p)
 
 
-def test_missing_file():
-    with pytest.raises(ConfigError, match="config file not found: nope.yaml"):
+def test_missing_file(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="^config file not found: nope.yaml$"):
         build_config("nope.yaml")
+    # the README's `rlvr train configs/...` from another directory: the error says where the shipped one is
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+    with pytest.raises(ConfigError, match=f"^config file not found: configs/smoke.yaml; the shipped config of that "
+                                          f"name is {re.escape(str(shipped))}$"):
+        build_config("configs/smoke.yaml")
 
 
 def test_dict_key_override():

@@ -258,10 +258,16 @@ def _set(cfg, dotted: str, value, where: str) -> None:
         return
 
 
+# the repository's root, whose configs/ holds the shipped configs (an editable install, as make sets up)
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    if not path.is_file():  # `rlvr train configs/demo.yaml` run from another directory: say where that one is
+        shipped = REPOSITORY / path if not path.is_absolute() else None
+        hint = f"; the shipped config of that name is {shipped}" if shipped is not None and shipped.is_file() else ""
+        raise ConfigError(f"config file not found: {path}{hint}")
     try:
         data = _yaml(decode_utf8(path.read_bytes(), path))
     except yaml.MarkedYAMLError as e:
