@@ -441,3 +441,15 @@ def test_every_shipped_config_builds_and_the_readme_names_it():
     arithmetic, ppo = knobs("arithmetic.yaml"), knobs("ppo.yaml")
     assert {s for s, k in arithmetic if arithmetic[s, k] != ppo[s, k] and (s, k) not in
             {("task", "heldout_size"), ("train", "out")}} == {"algo"}  # heldout_size null: 100 for a generated task
+
+
+def test_the_readmes_override_examples_build_as_said():
+    """README: 'Overrides are dotted and parsed as YAML values' and its examples, each built as written."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    said = readme.split("Overrides are dotted and parsed as YAML values: ")[1].split("\n\n")[0]
+    examples = re.findall(r"`(--[a-z_.]+=[^`]+)`", said.split("An unknown key")[0])
+    assert len(examples) == 4, examples
+    built = [build_config(None, [e.replace('"', "")]) for e in examples]  # the shell drops the quotes
+    assert built[0].rollout.group_size == 16 and built[1].algo.beta == 0.04
+    assert built[2].rewards.weights == {"correctness": 1.0, "format": 0.5}
+    assert built[3].rewards.weights == {"correctness": 1.0, "mypkg.rewards:brevity": 0.1}
