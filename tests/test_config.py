@@ -109,7 +109,7 @@ def test_other_trainers_bare_flags_are_named(capsys):
     err = capsys.readouterr().err
     assert ("unrecognised arguments: --num_generations=4 --max_prompt_length=512; did you mean "
             "--rollout.group_size=... (TRL's 'num_generations' is rlvr's 'rollout.group_size')?; "
-            "TRL's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
+            "TRL and verl's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
 
 
 def test_wrong_type_names_key_and_type():
