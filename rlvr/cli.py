@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import sys
 import threading
 import traceback
@@ -32,11 +33,25 @@ def is_override(arg: str) -> bool:
     return arg.startswith("--") and eq == "=" and "." in key
 
 
-def _hint(arg: str) -> str:
-    from rlvr.config import valid_keys
-    from rlvr.config.build import FOREIGN, foreign_name
+# verl's (Hydra's) command line: key=value with no dashes, +key=value to add one
+HYDRA = re.compile(r"^\+?[A-Za-z_][\w.]*=")
+# other trainers' flag for the config file (TRL's --config, Hydra's --config-name and --config-path)
+CONFIG_FLAGS = ("config", "config_file", "config-file", "config-name", "config_name", "config-path", "config_path")
 
+
+def _hint(arg: str, prog: str = "rlvr train") -> str:
+    from rlvr.config import valid_keys
+    from rlvr.config.build import FOREIGN, foreign_key, foreign_name
+
+    if HYDRA.match(arg):  # actor_rollout_ref.rollout.n=8, as verl is run: rlvr's overrides start with --
+        key, value = arg.lstrip("+").split("=", 1)
+        if foreign_key(key):
+            ours = FOREIGN[foreign_key(key)][0]
+            return f"--{ours}=... ({foreign_name(key)})" if ours else ""
+        return f"--{key}={value}"
     key = arg[2:].split("=", 1)[0]
+    if key in CONFIG_FLAGS:
+        return f"{prog} FILE.yaml (the config file is the first argument, not a flag)"
     if "." in key:
         return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
     if key in FOREIGN:  # --num_generations=8, as TRL's command line spells it
@@ -49,13 +64,18 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     """The command's own arguments (parsed) and the config overrides (as given)."""
     overrides = [a for a in argv if is_override(a)]
     args, extra = parser.parse_known_args([a for a in argv if not is_override(a)])
+    config = getattr(args, "config", None)
+    if config and HYDRA.match(config) and not Path(config).exists():  # `rlvr train rollout.n=8`: no file
+        extra = [config, *extra]
     if extra:
-        from rlvr.config.build import FOREIGN, foreign_name
+        from rlvr.config.build import FOREIGN, foreign_key, foreign_name
 
         flags = [a for a in extra if a.startswith("--")]
-        hints = [h for h in map(_hint, flags) if h]
+        hydra = [a for a in extra if HYDRA.match(a)]
+        hints = [h for h in (_hint(a, parser.prog) for a in flags + hydra) if h]
         # another trainer's setting that rlvr has no key for: say so, and why
-        without = [foreign_name(k) for k in (a[2:].split("=", 1)[0] for a in flags) if FOREIGN.get(k, ("x",))[0] == ""]
+        keys = [a[2:].split("=", 1)[0] for a in flags] + [a.lstrip("+").split("=", 1)[0] for a in hydra]
+        without = [foreign_name(k) for k in keys if foreign_key(k) and FOREIGN[foreign_key(k)][0] == ""]
         raise RlvrError(f"{parser.prog}: unrecognised arguments: {' '.join(extra)}"
                         + (f"; did you mean {', '.join(hints)}?" if hints else "")
                         + "".join(f"; {w}" for w in without)
@@ -276,12 +296,12 @@ def plan_parser() -> argparse.ArgumentParser:
 def cmd_plan(argv: list[str]) -> int:
     args, overrides = parse(plan_parser(), argv)
     cfg = build_config(args.config or default_config(overrides), overrides)
-    from rlvr.plan import plan_of, parse_size, report
+    from rlvr.plan import plan_of, parse_size, report, unplanned
 
     budget = parse_size(args.memory) if args.memory else None
     device = args.device or plan_device(cfg.train.device, budget is not None)
     plan = plan_of(cfg, device, args.prompt_tokens)
-    print(report(plan, budget))
+    print(report(plan, budget) + unplanned(cfg))
     return 1 if budget is not None and plan.peak > budget else 0
 
 

@@ -109,7 +109,7 @@ def test_other_trainers_bare_flags_are_named(capsys):
     err = capsys.readouterr().err
     assert ("unrecognised arguments: --num_generations=4 --max_prompt_length=512; did you mean "
             "--rollout.group_size=... (TRL's 'num_generations' is rlvr's 'rollout.group_size')?; "
-            "TRL's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
+            "TRL and verl's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
 
 
 def test_wrong_type_names_key_and_type():
@@ -137,9 +137,15 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
         build_config(p)
 
 
-def test_missing_file():
-    with pytest.raises(ConfigError, match="config file not found: nope.yaml"):
+def test_missing_file(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="^config file not found: nope.yaml$"):
         build_config("nope.yaml")
+    # the README's `rlvr train configs/...` from another directory: the error says where the shipped one is
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+    with pytest.raises(ConfigError, match=f"^config file not found: configs/smoke.yaml; the shipped config of that "
+                                          f"name is {re.escape(str(shipped))}$"):
+        build_config("configs/smoke.yaml")
 
 
 def test_dict_key_override():
@@ -435,3 +441,15 @@ def test_every_shipped_config_builds_and_the_readme_names_it():
     arithmetic, ppo = knobs("arithmetic.yaml"), knobs("ppo.yaml")
     assert {s for s, k in arithmetic if arithmetic[s, k] != ppo[s, k] and (s, k) not in
             {("task", "heldout_size"), ("train", "out")}} == {"algo"}  # heldout_size null: 100 for a generated task
+
+
+def test_the_readmes_override_examples_build_as_said():
+    """README: 'Overrides are dotted and parsed as YAML values' and its examples, each built as written."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    said = readme.split("Overrides are dotted and parsed as YAML values: ")[1].split("\n\n")[0]
+    examples = re.findall(r"`(--[a-z_.]+=[^`]+)`", said.split("An unknown key")[0])
+    assert len(examples) == 4, examples
+    built = [build_config(None, [e.replace('"', "")]) for e in examples]  # the shell drops the quotes
+    assert built[0].rollout.group_size == 16 and built[1].algo.beta == 0.04
+    assert built[2].rewards.weights == {"correctness": 1.0, "format": 0.5}
+    assert built[3].rewards.weights == {"correctness": 1.0, "mypkg.rewards:brevity": 0.1}

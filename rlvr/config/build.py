@@ -91,7 +91,7 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
     "max_completion_length": ("rollout.max_new_tokens", "TRL", ""),
     "generate_max_len": ("rollout.max_new_tokens", "OpenRLHF", ""),
     "max_response_length": ("rollout.max_new_tokens", "verl", ""),
-    "max_prompt_length": ("", "TRL", "rlvr does not cut prompts: a problem whose prompt and "
+    "max_prompt_length": ("", "TRL and verl", "rlvr does not cut prompts: a problem whose prompt and "
                           "rollout.max_new_tokens do not fit the model's context is left out, with a count"),
     "per_device_train_batch_size": ("rollout.prompts_per_step", "TRL",
                                     "TRL counts completions, rlvr prompts: a step samples rollout.prompts_per_step "
@@ -158,10 +158,15 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
 }
 
 
+def foreign_key(key: str) -> str | None:
+    """The FOREIGN name `key` is (by its last two parts, else its last: actor_rollout_ref.rollout.n is
+    verl's rollout.n), else None."""
+    return next((n for n in (".".join(key.split(".")[-2:]), key.rsplit(".", 1)[-1]) if n in FOREIGN), None)
+
+
 def foreign_name(key: str) -> str | None:
-    """What to say about `key` when it is another trainer's name for an rlvr setting (FOREIGN, by its last
-    two parts, else its last), else None."""
-    name = next((n for n in (".".join(key.split(".")[-2:]), key.rsplit(".", 1)[-1]) if n in FOREIGN), None)
+    """What to say about `key` when it is another trainer's name for an rlvr setting (FOREIGN), else None."""
+    name = foreign_key(key)
     if name is None:
         return None
     ours, origin, differs = FOREIGN[name]
@@ -258,10 +263,16 @@ def _set(cfg, dotted: str, value, where: str) -> None:
         return
 
 
+# the repository's root, whose configs/ holds the shipped configs (an editable install, as make sets up)
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    if not path.is_file():  # `rlvr train configs/demo.yaml` run from another directory: say where that one is
+        shipped = REPOSITORY / path if not path.is_absolute() else None
+        hint = f"; the shipped config of that name is {shipped}" if shipped is not None and shipped.is_file() else ""
+        raise ConfigError(f"config file not found: {path}{hint}")
     try:
         data = _yaml(decode_utf8(path.read_bytes(), path))
     except yaml.MarkedYAMLError as e:
