@@ -193,6 +193,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | 
     m.update(getattr(collected, "sampler", {}))  # a batch pickled by an older checkpoint has no such field
     m["time/reward_share"] = m["time/reward_s"] / max(m["time/step_s"], 1e-9)  # of the step, in scoring
     m["lr"] = lr
+    m["processes"] = run.dist.world  # the figures are the global batch's; a resume may change the count
     return m, whole
 
 

@@ -56,13 +56,14 @@ def test_two_processes_write_one_run_directory_that_resumes_in_one(request, tmp_
                         "per step on each; rank 0 prints and writes") == 1
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
-    assert all(m["completions"] == 2 * 3 for m in metrics)  # the global batch: both ranks' groups
+    assert all(m["completions"] == 2 * 3 and m["processes"] == 2 for m in metrics)  # the global batch
     assert len(read_jsonl(out / "samples.jsonl")) == 3 * 2 * 3
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 3 and "heldout_accuracy_after" in summary
     AutoModelForCausalLM.from_pretrained(out / "final")
     assert main(["train", "--resume", str(out), "--train.steps=5"]) == 0  # written by 2, resumed by 1
-    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    assert [(m["step"], m["processes"]) for m in read_jsonl(out / "metrics.jsonl")] == [(1, 2), (2, 2), (3, 2),
+                                                                                     (4, 1), (5, 1)]
 
 
 def test_prompts_must_split_into_whole_groups(tmp_path):
@@ -83,7 +84,7 @@ def test_two_processes_train_like_one(ddp_run, tmp_path):
     for a, b in zip(rows_one, rows_two):
         assert a.keys() == b.keys()
         for key in a:
-            if key.startswith(("time/", "memory/")):
+            if key.startswith(("time/", "memory/")) or key == "processes":
                 continue
             if isinstance(a[key], float):
                 assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
