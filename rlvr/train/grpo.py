@@ -238,6 +238,14 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     A resume writes nothing into the run directory (config.yaml included) until the checkpoint, the data
     it trained on and the models have all loaded: one that fails leaves the run as it was."""
     newest = load_newest(cfg.train.out) if resume else None  # damaged ones skipped with a note
+    if resume and d.enabled:  # every process reads train.out: nodes that see different directories would
+        # train on different steps' prompts with different optimizer states, silently
+        step = newest[1]["progress"]["step"] if newest else 0
+        low, high = (allreduce_scalars({"step": step}, d, op)["step"] for op in ("min", "max"))
+        if low != high:
+            raise RlvrError(f"process {d.rank} of {d.world} resumes {cfg.train.out} from step {step}, but the "
+                            f"processes do not agree (steps {low:g} to {high:g}): every node must see the same run "
+                            "directory (train.out on a filesystem shared by all nodes)")
     kept = None
     if resume and newest is None:
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")

@@ -222,3 +222,25 @@ def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands
     last, state, damaged = load_newest(out)
     assert f"The run is saved up to {last.name}: continue it with the same torchrun command" in err0
     assert damaged == [] and state["progress"]["step"] >= 1 and not (out / "final").exists()
+
+
+def test_nodes_that_see_different_run_directories_are_refused_on_resume(tmp_path):
+    """--resume on every node reads train.out there: a node whose copy has no checkpoint (no shared
+    filesystem) would start from step 0 beside one at step 1, on other prompts and optimizer state."""
+    run, copy = tmp_path / "run", tmp_path / "copy"
+    assert main(["train", *RUN, "--train.steps=1", "--train.save_every=0", "--eval.after=false",
+                 f"--train.out={run}"]) == 0
+    copy.mkdir()
+    shutil.copy(run / "config.yaml", copy / "config.yaml")  # the run directory as another node's disk has it
+    first, second = node(0, 3, "--resume", str(run), "--train.steps=2"), node(1, 3, "--resume", str(copy),
+                                                                               "--train.steps=2")
+    try:
+        (_, err0), (_, err1) = first.communicate(timeout=300), second.communicate(timeout=300)
+    finally:
+        for p in (first, second):
+            p.kill()
+    assert first.returncode != 0 and second.returncode != 0
+    assert ("process 0 of 2 resumes" in err0 and "from step 1, but the processes do not agree (steps 0 to 1): "
+            "every node must see the same run directory" in err0), err0[-3000:]
+    assert "process 1 of 2 resumes" in err1 and "from step 0" in err1
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1]  # nothing trained, nothing written
