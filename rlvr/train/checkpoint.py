@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -298,6 +299,25 @@ def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.ste
     new = flat(to_dict(cfg))
     return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k) and k not in ignore][:8]
+
+
+def finished_run(cfg: Config) -> dict | None:
+    """The summary of a run that finished under cfg as it is, so a resume has nothing to do: its
+    summary.json (written last, once the final model is saved) says it ended at train.steps uninterrupted,
+    its newest checkpoint is of that step (an extension cut short leaves a later one and an earlier
+    summary), and cfg is its config.yaml (an override is a resume's own: it goes the usual way, refused
+    or noted); None otherwise."""
+    out, steps = Path(cfg.train.out), cfg.train.steps
+    if changed_keys(out / "config.yaml", cfg) or not (out / "config.yaml").is_file():
+        return None
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(summary, dict) or summary.get("steps") != steps or summary.get("interrupted")
+            or latest_checkpoint(out) != checkpoint_path(out, steps) or not (out / "final").is_dir()):
+        return None
+    return summary
 
 
 def resume_records(out: Path, p: Progress) -> None:

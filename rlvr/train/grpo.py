@@ -36,7 +36,7 @@ from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
 from rlvr.errors import WriteError
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, checkpoint_path, latest_checkpoint,
-                                   load_newest, restore_checkpoint, resume_records, save_final, set_aside,
+                                   finished_run, load_newest, restore_checkpoint, resume_records, save_final, set_aside,
                                    try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
@@ -335,6 +335,13 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
     with RunLock(cfg.train.out, enabled=os.environ.get("RANK", "0") == "0"):
         if not resume:
             check_run_dir(cfg.train.out, cfg.train.overwrite)
+        # a finished run resumed as it is: its final evaluation and model made again would cost time and change
+        # nothing (TRL's resume past max_steps trains nothing either)
+        elif (done := finished_run(cfg)) is not None:
+            say(f"{cfg.train.out} finished at step {cfg.train.steps} (summary.json, final/): nothing to do and "
+                f"nothing changed; extend it with --train.steps=N (more than {cfg.train.steps}), or evaluate its "
+                f"model with rlvr eval --model {Path(cfg.train.out) / 'final'}")
+            return done
         try:
             return _locked(cfg, resume, given, wall_start)
         except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it

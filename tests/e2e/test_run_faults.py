@@ -361,3 +361,28 @@ def test_a_run_that_stops_before_step_1_keeps_its_evaluation_before_training(tmp
     same_run(alone, out)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["flips"] == json.loads((alone / "summary.json").read_text())["flips"]
+
+
+def test_resuming_a_finished_run_as_it_is_does_nothing_and_says_how_to_extend_it(stopped_at_4, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """It evaluated again and saved final/ again (minutes on a real evaluation), for the same figures."""
+    import rlvr.train.grpo as grpo
+
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    before = tree(out)
+    monkeypatch.setattr(grpo, "setup", lambda *a, **k: pytest.fail("a finished run was loaded again"))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0
+    assert capsys.readouterr().err == (f"{out} finished at step 4 (summary.json, final/): nothing to do and nothing "
+                                       "changed; extend it with --train.steps=N (more than 4), or evaluate its model "
+                                       f"with rlvr eval --model {out / 'final'}\n")
+    assert tree(out) == before
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(out), "--eval.max_new_tokens=4"]) == 0  # an override: evaluated again
+    err = capsys.readouterr().err
+    assert "nothing to do" not in err and "eval.max_new_tokens=4 (was 6)" in err and "eval at step 4: " in err
+    summary = json.loads((out / "summary.json").read_text())
+    summary["interrupted"] = "SIGTERM"  # stopped at its last step: the final evaluation is still to make
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["train", "--resume", str(out)]) == 0
+    assert "interrupted" not in json.loads((out / "summary.json").read_text())
