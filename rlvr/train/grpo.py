@@ -345,10 +345,12 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
         try:
             return _locked(cfg, resume, given, wall_start)
         except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it
-            last = latest_checkpoint(cfg.train.out)
+            last, out = latest_checkpoint(cfg.train.out), Path(cfg.train.out)
+            again = (f": free space, then start it again with `rlvr train --resume {out}` (from step 0; with the same "
+                     "config it keeps the evaluation before training)" if (out / "config.yaml").is_file() else "")
             raise WriteError(f"{e}; " + (f"the checkpoints up to {last.name} are whole: free space, then continue "
-                                         f"with `rlvr train --resume {cfg.train.out}`" if last else
-                                         "no checkpoint was written yet")) from None
+                                         f"with `rlvr train --resume {out}`" if last else
+                                         f"no checkpoint was written yet{again}")) from None
 
 
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
