@@ -12,6 +12,7 @@ the masters where it keeps them) and the seconds per update; then bf16 weights a
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -81,9 +82,13 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
         return
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    model_name = sys.argv[2] if len(sys.argv) > 2 else "smollm2-135m-instruct"
-    names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(CONFIGS)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("steps", nargs="?", type=int, default=2, help="policy updates per configuration (2)")
+    parser.add_argument("model", nargs="?", default="smollm2-135m-instruct", help="model.name")
+    parser.add_argument("configs", nargs="?", default=",".join(CONFIGS),
+                        help="comma-separated, of " + ", ".join(CONFIGS) + " (all)")
+    args = parser.parse_args()
+    steps, model_name, names = args.steps, args.model, args.configs.split(",")
     print(f"{model_name}: {PROMPTS} prompts x {GROUP} completions x {COMPLETION_TOKENS} tokens "
           f"({PROMPT_TOKENS}-token prompts), micro-batches of 4 prompts, AdamW, {steps} steps")
     print(f"{'config':<12} {'peak MiB':>9} {'load MiB':>9} {'train +MiB':>10} {'trainable':>12} "

@@ -7,10 +7,10 @@ Target: at most 50 ms per program over running bare.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import statistics
-import sys
 import time
 
 from rlvr.rewards.code import code_tests
@@ -55,7 +55,9 @@ def assert_rate(batch: int) -> float:
 
 
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="?", type=int, default=30, help="programs timed each way (30)")
+    runs = parser.parse_args().runs
     logging.getLogger("rlvr.sandbox.run").setLevel(logging.ERROR)  # the bare run's warning
     bare, boxed = Sandbox(isolate=False, unsafe=True), Sandbox()
     launcher(boxed, SandboxLimits())         # probe bubblewrap outside the timing

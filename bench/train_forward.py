@@ -15,8 +15,8 @@ prompt once per completion).
 """
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -87,6 +87,10 @@ def main(repeats: int = 3, model_name: str = "smollm2-135m-instruct", chat: bool
 
 
 if __name__ == "__main__":
-    flags = {a for a in sys.argv[1:] if a.startswith("--")}
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    main(int(args[0]) if args else 3, *args[1:2], chat="--chat" in flags, checkpointing="--checkpointing" in flags)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("repeats", nargs="?", type=int, default=3, help="interleaved runs of each (3)")
+    parser.add_argument("model", nargs="?", default="smollm2-135m-instruct", help="model.name")
+    parser.add_argument("--chat", action="store_true", help="prompts in the model's chat template")
+    parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
+    args = parser.parse_args()
+    main(args.repeats, args.model, chat=args.chat, checkpointing=args.checkpointing)

@@ -146,12 +146,12 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
         path = Path(resume) / "config.yaml"
         if not path.is_file():
             raise RlvrError(f"resume={resume}: no config.yaml there; give a run directory that rlvr wrote")
-        cfg = build_config(path, [*argv, _override("train.out", str(resume))])
+        cfg = build_config(path, [*argv, _override("train.out", str(resume))], source="rlvr.fit")
         check_resumed(cfg.rewards.weights, given)
         return train(cfg, resume=True, given=given)
     if weights:
         argv.append(_override("rewards.weights", weights))
-    cfg = build_config(config, argv)
+    cfg = build_config(config, argv, source="rlvr.fit")
     data = Path(cfg.train.out).resolve() / "data"
     if train_dataset is not None:
         cfg.task.name = _dataset(train_dataset, "train_dataset", data / "train.jsonl")

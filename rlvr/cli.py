@@ -5,7 +5,9 @@ other argument is the command's own and may be spelled `--flag value` or `--flag
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import threading
 import traceback
@@ -31,11 +33,25 @@ def is_override(arg: str) -> bool:
     return arg.startswith("--") and eq == "=" and "." in key
 
 
-def _hint(arg: str) -> str:
-    from rlvr.config import valid_keys
-    from rlvr.config.build import FOREIGN, foreign_name
+# verl's (Hydra's) command line: key=value with no dashes, +key=value to add one
+HYDRA = re.compile(r"^\+?[A-Za-z_][\w.]*=")
+# other trainers' flag for the config file (TRL's --config, Hydra's --config-name and --config-path)
+CONFIG_FLAGS = ("config", "config_file", "config-file", "config-name", "config_name", "config-path", "config_path")
 
+
+def _hint(arg: str, prog: str = "rlvr train") -> str:
+    from rlvr.config import valid_keys
+    from rlvr.config.build import FOREIGN, foreign_key, foreign_name
+
+    if HYDRA.match(arg):  # actor_rollout_ref.rollout.n=8, as verl is run: rlvr's overrides start with --
+        key, value = arg.lstrip("+").split("=", 1)
+        if foreign_key(key):
+            ours = FOREIGN[foreign_key(key)][0]
+            return f"--{ours}=... ({foreign_name(key)})" if ours else ""
+        return f"--{key}={value}"
     key = arg[2:].split("=", 1)[0]
+    if key in CONFIG_FLAGS:
+        return f"{prog} FILE.yaml (the config file is the first argument, not a flag)"
     if "." in key:
         return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
     if key in FOREIGN:  # --num_generations=8, as TRL's command line spells it
@@ -48,13 +64,18 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     """The command's own arguments (parsed) and the config overrides (as given)."""
     overrides = [a for a in argv if is_override(a)]
     args, extra = parser.parse_known_args([a for a in argv if not is_override(a)])
+    config = getattr(args, "config", None)
+    if config and HYDRA.match(config) and not Path(config).exists():  # `rlvr train rollout.n=8`: no file
+        extra = [config, *extra]
     if extra:
-        from rlvr.config.build import FOREIGN, foreign_name
+        from rlvr.config.build import FOREIGN, foreign_key, foreign_name
 
         flags = [a for a in extra if a.startswith("--")]
-        hints = [h for h in map(_hint, flags) if h]
+        hydra = [a for a in extra if HYDRA.match(a)]
+        hints = [h for h in (_hint(a, parser.prog) for a in flags + hydra) if h]
         # another trainer's setting that rlvr has no key for: say so, and why
-        without = [foreign_name(k) for k in (a[2:].split("=", 1)[0] for a in flags) if FOREIGN.get(k, ("x",))[0] == ""]
+        keys = [a[2:].split("=", 1)[0] for a in flags] + [a.lstrip("+").split("=", 1)[0] for a in hydra]
+        without = [foreign_name(k) for k in keys if foreign_key(k) and FOREIGN[foreign_key(k)][0] == ""]
         raise RlvrError(f"{parser.prog}: unrecognised arguments: {' '.join(extra)}"
                         + (f"; did you mean {', '.join(hints)}?" if hints else "")
                         + "".join(f"; {w}" for w in without)
@@ -275,12 +296,12 @@ def plan_parser() -> argparse.ArgumentParser:
 def cmd_plan(argv: list[str]) -> int:
     args, overrides = parse(plan_parser(), argv)
     cfg = build_config(args.config or default_config(overrides), overrides)
-    from rlvr.plan import plan_of, parse_size, report
+    from rlvr.plan import plan_of, parse_size, report, unplanned
 
     budget = parse_size(args.memory) if args.memory else None
     device = args.device or plan_device(cfg.train.device, budget is not None)
     plan = plan_of(cfg, device, args.prompt_tokens)
-    print(report(plan, budget))
+    print(report(plan, budget) + unplanned(cfg))
     return 1 if budget is not None and plan.peak > budget else 0
 
 
@@ -369,6 +390,23 @@ PARSERS = {"train": train_parser, "audit": audit_parser, "compare": compare_pars
            "eval": eval_parser, "sft": sft_parser, "tasks": tasks_parser, "plan": plan_parser}
 COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "report": cmd_report,
             "eval": cmd_eval, "sft": cmd_sft, "tasks": cmd_tasks, "plan": cmd_plan}
+# what `rlvr --help` says of each command, in the README's order: a newcomer's first look at what is here
+SUMMARIES = {
+    "train": "train with GRPO (or another algo.preset); no CONFIG: configs/demo.yaml; --resume RUN_DIR continues",
+    "sft": "supervised fine-tuning on the task's worked solutions, a baseline and a warm start for train",
+    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: a weak reward)",
+    "compare": "run configs, or read run directories, side by side: a table and compare.html",
+    "report": "write RUN_DIR/report.html (train writes it at the end)",
+    "tasks": "list the task sources and reasoning-gym's datasets with their task.params",
+    "eval": "greedy pass@1, pass@k and maj@k of a model on tasks, beside a --baseline model",
+    "plan": "the peak memory of a run's rollout and update, from the config alone; --memory: does it fit",
+}
+
+
+def usage() -> str:
+    width = max(map(len, SUMMARIES))
+    return ("usage: rlvr COMMAND [ARGS ...]   (rlvr COMMAND --help: its arguments; rlvr train --help: every "
+            "config key)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -425,12 +463,16 @@ def _end_progress_bars() -> None:
 
 
 def _command(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"rlvr: unknown command '{argv[0]}'", file=sys.stderr)
-        print("usage: rlvr {" + ",".join(COMMANDS) + "} ...   (rlvr train --help lists config keys)",
-              file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv and argv[0] in ("-h", "--help"):  # asked for: to stdout, so that `rlvr --help | less` shows it
+        print(usage(), end="")
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        if argv:
+            near = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+            print(f"rlvr: unknown command '{argv[0]}'" + (f"; did you mean '{near[0]}'?" if near else ""),
+                  file=sys.stderr)
+        print(usage(), end="", file=sys.stderr)
+        return 2
     try:
         return COMMANDS[argv[0]](argv[1:])
     except RlvrError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -157,8 +158,7 @@ def load_callable(spec: str, what: str) -> Callable:
                 raise
         else:
             module = importlib.import_module(module_name)
-        fn = getattr(module, attr)
-    except (ImportError, AttributeError) as e:
+    except ImportError as e:
         raise RlvrError(f"cannot load {what} '{spec}': {e}") from None
     except SyntaxError as e:
         raise RlvrError(f"cannot load {what} '{spec}': {e.filename}, line {e.lineno}: SyntaxError: {e.msg}") from None
@@ -167,9 +167,26 @@ def load_callable(spec: str, what: str) -> Callable:
             raise
         raise RlvrError(f"cannot load {what} '{spec}': importing it raised {type(e).__name__}: {e} "
                         f"({raised_at(e)})") from None
+    fn = getattr(module, attr, _MISSING)
+    if fn is _MISSING:  # a misspelt name: say what the module does define, nearest first
+        defined = defined_functions(module)
+        near = difflib.get_close_matches(attr, defined, n=1, cutoff=0.5)
+        raise RlvrError(f"cannot load {what} '{spec}': {module_name} has no '{attr}'"
+                        + (f"; did you mean '{near[0]}'?" if near else "")
+                        + (f" (it defines {', '.join(defined[:12])}{', ...' if len(defined) > 12 else ''})"
+                           if defined else ""))
     if not callable(fn):
         raise RlvrError(f"{what} '{spec}' is not callable")
     return fn
+
+
+_MISSING = object()
+
+
+def defined_functions(module) -> list[str]:
+    """The public functions and classes a module defines itself (not those it imports), sorted."""
+    return sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
+                  and getattr(v, "__module__", None) == module.__name__)
 
 
 def file_module_name(path: Path) -> str:

@@ -207,6 +207,18 @@ def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
     return estimate(shape_of(cfg.model.name), Settings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
 
 
+def unplanned(cfg) -> str:
+    """A line saying what of the run the plan leaves out, where something is: colocated vLLM's own memory
+    (its copy of the weights, its KV cache), which vLLM sizes and holds itself; else empty."""
+    if cfg.rollout.engine != "vllm" or cfg.rollout.vllm.server_url:
+        return ""
+    cache = (f"rollout.vllm.kv_cache_gib={cfg.rollout.vllm.kv_cache_gib}" if cfg.rollout.vllm.kv_cache_gib else
+             f"on a GPU rollout.vllm.gpu_memory_utilization={cfg.rollout.vllm.gpu_memory_utilization} of the card, "
+             "1 GiB on the CPU")
+    return (f"\nnot counted: colocated vLLM's own copy of the weights and its KV cache ({cache}), which vLLM "
+            "holds in this process beside the plan's peak")
+
+
 def first_lines(cfg, device: str, questions: list[str], card: float | None = None) -> str:
     """What rlvr train says first: on CUDA the run's plan as a table, with `card` (the GPU's memory in
     bytes) whether it fits and what would make it fit; on the CPU, where memory is seldom what stops a run,
@@ -218,10 +230,11 @@ def first_lines(cfg, device: str, questions: list[str], card: float | None = Non
     except RlvrError as e:  # a Hub name not in the cache, a model family it does not know: the run goes on
         return f"memory plan: none ({e})"
     if device == "cuda":
-        return report(plan, card)
+        return report(plan, card) + unplanned(cfg)
     phases = {phase: sum(parts.values()) for phase, parts in (("rollout", plan.rollout), ("update", plan.update))}
     return (f"memory plan: peak {size(plan.peak)} on the CPU (rollout {size(phases['rollout'])}, update "
-            f"{size(phases['update'])}); by component: rlvr plan CONFIG, with this run's config and overrides")
+            f"{size(phases['update'])}); by component: rlvr plan CONFIG, with this run's config and overrides"
+            + unplanned(cfg))
 
 
 def size(n: float) -> str:

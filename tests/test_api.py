@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+import rlvr
 from rlvr.api import _override, as_rows, is_verl_scorer, name_rewards
 from rlvr.errors import RlvrError
 
@@ -72,3 +73,12 @@ def test_a_dataset_dict_is_told_to_pass_one_split():
     with pytest.raises(RlvrError, match=r"^train_dataset: a DatasetDict of splits \(train, test\); pass one split, "
                                         r"e\.g\. train_dataset=dataset\['train'\]$"):
         as_rows(splits, "train_dataset")
+
+
+def test_a_bad_config_keyword_is_named_as_rlvr_fit_s_not_a_command_line_s():
+    """A misspelt or mistyped config keyword of rlvr.fit is an error of rlvr.fit's, not of a command line the
+    user never wrote; nothing loads first."""
+    with pytest.raises(RlvrError, match=r"^rlvr.fit: unknown config key 'train.stepz'; did you mean 'train.steps'\?"):
+        rlvr.fit(model="tiny-random", rewards=["correctness"], train__stepz=2)
+    with pytest.raises(RlvrError, match=r"^rlvr.fit: 'train.steps' must be int, got 'many'"):
+        rlvr.fit(model="tiny-random", rewards=["correctness"], train__steps="many")

@@ -176,3 +176,50 @@ def test_the_rlvr_script_loads_a_reward_module_from_the_working_directory(tmp_pa
                           cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "control (mean score of the reference solutions): my_rewards:accuracy 1\n" in done.stdout
+
+
+def test_rlvr_help_lists_every_command_on_stdout(capsys):
+    """`rlvr --help` is a newcomer's first command: every command with what it does, on stdout (a pager or
+    grep sees it), exit 0; no command or a misspelt one is a usage error on stderr naming the nearest."""
+    assert main(["--help"]) == 0
+    out, err = capsys.readouterr()
+    listed = [line.split()[0] for line in out.split("commands:\n")[1].splitlines()]
+    assert sorted(listed) == sorted(cli.COMMANDS) and err == ""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Command line\n\n```\n")[1].split("```")[0]
+    assert sorted({line.split()[1] for line in block.splitlines()}) == sorted(cli.COMMANDS)
+    assert main([]) == 2 and "commands:" in capsys.readouterr().err
+    assert main(["trian"]) == 2
+    assert "unknown command 'trian'; did you mean 'train'?" in capsys.readouterr().err
+
+
+def test_the_readme_command_lines_flags_are_the_commands_own():
+    """Each line of the README's command-line block uses only flags its command's parser has (a --section.key
+    is a config override, which every command that reads a config takes)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Command line\n\n```\n")[1].split("```")[0]
+    for line in block.splitlines():
+        command = line.split()[1]
+        own = {s for action in cli.PARSERS[command]()._actions for s in action.option_strings}
+        flags = {f for f in re.findall(r"(?<![\w-])(--[a-z][\w-]*)(?![\w.])", line.split("#")[0])}
+        assert flags <= own, (line, flags - own)
+
+
+def test_other_trainers_command_line_habits_get_the_rlvr_spelling(capsys):
+    """verl is run Hydra's way (key=value, no dashes; +key=value), TRL with --config FILE: each is refused
+    with the rlvr spelling (the config file positional, --section.key=value, the rlvr key a verl name means)."""
+    def error(argv):
+        assert main(argv) == 2
+        return capsys.readouterr().err
+
+    assert ("unrecognised arguments: rollout.group_size=8; did you mean --rollout.group_size=8?"
+            in error(["train", "rollout.group_size=8"]))  # not 'config file not found: rollout.group_size=8'
+    assert ("unrecognised arguments: actor_rollout_ref.rollout.n=8 +data.max_prompt_length=512; did you mean "
+            "--rollout.group_size=... (verl's 'rollout.n' is rlvr's 'rollout.group_size')?; TRL and verl's "
+            "'max_prompt_length' has no rlvr key" in error(["train", SMOKE, "actor_rollout_ref.rollout.n=8",
+                                                            "+data.max_prompt_length=512"]))
+    assert ("unrecognised arguments: --config; did you mean rlvr train FILE.yaml (the config file is the first "
+            "argument, not a flag)?" in error(["train", "--config", SMOKE]))
+    assert "did you mean rlvr eval FILE.yaml" in error(["eval", "--config-name=ppo_trainer"])

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import (Config, ConfigError, TrainConfig, VllmConfig, build_config, describe, field_docs,
-                         parse_override, to_yaml)
+                         parse_override, to_yaml, valid_keys)
 
 
 def write(tmp_path, text):
@@ -81,6 +81,27 @@ def test_every_bad_key_of_a_file_is_named_at_once(tmp_path):
         f"  {p}, line 6: 'rollout.group_size' must be int, got 'many'")
 
 
+def test_a_verl_config_is_refused_leaf_by_leaf_with_the_rlvr_keys(tmp_path):
+    """verl nests its keys (actor_rollout_ref.rollout.n): each leaf is named at its line with the rlvr key it
+    means, not the nested block as one unknown key with an unrelated nearest spelling."""
+    p = write(tmp_path, "data:\n  train_batch_size: 16\nactor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-0.5B\n"
+                        "  rollout:\n    n: 8\n  actor:\n    optim:\n      lr: 1.0e-6\n")
+    with pytest.raises(ConfigError) as e:
+        build_config(p)
+    assert str(e.value).splitlines()[1:] == [
+        f"  {p}, line 2: unknown config key 'data.train_batch_size': verl's 'train_batch_size' is rlvr's "
+        "'rollout.prompts_per_step'",
+        f"  {p}, line 5: unknown config key 'actor_rollout_ref.model.path': verl's 'model.path' is rlvr's 'model.name'",
+        f"  {p}, line 7: unknown config key 'actor_rollout_ref.rollout.n': verl's 'rollout.n' is rlvr's "
+        "'rollout.group_size'",
+        f"  {p}, line 10: unknown config key 'actor_rollout_ref.actor.optim.lr': verl's 'optim.lr' is rlvr's "
+        "'optimizer.lr'"]
+    from rlvr.config.build import FOREIGN
+    keys = valid_keys()  # every rlvr key FOREIGN names exists (task.columns.prompt: a key of task.columns)
+    assert [name for name, (ours, _, _) in FOREIGN.items()
+            if ours and ours not in keys and ours.rsplit(".", 1)[0] != "task.columns"] == []
+
+
 def test_other_trainers_bare_flags_are_named(capsys):
     from rlvr.cli import main
 
@@ -88,7 +109,7 @@ def test_other_trainers_bare_flags_are_named(capsys):
     err = capsys.readouterr().err
     assert ("unrecognised arguments: --num_generations=4 --max_prompt_length=512; did you mean "
             "--rollout.group_size=... (TRL's 'num_generations' is rlvr's 'rollout.group_size')?; "
-            "TRL's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
+            "TRL and verl's 'max_prompt_length' has no rlvr key (rlvr does not cut prompts") in err
 
 
 def test_wrong_type_names_key_and_type():
@@ -116,9 +137,15 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
         build_config(p)
 
 
-def test_missing_file():
-    with pytest.raises(ConfigError, match="config file not found: nope.yaml"):
+def test_missing_file(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="^config file not found: nope.yaml$"):
         build_config("nope.yaml")
+    # the README's `rlvr train configs/...` from another directory: the error says where the shipped one is
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+    with pytest.raises(ConfigError, match=f"^config file not found: configs/smoke.yaml; the shipped config of that "
+                                          f"name is {re.escape(str(shipped))}$"):
+        build_config("configs/smoke.yaml")
 
 
 def test_dict_key_override():
@@ -395,3 +422,34 @@ def test_lora_keys_without_a_rank_get_a_note(tmp_path, capsys):
     build_config(p, ["--model.lora.r=8"])
     build_config(None)  # the defaults, as a run's config.yaml holds them: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def test_every_shipped_config_builds_and_the_readme_names_it():
+    """Each file in configs/ is one a newcomer copies: it builds (sft.yaml as rlvr sft reads it) and the
+    README's list of them names it; ppo.yaml differs from arithmetic.yaml in the algorithm alone, as said."""
+    from rlvr.config import to_dict
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    listed = readme.split("The shipped configs (`configs/`)")[1].split("\n\n")[0]
+    for path in sorted((root / "configs").glob("*.yaml")):
+        build_config(path, command="sft" if path.stem == "sft" else "train")
+        assert f"`{path.name}`" in listed, path.name
+
+    def knobs(name):
+        return {(s, k): v for s, keys in to_dict(build_config(root / "configs" / name)).items() for k, v in keys.items()}
+    arithmetic, ppo = knobs("arithmetic.yaml"), knobs("ppo.yaml")
+    assert {s for s, k in arithmetic if arithmetic[s, k] != ppo[s, k] and (s, k) not in
+            {("task", "heldout_size"), ("train", "out")}} == {"algo"}  # heldout_size null: 100 for a generated task
+
+
+def test_the_readmes_override_examples_build_as_said():
+    """README: 'Overrides are dotted and parsed as YAML values' and its examples, each built as written."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    said = readme.split("Overrides are dotted and parsed as YAML values: ")[1].split("\n\n")[0]
+    examples = re.findall(r"`(--[a-z_.]+=[^`]+)`", said.split("An unknown key")[0])
+    assert len(examples) == 4, examples
+    built = [build_config(None, [e.replace('"', "")]) for e in examples]  # the shell drops the quotes
+    assert built[0].rollout.group_size == 16 and built[1].algo.beta == 0.04
+    assert built[2].rewards.weights == {"correctness": 1.0, "format": 0.5}
+    assert built[3].rewards.weights == {"correctness": 1.0, "mypkg.rewards:brevity": 0.1}

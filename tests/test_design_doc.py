@@ -30,3 +30,20 @@ def test_every_path_the_docs_name_exists():
                 if not (ROOT / m.group(1)).exists() and not (ROOT / (m.group(1) + ".py")).exists():
                     missing.append(f"{doc.name}:{number}: {m.group(1)}")
     assert missing == []
+
+
+def test_every_benchmark_script_answers_help():
+    """docs/performance.md sends a reader to each bench script's `--help` for its flags: every script run as a
+    program parses its arguments with argparse (a script reading sys.argv by hand ran the benchmark, or
+    failed on int('--help')), and --help prints the usage and exits without measuring anything."""
+    import subprocess
+    import sys
+
+    children = {"gpu_children.py"}  # bench/gpu.py's own child processes, given a job's JSON: not run by hand
+    scripts = [p for p in sorted((ROOT / "bench").glob("*.py"))
+               if '__name__ == "__main__"' in p.read_text() and p.name not in children]
+    assert [p.name for p in scripts if "ArgumentParser(" not in p.read_text()] == []
+    for name in ("memory", "sandbox_overhead", "train_forward", "math_checks"):
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--help"], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 0 and done.stdout.startswith(f"usage: {name}.py"), (name, done.stderr[-500:])

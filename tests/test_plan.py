@@ -244,3 +244,21 @@ def test_the_memory_figures_docs_gpu_md_quotes(capsys):
         assert main(["plan", *argv]) == 0
         peaks = [line.split()[-1] for line in capsys.readouterr().out.splitlines()[2:4]]  # rollout, update
         assert max(peaks, key=float) == figure, argv
+
+
+def test_the_plan_says_it_leaves_out_colocated_vllm(capsys):
+    """Colocated vLLM sizes and holds its own weights and KV cache in the trainer's process: the plan does
+    not count them, and says so (in rlvr plan and in rlvr train's first line), naming the setting that sizes
+    the cache; vLLM servers hold theirs elsewhere, and the defaults' plan has no such line."""
+    from rlvr.config import build_config
+    from rlvr.plan import first_lines
+
+    assert main(["plan", SMOKE, "--rollout.engine=vllm", "--rollout.vllm.kv_cache_gib=2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "not counted: colocated vLLM's own copy of the weights and its KV cache (rollout.vllm.kv_cache_gib=2.0), "
+        "which vLLM holds in this process beside the plan's peak")
+    cfg = build_config(SMOKE, ["--rollout.engine=vllm"])
+    assert "not counted: colocated vLLM's own" in first_lines(cfg, "cpu", ["What is 1 + 1?"])
+    served = build_config(SMOKE, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://127.0.0.1:8000"])
+    assert "not counted" not in first_lines(served, "cpu", ["What is 1 + 1?"])
+    assert main(["plan", SMOKE]) == 0 and "not counted" not in capsys.readouterr().out

@@ -91,7 +91,7 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
     "max_completion_length": ("rollout.max_new_tokens", "TRL", ""),
     "generate_max_len": ("rollout.max_new_tokens", "OpenRLHF", ""),
     "max_response_length": ("rollout.max_new_tokens", "verl", ""),
-    "max_prompt_length": ("", "TRL", "rlvr does not cut prompts: a problem whose prompt and "
+    "max_prompt_length": ("", "TRL and verl", "rlvr does not cut prompts: a problem whose prompt and "
                           "rollout.max_new_tokens do not fit the model's context is left out, with a count"),
     "per_device_train_batch_size": ("rollout.prompts_per_step", "TRL",
                                     "TRL counts completions, rlvr prompts: a step samples rollout.prompts_per_step "
@@ -150,16 +150,26 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
     "enable_gradient_checkpointing": ("train.gradient_checkpointing", "verl", ""),
     "use_vllm": ("rollout.engine", "TRL", "rollout.engine=vllm"),
     "vllm_gpu_memory_utilization": ("rollout.vllm.gpu_memory_utilization", "TRL", ""),
+    # verl's nested keys, by their last two parts (actor_rollout_ref.rollout.n, actor_rollout_ref.actor.optim.lr)
+    "rollout.n": ("rollout.group_size", "verl", ""),
+    "optim.lr": ("optimizer.lr", "verl", ""),
+    "model.path": ("model.name", "verl", ""),
+    "actor.use_kl_loss": ("algo.beta", "verl", "the KL term is on when algo.beta > 0; algo.kl_in says where"),
 }
+
+
+def foreign_key(key: str) -> str | None:
+    """The FOREIGN name `key` is (by its last two parts, else its last: actor_rollout_ref.rollout.n is
+    verl's rollout.n), else None."""
+    return next((n for n in (".".join(key.split(".")[-2:]), key.rsplit(".", 1)[-1]) if n in FOREIGN), None)
 
 
 def foreign_name(key: str) -> str | None:
     """What to say about `key` when it is another trainer's name for an rlvr setting (FOREIGN), else None."""
-    found = FOREIGN.get(key.rsplit(".", 1)[-1])
-    if found is None:
+    name = foreign_key(key)
+    if name is None:
         return None
-    ours, origin, differs = found
-    name = key.rsplit(".", 1)[-1]
+    ours, origin, differs = FOREIGN[name]
     said = f"{origin}'s '{name}' is rlvr's '{ours}'" if ours else f"{origin}'s '{name}' has no rlvr key"
     return said + (f" ({differs})" if differs else "")
 
@@ -253,10 +263,16 @@ def _set(cfg, dotted: str, value, where: str) -> None:
         return
 
 
+# the repository's root, whose configs/ holds the shipped configs (an editable install, as make sets up)
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    if not path.is_file():  # `rlvr train configs/demo.yaml` run from another directory: say where that one is
+        shipped = REPOSITORY / path if not path.is_absolute() else None
+        hint = f"; the shipped config of that name is {shipped}" if shipped is not None and shipped.is_file() else ""
+        raise ConfigError(f"config file not found: {path}{hint}")
     try:
         data = _yaml(decode_utf8(path.read_bytes(), path))
     except yaml.MarkedYAMLError as e:
@@ -277,11 +293,17 @@ def key_lines(path: str | Path) -> dict[str, int]:
     section itself), so an error about a key can say where it is written."""
     node = yaml.compose(decode_utf8(Path(path).read_bytes(), Path(path)), Loader=_Loader)
     lines: dict[str, int] = {}
+
+    def walk(mapping: yaml.MappingNode, prefix: str) -> None:  # every depth: another trainer's nesting too
+        for k, v in mapping.value:
+            lines[prefix + str(k.value)] = k.start_mark.line + 1
+            if isinstance(v, yaml.MappingNode):
+                walk(v, f"{prefix}{k.value}.")
+
     for k, v in node.value if isinstance(node, yaml.MappingNode) else []:
         lines[str(k.value)] = k.start_mark.line + 1
         if isinstance(v, yaml.MappingNode) and "." not in str(k.value):
-            for sub, _ in v.value:
-                lines[f"{k.value}.{sub.value}"] = sub.start_mark.line + 1
+            walk(v, f"{k.value}.")
     return lines
 
 
@@ -299,12 +321,26 @@ def parse_override(arg: str) -> tuple[str, object]:
 
 def _flat(data: dict) -> dict:
     """A file's keys as `section.key` (a section's keys one level down), in the file's order; values, and
-    anything that is not a section, are left for `_set` to check."""
+    anything that is not a section, are left for `_set` to check. Under a section rlvr does not have, every
+    leaf is a key of its own: another trainer's nesting (verl's `actor_rollout_ref.rollout.n`) is then
+    refused leaf by leaf, each with the rlvr key it means (FOREIGN), not as one block."""
+    sections = {f.name for f in dataclasses.fields(Config)}
     out = {}
+
+    def leaves(prefix: str, v) -> None:
+        if isinstance(v, dict) and v:
+            for sub, value in v.items():
+                leaves(f"{prefix}.{sub}", value)
+        else:
+            out[prefix] = v
+
     for k, v in data.items():
         if isinstance(v, dict) and "." not in str(k):
             for sub, value in v.items():
-                out[f"{k}.{sub}"] = value
+                if str(k) in sections:
+                    out[f"{k}.{sub}"] = value
+                else:
+                    leaves(f"{k}.{sub}", value)
         else:
             out[str(k)] = v
     return out
@@ -330,10 +366,12 @@ def _preset_replaces(data: dict, preset: str, where: str) -> dict:
     return {k: v for k, v in data.items() if k not in dropped}
 
 
-def build_config(path: str | Path | None = None, overrides: list[str] = (), command: str = "train") -> Config:
+def build_config(path: str | Path | None = None, overrides: list[str] = (), command: str = "train",
+                 source: str = "command line") -> Config:
     """Defaults, then the algo preset's knobs, then the YAML file, then the command line; a preset given
     on the command line also replaces the file's values for the keys it sets (module docstring). `command`
-    names the run directory when nothing else does (default_out)."""
+    names the run directory when nothing else does (default_out); `source` is where the overrides were
+    written, as an error about one names it (rlvr.fit's keywords are no command line)."""
     from rlvr.algo.presets import PRESETS
 
     cfg = Config()
@@ -359,7 +397,7 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     if problems:
         raise ConfigError(problems[0])
     for key, value in parsed:
-        _set(cfg, key, value, "command line")
+        _set(cfg, key, value, source)
     if not cfg.train.out:
         cfg.train.out = default_out(path, command)
     validate(cfg)

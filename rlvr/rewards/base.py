@@ -159,6 +159,9 @@ def resolve(name: str, weight: float, builtins: dict[str, Callable]) -> RewardFu
         raise RlvrError(f"reward '{name}' is a Python function given to rlvr.fit, which config.yaml cannot "
                         f"hold: pass it again, e.g. rlvr.fit(resume=RUN_DIR, rewards={{{fn}: "
                         f"{weight}, ...}}) with the run's other Python rewards")
+    if ":" not in name and name.endswith(".py"):  # a file without the function to call in it
+        raise RlvrError(f"reward '{name}' in rewards.weights names a file, not a function in it: write "
+                        f"'{name}:FUNCTION' (TRL's form) or 'verl:{name}:compute_score'")
     if ":" not in name:
         raise RlvrError(f"unknown reward '{name}' in rewards.weights: built in: {', '.join(builtins)}, "
                         "'module:function' (TRL's form) or 'verl:module:compute_score'")

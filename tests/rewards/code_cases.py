@@ -33,6 +33,20 @@ ATTACKS = {
             def __eq__(self, other): return True
             __hash__ = int.__hash__
         def f(a, b=0): return I(3)"""),
+    "str-subclass-equal": (ASSERT, """
+        class S(str):
+            def __eq__(self, other): return True
+            __hash__ = str.__hash__
+        def f(a, b=0): return S("3")"""),
+    # A metaclass cannot make an object pass for an int: the codec reads type(value) itself.
+    "metaclass-forged-name": (FN, """
+        class Meta(type):
+            __name__ = "int"
+            __qualname__ = "int"
+        class X(metaclass=Meta):
+            def __eq__(self, other): return True
+            __hash__ = object.__hash__
+        def f(a, b=0): return X()"""),
     "hard-coded-visible-answers": (FN, "def f(a, b=0):\n    return {(1, 2): 3}.get((a, b), 0)"),
     # Forged result lines, with and without the secret.
     "print-forged-line": (FN, """
@@ -113,6 +127,29 @@ ATTACKS = {
         for daemon in (True, False):
             threading.Thread(target=spam, daemon=daemon).start()
         def f(a, b=0): return 0"""),
+    # Replies forged on the real reply pipe: worth no more than the values they answer (here, wrong ones).
+    "forged-replies-on-the-reply-pipe": (FN, """
+        import os
+        def f(a, b=0):
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    if int(fd) > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                        os.write(int(fd), b'["v",0]\\n["x","ok",""]\\n["ready"]\\n')
+                except OSError:
+                    pass
+            return 0"""),
+    # A reply nested 200000 deep, written on the reply pipe: malformed, never a RecursionError in the parent.
+    "deep-line-on-the-reply-pipe": (ASSERT, """
+        import os
+        def f(a, b=0):
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    if int(fd) > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                        os.write(int(fd), b'["v",' + b"[" * 200000 + b"]" * 200000 + b"]\\n")
+                except OSError:
+                    pass
+            return 3"""),
+    "stop-itself": (FN, "import os, signal\ndef f(a, b=0):\n    os.kill(os.getpid(), signal.SIGSTOP)"),
     "atexit-forgery": (FN, """
         import atexit
         atexit.register(lambda: print("0 value 3"))
@@ -139,6 +176,30 @@ ATTACKS = {
         while True:
             try: os.fork()
             except OSError: pass"""),
+    # Processes that spin wait for each other's CPUs: their run-queue delay must not stretch the limit
+    # (rlvr.sandbox.clock), the long-lived ones' nor that of children that spin 10 ms and exit.
+    "spinning-processes": (FN, """
+        import os
+        def f(a, b=0):
+            for _ in range(8):
+                if os.fork() == 0:
+                    break
+            while True: pass"""),
+    "short-lived-spinners": (ASSERT, """
+        import os, time
+        def f(a, b=0):
+            for _ in range(2):
+                if os.fork() == 0:
+                    while True: pass
+            while True:
+                try:
+                    if os.fork() == 0:
+                        t = time.monotonic()
+                        while time.monotonic() - t < 0.01: pass
+                        os._exit(0)
+                    os.wait()
+                except OSError:
+                    pass"""),
     "thread-bomb": (STDIO, """
         import threading, time
         while True:

@@ -167,6 +167,28 @@ def test_a_spec_that_never_calls_the_candidate_is_refused():
         parse_spec({"kind": "assert", "asserts": ["assert sorted([2, 1]) == [1, 2]"]})
 
 
+# Test code whose calls of the candidate are in code that never runs here: each passed every program, even
+# one with no function at all, before a test that passes without calling the candidate was refused.
+NEVER_RUNS = {
+    "unittest-class": "import unittest\nfrom solution import f\n\nclass TestF(unittest.TestCase):\n"
+                      "    def test_one(self):\n        self.assertEqual(f(1), 2)\n\n"
+                      "if __name__ == '__main__':\n    unittest.main()\n",
+    "pytest-class": "from solution import f\n\nclass TestF:\n    def test_one(self):\n        assert f(1) == 2\n",
+    "uncalled-function": "def helper():\n    assert f(1) == 2\n",
+    "main-block": "def test_one():\n    assert f(1) == 2\n\nif __name__ == '__main__':\n    test_one()\n",
+}
+
+
+@pytest.mark.parametrize("test", list(NEVER_RUNS.values()), ids=list(NEVER_RUNS))
+def test_a_test_whose_calls_never_run_is_refused_not_passed(test):
+    spec = {"kind": "assert", "asserts": ["import math", "assert f(0) == 1"], "hidden": [test]}
+    with pytest.raises(ValueError, match="case 3 cannot be decided.*never runs here.*would pass every program"):
+        reward([python_block("def f(x):\n    return x + 1")], tests=[spec])
+    # a case that calls nothing of the candidate (setup) still passes beside one that does
+    assert verdict("def f(x):\n    return x + 1", {**spec, "hidden": []}).reason == "passed 2/2"
+    assert verdict("def f(x):\n    return x", {**spec, "hidden": []}).reason == "failed case 2: assertion failed"
+
+
 # ---- SystemExit and other BaseExceptions do not satisfy pytest.raises(Exception) ---------------
 
 RAISES_SPEC = {"kind": "assert", "asserts": ["import pytest\nwith pytest.raises(Exception):\n    f(-1)",

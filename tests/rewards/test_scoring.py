@@ -67,6 +67,26 @@ def test_unknown_reward_names_builtins():
         build_rewards({"no_such_mod:f": 1.0})
 
 
+def test_a_misspelt_reward_function_or_a_bare_file_says_what_to_write(tmp_path):
+    """The walls a newcomer's first rewards.weights hits: a function name misspelt (the file's functions are
+    listed, the nearest first) and a file named without its function."""
+    (tmp_path / "my_rewards.py").write_text("import re\nfrom math import sqrt\n\ndef accuracy(completions, **kw):\n"
+                                            "    return [1.0] * len(completions)\n\ndef _helper():\n    pass\n\n"
+                                            "def compute_score(data_source, solution_str, ground_truth):\n    return 1.0\n")
+    path = tmp_path / "my_rewards.py"
+    with pytest.raises(RlvrError) as e:
+        build_rewards({f"{path}:accuracyy": 1.0})
+    assert str(e.value) == (f"cannot load reward function '{path}:accuracyy': {path} has no 'accuracyy'; did you "
+                            "mean 'accuracy'? (it defines accuracy, compute_score)")  # not re, sqrt or _helper
+    with pytest.raises(RlvrError, match=r"verl compute_score '.*:score': .* has no 'score'; did you mean "
+                                        r"'compute_score'\?"):
+        build_rewards({f"verl:{path}:score": 1.0})
+    with pytest.raises(RlvrError, match=r"^reward 'my_rewards.py' in rewards.weights names a file, not a function "
+                                        r"in it: write 'my_rewards.py:FUNCTION' \(TRL's form\) or "
+                                        r"'verl:my_rewards.py:compute_score'$"):
+        build_rewards({"my_rewards.py": 1.0})
+
+
 def test_selected_groups_count_only_their_own_errors():
     # dynamic sampling keeps some groups (G = 2) of each round and concatenates them: the errors are
     # those of the kept completions, never a whole round's count once per kept group

@@ -309,3 +309,25 @@ def test_a_json_array_saved_as_jsonl_is_told_so(tmp_path):
     path.with_suffix(".json").write_text(json.dumps(ROWS[:3], indent=2))
     assert len(build_splits(TaskConfig(name=str(path.with_suffix(".json")), columns=MAPPING, heldout_size=1,
                                        few_shot=0, ood_size=0)).train) == 2
+
+
+def test_the_readmes_local_hub_copy_of_gsm8k_loads_as_written(tmp_path, monkeypatch):
+    """README: a local copy in the Hub's layout reads with the overrides it shows (GSM8K's rows are
+    `question` and `answer`, so the shown overrides must map the prompt)."""
+    import re
+    from pathlib import Path
+
+    from rlvr.config import build_config
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    shown = re.search(r"reads the same way: `(task\.name=gsm8k [^`]*)`", readme).group(1)
+    rows = [{"question": f"Sam has {i} pens and buys {i} more. How many?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"}
+            for i in range(30)]
+    (tmp_path / "gsm8k" / "main").mkdir(parents=True)
+    write_parquet(tmp_path / "gsm8k" / "main" / "train-00000-of-00001.parquet", rows[:25])
+    write_parquet(tmp_path / "gsm8k" / "main" / "test-00000-of-00001.parquet", rows[25:])
+    monkeypatch.chdir(tmp_path)
+    task = build_config(None, [f"--{kv}" for kv in shown.split()] + ["--task.heldout_split=test"]).task
+    s = build_splits(task)
+    assert len(s.train) == 25 and len(s.heldout) == 5
+    assert s.train[0].question.startswith("Sam has 0 pens") and s.heldout[0].answer.endswith("#### 50")

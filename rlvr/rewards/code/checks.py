@@ -40,7 +40,7 @@ _EXCEPTIONS = frozenset(n for n, c in vars(builtins).items() if isinstance(c, ty
 
 class Undecidable(BaseException):
     """The test needs something that cannot be decided outside the sandbox. A BaseException, so
-    that test code's own `except Exception` cannot swallow it."""
+    that test code's own `except Exception` cannot swallow it. args: (what the test does, [how to fix it])."""
 
 
 class CandidateFailure(BaseException):
@@ -77,6 +77,11 @@ class TestCode:
     prefetch: tuple
     tests: tuple = ()
     aliases: tuple = ()
+
+    @property
+    def calls_candidate(self) -> bool:
+        """Does its source call a function of the candidate (a free name, or check(candidate))?"""
+        return bool(self.names) or self.calls_check
 
 
 class MissingModule(ValueError):
@@ -255,6 +260,7 @@ class Runner:
     def __init__(self, program, prefetch: list[str] = ()):
         self.program = program
         self.failure: BaseException | None = None   # the first in the current test; not swallowable
+        self.calls = 0   # calls the tests made, answered from the batch or not
         self.cache: dict[str, deque] = {}
         unique = list(dict.fromkeys(prefetch))
         if unique:
@@ -262,6 +268,7 @@ class Runner:
                 self.cache.setdefault(key, deque()).append(reply)
 
     def call(self, name: str, args: tuple, kwargs: dict):
+        self.calls += 1
         try:
             key = _encode_call(name, list(args), kwargs)
         except harness.NotPlain as e:
@@ -347,7 +354,7 @@ def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[b
     ns.update({m: __import__(m) for m in test.modules})
     aliases = dict(test.aliases)
     ns.update({n: Proxy(aliases.get(n, n), runner) for n in test.names})
-    runner.failure = None
+    runner.failure, calls = None, runner.calls
     try:
         exec(test.code, ns)  # noqa: S102 - dataset test code, trusted; the candidate is behind proxies
         if test.calls_check:
@@ -368,6 +375,14 @@ def run_test(test: TestCode, runner: Runner, entry_point: str | None) -> tuple[b
         raise runner.failure
     if runner.failure is not None:     # even if the test caught it
         return False, *runner.failure.args
+    if outcome[0] and runner.calls == calls and test.calls_candidate:
+        # Its calls are in code that never ran: a test class (unittest's or pytest's), a function nothing
+        # calls, an `if __name__ == "__main__":` block. Passed, it would pass every program, even none.
+        # Nothing of the candidate's ran before its first call, so this is the spec's doing, never a program's.
+        raise Undecidable("calls the candidate only in code that never runs here (a test class, a function "
+                          "nothing calls, an `if __name__ == '__main__':` block), so it would pass every "
+                          "program", "call the candidate at the top level or in pytest-style `def test_...()` "
+                          "functions")
     return outcome
 
 

@@ -91,8 +91,9 @@ def program_outcomes(program: str, spec: Spec, cfg: CodeTestsConfig) -> list[Cas
             try:
                 ok, why, kind = run_test(case.test, runner, spec.entry_point)
             except Undecidable as e:
+                fix = e.args[1] if len(e.args) > 1 else "rewrite it as calls on plain data"
                 raise UndecidableSpec(f"tests spec (assert) case {case.number} cannot be decided outside the "
-                                 f"sandbox: it {e.args[0]}; rewrite it as calls on plain data") from None
+                                      f"sandbox: it {e.args[0]}; {fix}") from None
             outcomes.append(PASS if ok else (False, _case_reason(case, why, kind), kind))
             if not ok and not cfg.partial:
                 break

@@ -90,7 +90,7 @@ def parse_spec(tests) -> Spec:
 
 def calls_candidate(test: TestCode) -> bool:
     """Does this test call any function of the candidate (a free name, or check(candidate))?"""
-    return bool(test.names) or test.calls_check
+    return test.calls_candidate
 
 
 def _prelude(tests: dict, kind: str) -> str:
