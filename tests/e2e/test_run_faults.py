@@ -281,7 +281,8 @@ def test_a_resume_refuses_what_changes_the_weights_and_notes_the_rest(tmp_path, 
                "--model.lora.r=8": "model.lora.r=4; this start sets model.lora.r=8",
                "--model.lora.target_modules=all-linear": "model.lora.target_modules=['q_proj', 'k_proj', 'v_proj', "
                                                          "'o_proj']; this start sets model.lora.target_modules=all-linear",
-               "--model.dtype=bfloat16": "model.dtype=float32; this start sets model.dtype=bfloat16"}
+               "--model.dtype=bfloat16": "model.dtype=float32; this start sets model.dtype=bfloat16",
+               "--model.quantize=nf4": "model.quantize=none; this start sets model.quantize=nf4"}
     for override, said in refused.items():
         capsys.readouterr()
         assert main(["train", "--resume", str(out), "--train.steps=3", override]) == 2, override
