@@ -307,7 +307,7 @@ def test_a_checkpoint_without_its_weight_settings_is_checked_against_config_yaml
                  "--train.eval_every=0", "--eval.before=false", f"--train.out={out}"]) == 0
     (ckpt,) = checkpoints(out)
     state = torch.load(ckpt, weights_only=False)
-    assert state.pop("weights") == {"model.name": "tiny-random", "model.dtype": "float32", "model.quantize": "none",
+    assert state.pop("weights") == {"model.dtype": "float32", "model.quantize": "none",
                                     "model.lora.r": 4, "model.lora.alpha": 16,
                                     "model.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
     save_checkpoint(out, 2, state, keep=1)
@@ -387,3 +387,21 @@ def test_resuming_a_finished_run_as_it_is_does_nothing_and_says_how_to_extend_it
     (out / "summary.json").write_text(json.dumps(summary))
     assert main(["train", "--resume", str(out)]) == 0
     assert "interrupted" not in json.loads((out / "summary.json").read_text())
+
+
+def test_a_model_directory_that_moved_resumes_with_a_note(tmp_path, capsys):
+    """model.name is not among the keys a resume refuses: the checkpoint holds every weight."""
+    from rlvr.models import tiny_random
+
+    model, tok = tiny_random()
+    first = tmp_path / "models" / "mine"
+    model.save_pretrained(first)
+    tok.save_pretrained(first)
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.steps=2", "--train.eval_every=0", "--eval.before=false", "--eval.after=false",
+                 f"--model.name={first}", f"--train.out={out}"]) == 0
+    moved = first.rename(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=3", f"--model.name={moved}"]) == 0
+    assert (f"note: resuming with settings changed from the run's config.yaml: model.name={moved} (was {first}), "
+            "train.steps=3 (was 2)") in capsys.readouterr().err
