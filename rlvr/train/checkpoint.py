@@ -70,6 +70,23 @@ def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train")
                     f"{', '.join(options[:-1])} or {options[-1]}")
 
 
+def check_restart(out: str | Path) -> None:
+    """A resume that finds no checkpoint starts the run again from step 0, replacing the directory's records:
+    refused where the directory holds more than a start that stopped short of its first checkpoint (a
+    run's summary.json or final/ model: a finished run whose checkpoints were deleted to free space, an
+    rlvr sft run), which starting again would delete. Read only, before anything loads."""
+    out = Path(out)
+    held = [name for name in ("summary.json", "final") if (out / name).exists()]
+    if not held:
+        return
+    further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
+        if "final" in held else ""
+    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from, and the "
+                    f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
+                    f"replace; nothing in it was changed: {further}replace the run with rlvr train "
+                    f"{out / 'config.yaml'} --train.overwrite=true")
+
+
 def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
     """Create the run directory and write its config.yaml; a fresh run first removes an earlier run's
     records, checkpoints and final model (a resumed run keeps them); both remove what writes cut short

@@ -35,9 +35,9 @@ from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
 from rlvr.errors import WriteError
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, checkpoint_path, latest_checkpoint,
-                                   finished_run, load_newest, restore_checkpoint, resume_records, save_final, set_aside,
-                                   try_checkpoint)
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
+                                   finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
+                                   save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, keep_before, kept_before, log_eval, read_records
@@ -239,6 +239,7 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     newest = load_newest(cfg.train.out) if resume else None  # damaged ones skipped with a note
     kept = None
     if resume and newest is None:
+        check_restart(cfg.train.out)
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
         kept = kept_before(cfg, d)  # read now: setup clears the directory
     if newest is not None:

@@ -405,3 +405,23 @@ def test_a_model_directory_that_moved_resumes_with_a_note(tmp_path, capsys):
     assert main(["train", "--resume", str(out), "--train.steps=3", f"--model.name={moved}"]) == 0
     assert (f"note: resuming with settings changed from the run's config.yaml: model.name={moved} (was {first}), "
             "train.steps=3 (was 2)") in capsys.readouterr().err
+
+
+def test_a_resume_without_checkpoints_never_replaces_a_runs_results(stopped_at_4, tmp_path, capsys):
+    """A finished run whose checkpoints were deleted to free space, resumed to extend it, started again from
+    step 0 and replaced its final model and records. It is refused, the directory unchanged; a start that
+    stopped before its first checkpoint still starts again."""
+    import shutil
+
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    shutil.rmtree(out / "checkpoints")
+    before = tree(out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=6"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"rlvr: error: a resume of {out} found no checkpoint in {out / 'checkpoints'} to continue from, and the "
+        "directory holds a run's results (summary.json, final), which starting again from step 0 would replace; "
+        f"nothing in it was changed: train its model further in a new run (--model.name={out / 'final'} "
+        f"--train.out=NEW_DIR), or replace the run with rlvr train {out / 'config.yaml'} --train.overwrite=true")
+    assert tree(out) == before
+    assert main(["train", str(out / "config.yaml"), "--train.overwrite=true", "--train.steps=1"]) == 0
