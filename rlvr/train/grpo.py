@@ -265,6 +265,9 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
         p, pending = restore_checkpoint(run, state, last, cfg), state.get("pending")
         run.engine.sync_weights(run.models.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
+        if not run.baseline and d.is_main and any(row.get("step") == 0 for row in p.eval_rows):
+            say(f"note: {run.out / 'eval_before.jsonl'} is missing or cut short: the final evaluation is compared "
+                "with the accuracies before training, without per-problem flips")
         if d.is_main:  # everything has loaded: only now is the directory written
             set_aside(damaged)
             resume_records(run.out, p)

@@ -425,3 +425,17 @@ def test_a_resume_without_checkpoints_never_replaces_a_runs_results(stopped_at_4
         f"--train.out=NEW_DIR), or replace the run with rlvr train {out / 'config.yaml'} --train.overwrite=true")
     assert tree(out) == before
     assert main(["train", str(out / "config.yaml"), "--train.overwrite=true", "--train.steps=1"]) == 0
+
+
+def test_a_resume_whose_eval_before_records_are_cut_short_says_so(stopped_at_4, tmp_path, capsys):
+    """A torn eval_before.jsonl (a version that appended it line by line, killed) stopped the resume with
+    a JSONDecodeError; it is no baseline: the run goes on, said once, without flips."""
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    with open(out / "eval_before.jsonl", "ab") as f:
+        f.write(b'{"split": "heldout", "quest')
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=5"]) == 0
+    assert (f"note: {out / 'eval_before.jsonl'} is missing or cut short: the final evaluation is compared with the "
+            "accuracies before training, without per-problem flips") in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert "flips" not in summary and summary["heldout_accuracy_before"] == stopped_at_4[1]["heldout_accuracy_before"]
