@@ -47,3 +47,6 @@ def test_every_benchmark_script_answers_help():
         done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--help"], capture_output=True,
                               text=True, timeout=120, cwd=ROOT)
         assert done.returncode == 0 and done.stdout.startswith(f"usage: {name}.py"), (name, done.stderr[-500:])
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "memory.py"), "1", "tiny-random", "full,lora"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)  # lora8 is the name
+    assert done.returncode == 2 and "unknown configs lora: of full, full+ckpt" in done.stderr
