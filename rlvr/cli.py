@@ -406,7 +406,7 @@ SUMMARIES = {
 def usage() -> str:
     width = max(map(len, SUMMARIES))
     return ("usage: rlvr COMMAND [ARGS ...]   (rlvr COMMAND --help: its arguments; rlvr train --help: every "
-            "config key)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
+            "config key; rlvr --version)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -465,6 +465,11 @@ def _end_progress_bars() -> None:
 def _command(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):  # asked for: to stdout, so that `rlvr --help | less` shows it
         print(usage(), end="")
+        return 0
+    if argv and argv[0] in ("-V", "--version"):  # what a bug report needs first
+        from rlvr import __version__
+
+        print(f"rlvr {__version__}")
         return 0
     if not argv or argv[0] not in COMMANDS:
         if argv:

@@ -223,3 +223,11 @@ def test_other_trainers_command_line_habits_get_the_rlvr_spelling(capsys):
     assert ("unrecognised arguments: --config; did you mean rlvr train FILE.yaml (the config file is the first "
             "argument, not a flag)?" in error(["train", "--config", SMOKE]))
     assert "did you mean rlvr eval FILE.yaml" in error(["eval", "--config-name=ppo_trainer"])
+
+
+def test_rlvr_version_is_the_packages(capsys):
+    import re
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    version = re.search(r'^version = "(.+)"$', pyproject, re.M).group(1)
+    assert main(["--version"]) == 0 and capsys.readouterr().out == f"rlvr {version}\n"
