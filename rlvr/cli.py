@@ -441,6 +441,9 @@ def working_directory_importable() -> None:
 
 def exit_leaving_threads(code: int) -> None:
     """Exit now, as interpreter shutdown would but without joining non-daemon threads, when any is left."""
+    tools = sys.modules.get("rlvr.envs.tools")
+    if tools is not None:  # rlvr's own tool-call pool: its idle threads are nobody's leftovers
+        tools.release_idle_threads()
     left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if not left:
         return
