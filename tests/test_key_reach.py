@@ -16,9 +16,11 @@ whole, through the functions a run builds itself with (one tiny-random policy, n
 Each check compares with the same harness at the defaults (plus the check's context: e.g. a SAPO
 knob is checked with algo.policy_loss=sapo).
 """
+import atexit
 import copy
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -49,6 +51,7 @@ from tests.e2e.test_key_reach_runs import RUN
 
 KEYS = [key for key, _, _ in describe()]
 FILES = Path(tempfile.mkdtemp(prefix="rlvr-key-reach-"))  # file tasks' rows (written once, below)
+atexit.register(shutil.rmtree, FILES, ignore_errors=True)  # made at import, so no fixture removes it
 for name, rows in (("train", [{"prompt": f"{i} + 1 =", "answer": str(i + 1)} for i in range(20)]),
                    ("heldout", [{"prompt": f"{i} * 2 =", "answer": str(2 * i)} for i in range(5)]),
                    ("ood", [{"prompt": f"{i} - 3 =", "answer": str(i - 3)} for i in range(5)]),

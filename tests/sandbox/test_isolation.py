@@ -111,6 +111,16 @@ def test_usr_local_etc_is_empty_inside():
     assert v.score == 1.0, v
 
 
+@pytest.mark.skipif(not os.path.isdir("/usr/local/etc"), reason="no /usr/local/etc to cover here")
+def test_no_unsized_tmpfs_takes_writes():
+    """Every place a program may write is sized (/tmp, /dev/shm): an unsized tmpfs holds files in memory
+    that no rlimit counts (the empty /usr/local/etc took 320 MiB of them in under a second)."""
+    probe = "try:\n    open('/usr/local/etc/fill', 'wb').write(b'x' * 4096)\n    print('wrote')\n" \
+            "except OSError as e:\n    print(type(e).__name__)"
+    r = run_harness({"kind": "stdio", "source": probe}, b"")
+    assert r.stdout == b"OSError\n", (r.stdout, r.stderr_tail)
+
+
 # ---- a benchmark's tests and solutions installed where the sandbox can read them ----------------
 
 def copies_venv(root: Path) -> tuple[str, Path]:
