@@ -158,7 +158,8 @@ def cmd_train(argv: list[str]) -> int:
 def audit_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr audit", description="Scan a task for leaks and run reward hacks against its rewards. "
-        "Exits 1 when a reward function is weak.")
+        "Exits 1 when a reward function is weak (pays an attack), cannot be judged (it pays no reference solution, "
+        "or no sandbox can start) or raises.")
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with "
                         "--task.name the defaults)")
     parser.add_argument("--n", type=int, default=20, help="problems to attack (default 20)")
@@ -394,7 +395,7 @@ COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "rep
 SUMMARIES = {
     "train": "train with GRPO (or another algo.preset); no CONFIG: configs/demo.yaml; --resume RUN_DIR continues",
     "sft": "supervised fine-tuning on the task's worked solutions, a baseline and a warm start for train",
-    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: a weak reward)",
+    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: one is weak or unjudged)",
     "compare": "run configs, or read run directories, side by side: a table and compare.html",
     "report": "write RUN_DIR/report.html (train writes it at the end)",
     "tasks": "list the task sources and reasoning-gym's datasets with their task.params",

@@ -191,6 +191,8 @@ def test_rlvr_help_lists_every_command_on_stdout(capsys):
     assert main([]) == 2 and "commands:" in capsys.readouterr().err
     assert main(["trian"]) == 2
     assert "unknown command 'trian'; did you mean 'train'?" in capsys.readouterr().err
+    # rlvr audit exits 1 for a weak, an unjudged and a raising reward (cmd_audit), and its help says all three
+    assert "weak (pays an attack), cannot be judged" in " ".join(cli.audit_parser().description.split())
 
 
 def test_the_readme_command_lines_flags_are_the_commands_own():
