@@ -67,6 +67,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     config = getattr(args, "config", None)
     if config and HYDRA.match(config) and not Path(config).exists():  # `rlvr train rollout.n=8`: no file
         extra = [config, *extra]
+    runs = getattr(args, "runs", None) or []  # rlvr compare's configs and run directories
+    extra += [r for r in runs if HYDRA.match(r) and not Path(r).exists()]
     if extra:
         from rlvr.config.build import FOREIGN, foreign_key, foreign_name
 

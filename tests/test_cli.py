@@ -225,6 +225,8 @@ def test_other_trainers_command_line_habits_get_the_rlvr_spelling(capsys):
     assert ("unrecognised arguments: --config; did you mean rlvr train FILE.yaml (the config file is the first "
             "argument, not a flag)?" in error(["train", "--config", SMOKE]))
     assert "did you mean rlvr eval FILE.yaml" in error(["eval", "--config-name=ppo_trainer"])
+    assert ("rlvr compare: unrecognised arguments: rollout.group_size=4; did you mean --rollout.group_size=4?"
+            in error(["compare", SMOKE, "rollout.group_size=4"]))
 
 
 def test_rlvr_version_is_the_packages(capsys):
