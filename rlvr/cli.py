@@ -280,7 +280,7 @@ def cmd_eval(argv: list[str]) -> int:
 
 def plan_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rlvr plan", description="The peak memory of the run's rollout and update, by component (weights, "
+        prog="rlvr plan", description="The peak memory of an rlvr train run's rollout and update (not of rlvr sft's), by component (weights, "
         "gradients, optimizer state, activations, logits, KV cache), from the model's config alone: no weights "
         "are read. model.name may be a local model directory, a Hub name whose config.json is in the Hugging Face "
         "cache (`hf download ORG/NAME config.json` fetches it alone), a built-in, or a shipped shape, named "
