@@ -67,6 +67,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     config = getattr(args, "config", None)
     if config and HYDRA.match(config) and not Path(config).exists():  # `rlvr train rollout.n=8`: no file
         extra = [config, *extra]
+    runs = getattr(args, "runs", None) or []  # rlvr compare's configs and run directories
+    extra += [r for r in runs if HYDRA.match(r) and not Path(r).exists()]
     if extra:
         from rlvr.config.build import FOREIGN, foreign_key, foreign_name
 
@@ -158,7 +160,8 @@ def cmd_train(argv: list[str]) -> int:
 def audit_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr audit", description="Scan a task for leaks and run reward hacks against its rewards. "
-        "Exits 1 when a reward function is weak.")
+        "Exits 1 when a reward function is weak (pays an attack), cannot be judged (it pays no reference solution, "
+        "or no sandbox can start) or raises.")
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with "
                         "--task.name the defaults)")
     parser.add_argument("--n", type=int, default=20, help="problems to attack (default 20)")
@@ -394,7 +397,7 @@ COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "rep
 SUMMARIES = {
     "train": "train with GRPO (or another algo.preset); no CONFIG: configs/demo.yaml; --resume RUN_DIR continues",
     "sft": "supervised fine-tuning on the task's worked solutions, a baseline and a warm start for train",
-    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: a weak reward)",
+    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: one is weak or unjudged)",
     "compare": "run configs, or read run directories, side by side: a table and compare.html",
     "report": "write RUN_DIR/report.html (train writes it at the end)",
     "tasks": "list the task sources and reasoning-gym's datasets with their task.params",
@@ -406,7 +409,7 @@ SUMMARIES = {
 def usage() -> str:
     width = max(map(len, SUMMARIES))
     return ("usage: rlvr COMMAND [ARGS ...]   (rlvr COMMAND --help: its arguments; rlvr train --help: every "
-            "config key)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
+            "config key; rlvr --version)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,6 +444,9 @@ def working_directory_importable() -> None:
 
 def exit_leaving_threads(code: int) -> None:
     """Exit now, as interpreter shutdown would but without joining non-daemon threads, when any is left."""
+    tools = sys.modules.get("rlvr.envs.tools")
+    if tools is not None:  # rlvr's own tool-call pool: its idle threads are nobody's leftovers
+        tools.release_idle_threads()
     left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if not left:
         return
@@ -465,6 +471,11 @@ def _end_progress_bars() -> None:
 def _command(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):  # asked for: to stdout, so that `rlvr --help | less` shows it
         print(usage(), end="")
+        return 0
+    if argv and argv[0] in ("-V", "--version"):  # what a bug report needs first
+        from rlvr import __version__
+
+        print(f"rlvr {__version__}")
         return 0
     if not argv or argv[0] not in COMMANDS:
         if argv:
