@@ -35,7 +35,7 @@ CONFIG_FLAGS = ("config", "config_file", "config-file", "config-name", "config_n
 
 def hint(arg: str, prog: str = "rlvr train") -> str:
     from rlvr.config import valid_keys
-    from rlvr.config.build import FOREIGN, foreign_key, foreign_name
+    from rlvr.config.names import FOREIGN, foreign_key, foreign_name
 
     if HYDRA.match(arg):  # actor_rollout_ref.rollout.n=8, as verl is run: rlvr's overrides start with --
         key, value = arg.lstrip("+").split("=", 1)
@@ -64,7 +64,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
     runs = getattr(args, "runs", None) or []  # rlvr compare's configs and run directories
     extra += [r for r in runs if HYDRA.match(r) and not Path(r).exists()]
     if extra:
-        from rlvr.config.build import FOREIGN, foreign_key, foreign_name
+        from rlvr.config.names import FOREIGN, foreign_key, foreign_name
 
         flags = [a for a in extra if a.startswith("--")]
         hydra = [a for a in extra if HYDRA.match(a)]
