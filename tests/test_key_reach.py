@@ -194,6 +194,8 @@ CPU_UNOBSERVABLE = {
     "rollout.vllm.sleep": "vLLM on a GPU only (tests/rollout/test_vllm_gpu.py)",
     "rollout.vllm.server_url": "needs a vLLM server: tests/rollout/test_vllm_server.py runs one in the vLLM venv",
     "train.parallel": "torchrun with several processes (tests/e2e/test_torchrun.py runs ddp and fsdp on gloo)",
+    "train.join_timeout_s": "torchrun with several processes (tests/e2e/test_torchrun.py: a node whose process "
+                            "never joins, and a collective that waits longer than it)",
     "rollout.compile": "speed only: the compiled decode step gives the eager step's tokens "
                        "(tests/rollout/test_lean.py); compiling takes tens of seconds on a CPU",
     "env.tool_budget_s": "binds only when a tool call outlasts it; a random model writes no tool call "

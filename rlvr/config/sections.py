@@ -174,7 +174,8 @@ class RolloutConfig:
     top_k: int = 0
     """Keep only the k most likely tokens; 0 keeps all."""
     engine: str = "builtin"
-    """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (GPU, rlvr[vllm])."""
+    """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (colocated or on servers,
+    rollout.vllm.*; rlvr[vllm] on a GPU, make vllm's .venv-vllm on a CPU: docs/vllm.md)."""
     weights: str = "auto"
     """Weights the builtin and hf engines sample with: fp32 (the policy itself, in model.dtype), or a copy
     re-quantised after every update: bf16 (bf16 linear layers), int8 (int8 weights per output row and
@@ -311,6 +312,10 @@ class TrainConfig:
     DistributedDataParallel: weights are broadcast from rank 0 at the start, then gradients get one
     all-reduce (sum) per step after the last micro-batch; see rlvr/train/distributed.py) or fsdp
     (FSDP2 fully_shard: parameters sharded, gradients reduce-scattered as sums)."""
+    join_timeout_s: float = 300
+    """Under torchrun: seconds each process waits for all the others to join before it stops with a
+    message. A process on another node that fails at its start ends its own torchrun only; without this
+    bound the other nodes' processes would wait torch's collective timeout (30 minutes with gloo)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     mixed_precision: str = "auto"

@@ -161,6 +161,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (min(t.save_every, t.eval_every, t.samples_every, t.threads) >= 0,
          "train.save_every, train.eval_every, train.samples_every and train.threads must be >= 0"),
         _one_of(t.parallel, "train.parallel", ("ddp", "fsdp")),
+        (t.join_timeout_s > 0, "train.join_timeout_s must be > 0"),
         (set(cfg.log.trackers) <= set(TRACKERS),  # at build time, before a run directory is touched
          f"unknown tracker in log.trackers {cfg.log.trackers}: each one of {', '.join(TRACKERS)}"),
         _one_of(t.mixed_precision, "train.mixed_precision", ("auto", "no", "bf16")),

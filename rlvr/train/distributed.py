@@ -22,6 +22,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as tdist
@@ -54,11 +55,18 @@ class Dist:
         return self.world > 1
 
 
-def init_distributed(device: str = "auto", env: dict | None = None) -> Dist:
+def init_distributed(device: str = "auto", env: dict | None = None, join_timeout_s: float = 300) -> Dist:
     """Resolve train.device (`device`; rlvr.device.resolve_device) and, under torchrun (WORLD_SIZE,
     RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), join the process group: nccl with the GPU of this local
     rank when the device is CUDA, gloo on the CPU. Without torchrun (no WORLD_SIZE, or 1) no process
-    group is made and the Dist holds only the device."""
+    group is made and the Dist holds only the device.
+
+    Joining waits at most `join_timeout_s` (train.join_timeout_s) for every process, then stops with an
+    RlvrError: a process on another node that fails before it joins (a bad argument, a missing run
+    directory) ends its own torchrun, but the agents on the other nodes never hear of it, and their
+    processes would wait torch's collective timeout (30 minutes with gloo). Once all have joined,
+    collectives get torch's own timeout back: rank 0 alone evaluates and checkpoints while the others
+    wait in the next collective, which may take longer than joining should."""
     env = os.environ if env is None else env
     world = int(env.get("WORLD_SIZE", "1"))
     if world <= 1:
@@ -73,7 +81,16 @@ def init_distributed(device: str = "auto", env: dict | None = None) -> Dist:
     if where.type == "cuda":
         torch.cuda.set_device(where)
     if not tdist.is_initialized():
-        tdist.init_process_group(backend, rank=rank, world_size=world)
+        try:
+            tdist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=join_timeout_s))
+        except tdist.DistError as e:
+            raise RlvrError(f"process {rank} of {world}: not every process joined within train.join_timeout_s="
+                            f"{join_timeout_s:g} s ({e}). Another process stopped before joining (its own log "
+                            "says why; on another node, that node's log), or the nodes were started with "
+                            "different --nnodes, --master_addr or --master_port") from None
+        from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+        _set_pg_timeout((default_pg_nccl_timeout if backend == "nccl" else None) or default_pg_timeout)
     return Dist(rank=rank, world=world, local_rank=local_rank, device=where, backend=backend)
 
 

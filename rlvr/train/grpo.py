@@ -358,7 +358,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 
 
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
-    d = init_distributed(cfg.train.device)
+    d = init_distributed(cfg.train.device, join_timeout_s=cfg.train.join_timeout_s)
     set_quiet(not d.is_main)  # one rank prints
     if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
         say(f"torchrun: {d.world} processes ({d.backend}, train.parallel={cfg.train.parallel}, {d.device.type}), "

@@ -1,6 +1,7 @@
 """torchrun with 2 CPU processes (gloo): one rank writes the run directory, metrics cover the global batch,
 and a checkpoint written by 2 processes resumes in 1."""
 import json
+import os
 from pathlib import Path
 import shutil
 import subprocess
@@ -147,3 +148,41 @@ def test_packed_forwards_train_in_two_processes_as_padded_in_one(tmp_path):
     for key in ("loss", "grad_norm", "entropy"):
         assert first_two[key] == pytest.approx(first_one[key], rel=1e-4, abs=1e-6), key
     assert len(read_jsonl(two / "metrics.jsonl")) == 3
+
+
+def test_a_node_that_fails_before_joining_stops_the_other_within_the_join_timeout(tmp_path):
+    """Two "nodes" on one machine (two torchruns, --nnodes=2): node 1's process stops before it joins (a
+    --resume of a directory that does not exist). Its torchrun ends, but node 0's agent never hears of it:
+    node 0's process must stop after train.join_timeout_s with a message, not wait torch's 30 minutes."""
+    out = tmp_path / "run"
+    node = lambda rank, *args: subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={rank}", "--nproc-per-node=1",
+         "--master_addr=127.0.0.1", f"--master_port={29500 + os.getpid() % 1000}", "-m", "rlvr", "train", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = node(0, *RUN, "--train.join_timeout_s=5", f"--train.out={out}")
+    second = node(1, "--resume", str(tmp_path / "nowhere"))
+    try:
+        _, err1 = second.communicate(timeout=300)
+        _, err0 = first.communicate(timeout=300)  # without the bound: 30 minutes, then this fails
+    finally:
+        for p in (first, second):
+            p.kill()
+    assert "no config.yaml there" in err1
+    assert first.returncode != 0
+    assert ("process 0 of 2: not every process joined within train.join_timeout_s=5 s" in err0
+            and "Another process stopped before joining" in err0), err0[-3000:]
+    assert not out.exists()  # nothing was written before every process had joined
+
+
+SLOW_ONCE = ("import os, time\nslept = []\ndef slow(completions, **kwargs):\n"
+             "    if os.environ['RANK'] == '1' and not slept:  # rank 0 meanwhile waits in a collective\n"
+             "        slept.append(time.sleep(8))\n    return [0.0 for c in completions]\n")
+
+
+def test_collectives_wait_longer_than_the_join_timeout(tmp_path):
+    """The join bound holds for joining only: rank 1's reward takes 8 s the first time while rank 0 waits for
+    it in a collective, longer than train.join_timeout_s=5, and the run goes on (torch's 30 minutes apply)."""
+    (tmp_path / "slow.py").write_text(SLOW_ONCE)
+    torchrun(f"--rewards.weights={{{tmp_path / 'slow.py'}:slow: 1.0}}", "--train.join_timeout_s=5", "--train.steps=1",
+             "--train.save_every=0", "--eval.before=false", "--eval.after=false", f"--train.out={tmp_path / 'run'}")
+    assert [m["step"] for m in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1]
