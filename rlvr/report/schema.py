@@ -31,7 +31,7 @@ METRICS: dict[str, str] = {
     "ratio/min": MIN, "ratio/max": MAX, "grad_norm": MEAN, "value_loss": MEAN, "skipped_updates": MEAN,
     "skipped_nonfinite_weights": MEAN,
     "micro_batches": SUM, "untrained_micro_batches": SUM, "entropy/coef": MEAN, "entropy/watched_mean": MEAN,
-    "lr": MEAN,
+    "lr": MEAN, "processes": MEAN,
     "rollout/logp_mismatch_mean_abs": MEAN, "rollout/logp_mismatch_max": MAX, "rollout/policy_lag": MEAN,
     # the update's token weights: the sampler correction, the off-policy mask, the high-entropy selection
     "sampler/masked_token_frac": TOKEN_SHARE, "sampler/truncated_token_frac": TOKEN_SHARE,

@@ -94,6 +94,14 @@ def init_distributed(device: str = "auto", env: dict | None = None, join_timeout
     return Dist(rank=rank, world=world, local_rank=local_rank, device=where, backend=backend)
 
 
+def lost_peer(e: BaseException, d: Dist) -> bool:
+    """Whether `e` is a collective failing because another process of the job went away (killed, out of
+    memory, an error of its own): NCCL and the store raise torch's DistError, gloo a plain RuntimeError
+    from its TCP transport ("Connection closed by peer", "Read error")."""
+    return d.enabled and (isinstance(e, tdist.DistError) or
+                          (isinstance(e, RuntimeError) and "gloo/transport" in str(e)))
+
+
 def close_distributed(d: Dist) -> None:
     if d.enabled and tdist.is_initialized():
         tdist.destroy_process_group()

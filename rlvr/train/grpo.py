@@ -34,12 +34,12 @@ from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
-from rlvr.errors import WriteError
+from rlvr.errors import RlvrError, WriteError
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
                                    finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
                                    save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
-                                    init_distributed, reduce_metrics, shard_groups)
+                                    init_distributed, lost_peer, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, keep_before, kept_before, log_eval, read_records
 from rlvr.train.metrics import sample_records, step_metrics
 from rlvr.train.optim import current_lr
@@ -193,6 +193,7 @@ def train_step(run: Run, step: int, rollouts: Rollouts, entropy: EntropyState | 
     m.update(getattr(collected, "sampler", {}))  # a batch pickled by an older checkpoint has no such field
     m["time/reward_share"] = m["time/reward_s"] / max(m["time/step_s"], 1e-9)  # of the step, in scoring
     m["lr"] = lr
+    m["processes"] = run.dist.world  # the figures are the global batch's; a resume may change the count
     return m, whole
 
 
@@ -367,6 +368,17 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
     try:
         with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)
+    except RuntimeError as e:
+        if not lost_peer(e, d):
+            raise
+        # the cause is in the other process's log; this one only says so, in one line, and where the run stands
+        last = latest_checkpoint(cfg.train.out)
+        raise RlvrError(f"process {d.rank} of {d.world}: another process of this torchrun job stopped (its own "
+                        f"log, on its node, says why), so this one stops too ({str(e).splitlines()[0][:200]}). "
+                        + (f"The run is saved up to {last.name}: continue it with the same torchrun command and "
+                           f"rlvr train --resume {cfg.train.out}" if last else
+                           "No checkpoint was written yet" if d.is_main else "Rank 0 writes the checkpoints")
+                        ) from None
     finally:
         close_distributed(d)
     summary["wall_seconds"] = time.perf_counter() - wall_start

@@ -6,6 +6,7 @@ from pathlib import Path
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from transformers import AutoModelForCausalLM
@@ -55,13 +56,14 @@ def test_two_processes_write_one_run_directory_that_resumes_in_one(request, tmp_
                         "per step on each; rank 0 prints and writes") == 1
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
-    assert all(m["completions"] == 2 * 3 for m in metrics)  # the global batch: both ranks' groups
+    assert all(m["completions"] == 2 * 3 and m["processes"] == 2 for m in metrics)  # the global batch
     assert len(read_jsonl(out / "samples.jsonl")) == 3 * 2 * 3
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 3 and "heldout_accuracy_after" in summary
     AutoModelForCausalLM.from_pretrained(out / "final")
     assert main(["train", "--resume", str(out), "--train.steps=5"]) == 0  # written by 2, resumed by 1
-    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    assert [(m["step"], m["processes"]) for m in read_jsonl(out / "metrics.jsonl")] == [(1, 2), (2, 2), (3, 2),
+                                                                                     (4, 1), (5, 1)]
 
 
 def test_prompts_must_split_into_whole_groups(tmp_path):
@@ -82,7 +84,7 @@ def test_two_processes_train_like_one(ddp_run, tmp_path):
     for a, b in zip(rows_one, rows_two):
         assert a.keys() == b.keys()
         for key in a:
-            if key.startswith(("time/", "memory/")):
+            if key.startswith(("time/", "memory/")) or key == "processes":
                 continue
             if isinstance(a[key], float):
                 assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
@@ -150,17 +152,22 @@ def test_packed_forwards_train_in_two_processes_as_padded_in_one(tmp_path):
     assert len(read_jsonl(two / "metrics.jsonl")) == 3
 
 
+def node(rank: int, offset: int, *args) -> subprocess.Popen:
+    """Node `rank` of a 2-node torchrun job on this machine (its own torchrun, one process); `offset` picks
+    the job's port, so the tests' jobs do not meet."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={rank}", "--nproc-per-node=1",
+         "--master_addr=127.0.0.1", f"--master_port={29500 + (os.getpid() * 3 + offset) % 1000}", "-m", "rlvr",
+         "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_a_node_that_fails_before_joining_stops_the_other_within_the_join_timeout(tmp_path):
     """Two "nodes" on one machine (two torchruns, --nnodes=2): node 1's process stops before it joins (a
     --resume of a directory that does not exist). Its torchrun ends, but node 0's agent never hears of it:
     node 0's process must stop after train.join_timeout_s with a message, not wait torch's 30 minutes."""
     out = tmp_path / "run"
-    node = lambda rank, *args: subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={rank}", "--nproc-per-node=1",
-         "--master_addr=127.0.0.1", f"--master_port={29500 + os.getpid() % 1000}", "-m", "rlvr", "train", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = node(0, *RUN, "--train.join_timeout_s=5", f"--train.out={out}")
-    second = node(1, "--resume", str(tmp_path / "nowhere"))
+    first = node(0, 1, *RUN, "--train.join_timeout_s=5", f"--train.out={out}")
+    second = node(1, 1, "--resume", str(tmp_path / "nowhere"))
     try:
         _, err1 = second.communicate(timeout=300)
         _, err0 = first.communicate(timeout=300)  # without the bound: 30 minutes, then this fails
@@ -186,3 +193,32 @@ def test_collectives_wait_longer_than_the_join_timeout(tmp_path):
     torchrun(f"--rewards.weights={{{tmp_path / 'slow.py'}:slow: 1.0}}", "--train.join_timeout_s=5", "--train.steps=1",
              "--train.save_every=0", "--eval.before=false", "--eval.after=false", f"--train.out={tmp_path / 'run'}")
     assert [m["step"] for m in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1]
+
+
+def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands(tmp_path):
+    """kill -9 of node 1's process after the first checkpoint: node 0's agent does not hear of it, and its
+    process, in a collective, stops with one line saying so and naming the newest checkpoint, which is whole."""
+    import psutil
+
+    from rlvr.train.checkpoint import load_newest
+
+    out = tmp_path / "run"
+    args = [*RUN, "--train.steps=500", "--train.save_every=1", "--eval.before=false", f"--train.out={out}"]
+    first, second = node(0, 2, *args), node(1, 2, *args)
+    try:
+        for _ in range(1200):
+            if (out / "checkpoints" / "step_000001.pt.sha256").exists() or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        for worker in psutil.Process(second.pid).children():
+            worker.kill()
+        second.communicate(timeout=300)
+        _, err0 = first.communicate(timeout=300)  # without gloo noticing, torch's 30 minutes
+    finally:
+        for p in (first, second):
+            p.kill()
+    assert first.returncode != 0
+    assert "process 0 of 2: another process of this torchrun job stopped" in err0, err0[-3000:]
+    last, state, damaged = load_newest(out)
+    assert f"The run is saved up to {last.name}: continue it with the same torchrun command" in err0
+    assert damaged == [] and state["progress"]["step"] >= 1 and not (out / "final").exists()
