@@ -89,6 +89,8 @@ def main() -> None:
                         help="comma-separated, of " + ", ".join(CONFIGS) + " (all)")
     args = parser.parse_args()
     steps, model_name, names = args.steps, args.model, args.configs.split(",")
+    if set(names) - set(CONFIGS):
+        parser.error(f"unknown configs {', '.join(sorted(set(names) - set(CONFIGS)))}: of {', '.join(CONFIGS)}")
     print(f"{model_name}: {PROMPTS} prompts x {GROUP} completions x {COMPLETION_TOKENS} tokens "
           f"({PROMPT_TOKENS}-token prompts), micro-batches of 4 prompts, AdamW, {steps} steps")
     print(f"{'config':<12} {'peak MiB':>9} {'load MiB':>9} {'train +MiB':>10} {'trainable':>12} "

@@ -100,7 +100,7 @@ def _override(key: str, value) -> str:
         raise RlvrError(f"rlvr.fit: unknown keyword '{key}' (TRL's GRPOTrainer argument): rlvr.fit takes "
                         f"{TRAINER_ARGUMENTS[key]}")
     if "." not in key:
-        from rlvr.config.build import FOREIGN, foreign_name
+        from rlvr.config.names import FOREIGN, foreign_name
 
         ours = FOREIGN.get(key, ("",))[0]
         said = (f": {foreign_name(key)}, rlvr.fit(..., {ours.replace('.', '__')}=...)" if ours

@@ -1,86 +1,21 @@
 """Command line: rlvr train [CONFIG.yaml] [--section.key=value ...], and audit, compare, report, eval, sft, tasks, plan.
 
-One rule for every command: `--section.key=value` (a dotted key with '=') is a config override; every
-other argument is the command's own and may be spelled `--flag value` or `--flag=value`."""
+Each command's parser and what it runs; how every command's arguments are read (config overrides apart from
+the command's own) is rlvr/cli_args.py's."""
 from __future__ import annotations
 
 import argparse
 import difflib
 import os
-import re
 import sys
 import threading
 import traceback
 from pathlib import Path
 
+from rlvr.cli_args import HelpParser, build_config, keys_epilog, parse
 from rlvr.errors import RlvrError
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
-
-
-def build_config(*args, **kwargs):
-    """rlvr.config.build_config, imported by the first command that reads a config: the config imports torch
-    (its checks read the algorithm's tables), which `rlvr --help` and a mistyped command do without."""
-    from rlvr.config import build_config as build
-
-    return build(*args, **kwargs)
-
-
-def is_override(arg: str) -> bool:
-    """`--section.key=value`: a dotted key path before an '=' is a config override. Everything else
-    (`--resume DIR`, `--resume=DIR`, `--n=5`) is the command's own: no command flag has a dot."""
-    key, eq, _ = arg.partition("=")
-    return arg.startswith("--") and eq == "=" and "." in key
-
-
-# verl's (Hydra's) command line: key=value with no dashes, +key=value to add one
-HYDRA = re.compile(r"^\+?[A-Za-z_][\w.]*=")
-# other trainers' flag for the config file (TRL's --config, Hydra's --config-name and --config-path)
-CONFIG_FLAGS = ("config", "config_file", "config-file", "config-name", "config_name", "config-path", "config_path")
-
-
-def _hint(arg: str, prog: str = "rlvr train") -> str:
-    from rlvr.config import valid_keys
-    from rlvr.config.build import FOREIGN, foreign_key, foreign_name
-
-    if HYDRA.match(arg):  # actor_rollout_ref.rollout.n=8, as verl is run: rlvr's overrides start with --
-        key, value = arg.lstrip("+").split("=", 1)
-        if foreign_key(key):
-            ours = FOREIGN[foreign_key(key)][0]
-            return f"--{ours}=... ({foreign_name(key)})" if ours else ""
-        return f"--{key}={value}"
-    key = arg[2:].split("=", 1)[0]
-    if key in CONFIG_FLAGS:
-        return f"{prog} FILE.yaml (the config file is the first argument, not a flag)"
-    if "." in key:
-        return f"--{key}=VALUE"  # --algo.preset rloo: a config key needs its '='
-    if key in FOREIGN:  # --num_generations=8, as TRL's command line spells it
-        ours = FOREIGN[key][0]
-        return f"--{ours}=... ({foreign_name(key)})" if ours else ""
-    return " or ".join(f"--{k}=..." for k in valid_keys() if k.rsplit(".", 1)[-1] == key)
-
-
-def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The command's own arguments (parsed) and the config overrides (as given)."""
-    overrides = [a for a in argv if is_override(a)]
-    args, extra = parser.parse_known_args([a for a in argv if not is_override(a)])
-    config = getattr(args, "config", None)
-    if config and HYDRA.match(config) and not Path(config).exists():  # `rlvr train rollout.n=8`: no file
-        extra = [config, *extra]
-    if extra:
-        from rlvr.config.build import FOREIGN, foreign_key, foreign_name
-
-        flags = [a for a in extra if a.startswith("--")]
-        hydra = [a for a in extra if HYDRA.match(a)]
-        hints = [h for h in (_hint(a, parser.prog) for a in flags + hydra) if h]
-        # another trainer's setting that rlvr has no key for: say so, and why
-        keys = [a[2:].split("=", 1)[0] for a in flags] + [a.lstrip("+").split("=", 1)[0] for a in hydra]
-        without = [foreign_name(k) for k in keys if foreign_key(k) and FOREIGN[foreign_key(k)][0] == ""]
-        raise RlvrError(f"{parser.prog}: unrecognised arguments: {' '.join(extra)}"
-                        + (f"; did you mean {', '.join(hints)}?" if hints else "")
-                        + "".join(f"; {w}" for w in without)
-                        + " (config keys: --section.key=value; --help lists them)")
-    return args, overrides
 
 
 def default_config(overrides: list[str], demo: Path = DEMO_CONFIG) -> Path | None:
@@ -90,42 +25,13 @@ def default_config(overrides: list[str], demo: Path = DEMO_CONFIG) -> Path | Non
     own_task = any(o.startswith("--task.name=") for o in overrides)
     return demo if demo.is_file() and not own_task else None
 
-
-class HelpParser(argparse.ArgumentParser):
-    """An ArgumentParser whose epilog is written when help is printed. The config keys' table reads the
-    source of every config dataclass for its docs (about half of a two-step tiny-random run's time, paid
-    by every `rlvr train` that only runs): a command that parses and runs never needs it."""
-
-    def __init__(self, *args, epilog_of=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.epilog_of = epilog_of
-
-    def format_help(self) -> str:
-        if self.epilog_of is not None:
-            self.epilog, self.epilog_of = self.epilog_of(), None
-        return super().format_help()
-
-
-def _keys_epilog(title: str, keep=lambda key: True, beside: Path | None = None) -> str:
-    """Every key with its default and doc; with `beside`, also that file's value where it differs."""
-    from rlvr.config import describe
-
-    other = {k: d for k, d, _ in describe(build_config(beside))} if beside is not None and beside.is_file() else {}
-    rows = []
-    for k, d, doc in describe():
-        if keep(k):
-            differs = f"   [{beside.name}: {other[k]}]" if k in other and other[k] != d else ""
-            rows.append(f"  --{k}={d}{differs}\n      {doc}")
-    return f"{title}:\n" + "\n".join(rows)
-
-
 def train_parser() -> argparse.ArgumentParser:
     parser = HelpParser(
         prog="rlvr train", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train with GRPO. Any config key can be overridden as --section.key=value. "
         "A config file's algo keys belong to its preset: --algo.preset=X with another preset replaces the "
         "file's values for the keys X sets.",
-        epilog_of=lambda: _keys_epilog("config keys (the default, with the grpo preset applied: what a CONFIG "
+        epilog_of=lambda: keys_epilog("config keys (the default, with the grpo preset applied: what a CONFIG "
                                        "file or --task.name without a CONFIG starts from; [demo.yaml: value]: what "
                                        "`rlvr train` with neither runs instead)", beside=DEMO_CONFIG))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
@@ -158,7 +64,8 @@ def cmd_train(argv: list[str]) -> int:
 def audit_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr audit", description="Scan a task for leaks and run reward hacks against its rewards. "
-        "Exits 1 when a reward function is weak.")
+        "Exits 1 when a reward function is weak (pays an attack), cannot be judged (it pays no reference solution, "
+        "or no sandbox can start) or raises.")
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with "
                         "--task.name the defaults)")
     parser.add_argument("--n", type=int, default=20, help="problems to attack (default 20)")
@@ -277,7 +184,7 @@ def cmd_eval(argv: list[str]) -> int:
 
 def plan_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rlvr plan", description="The peak memory of the run's rollout and update, by component (weights, "
+        prog="rlvr plan", description="The peak memory of an rlvr train run's rollout and update (not of rlvr sft's), by component (weights, "
         "gradients, optimizer state, activations, logits, KV cache), from the model's config alone: no weights "
         "are read. model.name may be a local model directory, a Hub name whose config.json is in the Hugging Face "
         "cache (`hf download ORG/NAME config.json` fetches it alone), a built-in, or a shipped shape, named "
@@ -327,7 +234,7 @@ def sft_parser() -> argparse.ArgumentParser:
         "rlvr train --model.name=RUN_DIR/final (the end of the run prints the command). The keys below are used, "
         "with sft.batch_size as the examples per step and optimizer.micro_batch_prompts as the examples per "
         "forward pass; other keys are accepted and ignored.",
-        epilog_of=lambda: _keys_epilog("config keys used (the default: what a CONFIG file or --task.name without "
+        epilog_of=lambda: keys_epilog("config keys used (the default: what a CONFIG file or --task.name without "
                                        "a CONFIG starts from, as for rlvr train; [sft.yaml: value]: what `rlvr sft` "
                                        "with neither runs instead)", reads, beside=SFT_CONFIG))
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/sft.yaml, or with --task.name "
@@ -394,7 +301,7 @@ COMMANDS = {"train": cmd_train, "audit": cmd_audit, "compare": cmd_compare, "rep
 SUMMARIES = {
     "train": "train with GRPO (or another algo.preset); no CONFIG: configs/demo.yaml; --resume RUN_DIR continues",
     "sft": "supervised fine-tuning on the task's worked solutions, a baseline and a warm start for train",
-    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: a weak reward)",
+    "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: one is weak or unjudged)",
     "compare": "run configs, or read run directories, side by side: a table and compare.html",
     "report": "write RUN_DIR/report.html (train writes it at the end)",
     "tasks": "list the task sources and reasoning-gym's datasets with their task.params",
@@ -406,7 +313,7 @@ SUMMARIES = {
 def usage() -> str:
     width = max(map(len, SUMMARIES))
     return ("usage: rlvr COMMAND [ARGS ...]   (rlvr COMMAND --help: its arguments; rlvr train --help: every "
-            "config key)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
+            "config key; rlvr --version)\n\ncommands:\n" + "".join(f"  {name:<{width}}  {SUMMARIES[name]}\n" for name in SUMMARIES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,6 +348,9 @@ def working_directory_importable() -> None:
 
 def exit_leaving_threads(code: int) -> None:
     """Exit now, as interpreter shutdown would but without joining non-daemon threads, when any is left."""
+    tools = sys.modules.get("rlvr.envs.tools")
+    if tools is not None:  # rlvr's own tool-call pool: its idle threads are nobody's leftovers
+        tools.release_idle_threads()
     left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if not left:
         return
@@ -465,6 +375,11 @@ def _end_progress_bars() -> None:
 def _command(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):  # asked for: to stdout, so that `rlvr --help | less` shows it
         print(usage(), end="")
+        return 0
+    if argv and argv[0] in ("-V", "--version"):  # what a bug report needs first
+        from rlvr import __version__
+
+        print(f"rlvr {__version__}")
         return 0
     if not argv or argv[0] not in COMMANDS:
         if argv:

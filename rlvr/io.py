@@ -148,7 +148,8 @@ def load_callable(spec: str, what: str) -> Callable:
             name = file_module_name(path)
             loader = importlib.util.spec_from_file_location(name, path)
             if loader is None or not path.exists():
-                raise ImportError(f"no such file {path}")
+                raise ImportError(f"no such file {path}" + ("" if path.is_absolute() else
+                                                              f" (in the working directory, {Path.cwd()})"))
             module = importlib.util.module_from_spec(loader)
             sys.modules[name] = module  # as an import would: dataclasses and pickling look it up there
             try:

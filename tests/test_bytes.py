@@ -99,3 +99,17 @@ def test_prompts_that_fit_are_all_kept(tmp_path, capsys):
     code, err = train(capsys, tmp_path, SMOKE, "--model.name=tiny-random", f"--task.name={path}")
     assert code == 0 and "do not fit" not in err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["data"]["problems"]["train"] == 6
+
+
+def test_prompts_an_environment_makes_too_long_name_its_settings(tmp_path, capsys):
+    """configs/tools.yaml on tiny-random: questions that fit the context alone, but not beside the tools'
+    schemas and the worked tool-use conversation (env.example); the error names those settings too."""
+    rows = [dict(r, prompt="What is " + "1 + " * 150 + f"{i}?") for i, r in enumerate(ROWS)]
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(jsonl(rows))
+    assert train(capsys, tmp_path, SMOKE, f"--task.name={path}")[0] == 0  # alone they fit
+    code, err = train(capsys, tmp_path, str(ROOT / "configs" / "tools.yaml"), "--model.name=tiny-random",
+                      f"--task.name={path}", "--train.overwrite=true")
+    assert code == 2
+    assert ("train problems do not fit the model's context of 1024 tokens with 40 new tokens" in err
+            and "shorten the prompts (task.few_shot, task.system_prompt, env.example, env.tools) or the" in err)

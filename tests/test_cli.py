@@ -191,6 +191,8 @@ def test_rlvr_help_lists_every_command_on_stdout(capsys):
     assert main([]) == 2 and "commands:" in capsys.readouterr().err
     assert main(["trian"]) == 2
     assert "unknown command 'trian'; did you mean 'train'?" in capsys.readouterr().err
+    # rlvr audit exits 1 for a weak, an unjudged and a raising reward (cmd_audit), and its help says all three
+    assert "weak (pays an attack), cannot be judged" in " ".join(cli.audit_parser().description.split())
 
 
 def test_the_readme_command_lines_flags_are_the_commands_own():
@@ -223,3 +225,13 @@ def test_other_trainers_command_line_habits_get_the_rlvr_spelling(capsys):
     assert ("unrecognised arguments: --config; did you mean rlvr train FILE.yaml (the config file is the first "
             "argument, not a flag)?" in error(["train", "--config", SMOKE]))
     assert "did you mean rlvr eval FILE.yaml" in error(["eval", "--config-name=ppo_trainer"])
+    assert ("rlvr compare: unrecognised arguments: rollout.group_size=4; did you mean --rollout.group_size=4?"
+            in error(["compare", SMOKE, "rollout.group_size=4"]))
+
+
+def test_rlvr_version_is_the_packages(capsys):
+    import re
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    version = re.search(r'^version = "(.+)"$', pyproject, re.M).group(1)
+    assert main(["--version"]) == 0 and capsys.readouterr().out == f"rlvr {version}\n"

@@ -96,7 +96,7 @@ def test_a_verl_config_is_refused_leaf_by_leaf_with_the_rlvr_keys(tmp_path):
         "'rollout.group_size'",
         f"  {p}, line 10: unknown config key 'actor_rollout_ref.actor.optim.lr': verl's 'optim.lr' is rlvr's "
         "'optimizer.lr'"]
-    from rlvr.config.build import FOREIGN
+    from rlvr.config.names import FOREIGN
     keys = valid_keys()  # every rlvr key FOREIGN names exists (task.columns.prompt: a key of task.columns)
     assert [name for name, (ours, _, _) in FOREIGN.items()
             if ours and ours not in keys and ours.rsplit(".", 1)[0] != "task.columns"] == []

@@ -47,3 +47,27 @@ def test_every_benchmark_script_answers_help():
         done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--help"], capture_output=True,
                               text=True, timeout=120, cwd=ROOT)
         assert done.returncode == 0 and done.stdout.startswith(f"usage: {name}.py"), (name, done.stderr[-500:])
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "memory.py"), "1", "tiny-random", "full,lora"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)  # lora8 is the name
+    assert done.returncode == 2 and "unknown configs lora: of full, full+ckpt" in done.stderr
+
+
+def test_every_link_between_the_docs_lands():
+    """README.md's and docs/*.md's links to each other reach a file, and a #fragment a heading of it (as
+    GitHub makes a heading's anchor: lower case, punctuation but - and _ dropped, spaces as -)."""
+    def anchor(heading: str) -> str:
+        return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+    dead = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, fragment = target.partition("#")
+            linked = (doc.parent / path) if path else doc
+            if not linked.exists():
+                dead.append(f"{doc.name}: {target}")
+            elif fragment and linked.suffix == ".md" and fragment not in {
+                    anchor(h) for h in re.findall(r"^#+ (.*)$", linked.read_text(), re.M)}:
+                dead.append(f"{doc.name}: {target}")
+    assert dead == []

@@ -51,7 +51,7 @@ def test_importing_the_loop_leaves_the_sandbox_unloaded():
 # "rlvr" is the package's own __init__ (rlvr.fit).
 LAYERS = [{"errors", "nf4", "text", "device", "checkpoint_files"}, {"hub"}, {"models"}, {"io"}, {"algo", "sandbox"},
           {"tasks"}, {"rewards"}, {"rollout"}, {"envs"}, {"report"}, {"config"}, {"eval"}, {"train"}, {"api", "plan"},
-          {"cli", "rlvr", "__main__"}]
+          {"cli_args"}, {"cli", "rlvr", "__main__"}]
 
 
 def package_of(module: str) -> str:

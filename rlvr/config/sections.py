@@ -174,7 +174,8 @@ class RolloutConfig:
     top_k: int = 0
     """Keep only the k most likely tokens; 0 keeps all."""
     engine: str = "builtin"
-    """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (GPU, rlvr[vllm])."""
+    """Rollout engine: builtin (shared-prefix KV cache), hf (plain generate), vllm (colocated or on servers,
+    rollout.vllm.*; rlvr[vllm] on a GPU, make vllm's .venv-vllm on a CPU: docs/vllm.md)."""
     weights: str = "auto"
     """Weights the builtin and hf engines sample with: fp32 (the policy itself, in model.dtype), or a copy
     re-quantised after every update: bf16 (bf16 linear layers), int8 (int8 weights per output row and

@@ -258,6 +258,15 @@ def execute(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
 _CALLS = ThreadPoolExecutor(max_workers=max(8, 4 * (os.cpu_count() or 2)), thread_name_prefix="tool-calls")
 
 
+def release_idle_threads(wait_s: float = 1.0) -> None:
+    """At the program's exit: the pool's idle threads end, so that only a call still running (a tool that
+    hangs) keeps one, which the exit then names (rlvr.cli.exit_leaving_threads). The pool takes no more calls."""
+    _CALLS.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + wait_s
+    for thread in list(_CALLS._threads):
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def run_calls(tools: dict[str, Tool], calls: list[ToolCall], budget_s: float) -> list[tuple[str, str]]:
     """execute() for each call, in order of the calls: those of concurrent tools at once on a shared
     pool, the rest one after another here (a stateful environment's methods keep their order). No

@@ -44,6 +44,8 @@ def task_problems(task: TaskConfig, split: str, n: int | None):
     if n is not None and n < 1:
         raise RlvrError(f"--n must be at least 1, got {n}")
     splits = build_splits(task)
+    if split == "ood" and task.ood_name:  # the table and eval.json name the task; its OOD is another one
+        print(f"{task.name}: --split ood is task.ood_name={task.ood_name}", file=sys.stderr)
     for note in splits.notes:  # with several --task each note names its task, once
         print(note if note.startswith(f"{task.name}: ") else f"{task.name}: {note}", file=sys.stderr)
     problems = getattr(splits, split)[:n] if n is not None else getattr(splits, split)

@@ -24,6 +24,7 @@ import time
 
 from rlvr.errors import RlvrError
 from rlvr.rewards.call import CallTimedOut, RewardLog
+from rlvr.sandbox.worker import kill_session
 
 STARTUP_S = 60.0
 _HEADER = struct.Struct(">Q")
@@ -133,12 +134,6 @@ class IsolatedRewards:
         return frame
 
     def _kill(self, count: bool = True) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            f.close()
+        kill_session(self.proc)
         self.proc = None
         self.restarts += count

@@ -66,7 +66,8 @@ def _vllm_installed() -> bool:
 def require_vllm() -> None:
     if not _vllm_installed():
         raise RlvrError(f"rollout.engine=vllm needs the vllm package, which is not installed: {INSTALL_HINT} "
-                        "(on a CUDA machine), or use rollout.engine=builtin")
+                        "on a CUDA machine, or on a CPU `make vllm` and the .venv-vllm it builds "
+                        "(docs/vllm.md); or use rollout.engine=builtin")
 
 
 def vllm_platform() -> str:

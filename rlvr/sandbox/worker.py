@@ -14,6 +14,18 @@ import sys
 from rlvr.sandbox.clock import RunClock
 
 
+def kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL to every process of `proc`'s session (it was started with start_new_session: whatever it forked
+    goes too), then reap it and close the pipes to it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    for f in (proc.stdin, proc.stdout):
+        f.close()
+
+
 class KillableWorker:
     """A child process that writes `ready` when it has started, then one JSON reply per request.
     Not thread-safe: each caller holds its own lock (a pool hands a worker to one check at a time)."""
@@ -63,16 +75,9 @@ class KillableWorker:
 
     def kill(self) -> None:
         """SIGKILL to the worker's process group, then reap it; a no-op when none is running."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            f.close()
-        self.proc = None
+        if self.proc is not None:
+            kill_session(self.proc)
+            self.proc = None
 
     def _readline(self, clock: RunClock) -> bytes | None:
         poll = select.poll()   # not select.select: a trainer may hold descriptors past FD_SETSIZE (1024)

@@ -216,8 +216,9 @@ def read_rows(name: str) -> list[Row]:
     if given is not None:
         return [(f"row {i}", dict(row)) for i, row in enumerate(given[1], 1)]
     path = Path(name).expanduser()  # ~/data/gsm8k/train.parquet, as verl's configs write it
-    if not path.exists():
-        raise RlvrError(f"no such dataset file or directory: {name}")
+    if not path.exists():  # a relative path is read from the working directory, not the config's folder
+        where = "" if path.is_absolute() else f" (in the working directory, {Path.cwd()})"
+        raise RlvrError(f"no such dataset file or directory: {name}{where}")
     if path.is_dir():
         rows = read_saved_dataset(path)
     else:

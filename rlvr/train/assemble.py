@@ -124,9 +124,10 @@ def within_context(splits, env, tok, context: int | None, budgets: dict[str, int
         where = first.origin or repr(first.question[:60])
         line = (f"{len(problems) - len(fits)} of {len(problems)} {split} problems do not fit the model's context of "
                 f"{context} tokens with {budget} new tokens: the first, {where}, has a {n}-token prompt")
-        if not fits:
-            raise RlvrError(f"task: {line}; shorten the prompts (task.few_shot, task.system_prompt) or the "
-                            "new-token budget, or use a model with a longer context")
+        if not fits:  # an environment's tool schemas and worked example are in the prompt too
+            parts = "task.few_shot, task.system_prompt" + (", env.example, env.tools" if env.multi_turn else "")
+            raise RlvrError(f"task: {line}; shorten the prompts ({parts}) or the new-token budget, or use a model "
+                            "with a longer context")
         say(f"task: {line}; left out")
         setattr(splits, split, fits)
 

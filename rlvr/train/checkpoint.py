@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -67,6 +68,23 @@ def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train")
     options += [f"choose another directory with {elsewhere}", f"replace it with {replace}"]
     raise RlvrError(f"{out} already holds files ({shown}) and nothing in it was changed: "
                     f"{', '.join(options[:-1])} or {options[-1]}")
+
+
+def check_restart(out: str | Path) -> None:
+    """A resume that finds no checkpoint starts the run again from step 0, replacing the directory's records:
+    refused where the directory holds more than a start that stopped short of its first checkpoint (a
+    run's summary.json or final/ model: a finished run whose checkpoints were deleted to free space, an
+    rlvr sft run), which starting again would delete. Read only, before anything loads."""
+    out = Path(out)
+    held = [name for name in ("summary.json", "final") if (out / name).exists()]
+    if not held:
+        return
+    further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
+        if "final" in held else ""
+    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from, and the "
+                    f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
+                    f"replace; nothing in it was changed: {further}replace the run with rlvr train "
+                    f"{out / 'config.yaml'} --train.overwrite=true")
 
 
 def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
@@ -298,6 +316,25 @@ def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.ste
     new = flat(to_dict(cfg))
     return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k) and k not in ignore][:8]
+
+
+def finished_run(cfg: Config) -> dict | None:
+    """The summary of a run that finished under cfg as it is, so a resume has nothing to do: its
+    summary.json (written last, once the final model is saved) says it ended at train.steps uninterrupted,
+    its newest checkpoint is of that step (an extension cut short leaves a later one and an earlier
+    summary), and cfg is its config.yaml (an override is a resume's own: it goes the usual way, refused
+    or noted); None otherwise."""
+    out, steps = Path(cfg.train.out), cfg.train.steps
+    if changed_keys(out / "config.yaml", cfg) or not (out / "config.yaml").is_file():
+        return None
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(summary, dict) or summary.get("steps") != steps or summary.get("interrupted")
+            or latest_checkpoint(out) != checkpoint_path(out, steps) or not (out / "final").is_dir()):
+        return None
+    return summary
 
 
 def resume_records(out: Path, p: Progress) -> None:

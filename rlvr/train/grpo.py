@@ -35,9 +35,9 @@ from rlvr.rollout.decoding import select_groups
 from rlvr.rollout.sampling import group_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
 from rlvr.errors import RlvrError, WriteError
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_run_dir, checkpoint_path, latest_checkpoint,
-                                   load_newest, restore_checkpoint, resume_records, save_final, set_aside,
-                                   try_checkpoint)
+from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
+                                   finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
+                                   save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import (Dist, allreduce_scalars, close_distributed, gather_objects, gathered,
                                     init_distributed, lost_peer, reduce_metrics, shard_groups)
 from rlvr.train.evaluation import eval_on_main, flip_summary, keep_before, kept_before, log_eval, read_records
@@ -248,6 +248,7 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
                             "directory (train.out on a filesystem shared by all nodes)")
     kept = None
     if resume and newest is None:
+        check_restart(cfg.train.out)
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
         kept = kept_before(cfg, d)  # read now: setup clears the directory
     if newest is not None:
@@ -273,6 +274,9 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
         p, pending = restore_checkpoint(run, state, last, cfg), state.get("pending")
         run.engine.sync_weights(run.models.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
+        if not run.baseline and d.is_main and any(row.get("step") == 0 for row in p.eval_rows):
+            say(f"note: {run.out / 'eval_before.jsonl'} is missing or cut short: the final evaluation is compared "
+                "with the accuracies before training, without per-problem flips")
         if d.is_main:  # everything has loaded: only now is the directory written
             set_aside(damaged)
             resume_records(run.out, p)
@@ -344,13 +348,22 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
     with RunLock(cfg.train.out, enabled=os.environ.get("RANK", "0") == "0"):
         if not resume:
             check_run_dir(cfg.train.out, cfg.train.overwrite)
+        # a finished run resumed as it is: its final evaluation and model made again would cost time and change
+        # nothing (TRL's resume past max_steps trains nothing either)
+        elif (done := finished_run(cfg)) is not None:
+            say(f"{cfg.train.out} finished at step {cfg.train.steps} (summary.json, final/): nothing to do and "
+                f"nothing changed; extend it with --train.steps=N (more than {cfg.train.steps}), or evaluate its "
+                f"model with rlvr eval --model {Path(cfg.train.out) / 'final'}")
+            return done
         try:
             return _locked(cfg, resume, given, wall_start)
         except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it
-            last = latest_checkpoint(cfg.train.out)
+            last, out = latest_checkpoint(cfg.train.out), Path(cfg.train.out)
+            again = (f": free space, then start it again with `rlvr train --resume {out}` (from step 0; with the same "
+                     "config it keeps the evaluation before training)" if (out / "config.yaml").is_file() else "")
             raise WriteError(f"{e}; " + (f"the checkpoints up to {last.name} are whole: free space, then continue "
-                                         f"with `rlvr train --resume {cfg.train.out}`" if last else
-                                         "no checkpoint was written yet")) from None
+                                         f"with `rlvr train --resume {out}`" if last else
+                                         f"no checkpoint was written yet{again}")) from None
 
 
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:

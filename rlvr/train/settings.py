@@ -41,11 +41,12 @@ class EvalSettings:
 
 
 # The keys that decide what a checkpoint's weights are: under another value the same tensors would be another
-# model (a LoRA alpha rescales every adapter, other target modules or rank are other adapters, another base,
-# dtype or 4-bit quantization other base weights), so a resume refuses a change to any of them
-# (rlvr.train.checkpoint.restore_checkpoint); a change to any other key is a note.
-WEIGHT_KEYS = ("model.name", "model.dtype", "model.quantize", "model.lora.r", "model.lora.alpha",
-               "model.lora.target_modules")
+# model (a LoRA alpha rescales every adapter, other target modules or rank are other adapters, another dtype or
+# 4-bit quantization rounds the base weights), so a resume refuses a change to any of them
+# (rlvr.train.checkpoint.restore_checkpoint); a change to any other key is a note. model.name is not one: the
+# checkpoint holds every weight, the base's too, so a model directory that moved resumes, and another
+# architecture's weights do not load (an error naming the key).
+WEIGHT_KEYS = ("model.dtype", "model.quantize", "model.lora.r", "model.lora.alpha", "model.lora.target_modules")
 
 
 def weight_settings(config: dict) -> dict:

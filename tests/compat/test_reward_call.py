@@ -151,7 +151,8 @@ def test_verl_gets_data_source_and_extra_info_and_a_flat_ground_truth(tmp_path):
     s = score_batch(fns, ["x", "x"], {"data_source": ["src", "other"], "extra_info": [{"k": 2}, {"k": 2}],
                                       "ground_truth": ["x", "x"]})
     assert s.total == [1.0, 0.0]
-    with pytest.raises(RlvrError, match="cannot load verl compute_score 'nowhere.py:compute_score'"):
+    with pytest.raises(RlvrError, match=r"cannot load verl compute_score 'nowhere.py:compute_score': no such file "
+                                        r"nowhere.py \(in the working directory, /"):  # not beside the config
         build_rewards({"verl:nowhere.py:compute_score": 1.0})
 
 

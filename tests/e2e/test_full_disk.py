@@ -150,5 +150,7 @@ def test_a_file_size_limit_names_the_file_without_root(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "warning: checkpoint at step 2 could not be written" in done.stderr
     assert error_lines(done.stderr) == [f"rlvr: error: cannot write {out / 'final'}: the file size limit (ulimit -f) "
-                                        "is reached; no checkpoint was written yet"], done.stderr
+                                        "is reached; no checkpoint was written yet: free space, then start it again "
+                                        f"with `rlvr train --resume {out}` (from step 0; with the same config it keeps "
+                                        "the evaluation before training)"], done.stderr
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]

@@ -63,7 +63,7 @@ def block(readme: str, after: str, lang: str) -> str:
     return re.search(re.escape(after) + r".*?```" + lang + r"\n(.*?)```", readme, re.S).group(1)
 
 
-def test_your_data_your_reward_walk_runs_as_written(tmp_path, monkeypatch):
+def test_your_data_your_reward_walk_runs_as_written(tmp_path, monkeypatch, capsys):
     """The README's walk: its GSM8K-style rows (two as shown, 28 more like them), its my_rewards.py and
     mine.yaml as written, then its train, eval and report commands, on tiny-random and a few tokens."""
     from rlvr.cli import main
@@ -99,3 +99,9 @@ def test_your_data_your_reward_walk_runs_as_written(tmp_path, monkeypatch):
     assert saved["task"]["heldout_size"] is None and (tmp_path / "runs" / "mine" / "report.html").is_file()
     assert len((tmp_path / "runs" / "mine" / "eval_before.jsonl").read_text().splitlines()) == 6  # a fifth of 30
     assert json.loads((tmp_path / "ev" / "eval.json").read_text())["tasks"]
+    # "Your rewards, attacked": rlvr audit flags both rewards for the one attack the README names
+    capsys.readouterr()
+    assert main(["audit", "mine.yaml", "--n", "5"]) == 1
+    weak = [line for line in capsys.readouterr().out.splitlines() if line.startswith("WEAK")]
+    assert weak == [f"WEAK: reward '{name}' rewarded 1 attacks: GSM8K mark and an answer line"
+                    for name in ("my_rewards.py:accuracy", "verl:my_rewards.py:compute_score")]

@@ -281,7 +281,8 @@ def test_a_resume_refuses_what_changes_the_weights_and_notes_the_rest(tmp_path, 
                "--model.lora.r=8": "model.lora.r=4; this start sets model.lora.r=8",
                "--model.lora.target_modules=all-linear": "model.lora.target_modules=['q_proj', 'k_proj', 'v_proj', "
                                                          "'o_proj']; this start sets model.lora.target_modules=all-linear",
-               "--model.dtype=bfloat16": "model.dtype=float32; this start sets model.dtype=bfloat16"}
+               "--model.dtype=bfloat16": "model.dtype=float32; this start sets model.dtype=bfloat16",
+               "--model.quantize=nf4": "model.quantize=none; this start sets model.quantize=nf4"}
     for override, said in refused.items():
         capsys.readouterr()
         assert main(["train", "--resume", str(out), "--train.steps=3", override]) == 2, override
@@ -306,7 +307,7 @@ def test_a_checkpoint_without_its_weight_settings_is_checked_against_config_yaml
                  "--train.eval_every=0", "--eval.before=false", f"--train.out={out}"]) == 0
     (ckpt,) = checkpoints(out)
     state = torch.load(ckpt, weights_only=False)
-    assert state.pop("weights") == {"model.name": "tiny-random", "model.dtype": "float32", "model.quantize": "none",
+    assert state.pop("weights") == {"model.dtype": "float32", "model.quantize": "none",
                                     "model.lora.r": 4, "model.lora.alpha": 16,
                                     "model.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
     save_checkpoint(out, 2, state, keep=1)
@@ -361,3 +362,80 @@ def test_a_run_that_stops_before_step_1_keeps_its_evaluation_before_training(tmp
     same_run(alone, out)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["flips"] == json.loads((alone / "summary.json").read_text())["flips"]
+
+
+def test_resuming_a_finished_run_as_it_is_does_nothing_and_says_how_to_extend_it(stopped_at_4, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """It evaluated again and saved final/ again (minutes on a real evaluation), for the same figures."""
+    import rlvr.train.grpo as grpo
+
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    before = tree(out)
+    monkeypatch.setattr(grpo, "setup", lambda *a, **k: pytest.fail("a finished run was loaded again"))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0
+    assert capsys.readouterr().err == (f"{out} finished at step 4 (summary.json, final/): nothing to do and nothing "
+                                       "changed; extend it with --train.steps=N (more than 4), or evaluate its model "
+                                       f"with rlvr eval --model {out / 'final'}\n")
+    assert tree(out) == before
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(out), "--eval.max_new_tokens=4"]) == 0  # an override: evaluated again
+    err = capsys.readouterr().err
+    assert "nothing to do" not in err and "eval.max_new_tokens=4 (was 6)" in err and "eval at step 4: " in err
+    summary = json.loads((out / "summary.json").read_text())
+    summary["interrupted"] = "SIGTERM"  # stopped at its last step: the final evaluation is still to make
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["train", "--resume", str(out)]) == 0
+    assert "interrupted" not in json.loads((out / "summary.json").read_text())
+
+
+def test_a_model_directory_that_moved_resumes_with_a_note(tmp_path, capsys):
+    """model.name is not among the keys a resume refuses: the checkpoint holds every weight."""
+    from rlvr.models import tiny_random
+
+    model, tok = tiny_random()
+    first = tmp_path / "models" / "mine"
+    model.save_pretrained(first)
+    tok.save_pretrained(first)
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.steps=2", "--train.eval_every=0", "--eval.before=false", "--eval.after=false",
+                 f"--model.name={first}", f"--train.out={out}"]) == 0
+    moved = first.rename(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=3", f"--model.name={moved}"]) == 0
+    assert (f"note: resuming with settings changed from the run's config.yaml: model.name={moved} (was {first}), "
+            "train.steps=3 (was 2)") in capsys.readouterr().err
+
+
+def test_a_resume_without_checkpoints_never_replaces_a_runs_results(stopped_at_4, tmp_path, capsys):
+    """A finished run whose checkpoints were deleted to free space, resumed to extend it, started again from
+    step 0 and replaced its final model and records. It is refused, the directory unchanged; a start that
+    stopped before its first checkpoint still starts again."""
+    import shutil
+
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    shutil.rmtree(out / "checkpoints")
+    before = tree(out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=6"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"rlvr: error: a resume of {out} found no checkpoint in {out / 'checkpoints'} to continue from, and the "
+        "directory holds a run's results (summary.json, final), which starting again from step 0 would replace; "
+        f"nothing in it was changed: train its model further in a new run (--model.name={out / 'final'} "
+        f"--train.out=NEW_DIR), or replace the run with rlvr train {out / 'config.yaml'} --train.overwrite=true")
+    assert tree(out) == before
+    assert main(["train", str(out / "config.yaml"), "--train.overwrite=true", "--train.steps=1"]) == 0
+
+
+def test_a_resume_whose_eval_before_records_are_cut_short_says_so(stopped_at_4, tmp_path, capsys):
+    """A torn eval_before.jsonl (a version that appended it line by line, killed) stopped the resume with
+    a JSONDecodeError; it is no baseline: the run goes on, said once, without flips."""
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
+    with open(out / "eval_before.jsonl", "ab") as f:
+        f.write(b'{"split": "heldout", "quest')
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.steps=5"]) == 0
+    assert (f"note: {out / 'eval_before.jsonl'} is missing or cut short: the final evaluation is compared with the "
+            "accuracies before training, without per-problem flips") in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert "flips" not in summary and summary["heldout_accuracy_before"] == stopped_at_4[1]["heldout_accuracy_before"]

@@ -319,3 +319,25 @@ QWEN_LIKE = ("{%- if tools %}<tools>{% for tool in tools %}{{ tool | tojson }}{%
 ])
 def test_template_supports_tools(tok, supported):
     assert template_supports_tools(tok) is supported
+
+
+def test_the_tool_pools_idle_threads_are_not_named_leftovers_at_exit():
+    """A run whose model called a tool leaves the shared pool's threads idle: the exit of `rlvr` does not
+    name them as threads left running by loaded code (it did, after every tools run); a tool still running
+    at the exit is named, and the exit does not wait for it."""
+    import re
+    import subprocess
+    import sys
+
+    script = ("import sys, threading, time\nfrom rlvr.envs import tools\nfrom rlvr.cli import exit_leaving_threads\n"
+              "assert [tools._CALLS.submit(lambda: 1).result() for _ in range(3)] == [1, 1, 1]\n"
+              "if sys.argv[1] == 'hung':\n    started = threading.Event()\n"
+              "    tools._CALLS.submit(lambda: (started.set(), time.sleep(60)))\n    started.wait()\n"
+              "exit_leaving_threads(0)\nprint('exited as the interpreter does')\n")
+    idle = subprocess.run([sys.executable, "-c", script, "idle"], capture_output=True, text=True, timeout=60)
+    assert idle.returncode == 0 and "exiting without waiting" not in idle.stderr, idle.stderr
+    assert idle.stdout == "exited as the interpreter does\n"
+    hung = subprocess.run([sys.executable, "-c", script, "hung"], capture_output=True, text=True, timeout=30)
+    assert hung.returncode == 0 and hung.stdout == ""
+    assert re.search(r"rlvr: exiting without waiting for 1 thread\(s\) left running by loaded code \(tool-calls_\d+\)",
+                     hung.stderr), hung.stderr

@@ -192,3 +192,14 @@ def test_every_tasks_data_is_read_before_a_model_loads(tmp_path, capsys):
     assert rc == 2
     assert f"{bad} line 2: not valid JSON" in capsys.readouterr().err
     assert not (tmp_path / "ev").exists()
+
+
+def test_eval_of_an_ood_that_is_another_task_says_which(tmp_path, capsys):
+    """docs/verifiers.md's `rlvr eval configs/code.yaml --split ood` evaluates HumanEval under the label
+    pyfunc (the task's name): the start says the OOD split is task.ood_name's."""
+    assert main(["eval", "--model", "tiny-random", "--task.name=arithmetic", "--task.ood_name=reasoning_gym:chain_sum",
+                 "--split", "ood", "--n", "2", "--k", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "ev")]) == 0
+    err = capsys.readouterr().err
+    assert "arithmetic: --split ood is task.ood_name=reasoning_gym:chain_sum" in err
+    samples = [json.loads(line) for line in (tmp_path / "ev" / "samples.jsonl").read_text().splitlines()]
+    assert [r["task"] for r in samples] == ["arithmetic"] * 2 and "terms" in samples[0]["difficulty"]

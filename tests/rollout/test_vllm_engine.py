@@ -180,7 +180,8 @@ def test_lora_without_scale_or_with_dora_is_an_error():
 def test_missing_vllm_names_the_extra(monkeypatch):
     monkeypatch.setattr(ve, "_vllm_installed", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RlvrError, match=r"pip install 'rlvr\[vllm\]'"):  # checked before the GPU
+    with pytest.raises(RlvrError, match=r"pip install 'rlvr\[vllm\]' on a CUDA machine, or on a CPU `make vllm` "
+                                        r"and the .venv-vllm it builds"):  # checked before the GPU; the CPU's way too
         ve.check_vllm_usable()
 
 

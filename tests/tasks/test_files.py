@@ -1,6 +1,8 @@
 """File tasks: JSONL, CSV, parquet and save_to_disk directories, written for real in tmp_path."""
 import csv
 import json
+import re
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -210,8 +212,11 @@ def test_bad_columns_types_and_names(tmp_path):
     with pytest.raises(RlvrError, match=r"d\.json: no rows"):
         (tmp_path / "d.json").write_text("[]")
         build_splits(TaskConfig(name=str(tmp_path / "d.json")))
-    with pytest.raises(RlvrError, match="no such dataset file"):
+    with pytest.raises(RlvrError, match="^no such dataset file or directory: .*missing.jsonl$"):
         build_splits(TaskConfig(name=str(tmp_path / "missing.jsonl")))
+    with pytest.raises(RlvrError, match=r"^no such dataset file or directory: missing.jsonl \(in the working "
+                                        f"directory, {re.escape(str(Path.cwd()))}\)$"):
+        build_splits(TaskConfig(name="missing.jsonl"))  # a config's relative path: read from here, said so
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "README.txt").write_text("no data here")
     with pytest.raises(RlvrError, match="not one written by datasets' save_to_disk"):
@@ -314,9 +319,6 @@ def test_a_json_array_saved_as_jsonl_is_told_so(tmp_path):
 def test_the_readmes_local_hub_copy_of_gsm8k_loads_as_written(tmp_path, monkeypatch):
     """README: a local copy in the Hub's layout reads with the overrides it shows (GSM8K's rows are
     `question` and `answer`, so the shown overrides must map the prompt)."""
-    import re
-    from pathlib import Path
-
     from rlvr.config import build_config
 
     readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
