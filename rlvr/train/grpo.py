@@ -382,7 +382,7 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
         # the cause is in the other process's log; this one only says so, in one line, and where the run stands
         last = latest_checkpoint(cfg.train.out)
         raise RlvrError(f"process {d.rank} of {d.world}: another process of this torchrun job stopped (its own "
-                        f"log, on its node, says why), so this one stops too ({str(e).splitlines()[0][:200]}). "
+                        f"log, on its node, says why), so this one stops too ({_first_sentence(e)}). "
                         + (f"The run is saved up to {last.name}: continue it with the same torchrun command and "
                            f"rlvr train --resume {cfg.train.out}" if last else
                            "No checkpoint was written yet" if d.is_main else "Rank 0 writes the checkpoints")
@@ -395,6 +395,13 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
         say(before_after_table(summary))
         say(f"report: {write_report(cfg.train.out)}")
     return summary
+
+
+def _first_sentence(e: BaseException) -> str:
+    """'Connection closed by peer [127.0.0.1]:43652' of gloo's '[.../pair.cc:553] Connection closed by peer
+    [127.0.0.1]:43652. This is typically caused by ...'."""
+    line = (str(e).splitlines() or [""])[0]
+    return line.split("] ", 1)[-1].split(". ")[0][:200] if line.startswith("[") else line.split(". ")[0][:200]
 
 
 def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: Rollouts) -> str:

@@ -219,6 +219,7 @@ def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands
             p.kill()
     assert first.returncode != 0
     assert "process 0 of 2: another process of this torchrun job stopped" in err0, err0[-3000:]
+    assert "typically caused" not in err0  # gloo's first sentence only (Connection closed by peer, Read error)
     last, state, damaged = load_newest(out)
     assert f"The run is saved up to {last.name}: continue it with the same torchrun command" in err0
     assert damaged == [] and state["progress"]["step"] >= 1 and not (out / "final").exists()
