@@ -320,7 +320,7 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
     summary["train_seconds"] = train_seconds - p.eval_seconds
     if interrupted:
         summary["interrupted"] = interrupted
-        say(f"stopped at step {p.step} by {interrupted}; continue with: rlvr train --resume {run.out}")
+        say(f"stopped at step {p.step} by {interrupted}; continue with: {resume_command(run.out, run.dist)}")
     elif run.settings.eval.after:
         after, records = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "after", run.baseline)
         summary.update(after)
@@ -383,8 +383,8 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
         last = latest_checkpoint(cfg.train.out)
         raise RlvrError(f"process {d.rank} of {d.world}: another process of this torchrun job stopped (its own "
                         f"log, on its node, says why), so this one stops too ({_first_sentence(e)}). "
-                        + (f"The run is saved up to {last.name}: continue it with the same torchrun command and "
-                           f"rlvr train --resume {cfg.train.out}" if last else
+                        + (f"The run is saved up to {last.name}: continue it with "
+                           f"{resume_command(cfg.train.out, d)}" if last else
                            "No checkpoint was written yet" if d.is_main else "Rank 0 writes the checkpoints")
                         ) from None
     finally:
@@ -395,6 +395,13 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
         say(before_after_table(summary))
         say(f"report: {write_report(cfg.train.out)}")
     return summary
+
+
+def resume_command(out: Path | str, d: Dist) -> str:
+    """What continues the run: under torchrun the same torchrun command (a plain `rlvr train --resume` would
+    go on in one process, which works, checkpoints holding full tensors, but is not what was asked for)."""
+    command = f"rlvr train --resume {out}"
+    return f"torchrun (as before, {d.world} processes) -m {command}" if d.enabled else command
 
 
 def _first_sentence(e: BaseException) -> str:
@@ -409,7 +416,8 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     already of step p.step); says where the run stands. A single process only: under torchrun the other
     ranks may not have failed, and a checkpoint needs them all."""
     if p.step == 0:
-        return (f"No step had finished: once that is fixed, start the run again with rlvr train --resume {run.out} "
+        return (f"No step had finished: once that is fixed, start the run again with "
+                f"{resume_command(run.out, run.dist)} "
                 "(from step 0; with the same config, the evaluation before training is kept)")
     if not run.dist.enabled and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
         try_checkpoint(run, p, train_seconds, rollouts.state())  # a failed write is reported there
@@ -417,7 +425,7 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     if last is None:
         return f"No checkpoint was written: the {p.step} steps done are lost"
     return (f"The run is saved up to {last.relative_to(run.out)} (of the {p.step} steps done): once that is "
-            f"fixed, continue it with rlvr train --resume {run.out}")
+            f"fixed, continue it with {resume_command(run.out, run.dist)}")
 
 
 def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:

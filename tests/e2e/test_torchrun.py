@@ -12,6 +12,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from rlvr.cli import main
+from rlvr.train.checkpoint import checkpoints
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -117,8 +118,6 @@ def test_bf16_weights_with_fp32_masters_train_in_two_processes_as_in_one(tmp_pat
     entry whose gradient is near 0 may step the other way), and that checkpoint resumes in one process."""
     import torch
 
-    from rlvr.train.checkpoint import checkpoints
-
     args, one = bf16_one
     out = tmp_path / parallel
     torchrun(*args, f"--train.out={out}", f"--train.parallel={parallel}")
@@ -221,7 +220,8 @@ def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands
     assert "process 0 of 2: another process of this torchrun job stopped" in err0, err0[-3000:]
     assert "typically caused" not in err0  # gloo's first sentence only (Connection closed by peer, Read error)
     last, state, damaged = load_newest(out)
-    assert f"The run is saved up to {last.name}: continue it with the same torchrun command" in err0
+    assert (f"The run is saved up to {last.name}: continue it with torchrun (as before, 2 processes) -m rlvr "
+            f"train --resume {out}") in err0
     assert damaged == [] and state["progress"]["step"] >= 1 and not (out / "final").exists()
 
 
@@ -245,3 +245,27 @@ def test_nodes_that_see_different_run_directories_are_refused_on_resume(tmp_path
             "every node must see the same run directory" in err0), err0[-3000:]
     assert "process 1 of 2 resumes" in err1 and "from step 0" in err1
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1]  # nothing trained, nothing written
+
+
+def test_sigterm_to_torchrun_checkpoints_and_says_to_resume_under_torchrun(tmp_path):
+    """torchrun passes SIGTERM to every process; they agree to stop after the step, rank 0 writes the checkpoint,
+    and the line that says how to continue names torchrun, not a plain `rlvr train --resume` (one process)."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                             "-m", "rlvr", "train", *RUN, "--train.steps=500", "--train.save_every=0",
+                             "--eval.before=false", f"--train.out={out}"], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if (out / "metrics.jsonl").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        proc.terminate()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    stopped = [line for line in err.splitlines() if line.startswith("stopped at step")]
+    assert len(stopped) == 1, err[-3000:]
+    step = int(stopped[0].split()[3])
+    assert stopped[0] == (f"stopped at step {step} by SIGTERM; continue with: torchrun (as before, 2 processes) -m "
+                          f"rlvr train --resume {out}")
+    assert [c.name for c in checkpoints(out)] == [f"step_{step:06d}.pt"]
