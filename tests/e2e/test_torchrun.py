@@ -160,6 +160,19 @@ def node(rank: int, offset: int, *args) -> subprocess.Popen:
          "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def stop(agent: subprocess.Popen) -> None:
+    """Kill a torchrun agent and its workers: a test that fails leaves no process waiting in a collective."""
+    import psutil
+
+    try:
+        for p in psutil.Process(agent.pid).children(recursive=True):
+            p.kill()
+    except psutil.NoSuchProcess:
+        pass
+    agent.kill()
+    agent.wait()
+
+
 def test_a_node_that_fails_before_joining_stops_the_other_within_the_join_timeout(tmp_path):
     """Two "nodes" on one machine (two torchruns, --nnodes=2): node 1's process stops before it joins (a
     --resume of a directory that does not exist). Its torchrun ends, but node 0's agent never hears of it:
@@ -172,7 +185,7 @@ def test_a_node_that_fails_before_joining_stops_the_other_within_the_join_timeou
         _, err0 = first.communicate(timeout=300)  # without the bound: 30 minutes, then this fails
     finally:
         for p in (first, second):
-            p.kill()
+            stop(p)
     assert "no config.yaml there" in err1
     assert first.returncode != 0
     assert ("process 0 of 2: not every process joined within train.join_timeout_s=5 s" in err0
@@ -215,7 +228,7 @@ def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands
         _, err0 = first.communicate(timeout=300)  # without gloo noticing, torch's 30 minutes
     finally:
         for p in (first, second):
-            p.kill()
+            stop(p)
     assert first.returncode != 0
     assert "process 0 of 2: another process of this torchrun job stopped" in err0, err0[-3000:]
     assert "typically caused" not in err0  # gloo's first sentence only (Connection closed by peer, Read error)
@@ -239,7 +252,7 @@ def test_nodes_that_see_different_run_directories_are_refused_on_resume(tmp_path
         (_, err0), (_, err1) = first.communicate(timeout=300), second.communicate(timeout=300)
     finally:
         for p in (first, second):
-            p.kill()
+            stop(p)
     assert first.returncode != 0 and second.returncode != 0
     assert ("process 0 of 2 resumes" in err0 and "from step 1, but the processes do not agree (steps 0 to 1): "
             "every node must see the same run directory" in err0), err0[-3000:]
@@ -262,7 +275,7 @@ def test_sigterm_to_torchrun_checkpoints_and_says_to_resume_under_torchrun(tmp_p
         proc.terminate()
         _, err = proc.communicate(timeout=300)
     finally:
-        proc.kill()
+        stop(proc)
     stopped = [line for line in err.splitlines() if line.startswith("stopped at step")]
     assert len(stopped) == 1, err[-3000:]
     step = int(stopped[0].split()[3])
