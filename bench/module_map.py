@@ -114,7 +114,7 @@ def step_trace() -> tuple[list[str], int, int]:
 
     from rlvr.config import build_config
     from rlvr.train.assemble import setup
-    from rlvr.train.grpo import collect, train_step
+    from rlvr.train.step import collect, train_step
     from rlvr.train.overlap import Rollouts
 
     out = tempfile.mkdtemp()

@@ -62,7 +62,7 @@ def measure(name: str, steps: int, work: Path) -> dict:
     """One configuration in this (fresh) process: the plan and the measured peaks of the last step."""
     from rlvr.config import build_config
     from rlvr.plan import GIB, Settings, estimate, shape_of
-    from rlvr.train import grpo
+    from rlvr.train.step import collect, train_step
     from rlvr.train.assemble import setup
     from rlvr.train.overlap import Rollouts
     from same_work import rlvr_overrides, write_prompts
@@ -79,9 +79,9 @@ def measure(name: str, steps: int, work: Path) -> dict:
     before = resident_gib("VmRSS")
     run = setup(cfg)
     run.models.policy.train()  # as the loop does (gradient checkpointing acts in training mode only)
-    with Rollouts(lambda step: grpo.collect(run, step), run.engine, run.models.policy, one_step_off=False) as rollouts:
+    with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy, one_step_off=False) as rollouts:
         for step in range(1, steps + 1):
-            m, collected = grpo.train_step(run, step, rollouts)
+            m, collected = train_step(run, step, rollouts)
     prompt_tokens = max(len(q) for q in collected.rollout.prompt_ids)
     plan = estimate(shape_of(str(model)), Settings.of(cfg, "cpu", "float32", prompt_tokens))
     return {"name": name, "baseline_gib": before, "prompt_tokens": prompt_tokens,

@@ -5,7 +5,7 @@ The table of keys is the config's own (rlvr.config.describe, what --help prints)
 `test_every_key_is_checked` until it is given a check. The keys are checked where their effect is
 whole, through the functions a run builds itself with (one tiny-random policy, no run directory):
 
-- LEARN: the update phase, `rlvr.train.grpo.learn` (make_batch, policy_update, the schedule, the
+- LEARN: the update phase, `rlvr.train.step.learn` (make_batch, policy_update, the schedule, the
   reference sync) on one fixed scored batch, twice, with the run's own builders (Settings.of and
   assemble.models_of): its metrics, the weights after it and the learning rate;
 - ROLLOUT: the rollout phase, `sample_and_score` on a Run built by those builders (the engine of
@@ -42,7 +42,7 @@ from rlvr.tasks import build_splits
 from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.assemble import models_of
 from rlvr.train.distributed import Dist
-from rlvr.train.grpo import collect, learn
+from rlvr.train.step import collect, learn
 from rlvr.train.settings import Settings
 from rlvr.train.state import Collected, Data, Models, Run
 from rlvr.train.update import EntropyState

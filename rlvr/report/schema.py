@@ -18,7 +18,7 @@ TOKEN_MEAN, TOKEN_SHARE, SEQ_SHARE = "token_mean", "token_share", "seq_share"
 SUM, MIN, MAX, MEAN = "sum", "min", "max", "mean"
 
 METRICS: dict[str, str] = {
-    # the collected batch (train/metrics.py, train/grpo.py)
+    # the collected batch (train/metrics.py, train/step.py)
     "reward/mean": MEAN, "reward/std": MEAN, "frac_zero_std_groups": MEAN,
     "completion/length_mean": MEAN, "completion/length_p90": MEAN, "completion/truncated_frac": MEAN,
     "completion/self_verification_rate": MEAN, "completions": SUM, "tokens/generated": SUM,

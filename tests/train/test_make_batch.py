@@ -10,7 +10,7 @@ import torch
 from rlvr.config import build_config
 from rlvr.train import batch as batch_mod, update as update_mod
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
-from rlvr.train.grpo import collect, train_step
+from rlvr.train.step import collect, train_step
 from rlvr.train.forward import completion_logprobs
 from rlvr.train.overlap import Rollouts
 from rlvr.train.assemble import setup
