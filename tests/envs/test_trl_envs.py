@@ -99,3 +99,42 @@ def test_a_method_that_hangs_costs_its_episode_the_budget_only(tiny, tmp_path):
         assert env.step(call("buy", item="d")).text == late
     finally:
         sys.modules[type(env.obj).__module__].RELEASE.set()
+
+
+PICKY = '''
+class Picky:
+    def reset(self, answer, **row):
+        self.answer = answer
+
+    def get_reward(self) -> float:
+        if self.answer == "5":
+            raise KeyError("no score for 5")
+        return 0.5 if self.answer == "42" else "not a number"
+'''
+
+
+def test_a_get_reward_that_raises_fails_its_episode_only(tiny, tmp_path):
+    """get_reward() raising (or giving no number) on some episodes: those score 0 under the env reward,
+    marked failed with the reason; the others score as they said. It raised out of the rollout and
+    ended the run."""
+    from rlvr.envs.episodes import reward_inputs
+    from rlvr.envs.episodes import run_episodes
+    from rlvr.rewards import build_rewards, score_batch
+    from rlvr.rollout.engines import builtin_engine
+    from rlvr.rollout.sampling import SamplingSettings
+
+    model, tok = tiny
+    (tmp_path / "picky.py").write_text(PICKY)
+    spec = make_spec(EnvConfig(name=f"{tmp_path / 'picky.py'}:Picky", tools=[], max_turns=2), tok, [])
+    problems = [Problem(question="What is 2 + 3?", answer="5", row={"answer": "5"}),
+                Problem(question="What is 7 * 6?", answer="42", row={"answer": "42"}),
+                Problem(question="What is 1 + 1?", answer="2", row={"answer": "2"})]
+    sampling = SamplingSettings(max_new_tokens=6, temperature=1.0, stop_ids=(tok.eos_token_id,),
+                                pad_id=tok.pad_token_id)
+    ep = run_episodes(builtin_engine(model), spec, problems, group_size=2, sampling=sampling, seeds=[3, 4, 5])
+    completions, columns = reward_inputs(problems, ep, 2)
+    scores = score_batch(build_rewards({"env": 1.0}), completions, columns)
+    assert scores.per_function["env"] == [0.0, 0.0, 0.5, 0.5, 0.0, 0.0]
+    assert scores.failed["env"] == [True, True, False, False, True, True]
+    assert "Picky.get_reward() raised KeyError: 'no score for 5'" in scores.reasons["env"][0]
+    assert "Picky.get_reward() raised ValueError: could not convert string to float" in scores.reasons["env"][4]
