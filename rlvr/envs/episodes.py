@@ -64,7 +64,10 @@ def builtin_tools(names: list[str]) -> list[Tool]:
 
             tools.append(make_python_tool())
         elif ":" in name:  # a plain function, as TRL's GRPOTrainer(tools=[fn]) takes it
-            tools.append(Tool.from_function(load_callable(name, "tool")))
+            try:
+                tools.append(Tool.from_function(load_callable(name, "tool")))
+            except ValueError as e:   # a parameter without a type hint, *args, ...: named with file and line
+                raise RlvrError(f"env.tools '{name}': {e}") from None
         else:
             raise RlvrError(f"env.tools: unknown tool '{name}'; built-in tools are calculator, python; "
                             "or give 'module:function'")
@@ -100,7 +103,11 @@ def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str 
     if cls is not None and all(callable(getattr(cls, m, None)) for m in ("step", "reward_columns")):
         return EnvSpec(make=cls, render=TurnRender(tok), limits=limits, multi_turn=True)
     tools = builtin_tools(env_cfg.tools)
-    probe = ToolEnv(tools, cls() if cls else None)
+    try:
+        probe = ToolEnv(tools, cls() if cls else None)
+    except ValueError as e:   # one of the class's methods cannot be a tool: named with file and line
+        raise RlvrError(f"env.name '{env_cfg.name}': {e} (its public methods are tools; start a helper's "
+                        "name with _)") from None
     native = template_supports_tools(tok)
     render = TurnRender(tok, [t.schema() for t in probe.tools.values()] if native else None)
     make = lambda: ToolEnv(tools, cls() if cls else None, system_prompt, not native, env_cfg.example, few_shot,

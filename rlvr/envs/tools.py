@@ -60,22 +60,22 @@ class Tool:
         """The schema from fn's signature (type hints) and docstring (summary and Args). Refuses
         *args, **kwargs, positional-only and unannotated parameters with ValueError: the model
         calls with a JSON object of named arguments, and each needs a type to be shown."""
-        name = name or fn.__name__
+        name, where = name or fn.__name__, defined_at(fn)
         summary, arg_docs = parse_docstring(inspect.getdoc(fn) or "")
         try:
             hints = typing.get_type_hints(fn)
         except (NameError, TypeError) as e:   # a string annotation naming something undefined
-            raise ValueError(f"cannot read the type hints of tool function {fn.__qualname__}: {e}") from None
+            raise ValueError(f"cannot read the type hints of tool function {where}: {e}") from None
         properties, required = {}, []
         for p in inspect.signature(fn).parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-                raise ValueError(f"tool function {fn.__qualname__} has parameter {p.name!r} that cannot "
+                raise ValueError(f"tool function {where} has parameter {p.name!r} that cannot "
                                  "be passed by name (*args, **kwargs or positional-only); "
                                  "a tool takes named parameters only")
             if p.name not in hints:
-                raise ValueError(f"parameter {p.name!r} of tool function {fn.__qualname__} has no type "
+                raise ValueError(f"parameter {p.name!r} of tool function {where} has no type "
                                  "hint; annotate it with str, int, float, bool, list or dict")
-            prop = json_type(hints[p.name], f"parameter {p.name!r} of {fn.__qualname__}")
+            prop = json_type(hints[p.name], f"parameter {p.name!r} of tool function {where}")
             if p.name in arg_docs:
                 prop["description"] = arg_docs[p.name]
             properties[p.name] = prop
@@ -88,6 +88,13 @@ class Tool:
         """The OpenAI / Hugging Face tools entry (what apply_chat_template(tools=[...]) takes)."""
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
+
+
+def defined_at(fn: Callable) -> str:
+    """'NAME (FILE:LINE)': where a tool's function is defined, for the errors that refuse it."""
+    code = getattr(fn, "__code__", None)   # a bound method forwards it from its function
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code else name
 
 
 def json_type(hint, where: str) -> dict:

@@ -101,16 +101,17 @@ def odd_type(x: set) -> int:
 
 
 @pytest.mark.parametrize("fn, message", [
-    (varargs, "tool function varargs has parameter 'items' that cannot be passed by name"),
-    (kwargs, "tool function kwargs has parameter 'options' that cannot be passed by name"),
-    (positional, "tool function positional has parameter 'x' that cannot be passed by name"),
-    (unannotated, "parameter 'x' of tool function unannotated has no type hint"),
-    (odd_type, "parameter 'x' of odd_type has type <class 'set'>; a tool parameter must be str"),
+    (varargs, "tool function varargs (FILE:83) has parameter 'items' that cannot be passed by name"),
+    (kwargs, "tool function kwargs (FILE:87) has parameter 'options' that cannot be passed by name"),
+    (positional, "tool function positional (FILE:91) has parameter 'x' that cannot be passed by name"),
+    (unannotated, "parameter 'x' of tool function unannotated (FILE:95) has no type hint"),
+    (odd_type, "parameter 'x' of tool function odd_type (FILE:99) has type <class 'set'>; a tool parameter must be str"),
 ])
 def test_from_function_refuses(fn, message):
+    """Each refusal names the function, its file and the line it starts on."""
     with pytest.raises(ValueError) as info:
         Tool.from_function(fn)
-    assert str(info.value).startswith(message)
+    assert str(info.value).startswith(message.replace("FILE", __file__))
 
 
 # ---- tools from an environment object ----------------------------------------------------------

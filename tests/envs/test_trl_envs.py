@@ -138,3 +138,23 @@ def test_a_get_reward_that_raises_fails_its_episode_only(tiny, tmp_path):
     assert scores.failed["env"] == [True, True, False, False, True, True]
     assert "Picky.get_reward() raised KeyError: 'no score for 5'" in scores.reasons["env"][0]
     assert "Picky.get_reward() raised ValueError: could not convert string to float" in scores.reasons["env"][4]
+
+
+def test_a_tool_that_cannot_be_described_is_a_config_error_naming_file_and_line(tiny, tmp_path):
+    """A tool function or an environment method without a type hint (TRL's schema needs them too) stops
+    `rlvr train` with an RlvrError naming the config key, the function, its file and line; it was a
+    ValueError's traceback."""
+    import pytest
+
+    from rlvr.errors import RlvrError
+
+    _, tok = tiny
+    source = tmp_path / "loose.py"
+    source.write_text("def shout(word):\n    return word\n\n\nclass Loose:\n    def reset(self, **row):\n"
+                      "        pass\n\n    def helper(self, x):\n        return x\n")
+    with pytest.raises(RlvrError, match=rf"^env.tools '{source}:shout': parameter 'word' of tool function "
+                                        rf"shout \({source}:1\) has no type hint"):
+        make_spec(EnvConfig(name="tools", tools=[f"{source}:shout"]), tok, [])
+    with pytest.raises(RlvrError, match=rf"^env.name '{source}:Loose': parameter 'x' of tool function "
+                                        rf"Loose.helper \({source}:9\) has no type hint.*start a helper's name with _"):
+        make_spec(EnvConfig(name=f"{source}:Loose", tools=[]), tok, [])
