@@ -20,6 +20,21 @@ def test_no_learning_signal():
     assert no_learning_signal(stream(frac_zero_std_groups=[1.0, 1.0]), []) is None  # too few steps
 
 
+def test_no_learning_signal_says_when_the_reward_pays_every_output_the_same():
+    # steps 1-3 of a real tiny-random run on configs/demo.yaml whose only reward pays 1 for any output
+    # (--rewards.weights='{"ur:always_one": 1.0}'): the reward, not the problems' difficulty, is the cause
+    always = stream(reward__mean=[1.0] * 3, reward__std=[0.0] * 3, frac_zero_std_groups=[1.0] * 3)
+    f = no_learning_signal(always, [])
+    assert "every completion scored 1.00 for 3 steps" in f.message and "`rlvr audit CONFIG`" in f.message
+    assert f.evidence == {"frac_zero_std_groups": [1.0] * 3, "reward/mean": [1.0] * 3}
+    # the same run with --rollout.max_new_tokens=2 (its truncated_frac 1.0, 0.98, 1.0): nothing scored
+    f = no_learning_signal(stream(reward__mean=[0.0] * 3, reward__std=[0.0] * 3, frac_zero_std_groups=[1.0] * 3), [])
+    assert "Nothing scored" in f.message and "completion/truncated_frac" in f.message
+    # groups each uniform but differing from one another: the problems' difficulty, said as before
+    f = no_learning_signal(stream(reward__mean=[0.5] * 3, reward__std=[0.5] * 3, frac_zero_std_groups=[1.0] * 3), [])
+    assert "every completion scored" not in f.message and "Make the problems easier or harder" in f.message
+
+
 def test_truncation():
     f = truncation(stream(completion__truncated_frac=[0.1, 0.97, 0.9]), [])
     assert f.rule == "truncation" and "max_new_tokens" in f.message
