@@ -183,21 +183,29 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
     return None
 
 
-def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, entropy_min: float = 0.02
-                ) -> Finding | None:
+def kl_blowup(history, evals, kl_max: float = 1.0) -> Finding | None:
     h = history[-1]
     if h.get("kl") is not None and h["kl"] > kl_max:
         return Finding(step=h["step"], rule="kl_blowup",
                        message=f"KL to the reference is {h['kl']:.2f} per token: the policy is "
                        "running away. Lower optimizer.lr, raise algo.beta, or clip harder.", evidence={"kl": h["kl"]})
+    return None
+
+
+def ratio_blowup(history, evals, ratio_max: float = 10.0) -> Finding | None:
+    h = history[-1]
     if h.get("ratio/max") is not None and h["ratio/max"] > ratio_max:
         return Finding(step=h["step"], rule="ratio_blowup",
                        message=f"an importance ratio reached {h['ratio/max']:.1f}: updates "
                        "are far off-policy. Lower optimizer.lr or algo.iterations.",
                        evidence={"ratio/max": h["ratio/max"]})
+    return None
+
+
+def entropy_collapse(history, evals, entropy_min: float = 0.02) -> Finding | None:
     ents = _recent(history, "entropy", 3)
     if ents and max(ents) < entropy_min:
-        return Finding(step=h["step"], rule="entropy_collapse",
+        return Finding(step=history[-1]["step"], rule="entropy_collapse",
                        message=f"policy entropy is {ents[-1]:.3f} nats per token: sampling "
                        "has become nearly greedy and groups stop differing. Raise the temperature, add "
                        "algo.entropy_coef, or lower optimizer.lr.", evidence={"entropy": ents})
@@ -298,8 +306,9 @@ def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: i
                    evidence={"env/tool_errors_frac": vals, "calls": calls})
 
 
-RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, instability,
-                         non_finite, reward_errors, special_casing, tool_use_collapse, tool_errors]
+RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, kl_blowup,
+                         ratio_blowup, entropy_collapse, non_finite, reward_errors, special_casing, tool_use_collapse,
+                         tool_errors]
 
 
 def rules_for(names: RewardNames) -> list[Callable]:

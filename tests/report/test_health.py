@@ -3,8 +3,8 @@ import pytest
 
 from rlvr.config import build_config
 from rlvr.eval.grader import choose_grader
-from rlvr.report.health import (RULES, HealthMonitor, RewardNames, instability, length_trend, no_learning_signal,
-                                non_finite, reward_errors, reward_hacking, skill_regression, special_casing,
+from rlvr.report.health import (RULES, HealthMonitor, RewardNames, entropy_collapse, kl_blowup, length_trend, no_learning_signal,
+                                non_finite, ratio_blowup, reward_errors, reward_hacking, skill_regression, special_casing,
                                 tool_errors, tool_use_collapse, truncation)
 from rlvr.rewards import rewards_of
 
@@ -130,10 +130,23 @@ def test_skill_regression_quiet_on_a_real_gain():
 
 
 def test_instability_rules():
-    assert instability(stream(kl=[0.1, 2.5]), []).rule == "kl_blowup"
-    assert instability(stream(ratio__max=[1.2, 40.0]), []).rule == "ratio_blowup"
-    assert instability(stream(entropy=[0.01, 0.005, 0.001]), []).rule == "entropy_collapse"
-    assert instability(stream(kl=[0.1, 0.2], entropy=[0.5, 0.4]), []) is None
+    assert kl_blowup(stream(kl=[0.1, 2.5]), []).rule == "kl_blowup"
+    assert ratio_blowup(stream(ratio__max=[1.2, 40.0]), []).rule == "ratio_blowup"
+    assert entropy_collapse(stream(entropy=[0.01, 0.005, 0.001]), []).rule == "entropy_collapse"
+    calm = stream(kl=[0.1, 0.2], entropy=[0.5, 0.4])
+    assert [rule(calm, []) for rule in (kl_blowup, ratio_blowup, entropy_collapse)] == [None] * 3
+
+
+def test_a_kl_blowup_that_lasts_does_not_hide_the_entropy_collapse_after_it():
+    # KL stays above 1 from step 2 while entropy falls below 0.02 from step 3: each finding at its own step
+    # (one rule returning the first of the three kept saying kl_blowup, fired already, and hid the others)
+    monitor, history = HealthMonitor(), []
+    for row in stream(kl=[0.5, 1.5, 2.0, 3.0, 4.0], entropy=[0.3, 0.1, 0.01, 0.005, 0.001],
+                      ratio__max=[1.5, 2.0, 3.0, 12.0, 4.0]):
+        history.append(row)
+        monitor.check(history, [])
+    assert [(f.rule, f.step) for f in monitor.findings] == [("kl_blowup", 2), ("ratio_blowup", 4),
+                                                            ("entropy_collapse", 5)]
 
 
 def test_non_finite_and_reward_errors():
