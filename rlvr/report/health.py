@@ -55,26 +55,33 @@ def no_learning_signal(history, evals, window: int = 3, threshold: float = 0.9) 
     """At least `threshold` of the groups had identical rewards in each of the last `window` steps. Where
     every completion of those steps scored the same (reward/std 0), the problems' difficulty is not the
     cause: a reward that pays every output the same (always 1, a format every output has) or none
-    (answers cut off, a reward that cannot pay) teaches nothing, and the message says so."""
+    (answers cut off, a reward that cannot pay) teaches nothing, and the message says so; where the same
+    reward told this run's completions apart at an earlier step, the samples stopped differing instead."""
     vals = _recent(history, "frac_zero_std_groups", window)
     if not vals or min(vals) < threshold:
         return None
     stds, means = _recent(history, "reward/std", window), _recent(history, "reward/mean", window)
-    if stds and means and max(stds) == 0 and len(set(means)) == 1:
-        cause = (f"every completion scored {means[0]:.2f} for {window} steps: the reward does not tell outputs "
-                 "apart. " + ("A reward that pays every output (always 1, a format any output has) teaches "
-                              "nothing and grades every answer right: check it with `rlvr audit CONFIG`. "
-                              if means[0] != 0 else
-                              "Nothing scored: read samples.jsonl; check the answers are not cut off "
-                              "(completion/truncated_frac) and that the reward can pay a right answer "
-                              "(`rlvr audit CONFIG`). "))
-    else:
-        cause = ""
+    uniform = stds and means and max(stds) == 0 and len(set(means)) == 1
+    varied = [h for h in history[:-window] if (h.get("reward/std") or 0) > 0]
+    advice = ("Make the problems easier or harder so some samples pass and some fail (task difficulty, the "
+              "curriculum), raise rollout.group_size, or use algo.dynamic_sampling.")
+    if uniform and varied:
+        ents = [h.get("entropy") for h in (varied[0], history[-1])]
+        fell = f" (entropy {ents[0]:.2f} -> {ents[1]:.2f} nats per token)" if None not in ents else ""
+        advice = (f"Every completion scored {means[0]:.2f} for {window} steps although scores differed at step "
+                  f"{varied[-1]['step']}: the samples stopped differing, the policy collapsed{fell}. Lower "
+                  "optimizer.lr, add a KL term (algo.beta) or raise the temperature.")
+    elif uniform and means[0] != 0:
+        advice = (f"Every completion scored {means[0]:.2f} for {window} steps: the reward does not tell outputs "
+                  "apart. A reward that pays every output (always 1, a format any output has) teaches nothing "
+                  "and grades every answer right: check it with `rlvr audit CONFIG`.")
+    elif uniform:
+        advice = (f"Every completion scored 0 for {window} steps. Read samples.jsonl; check the answers are not cut "
+                  "off (completion/truncated_frac) and that the reward can pay a right answer (`rlvr audit "
+                  "CONFIG`). " + advice)
     return Finding(step=history[-1]["step"], rule="no_learning_signal",
                    message=f"{100 * statistics.fmean(vals):.0f}% of groups had identical rewards for {window} "
-                   f"steps: their advantages are zero and the policy gets no gradient. {cause}Make the problems "
-                   "easier or harder so some samples pass and some fail (task difficulty, the curriculum), "
-                   "raise rollout.group_size, or use algo.dynamic_sampling.",
+                   f"steps: their advantages are zero and the policy gets no gradient. {advice}",
                    evidence={"frac_zero_std_groups": vals, "reward/mean": means})
 
 

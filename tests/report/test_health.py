@@ -25,14 +25,21 @@ def test_no_learning_signal_says_when_the_reward_pays_every_output_the_same():
     # (--rewards.weights='{"ur:always_one": 1.0}'): the reward, not the problems' difficulty, is the cause
     always = stream(reward__mean=[1.0] * 3, reward__std=[0.0] * 3, frac_zero_std_groups=[1.0] * 3)
     f = no_learning_signal(always, [])
-    assert "every completion scored 1.00 for 3 steps" in f.message and "`rlvr audit CONFIG`" in f.message
+    assert "Every completion scored 1.00 for 3 steps" in f.message and "`rlvr audit CONFIG`" in f.message
     assert f.evidence == {"frac_zero_std_groups": [1.0] * 3, "reward/mean": [1.0] * 3}
     # the same run with --rollout.max_new_tokens=2 (its truncated_frac 1.0, 0.98, 1.0): nothing scored
     f = no_learning_signal(stream(reward__mean=[0.0] * 3, reward__std=[0.0] * 3, frac_zero_std_groups=[1.0] * 3), [])
-    assert "Nothing scored" in f.message and "completion/truncated_frac" in f.message
+    assert "scored 0 for 3 steps" in f.message and "completion/truncated_frac" in f.message
+    # a real tiny-random run paid by completion length at --optimizer.lr=0.5: scores differed at steps 1-2,
+    # then every completion scored 0.24 (all 24 tokens long) while entropy fell: the policy collapsed
+    lr = stream(reward__mean=[0.2067, 0.1202, 0.24, 0.24, 0.24], reward__std=[0.062, 0.085, 0.0, 0.0, 0.0],
+                frac_zero_std_groups=[0.0, 0.0, 1.0, 1.0, 1.0], entropy=[4.5807, 3.2418, 1.0829, 0.7966, 0.6401])
+    f = no_learning_signal(lr, [])
+    assert "although scores differed at step 2" in f.message and "(entropy 4.58 -> 0.64 nats per token)" in f.message
+    assert "Lower optimizer.lr" in f.message and "rlvr audit" not in f.message
     # groups each uniform but differing from one another: the problems' difficulty, said as before
     f = no_learning_signal(stream(reward__mean=[0.5] * 3, reward__std=[0.5] * 3, frac_zero_std_groups=[1.0] * 3), [])
-    assert "every completion scored" not in f.message and "Make the problems easier or harder" in f.message
+    assert "Every completion scored" not in f.message and "Make the problems easier or harder" in f.message
 
 
 def test_truncation():
