@@ -190,6 +190,29 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
     return None
 
 
+def no_transfer(history, evals, gain: float = 0.1, moved: float = 0.02) -> Finding | None:
+    """Gains confined to the training distribution: held-out strict accuracy rose by `gain` or more since
+    the first evaluation while OOD strict accuracy (task.ood_params, evaluated at the ends) rose by less
+    than `moved`, where it had room to. The demo's OOD rose 4 to 11 points in every run measured."""
+    rows = [e for e in evals if e.get("heldout_accuracy") is not None and e.get("ood_accuracy") is not None]
+    if len(rows) < 2:
+        return None
+    first, last = rows[0], rows[-1]
+    held = last["heldout_accuracy"] - first["heldout_accuracy"]
+    ood = last["ood_accuracy"] - first["ood_accuracy"]
+    if held < gain or ood >= moved or first["ood_accuracy"] > 1 - moved:
+        return None
+    return Finding(step=last["step"], rule="no_transfer",
+                   message=f"held-out accuracy went from {100 * first['heldout_accuracy']:.0f}% to "
+                   f"{100 * last['heldout_accuracy']:.0f}% but OOD from {100 * first['ood_accuracy']:.0f}% to "
+                   f"{100 * last['ood_accuracy']:.0f}%: the gains stay inside the training distribution. Read "
+                   "the OOD samples (report.html); train on a wider range of problems (task.params) or a "
+                   "curriculum toward the OOD ones; check the held-out gain is the skill and not the problems "
+                   "remembered (`rlvr eval --split train --baseline BASE`).",
+                   evidence={"heldout_accuracy": [first["heldout_accuracy"], last["heldout_accuracy"]],
+                             "ood_accuracy": [first["ood_accuracy"], last["ood_accuracy"]]})
+
+
 def kl_blowup(history, evals, kl_max: float = 1.0) -> Finding | None:
     h = history[-1]
     if h.get("kl") is not None and h["kl"] > kl_max:
@@ -313,9 +336,9 @@ def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: i
                    evidence={"env/tool_errors_frac": vals, "calls": calls})
 
 
-RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, kl_blowup,
-                         ratio_blowup, entropy_collapse, non_finite, reward_errors, special_casing, tool_use_collapse,
-                         tool_errors]
+RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, no_transfer,
+                         kl_blowup, ratio_blowup, entropy_collapse, non_finite, reward_errors, special_casing,
+                         tool_use_collapse, tool_errors]
 
 
 def rules_for(names: RewardNames) -> list[Callable]:

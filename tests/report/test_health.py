@@ -3,9 +3,9 @@ import pytest
 
 from rlvr.config import build_config
 from rlvr.eval.grader import choose_grader
-from rlvr.report.health import (RULES, HealthMonitor, RewardNames, entropy_collapse, kl_blowup, length_trend, no_learning_signal,
-                                non_finite, ratio_blowup, reward_errors, reward_hacking, skill_regression, special_casing,
-                                tool_errors, tool_use_collapse, truncation)
+from rlvr.report.health import (RULES, HealthMonitor, RewardNames, entropy_collapse, kl_blowup, length_trend,
+                                no_learning_signal, no_transfer, non_finite, ratio_blowup, reward_errors, reward_hacking,
+                                skill_regression, special_casing, tool_errors, tool_use_collapse, truncation)
 from rlvr.rewards import rewards_of
 
 
@@ -134,6 +134,24 @@ def test_skill_regression_quiet_on_a_real_gain():
     falling = stream(reward__mean=[0.7, 0.6, 0.5, 0.4, 0.3, 0.2])
     assert skill_regression(falling, [ev(0, 0.5, 0.8), ev(6, 0.4, 0.6, fixed=0, broken=20)]) is None
     assert skill_regression([], [ev(0, 0.41, 0.79)]) is None  # one evaluation: nothing to compare
+
+
+def test_no_transfer_fires_when_only_held_out_rises():
+    def both(step, held, ood):
+        return {"step": step, "heldout_accuracy": held, "ood_accuracy": ood}
+
+    mid = {"step": 10, "heldout_accuracy": 0.5}  # mid-run evaluations have no OOD split: skipped
+    f = no_transfer([], [both(0, 0.16, 0.0), mid, both(20, 0.70, 0.01)])
+    assert f.rule == "no_transfer" and f.step == 20
+    assert "from 16% to 70% but OOD from 0% to 1%" in f.message and "task.params" in f.message
+    assert f.evidence == {"heldout_accuracy": [0.16, 0.70], "ood_accuracy": [0.0, 0.01]}
+    assert no_transfer([], [both(0, 0.5, 0.3), both(20, 0.8, 0.2)]).rule == "no_transfer"  # OOD fell
+    # the demo's weakest OOD gain (0% -> 4%) transfers; held-out up 9 points is below the gain; OOD at 99%
+    # has no room to rise; one evaluation has nothing to compare
+    assert no_transfer([], [both(0, 0.16, 0.0), mid, both(20, 0.64, 0.04)]) is None
+    assert no_transfer([], [both(0, 0.16, 0.0), both(20, 0.25, 0.0)]) is None
+    assert no_transfer([], [both(0, 0.16, 0.99), both(20, 0.70, 0.99)]) is None
+    assert no_transfer([], [both(0, 0.16, 0.0), mid]) is None
 
 
 def test_instability_rules():
