@@ -122,15 +122,17 @@ def _half_change(vals: list[float]) -> float:
 def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1, names: RewardNames = RewardNames()
                    ) -> Finding | None:
     rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None]
-    if len(rewards) < min_steps or _half_change(rewards) < rise:
+    if len(rewards) < min_steps:
         return None
     acc = [e["heldout_accuracy"] for e in evals if e.get("heldout_accuracy") is not None]
-    if len(acc) >= 2 and acc[-1] - acc[0] <= 0:
+    if _half_change(rewards) >= rise and len(acc) >= 2 and acc[-1] - acc[0] <= 0:
         return Finding(step=history[-1]["step"], rule="suspected_reward_hacking",
                        message=f"training reward rose by {_half_change(rewards):.2f} while held-out accuracy went from "
                        f"{100 * acc[0]:.0f}% to {100 * acc[-1]:.0f}%: the policy may be exploiting the reward. "
                        "Read samples.jsonl, run `rlvr audit`, harden the verifier (hidden tests, stricter parsing).",
                        evidence={"reward_change": _half_change(rewards), "heldout_accuracy": acc})
+    # the format reward's own rise, not the total's: at the default weight (0.2) a format rise of 0.45 moves
+    # reward/mean by 0.09 only
     if names.form is None or names.strict is None:
         return None
     fmt = [h.get(reward_metric(names.form)) for h in history]

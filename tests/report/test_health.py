@@ -69,6 +69,14 @@ def test_reward_hacking_by_heldout_and_by_format():
     honest = stream(reward__mean=[0.1, 0.1, 0.1, 0.4, 0.4, 0.4], reward__format__mean=[0.1, 0.1, 0.1, 0.9, 0.9, 0.9],
                     reward__correctness__mean=[0.3, 0.3, 0.3, 0.6, 0.6, 0.6])
     assert reward_hacking(honest, []) is None
+    # at the default weights (correctness 1.0, format 0.2) the format reward rising 0.4 -> 0.9 while correctness
+    # stays at 0.1 moves reward/mean (0.1 + 0.2 x format) by 0.087 over the halves, below the total's `rise`: still
+    # said, read from the format reward itself
+    fmt = [0.4, 0.4, 0.5, 0.8, 0.9, 0.9]
+    weighted = stream(reward__mean=[0.1 + 0.2 * x for x in fmt], reward__format__mean=fmt,
+                      reward__correctness__mean=[0.1] * 6)
+    f = reward_hacking(weighted, [])
+    assert f.evidence == pytest.approx({"format_change": 0.4333333, "correctness_change": 0.0})
 
 
 def my_grader(completions, answer, **kw):
