@@ -52,16 +52,37 @@ def _recent(history: list[dict], key: str, n: int) -> list[float] | None:
 
 
 def no_learning_signal(history, evals, window: int = 3, threshold: float = 0.9) -> Finding | None:
+    """At least `threshold` of the groups had identical rewards in each of the last `window` steps. Where
+    every completion of those steps scored the same (reward/std 0), the problems' difficulty is not the
+    cause: a reward that pays every output the same (always 1, a format every output has) or none
+    (answers cut off, a reward that cannot pay) teaches nothing, and the message says so; where the same
+    reward told this run's completions apart at an earlier step, the samples stopped differing instead."""
     vals = _recent(history, "frac_zero_std_groups", window)
-    if vals and min(vals) >= threshold:
-        return Finding(step=history[-1]["step"], rule="no_learning_signal",
-                       message=f"{100 * statistics.fmean(vals):.0f}% of groups had identical rewards for {window} "
-                       "steps: "
-                       "their advantages are zero and the policy gets no gradient. Make the problems easier "
-                       "or harder so some samples pass and some fail (task difficulty, the curriculum), "
-                       "raise rollout.group_size, or use algo.dynamic_sampling.",
-                       evidence={"frac_zero_std_groups": vals})
-    return None
+    if not vals or min(vals) < threshold:
+        return None
+    stds, means = _recent(history, "reward/std", window), _recent(history, "reward/mean", window)
+    uniform = stds and means and max(stds) == 0 and len(set(means)) == 1
+    varied = [h for h in history[:-window] if (h.get("reward/std") or 0) > 0]
+    advice = ("Make the problems easier or harder so some samples pass and some fail (task difficulty, the "
+              "curriculum), raise rollout.group_size, or use algo.dynamic_sampling.")
+    if uniform and varied:
+        ents = [h.get("entropy") for h in (varied[0], history[-1])]
+        fell = f" (entropy {ents[0]:.2f} -> {ents[1]:.2f} nats per token)" if None not in ents else ""
+        advice = (f"Every completion scored {means[0]:.2f} for {window} steps although scores differed at step "
+                  f"{varied[-1]['step']}: the samples stopped differing, the policy collapsed{fell}. Lower "
+                  "optimizer.lr, add a KL term (algo.beta) or raise the temperature.")
+    elif uniform and means[0] != 0:
+        advice = (f"Every completion scored {means[0]:.2f} for {window} steps: the reward does not tell outputs "
+                  "apart. A reward that pays every output (always 1, a format any output has) teaches nothing "
+                  "and grades every answer right: check it with `rlvr audit CONFIG`.")
+    elif uniform:
+        advice = (f"Every completion scored 0 for {window} steps. Read samples.jsonl; check the answers are not cut "
+                  "off (completion/truncated_frac) and that the reward can pay a right answer (`rlvr audit "
+                  "CONFIG`). " + advice)
+    return Finding(step=history[-1]["step"], rule="no_learning_signal",
+                   message=f"{100 * statistics.fmean(vals):.0f}% of groups had identical rewards for {window} "
+                   f"steps: their advantages are zero and the policy gets no gradient. {advice}",
+                   evidence={"frac_zero_std_groups": vals, "reward/mean": means})
 
 
 def truncation(history, evals, window: int = 2, threshold: float = 0.5) -> Finding | None:
@@ -101,15 +122,17 @@ def _half_change(vals: list[float]) -> float:
 def reward_hacking(history, evals, min_steps: int = 6, rise: float = 0.1, names: RewardNames = RewardNames()
                    ) -> Finding | None:
     rewards = [h["reward/mean"] for h in history if h.get("reward/mean") is not None]
-    if len(rewards) < min_steps or _half_change(rewards) < rise:
+    if len(rewards) < min_steps:
         return None
     acc = [e["heldout_accuracy"] for e in evals if e.get("heldout_accuracy") is not None]
-    if len(acc) >= 2 and acc[-1] - acc[0] <= 0:
+    if _half_change(rewards) >= rise and len(acc) >= 2 and acc[-1] - acc[0] <= 0:
         return Finding(step=history[-1]["step"], rule="suspected_reward_hacking",
                        message=f"training reward rose by {_half_change(rewards):.2f} while held-out accuracy went from "
                        f"{100 * acc[0]:.0f}% to {100 * acc[-1]:.0f}%: the policy may be exploiting the reward. "
                        "Read samples.jsonl, run `rlvr audit`, harden the verifier (hidden tests, stricter parsing).",
                        evidence={"reward_change": _half_change(rewards), "heldout_accuracy": acc})
+    # the format reward's own rise, not the total's: at the default weight (0.2) a format rise of 0.45 moves
+    # reward/mean by 0.09 only
     if names.form is None or names.strict is None:
         return None
     fmt = [h.get(reward_metric(names.form)) for h in history]
@@ -169,21 +192,52 @@ def skill_regression(history, evals, drop: float = 0.03, broken_share: float = 0
     return None
 
 
-def instability(history, evals, kl_max: float = 1.0, ratio_max: float = 10.0, entropy_min: float = 0.02
-                ) -> Finding | None:
+def no_transfer(history, evals, gain: float = 0.1, moved: float = 0.02) -> Finding | None:
+    """Gains confined to the training distribution: held-out strict accuracy rose by `gain` or more since
+    the first evaluation while OOD strict accuracy (task.ood_params, evaluated at the ends) rose by less
+    than `moved`, where it had room to. The demo's OOD rose 4 to 11 points in every run measured."""
+    rows = [e for e in evals if e.get("heldout_accuracy") is not None and e.get("ood_accuracy") is not None]
+    if len(rows) < 2:
+        return None
+    first, last = rows[0], rows[-1]
+    held = last["heldout_accuracy"] - first["heldout_accuracy"]
+    ood = last["ood_accuracy"] - first["ood_accuracy"]
+    if held < gain or ood >= moved or first["ood_accuracy"] > 1 - moved:
+        return None
+    return Finding(step=last["step"], rule="no_transfer",
+                   message=f"held-out accuracy went from {100 * first['heldout_accuracy']:.0f}% to "
+                   f"{100 * last['heldout_accuracy']:.0f}% but OOD from {100 * first['ood_accuracy']:.0f}% to "
+                   f"{100 * last['ood_accuracy']:.0f}%: the gains stay inside the training distribution. Read "
+                   "the OOD samples (report.html); train on a wider range of problems (task.params) or a "
+                   "curriculum toward the OOD ones; check the held-out gain is the skill and not the problems "
+                   "remembered (`rlvr eval --split train --baseline BASE`).",
+                   evidence={"heldout_accuracy": [first["heldout_accuracy"], last["heldout_accuracy"]],
+                             "ood_accuracy": [first["ood_accuracy"], last["ood_accuracy"]]})
+
+
+def kl_blowup(history, evals, kl_max: float = 1.0) -> Finding | None:
     h = history[-1]
     if h.get("kl") is not None and h["kl"] > kl_max:
         return Finding(step=h["step"], rule="kl_blowup",
                        message=f"KL to the reference is {h['kl']:.2f} per token: the policy is "
                        "running away. Lower optimizer.lr, raise algo.beta, or clip harder.", evidence={"kl": h["kl"]})
+    return None
+
+
+def ratio_blowup(history, evals, ratio_max: float = 10.0) -> Finding | None:
+    h = history[-1]
     if h.get("ratio/max") is not None and h["ratio/max"] > ratio_max:
         return Finding(step=h["step"], rule="ratio_blowup",
                        message=f"an importance ratio reached {h['ratio/max']:.1f}: updates "
                        "are far off-policy. Lower optimizer.lr or algo.iterations.",
                        evidence={"ratio/max": h["ratio/max"]})
+    return None
+
+
+def entropy_collapse(history, evals, entropy_min: float = 0.02) -> Finding | None:
     ents = _recent(history, "entropy", 3)
     if ents and max(ents) < entropy_min:
-        return Finding(step=h["step"], rule="entropy_collapse",
+        return Finding(step=history[-1]["step"], rule="entropy_collapse",
                        message=f"policy entropy is {ents[-1]:.3f} nats per token: sampling "
                        "has become nearly greedy and groups stop differing. Raise the temperature, add "
                        "algo.entropy_coef, or lower optimizer.lr.", evidence={"entropy": ents})
@@ -284,8 +338,9 @@ def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: i
                    evidence={"env/tool_errors_frac": vals, "calls": calls})
 
 
-RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, instability,
-                         non_finite, reward_errors, special_casing, tool_use_collapse, tool_errors]
+RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, no_transfer,
+                         kl_blowup, ratio_blowup, entropy_collapse, non_finite, reward_errors, special_casing,
+                         tool_use_collapse, tool_errors]
 
 
 def rules_for(names: RewardNames) -> list[Callable]:

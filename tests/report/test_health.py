@@ -3,9 +3,9 @@ import pytest
 
 from rlvr.config import build_config
 from rlvr.eval.grader import choose_grader
-from rlvr.report.health import (RULES, HealthMonitor, RewardNames, instability, length_trend, no_learning_signal,
-                                non_finite, reward_errors, reward_hacking, skill_regression, special_casing,
-                                tool_errors, tool_use_collapse, truncation)
+from rlvr.report.health import (RULES, HealthMonitor, RewardNames, entropy_collapse, kl_blowup, length_trend,
+                                no_learning_signal, no_transfer, non_finite, ratio_blowup, reward_errors, reward_hacking,
+                                skill_regression, special_casing, tool_errors, tool_use_collapse, truncation)
 from rlvr.rewards import rewards_of
 
 
@@ -18,6 +18,28 @@ def test_no_learning_signal():
     assert no_learning_signal(stream(frac_zero_std_groups=[1.0, 0.95, 1.0]), []).rule == "no_learning_signal"
     assert no_learning_signal(stream(frac_zero_std_groups=[1.0, 0.5, 1.0]), []) is None
     assert no_learning_signal(stream(frac_zero_std_groups=[1.0, 1.0]), []) is None  # too few steps
+
+
+def test_no_learning_signal_says_when_the_reward_pays_every_output_the_same():
+    # steps 1-3 of a real tiny-random run on configs/demo.yaml whose only reward pays 1 for any output
+    # (--rewards.weights='{"ur:always_one": 1.0}'): the reward, not the problems' difficulty, is the cause
+    always = stream(reward__mean=[1.0] * 3, reward__std=[0.0] * 3, frac_zero_std_groups=[1.0] * 3)
+    f = no_learning_signal(always, [])
+    assert "Every completion scored 1.00 for 3 steps" in f.message and "`rlvr audit CONFIG`" in f.message
+    assert f.evidence == {"frac_zero_std_groups": [1.0] * 3, "reward/mean": [1.0] * 3}
+    # the same run with --rollout.max_new_tokens=2 (its truncated_frac 1.0, 0.98, 1.0): nothing scored
+    f = no_learning_signal(stream(reward__mean=[0.0] * 3, reward__std=[0.0] * 3, frac_zero_std_groups=[1.0] * 3), [])
+    assert "scored 0 for 3 steps" in f.message and "completion/truncated_frac" in f.message
+    # a real tiny-random run paid by completion length at --optimizer.lr=0.5: scores differed at steps 1-2,
+    # then every completion scored 0.24 (all 24 tokens long) while entropy fell: the policy collapsed
+    lr = stream(reward__mean=[0.2067, 0.1202, 0.24, 0.24, 0.24], reward__std=[0.062, 0.085, 0.0, 0.0, 0.0],
+                frac_zero_std_groups=[0.0, 0.0, 1.0, 1.0, 1.0], entropy=[4.5807, 3.2418, 1.0829, 0.7966, 0.6401])
+    f = no_learning_signal(lr, [])
+    assert "although scores differed at step 2" in f.message and "(entropy 4.58 -> 0.64 nats per token)" in f.message
+    assert "Lower optimizer.lr" in f.message and "rlvr audit" not in f.message
+    # groups each uniform but differing from one another: the problems' difficulty, said as before
+    f = no_learning_signal(stream(reward__mean=[0.5] * 3, reward__std=[0.5] * 3, frac_zero_std_groups=[1.0] * 3), [])
+    assert "Every completion scored" not in f.message and "Make the problems easier or harder" in f.message
 
 
 def test_truncation():
@@ -47,6 +69,14 @@ def test_reward_hacking_by_heldout_and_by_format():
     honest = stream(reward__mean=[0.1, 0.1, 0.1, 0.4, 0.4, 0.4], reward__format__mean=[0.1, 0.1, 0.1, 0.9, 0.9, 0.9],
                     reward__correctness__mean=[0.3, 0.3, 0.3, 0.6, 0.6, 0.6])
     assert reward_hacking(honest, []) is None
+    # at the default weights (correctness 1.0, format 0.2) the format reward rising 0.4 -> 0.9 while correctness
+    # stays at 0.1 moves reward/mean (0.1 + 0.2 x format) by 0.087 over the halves, below the total's `rise`: still
+    # said, read from the format reward itself
+    fmt = [0.4, 0.4, 0.5, 0.8, 0.9, 0.9]
+    weighted = stream(reward__mean=[0.1 + 0.2 * x for x in fmt], reward__format__mean=fmt,
+                      reward__correctness__mean=[0.1] * 6)
+    f = reward_hacking(weighted, [])
+    assert f.evidence == pytest.approx({"format_change": 0.4333333, "correctness_change": 0.0})
 
 
 def my_grader(completions, answer, **kw):
@@ -114,11 +144,42 @@ def test_skill_regression_quiet_on_a_real_gain():
     assert skill_regression([], [ev(0, 0.41, 0.79)]) is None  # one evaluation: nothing to compare
 
 
+def test_no_transfer_fires_when_only_held_out_rises():
+    def both(step, held, ood):
+        return {"step": step, "heldout_accuracy": held, "ood_accuracy": ood}
+
+    mid = {"step": 10, "heldout_accuracy": 0.5}  # mid-run evaluations have no OOD split: skipped
+    f = no_transfer([], [both(0, 0.16, 0.0), mid, both(20, 0.70, 0.01)])
+    assert f.rule == "no_transfer" and f.step == 20
+    assert "from 16% to 70% but OOD from 0% to 1%" in f.message and "task.params" in f.message
+    assert f.evidence == {"heldout_accuracy": [0.16, 0.70], "ood_accuracy": [0.0, 0.01]}
+    assert no_transfer([], [both(0, 0.5, 0.3), both(20, 0.8, 0.2)]).rule == "no_transfer"  # OOD fell
+    # the demo's weakest OOD gain (0% -> 4%) transfers; held-out up 9 points is below the gain; OOD at 99%
+    # has no room to rise; one evaluation has nothing to compare
+    assert no_transfer([], [both(0, 0.16, 0.0), mid, both(20, 0.64, 0.04)]) is None
+    assert no_transfer([], [both(0, 0.16, 0.0), both(20, 0.25, 0.0)]) is None
+    assert no_transfer([], [both(0, 0.16, 0.99), both(20, 0.70, 0.99)]) is None
+    assert no_transfer([], [both(0, 0.16, 0.0), mid]) is None
+
+
 def test_instability_rules():
-    assert instability(stream(kl=[0.1, 2.5]), []).rule == "kl_blowup"
-    assert instability(stream(ratio__max=[1.2, 40.0]), []).rule == "ratio_blowup"
-    assert instability(stream(entropy=[0.01, 0.005, 0.001]), []).rule == "entropy_collapse"
-    assert instability(stream(kl=[0.1, 0.2], entropy=[0.5, 0.4]), []) is None
+    assert kl_blowup(stream(kl=[0.1, 2.5]), []).rule == "kl_blowup"
+    assert ratio_blowup(stream(ratio__max=[1.2, 40.0]), []).rule == "ratio_blowup"
+    assert entropy_collapse(stream(entropy=[0.01, 0.005, 0.001]), []).rule == "entropy_collapse"
+    calm = stream(kl=[0.1, 0.2], entropy=[0.5, 0.4])
+    assert [rule(calm, []) for rule in (kl_blowup, ratio_blowup, entropy_collapse)] == [None] * 3
+
+
+def test_a_kl_blowup_that_lasts_does_not_hide_the_entropy_collapse_after_it():
+    # KL stays above 1 from step 2 while entropy falls below 0.02 from step 3: each finding at its own step
+    # (one rule returning the first of the three kept saying kl_blowup, fired already, and hid the others)
+    monitor, history = HealthMonitor(), []
+    for row in stream(kl=[0.5, 1.5, 2.0, 3.0, 4.0], entropy=[0.3, 0.1, 0.01, 0.005, 0.001],
+                      ratio__max=[1.5, 2.0, 3.0, 12.0, 4.0]):
+        history.append(row)
+        monitor.check(history, [])
+    assert [(f.rule, f.step) for f in monitor.findings] == [("kl_blowup", 2), ("ratio_blowup", 4),
+                                                            ("entropy_collapse", 5)]
 
 
 def test_non_finite_and_reward_errors():
