@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from rlvr.errors import RlvrError
 
+_CHARS_PER_TOKEN = 64   # more than any vocabulary's longest token: a text this long has enough tokens to cut
 _SENTINEL = "\u2063rlvr-model-turn\u2063"
 _BASE = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _SENTINEL}]
 
@@ -57,8 +58,12 @@ class TurnRender:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
     def cap(self, content: str, max_tokens: int) -> tuple[str, bool]:
-        """content cut to max_tokens tokens (marked), and whether it was cut."""
-        ids = self.tok(content, add_special_tokens=False)["input_ids"]
-        if len(ids) <= max_tokens:
-            return content, False
+        """content cut to max_tokens tokens (marked), and whether it was cut. Only its first
+        _CHARS_PER_TOKEN * max_tokens characters are tokenized (a tool's megabytes took seconds to keep
+        64 tokens), and a lone surrogate (bytes decoded with surrogateescape) is written as its escape:
+        the tokenizer refuses such a string, which ended the run."""
+        head = content[:max_tokens * _CHARS_PER_TOKEN].encode("utf-8", "backslashreplace").decode("utf-8")
+        ids = self.tok(head, add_special_tokens=False)["input_ids"]
+        if len(ids) <= max_tokens and len(content) <= max_tokens * _CHARS_PER_TOKEN:
+            return head, False
         return self.tok.decode(ids[:max_tokens]) + " ...[cut]", True

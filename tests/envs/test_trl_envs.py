@@ -158,3 +158,40 @@ def test_a_tool_that_cannot_be_described_is_a_config_error_naming_file_and_line(
     with pytest.raises(RlvrError, match=rf"^env.name '{source}:Loose': parameter 'x' of tool function "
                                         rf"Loose.helper \({source}:9\) has no type hint.*start a helper's name with _"):
         make_spec(EnvConfig(name=f"{source}:Loose", tools=[]), tok, [])
+
+
+class Spill:
+    """An rlvr Environment whose answer is what a careless tool gives: bytes decoded with
+    surrogateescape (a lone surrogate) and megabytes of output."""
+
+    def reset(self, problem):
+        return [{"role": "user", "content": problem.question}]
+
+    def step(self, text):
+        from rlvr.envs.base import Reply
+
+        return Reply(text="ok \udcff" + "x" * 5_000_000, role="tool")
+
+    def reward_columns(self):
+        return {}
+
+
+def test_surrogates_and_megabytes_of_tool_output_are_cut_to_the_limit(tiny):
+    """The environment's answer enters the episode cut to max_tool_tokens with the surrogate escaped; the
+    tokenizer refused the surrogate (TypeError out of the rollout), and 5 MB took seconds to tokenize."""
+    from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
+    from rlvr.envs.render import TurnRender
+    from rlvr.rollout.engines import builtin_engine
+    from rlvr.rollout.sampling import SamplingSettings
+
+    model, tok = tiny
+    spec = EnvSpec(make=Spill, render=TurnRender(tok), limits=Limits(max_turns=2, max_tool_tokens=8), multi_turn=True)
+    # any token stops a turn: every episode's first turn ends and the environment answers it
+    sampling = SamplingSettings(max_new_tokens=4, temperature=1.0, stop_ids=tuple(range(len(tok))),
+                                pad_id=tok.pad_token_id)
+    ep = run_episodes(builtin_engine(model), spec, [Problem(question="q", answer="1")], group_size=2,
+                      sampling=sampling, seeds=[1])
+    for record in ep.records:
+        env_turns = [t for t in record["turns"] if t["source"] == "env"]
+        assert [t["text"] for t in env_turns] == ["ok \\udcf ...[cut]"]   # 8 characters, one token each
+        assert record["tool_truncated"] == 1 and record["end"] == "max_turns"
