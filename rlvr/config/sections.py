@@ -222,7 +222,8 @@ class EnvConfig:
     max_tool_tokens: int = 64
     """Tokens of one tool result at most; longer results are cut (counted in env/tool_truncated)."""
     max_episode_tokens: int = 512
-    """Tokens after the prompt per episode (model and environment turns) at most."""
+    """Tokens after the prompt per episode (model and environment turns) at most; an episode also ends
+    where prompt and episode reach the model's context (env/end/episode_tokens_frac counts both)."""
     tool_budget_s: float = 30.0
     """Wall-clock seconds an episode may wait on its tool calls in all. A turn's calls of built-in tools
     run at once (a class's own methods in order), and the batch's episodes step at once; a call still

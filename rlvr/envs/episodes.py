@@ -31,11 +31,17 @@ ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")
 _STEP_THREADS = 64   # environments answering at once; their tool calls share rlvr.envs.tools' pool
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Limits:
     max_turns: int = 1  # model turns per episode
     max_tool_tokens: int = 64  # tokens of one environment message's content
     max_episode_tokens: int = 1 << 30  # tokens after the prompt, model and environment
+    context: int | None = None  # the model's positions: prompt and episode together stay within them
+
+    def room(self, prompt_tokens: int) -> int:
+        """Tokens an episode may take after a prompt of prompt_tokens: max_episode_tokens, or less where
+        the model's context ends first (positions past it are garbage, or an engine's error)."""
+        return min(self.max_episode_tokens, self.context - prompt_tokens) if self.context else self.max_episode_tokens
 
 
 @dataclass(kw_only=True)
@@ -89,15 +95,18 @@ def load_class(path: str):
         raise RlvrError(f"env.name '{path}': cannot import {name} from {module}: {e}") from None
 
 
-def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str = "") -> EnvSpec:
+def make_spec(env_cfg, tok, few_shot: list[tuple[str, str]], system_prompt: str = "",
+              context: int | None = None) -> EnvSpec:
     """The EnvSpec of an env config section (rlvr.config.EnvConfig) for this tokenizer and task. A
     'module:Class' with step and reward_columns methods is an rlvr Environment, made with no arguments
-    per episode (it builds its own messages); any other class is a TRL-style environment run by ToolEnv."""
+    per episode (it builds its own messages); any other class is a TRL-style environment run by ToolEnv.
+    context: the model's positions, which end an episode where they end before env.max_episode_tokens."""
     if env_cfg.name == "single":
         return EnvSpec(make=lambda: SingleTurn(few_shot, system_prompt), render=TurnRender(tok), limits=Limits(),
                        multi_turn=False)
     cls = load_class(env_cfg.name) if env_cfg.name != "tools" else None
-    limits = Limits(env_cfg.max_turns, env_cfg.max_tool_tokens, env_cfg.max_episode_tokens)
+    limits = Limits(max_turns=env_cfg.max_turns, max_tool_tokens=env_cfg.max_tool_tokens,
+                    max_episode_tokens=env_cfg.max_episode_tokens, context=context)
     # an rlvr Environment (rlvr/envs/base.py) has step and reward_columns; a TRL environment may well
     # have a tool named step (a gym-style action) but never reward_columns
     if cls is not None and all(callable(getattr(cls, m, None)) for m in ("step", "reward_columns")):
@@ -154,6 +163,7 @@ class _Row:
         self.turns: list[dict] = []
         self.calls: list[dict] = []
         self.end, self.used, self.cut, self.final = "", 0, 0, ""
+        self.room = 1 << 30  # tokens the episode may take after its prompt (Limits.room)
 
 
 def _common(lists: list[list[int]]) -> int:
@@ -212,6 +222,8 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
     extra = {"generator": generator} if generator is not None else {}
     session = engine.session(prompts, seeds=seeds, group_size=group_size, **sampling.engine_args(), **extra)
     rows = [_Row() for _ in envs]
+    for b, row in enumerate(rows):
+        row.room = lim.room(len(prompts[b // group_size]))
     own = [b for b, rest in enumerate(rests) if rest]
     if own:  # each episode's own part of its prompt, before its first turn
         session.extend(own, [rests[b] for b in own])
@@ -221,7 +233,7 @@ def run_episodes(engine, spec: EnvSpec, problems: list[Problem], *, group_size: 
     active = list(range(len(rows)))
     for turn in range(lim.max_turns if spec.multi_turn else 1):
         last = turn == lim.max_turns - 1 or not spec.multi_turn
-        caps = [max(1, min(max_new_tokens, lim.max_episode_tokens - rows[b].used)) for b in active]
+        caps = [max(1, min(max_new_tokens, rows[b].room - rows[b].used)) for b in active]
         turns = list(zip(active, session.sample(active, caps, keep=not last), caps))
         texts = [_record(spec, rows[b], t, cap < max_new_tokens) for b, t, cap in turns]
         replies = _step_all(spec, [(envs[b], text) for (b, _, _), text in zip(turns, texts)])
@@ -277,7 +289,7 @@ def _answer(spec: EnvSpec, row: _Row, t, reply, last: bool) -> list[int] | None:
         return None
     content, cut = spec.render.cap(reply.text, spec.limits.max_tool_tokens)
     tokens = spec.render.env_tokens(t.tokens[-1], reply.role, content)
-    if row.used + len(tokens) + 1 > spec.limits.max_episode_tokens:  # no room left for an answer
+    if row.used + len(tokens) + 1 > row.room:  # no room left for an answer
         row.end = "episode_tokens"
         return None
     row.cut += cut

@@ -67,7 +67,8 @@ def evaluate_tasks(policy, tok, stop_ids: list[int], tasks: dict[str, TaskConfig
     for label, task in tasks.items():
         problems, few_shot = (problems_of or {}).get(label) or task_problems(task, split, n)
         grader = (graders or {}).get(label, Grader())
-        records = evaluate_sampled(policy, tok, problems, make_spec(env, tok, few_shot, task.system_prompt), s,
+        context = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
+        records = evaluate_sampled(policy, tok, problems, make_spec(env, tok, few_shot, task.system_prompt, context), s,
                                    stop_ids, grader)
         results[label] = ({**summarize_by_difficulty(records, s.k), "grader": grader.name}, records)
     return results

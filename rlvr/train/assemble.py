@@ -162,8 +162,9 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     policy, tok = load_model(cfg.model.name, cfg.model.dtype, d.device, cfg.model.quantize)
     precision = resolve_precision(cfg.train.mixed_precision, d.device)
     models = models_of(cfg, policy, tok, d, precision)
-    env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt)
-    within_context(splits, env, tok, getattr(policy.config, "max_position_embeddings", None),
+    context = getattr(policy.config, "max_position_embeddings", None)
+    env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt, context)
+    within_context(splits, env, tok, context,
                    {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, models.policy, out, precision)

@@ -176,7 +176,9 @@ def _locked(cfg: Config, out: Path, then: str, wall_start: float) -> dict:
     prepare_run_dir(out, to_yaml(cfg), fresh=True)  # only once the config, data, rewards and model have loaded
     # the evaluation of a GRPO run of cfg: the same builders, settings and functions
     models = Models(policy=policy, tok=tok)
-    data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt), grader=grader)
+    context = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
+    data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt, context),
+                grader=grader)
     evals, dist = eval_settings(cfg, stop_ids=stop_ids, pad_id=tok.pad_token_id, precision=precision), Dist(device=device)
     baseline = {}
     summary: dict = {"kind": "sft", "model": cfg.model.name, "examples": len(examples), "steps": 0,

@@ -195,3 +195,45 @@ def test_surrogates_and_megabytes_of_tool_output_are_cut_to_the_limit(tiny):
         env_turns = [t for t in record["turns"] if t["source"] == "env"]
         assert [t["text"] for t in env_turns] == ["ok \\udcf ...[cut]"]   # 8 characters, one token each
         assert record["tool_truncated"] == 1 and record["end"] == "max_turns"
+
+
+class Chatty:
+    """An rlvr Environment that never ends its episode: every model turn gets a follow-up."""
+
+    def reset(self, problem):
+        return [{"role": "user", "content": problem.question}]
+
+    def step(self, text):
+        from rlvr.envs.base import Reply
+
+        return Reply(text="go on", role="user")
+
+    def reward_columns(self):
+        return {}
+
+
+def test_an_episode_stops_where_the_models_context_ends(tiny):
+    """An environment that never says done, max_episode_tokens past the model's context: each episode
+    ends (end 'episode_tokens') with prompt and episode within the context; they ran past it."""
+    from rlvr.envs.episodes import run_episodes
+    from rlvr.rollout.engines import builtin_engine
+    from rlvr.rollout.sampling import SamplingSettings
+
+    model, tok = tiny
+    problem = Problem(question="What is 2 + 3?", answer="5")
+    open_spec = make_spec(EnvConfig(name="tests.envs.test_trl_envs:Chatty", max_turns=50, max_episode_tokens=10_000),
+                          tok, [])
+    prompt = len(open_spec.prompt(problem))
+    spec = make_spec(EnvConfig(name="tests.envs.test_trl_envs:Chatty", max_turns=50, max_episode_tokens=10_000),
+                     tok, [], context=prompt + 40)
+    sampling = SamplingSettings(max_new_tokens=6, temperature=1.0, stop_ids=tuple(range(len(tok))),
+                                pad_id=tok.pad_token_id)   # every turn stops at its first token
+    ep = run_episodes(builtin_engine(model), spec, [problem], group_size=2, sampling=sampling, seeds=[1])
+    r = ep.rollout
+    assert [rec["end"] for rec in ep.records] == ["episode_tokens", "episode_tokens"]
+    # one token a model turn and 26 for a follow-up: turn, follow-up, turn (28); a second follow-up and a
+    # turn after it would need 55 of the 40
+    follow_up = len(spec.render.env_tokens(ep.rollout.completion_ids[0, 0].item(), "user", "go on"))
+    assert follow_up == 26
+    assert (r.completion_mask + r.env_mask).sum(dim=1).tolist() == [28.0, 28.0]
+    assert open_spec.limits.room(prompt) == 10_000 and spec.limits.room(prompt) == 40
