@@ -36,6 +36,7 @@ class Reply:
     role: str = "tool"  # its chat role: tool (a tool result) or user (a follow-up)
     done: bool = False
     calls: list[dict] = field(default_factory=list)  # the turn's tool calls: {"name", "error"} ("" when it ran)
+    error: str = ""  # the environment failed on this turn (rlvr/envs/episodes.py): the episode ends, marked
 
 
 class Environment(Protocol):

@@ -14,7 +14,8 @@ END_REASONS: dict[str, str] = {
     "done": "the environment ended it",
     "turn_tokens": "a model turn hit rollout.max_new_tokens",
     "max_turns": "env.max_turns model turns were used and the environment wanted more",
-    "episode_tokens": "the episode's token budget ran out",
+    "episode_tokens": "the episode's token budget (env.max_episode_tokens, or the model's context) ran out",
+    "env_error": "the environment's step raised or answered with no Reply (its error is the record's 'error')",
 }
 MALFORMED = "<malformed>"  # the tool name a call is counted under when the model gave none
 UNKNOWN = "<unknown>"      # ... when it named no tool of the environment's

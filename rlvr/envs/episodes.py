@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.envs.base import Environment, SingleTurn, ToolEnv
+from rlvr.envs.base import Environment, Reply, SingleTurn, ToolEnv
 from rlvr.envs.render import TurnRender
 from rlvr.envs.tools import Tool, parse_tool_calls, template_supports_tools
 from rlvr.errors import RlvrError
@@ -27,7 +27,7 @@ from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks.base import Problem
 
-ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens")
+ENDS = ("done", "turn_tokens", "max_turns", "episode_tokens", "env_error")
 _STEP_THREADS = 64   # environments answering at once; their tool calls share rlvr.envs.tools' pool
 
 
@@ -163,6 +163,7 @@ class _Row:
         self.turns: list[dict] = []
         self.calls: list[dict] = []
         self.end, self.used, self.cut, self.final = "", 0, 0, ""
+        self.error = ""  # why the environment failed (end env_error)
         self.room = 1 << 30  # tokens the episode may take after its prompt (Limits.room)
 
 
@@ -272,15 +273,32 @@ def _step_all(spec: EnvSpec, pending: list[tuple[Environment, str | None]]) -> l
     """env.step(text) for every row that has a text (None for the others). Multi-turn episodes step at
     once, each its own environment: a batch's tool calls wait together, not one after another."""
     if not spec.multi_turn or sum(text is not None for _, text in pending) < 2:
-        return [None if text is None else env.step(text) for env, text in pending]
+        return [None if text is None else _step(env, text) for env, text in pending]
     with ThreadPoolExecutor(max_workers=min(_STEP_THREADS, len(pending)), thread_name_prefix="env-step") as pool:
-        futures = [None if text is None else pool.submit(env.step, text) for env, text in pending]
+        futures = [None if text is None else pool.submit(_step, env, text) for env, text in pending]
         return [None if f is None else f.result() for f in futures]
+
+
+def _step(env: Environment, text: str) -> Reply:
+    """env.step(text), where a step that raises on the model's text, or answers with anything but a Reply
+    of text, ends that episode alone (end env_error, the error in its record), never the run."""
+    name = type(env).__name__
+    try:
+        reply = env.step(text)
+    except Exception as e:  # noqa: BLE001 - what the model's text makes the environment do is this episode's
+        return Reply(done=True, error=f"{name}.step raised {type(e).__name__}: {e}")
+    if not isinstance(reply, Reply) or not isinstance(reply.text, str):
+        what = type(reply.text if isinstance(reply, Reply) else reply).__name__
+        return Reply(done=True, error=f"{name}.step answered with {what}, not a Reply of text")
+    return reply
 
 
 def _answer(spec: EnvSpec, row: _Row, t, reply, last: bool) -> list[int] | None:
     """The environment's answer to a model turn: its tokens if the episode goes on, else None."""
     row.calls += reply.calls
+    if reply.error:
+        row.end, row.error = "env_error", reply.error
+        return None
     if reply.done:
         row.end = "done"
         return None
@@ -318,7 +336,8 @@ def _assemble(prompts, rows: list[_Row], envs, group_size: int, pad_id: int, tok
     truncated = torch.tensor([r.end != "done" for r in rows])
     rollout = Rollout(prompt_ids=[list(p) for p in prompts], completion_ids=ids, completion_mask=model_mask,
                       sampler_logp=logp, truncated=truncated, group_size=group_size, env_mask=env_mask)
-    records = [{"turns": r.turns, "calls": r.calls, "end": r.end, "tool_truncated": r.cut} for r in rows]
+    records = [{"turns": r.turns, "calls": r.calls, "end": r.end, "tool_truncated": r.cut,
+                **({"error": r.error} if r.error else {})} for r in rows]
     reward_cols = [env.reward_columns() for env in envs]
     keys = sorted({k for c in reward_cols for k in c})
     columns = {k: [c.get(k) for c in reward_cols] for k in keys}

@@ -137,6 +137,7 @@ def _episode_html(ep: dict) -> str:
     cut_note = f"; {cut} tool result{'s' * (cut != 1)} cut to env.max_tool_tokens" if cut else ""
     end = str(ep.get("end"))
     why = f" ({html.escape(END_REASONS[end])})" if end in END_REASONS else ""
+    why += f": {html.escape(str(ep['error']))}" if ep.get("error") else ""
     return (f"{turns}{errors}<div class='end'>{len(calls)} tool call{'s' * (len(calls) != 1)}{cut_note}; "
             f"ended: {html.escape(end)}{why}</div>")
 

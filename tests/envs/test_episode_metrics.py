@@ -42,6 +42,7 @@ def test_episode_metrics_hand_computed():
         "env/end/turn_tokens_frac": 1 / 3,
         "env/end/max_turns_frac": 1 / 3,
         "env/end/episode_tokens_frac": 0.0,
+        "env/end/env_error_frac": 0.0,
         "tokens/model_mean": (35 + 15 + 9) / 3,
         "tokens/env_mean": (10 + 3 + 0) / 3,
     }, rel=1e-12)

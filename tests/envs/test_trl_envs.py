@@ -237,3 +237,48 @@ def test_an_episode_stops_where_the_models_context_ends(tiny):
     assert follow_up == 26
     assert (r.completion_mask + r.env_mask).sum(dim=1).tolist() == [28.0, 28.0]
     assert open_spec.limits.room(prompt) == 10_000 and spec.limits.room(prompt) == 40
+
+
+class Fragile:
+    """An rlvr Environment that breaks on what the model wrote: raises for one problem, answers with a
+    bare string for another, and behaves for the third."""
+
+    def reset(self, problem):
+        self.answer = problem.answer
+        return [{"role": "user", "content": problem.question}]
+
+    def step(self, text):
+        from rlvr.envs.base import Reply
+
+        if self.answer == "5":
+            raise ValueError("cannot parse \x1b[2J" + text[:0])
+        return "not a reply" if self.answer == "42" else Reply(done=True)
+
+    def reward_columns(self):
+        return {}
+
+
+def test_an_environment_step_that_raises_ends_its_episode_only(tiny):
+    """step() raising, or answering with no Reply: that episode ends (end env_error, the error in its
+    record, counted in env/end/env_error_frac); the others run as before. It raised out of the rollout."""
+    from rlvr.envs.episode_metrics import episode_metrics
+    from rlvr.envs.episodes import run_episodes
+    from rlvr.rollout.engines import builtin_engine
+    from rlvr.rollout.sampling import SamplingSettings
+
+    model, tok = tiny
+    spec = make_spec(EnvConfig(name="tests.envs.test_trl_envs:Fragile", max_turns=3), tok, [])
+    problems = [Problem(question="What is 2 + 3?", answer="5"), Problem(question="What is 7 * 6?", answer="42"),
+                Problem(question="What is 1 + 1?", answer="2")]
+    sampling = SamplingSettings(max_new_tokens=6, temperature=1.0, stop_ids=tuple(range(len(tok))),
+                                pad_id=tok.pad_token_id)   # every turn stops at its first token
+    ep = run_episodes(builtin_engine(model), spec, problems, group_size=1, sampling=sampling, seeds=[1, 2, 3])
+    assert [rec["end"] for rec in ep.records] == ["env_error", "env_error", "done"]
+    assert [rec.get("error") for rec in ep.records] == ["Fragile.step raised ValueError: cannot parse \x1b[2J",
+                                                        "Fragile.step answered with str, not a Reply of text", None]
+    assert episode_metrics(ep.records)["env/end/env_error_frac"] == 2 / 3
+    from rlvr.report.html import _episode_html
+
+    page = _episode_html(ep.records[0])
+    assert "ended: env_error (the environment&#x27;s step raised" in page
+    assert ": Fragile.step raised ValueError: cannot parse \x1b[2J</div>" in page
