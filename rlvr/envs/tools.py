@@ -254,13 +254,14 @@ def execute(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
         result = tool.fn(**call.arguments)
         if inspect.isawaitable(result):   # an async tool (TRL takes them): awaited on a loop of its own
             result = asyncio.run(_awaited(result))
+        # as text inside the try: a result whose __str__ raises, or a dict that holds itself, is the call's error
+        if isinstance(result, (dict, list)):
+            return json.dumps(result, ensure_ascii=False, default=str), ""
+        return str(result), ""
     except ToolError as e:
         return "", str(e) or f"tool {tool.name!r} failed"
-    except Exception as e:  # noqa: BLE001 - a broken tool must not end the rollout
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a broken tool (sys.exit() too) must not end the rollout
         return "", f"tool {tool.name!r} raised {type(e).__name__}: {e}"
-    if isinstance(result, (dict, list)):
-        return json.dumps(result, ensure_ascii=False, default=str), ""
-    return str(result), ""
 
 
 async def _awaited(awaitable):

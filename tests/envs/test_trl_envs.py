@@ -282,3 +282,46 @@ def test_an_environment_step_that_raises_ends_its_episode_only(tiny):
     page = _episode_html(ep.records[0])
     assert "ended: env_error (the environment&#x27;s step raised" in page
     assert ": Fragile.step raised ValueError: cannot parse \x1b[2J</div>" in page
+
+
+BROKEN_TOOLS = '''
+import sys
+
+
+class Opaque:
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def opaque(x: int) -> str:
+    """A result that cannot be written as text."""
+    return Opaque()
+
+
+def loop(x: int) -> dict:
+    """A dict that holds itself."""
+    d = {}
+    d["self"] = d
+    return d
+
+
+def leave(x: int) -> str:
+    """Calls sys.exit."""
+    sys.exit(3)
+'''
+
+
+def test_tool_results_that_cannot_be_text_and_sys_exit_are_the_calls_errors(tiny, tmp_path):
+    """A result whose __str__ raises, a dict that holds itself, a tool that calls sys.exit(): each call
+    answers with its error and the episode goes on; they raised out of the turn and ended the run."""
+    _, tok = tiny
+    source = tmp_path / "broken.py"
+    source.write_text(BROKEN_TOOLS)
+    spec = make_spec(EnvConfig(name="tools", tools=[f"{source}:{n}" for n in ("opaque", "loop", "leave")]), tok, [])
+    env = spec.make()
+    env.reset(Problem(question="q", answer="1"))
+    reply = env.step(call("opaque", x=1) + call("loop", x=1) + call("leave", x=1))
+    assert reply.text.split("\n") == ["Error: tool 'opaque' raised RuntimeError: no text",
+                                      "Error: tool 'loop' raised ValueError: Circular reference detected",
+                                      "Error: tool 'leave' raised SystemExit: 3"]
+    assert not reply.done and [bool(c["error"]) for c in reply.calls] == [True, True, True]
