@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -110,6 +111,10 @@ class ToolEnv:
             except TypeError as e:  # most often a reset that names a column the dataset lacks
                 raise RlvrError(f"{type(self.obj).__name__}.reset: {e}; it gets the row's columns "
                                 f"({', '.join(row)}) by name") from None
+            except Exception as e:  # noqa: BLE001 - no model text reached it: a bug in the class, named where
+                frame = traceback.extract_tb(e.__traceback__)[-1]
+                raise RlvrError(f"{type(self.obj).__name__}.reset raised {type(e).__name__}: {e} "
+                                f"({frame.filename}:{frame.lineno}) on {problem.origin or repr(problem.question[:60])}") from e
             if extra:
                 self.added = str(extra)
                 self.prompt = with_extra(self.prompt, self.added)

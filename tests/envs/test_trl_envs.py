@@ -325,3 +325,19 @@ def test_tool_results_that_cannot_be_text_and_sys_exit_are_the_calls_errors(tiny
                                       "Error: tool 'loop' raised ValueError: Circular reference detected",
                                       "Error: tool 'leave' raised SystemExit: 3"]
     assert not reply.done and [bool(c["error"]) for c in reply.calls] == [True, True, True]
+
+
+def test_a_reset_that_raises_names_its_class_file_line_and_row(tiny, tmp_path):
+    """A TRL environment's reset(**row) raising (no model text has reached it: the class's bug) stops
+    with an RlvrError naming the class, the error, the file and line and the row; it was a traceback."""
+    import pytest
+
+    from rlvr.errors import RlvrError
+
+    _, tok = tiny
+    source = tmp_path / "strict.py"
+    source.write_text("class Strict:\n    def reset(self, answer, **row):\n        return int(answer) // 0\n")
+    env = make_spec(EnvConfig(name=f"{source}:Strict", tools=[]), tok, []).make()
+    with pytest.raises(RlvrError, match=rf"^Strict.reset raised ZeroDivisionError: integer division or modulo by "
+                                        rf"zero \({source}:3\) on data.jsonl line 4$"):
+        env.reset(Problem(question="q", answer="1", origin="data.jsonl line 4"))
