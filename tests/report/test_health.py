@@ -57,6 +57,20 @@ def test_length_explosion_and_collapse():
     assert length_trend(flat, []) is None
 
 
+def test_length_collapse_said_within_5_steps_of_a_real_run():
+    # a real tiny-random run on configs/demo.yaml paid 1 - len/100 per completion (--optimizer.lr=0.01):
+    # steps 1-5; halves of two steps (20.97 -> 10.66 tokens) before whole windows of four exist
+    short = stream(completion__length_mean=[21.484, 20.453, 17.109, 12.094, 9.219])
+    assert length_trend(short[:4], []) is None  # 20.97 -> 14.60: a factor 1.44, below 1.6
+    f = length_trend(short, [])
+    assert f.rule == "length_collapse" and f.step == 5 and "short or empty answers" in f.message
+    assert f.evidence == pytest.approx({"first_window_mean": 20.9685, "last_window_mean": 10.6565})
+    # the healthy demo (SmolLM2, configs/demo.yaml) at steps 1-5 and 1-11: its one-line answers shorten a little
+    demo = stream(completion__length_mean=[6.188, 5.891, 5.594, 5.141, 5.453, 5.406, 5.25, 5.25, 5.062, 5.344, 5.141])
+    assert [length_trend(demo[:n], []) for n in range(1, 12)] == [None] * 11
+    assert length_trend(stream(completion__length_mean=[20, 5, 4]), []) is None  # three steps: too few
+
+
 def test_reward_hacking_by_heldout_and_by_format():
     rising = stream(reward__mean=[0.1, 0.1, 0.2, 0.5, 0.6, 0.7])
     flat_acc = [{"step": 0, "heldout_accuracy": 0.4}, {"step": 6, "heldout_accuracy": 0.38}]
