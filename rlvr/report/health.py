@@ -90,8 +90,8 @@ def truncation(history, evals, window: int = 2, threshold: float = 0.5) -> Findi
     if vals and min(vals) >= threshold:
         return Finding(step=history[-1]["step"], rule="truncation",
                        message=f"{100 * statistics.fmean(vals):.0f}% of completions hit rollout.max_new_tokens: "
-                       "cut-off "
-                       "answers score nothing. Raise rollout.max_new_tokens, or add the length reward "
+                       "a cut-off "
+                       "answer ends before its final answer. Raise rollout.max_new_tokens, or add the length reward "
                        "(rewards.weights.length, rewards.soft_overlong) so the model learns to finish.",
                        evidence={"completion/truncated_frac": vals})
     return None
