@@ -138,8 +138,18 @@ class ToolEnv:
 
     def reward_columns(self) -> dict:
         if self.obj is not None and callable(getattr(self.obj, "get_reward", None)):
-            return {"env_reward": float(self.obj.get_reward())}
+            try:
+                return {"env_reward": float(self.obj.get_reward())}
+            except Exception as e:  # noqa: BLE001 - what the episode left behind is this episode's failure
+                # the env reward raises it for this episode alone: scored 0, its reason in samples.jsonl
+                return {"env_reward": EnvRewardFailed(f"{type(self.obj).__name__}.get_reward() raised "
+                                                      f"{type(e).__name__}: {e}")}
         return {}
 
 
-__all__ = ["Environment", "Reply", "SingleTurn", "Tool", "ToolCall", "ToolEnv", "row_of"]
+class EnvRewardFailed(Exception):
+    """An episode's get_reward() that raised or gave no number: its env_reward column, raised again by
+    the `env` reward for that episode."""
+
+
+__all__ = ["EnvRewardFailed", "Environment", "Reply", "SingleTurn", "Tool", "ToolCall", "ToolEnv", "row_of"]

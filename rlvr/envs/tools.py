@@ -12,6 +12,7 @@ a call into an error string the model sees in the next turn.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
@@ -244,6 +245,8 @@ def execute(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
         return "", problem
     try:
         result = tool.fn(**call.arguments)
+        if inspect.isawaitable(result):   # an async tool (TRL takes them): awaited on a loop of its own
+            result = asyncio.run(_awaited(result))
     except ToolError as e:
         return "", str(e) or f"tool {tool.name!r} failed"
     except Exception as e:  # noqa: BLE001 - a broken tool must not end the rollout
@@ -251,6 +254,10 @@ def execute(tools: dict[str, Tool], call: ToolCall) -> tuple[str, str]:
     if isinstance(result, (dict, list)):
         return json.dumps(result, ensure_ascii=False, default=str), ""
     return str(result), ""
+
+
+async def _awaited(awaitable):
+    return await awaitable
 
 
 # Tool calls of a whole batch share these threads: a call mostly waits (on a sandboxed program), and
@@ -268,28 +275,35 @@ def release_idle_threads(wait_s: float = 1.0) -> None:
 
 
 def run_calls(tools: dict[str, Tool], calls: list[ToolCall], budget_s: float) -> list[tuple[str, str]]:
-    """execute() for each call, in order of the calls: those of concurrent tools at once on a shared
-    pool, the rest one after another here (a stateful environment's methods keep their order). No
-    result is waited for past budget_s from now: a call still running then (or not started) answers
-    with an error (one after another, four sleeping calls would take 20 s for one turn)."""
+    """execute() for each call, in order of the calls, on a shared pool: those of concurrent tools at once,
+    the rest one after another (a stateful environment's methods keep their order). No result is waited
+    for past budget_s from now: a call still running then (or not started) answers with an error, and so
+    does every later call of the turn (one after another, four sleeping calls would take 20 s for one
+    turn; a method that hangs must not hold the episode, nor the batch, past its budget)."""
     deadline = time.monotonic() + budget_s
     late = ("", "this episode's tool time budget (env.tool_budget_s) ran out; answer without further "
                 "tool calls")
     pending = {i: _CALLS.submit(execute, tools, c) for i, c in enumerate(calls)
                if not c.error and getattr(tools.get(c.name), "concurrent", False)}
-    out = []
+    out, over = [], False
     for i, call in enumerate(calls):
         left = deadline - time.monotonic()
-        if i in pending:
-            try:
-                # no budget (inf): wait as long as the call's own limits allow; a finite timeout
-                # that large overflows the platform's time_t inside the wait
-                out.append(pending[i].result(timeout=None if math.isinf(left) else max(0.0, left)))
-            except FutureTimeout:
-                pending[i].cancel()   # not started yet: never starts; running: its own limits end it
+        if call.error:
+            out.append(execute(tools, call))
+            continue
+        if i not in pending:
+            if over or left <= 0:   # a hung call may still run: nothing of the episode starts beside it
                 out.append(late)
-        else:
-            out.append(execute(tools, call) if left > 0 or call.error else late)
+                continue
+            pending[i] = _CALLS.submit(execute, tools, call)
+        try:
+            # no budget (inf): wait as long as the call's own limits allow; a finite timeout
+            # that large overflows the platform's time_t inside the wait
+            out.append(pending[i].result(timeout=None if math.isinf(left) else max(0.0, left)))
+        except FutureTimeout:
+            pending[i].cancel()   # not started yet: never starts; running: its own limits end it, or never
+            out.append(late)
+            over = True
     return out
 
 

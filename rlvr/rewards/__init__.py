@@ -23,6 +23,9 @@ def env_reward(completions, env_reward=None, **kwargs) -> list[float]:
     'module:Class'), passed in as the env_reward column."""
     if env_reward is None or any(v is None for v in env_reward):
         raise ValueError("the env reward needs an environment with get_reward() (env.name 'module:Class')")
+    for v in env_reward:
+        if isinstance(v, Exception):   # that episode's get_reward() failed (rlvr/envs/base.py)
+            raise v
     return [float(v) for v in env_reward]
 
 

@@ -12,8 +12,8 @@ import subprocess
 
 from rlvr.sandbox import harness
 from rlvr.sandbox.clock import RunClock
-from rlvr.sandbox.run import (LIMIT, PROGRAM, TIMEOUT, Failure, Sandbox, SandboxLimits, compile_failure, exit_reason,
-                              spawn)
+from rlvr.sandbox.outcome import LIMIT, PROGRAM, TIMEOUT, Failure, compile_failure, exit_reason
+from rlvr.sandbox.run import Sandbox, SandboxLimits, spawn
 
 _REPLY_TAGS = {"v": 2, "e": 4, "n": 2, "m": 1}   # tag -> length of a well-formed reply
 _EXIT_WAIT_S = 0.2

@@ -11,7 +11,8 @@ from rlvr.eval.grading import grade
 from rlvr.sandbox import harness
 from rlvr.rewards.code import make_code_tests
 from rlvr.sandbox.program import Program
-from rlvr.sandbox.run import Failure, Sandbox, SandboxLimits
+from rlvr.sandbox.outcome import Failure
+from rlvr.sandbox.run import Sandbox, SandboxLimits
 from rlvr.tasks import Problem
 from tests.conftest import ADD_ONE, ADD_ONE_ASSERT_SPEC, ADD_ONE_FUNCTION_SPEC, python_block
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from rlvr.rewards.code import pytest_compat
 from rlvr.sandbox import harness
-from rlvr.sandbox.run import LIMIT, PROGRAM
+from rlvr.sandbox.outcome import LIMIT, PROGRAM
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))

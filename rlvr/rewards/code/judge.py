@@ -18,7 +18,7 @@ import json
 import os
 import threading
 
-from rlvr.sandbox.run import LIMIT, PROGRAM, TIMEOUT
+from rlvr.sandbox.outcome import LIMIT, PROGRAM, TIMEOUT
 from rlvr.sandbox.worker import KillableWorker
 
 WORKER_MEMORY_BYTES = 4 * 1024 ** 3   # test code on a 4 MiB reply needs far less; a runaway stops here

@@ -15,7 +15,8 @@ from rlvr.rewards.code.spec import Case, Spec
 from rlvr.sandbox import harness
 from rlvr.sandbox.limits import Sandbox, SandboxLimits
 from rlvr.sandbox.program import Program
-from rlvr.sandbox.run import LIMIT, PROGRAM, run_harness
+from rlvr.sandbox.outcome import LIMIT, PROGRAM
+from rlvr.sandbox.run import run_harness
 
 CaseOutcome = tuple[bool, str, str]   # (passed, why, kind)
 PASS: CaseOutcome = (True, "", "")

@@ -26,7 +26,8 @@ from rlvr.rewards.code.outcomes import (CaseOutcome, CodeTestsConfig, same, prog
                                        stdio_outcomes)
 from rlvr.rewards.code.spec import Spec, parse_spec, with_prelude  # parse_spec: part of this API
 from rlvr.sandbox.limits import Sandbox, SandboxLimits
-from rlvr.sandbox.run import FAILURE_KINDS, LIMIT, PROGRAM, launcher, unsafe_requested
+from rlvr.sandbox.outcome import FAILURE_KINDS, LIMIT, PROGRAM
+from rlvr.sandbox.run import launcher, unsafe_requested
 
 _PY_LANGS = ("", "python", "py", "python3")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
@@ -74,7 +75,7 @@ def _kind(kind) -> str:
 
 # What happened to one completion (Verdict.outcome; the code/<outcome>_frac metrics): passed; visible_only (a
 # hidden case failed after the visible ones passed: what special-casing the examples looks like); no_code; and a
-# failure's kind as its runner reported it (rlvr.sandbox.run.FAILURE_KINDS): syntax_error, timeout (time or CPU
+# failure's kind as its runner reported it (rlvr.sandbox.outcome.FAILURE_KINDS): syntax_error, timeout (time or CPU
 # limit), sandbox_error (a limit or an abnormal end), wrong (any other failed case, exception or missing function).
 CODE_OUTCOMES = ("passed", "wrong", "visible_only", "no_code", "syntax_error", "timeout", "sandbox_error")
 
