@@ -172,6 +172,7 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
         out.track_eval(p.eval_rows[-1])
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
+    summary["health"] = sorted(out.monitor.fired)  # a resumed run's included: the checkpoint keeps them
     out.close()
     if not interrupted:
         save_final(run)

@@ -16,6 +16,7 @@ def test_unsolvable_task_fires_no_learning_signal_within_5_steps(tmp_path):
     assert main(["train", *SMOKE, f"--train.out={out}", "--train.steps=5", "--rewards.weights={correctness: 1.0}"]) == 0
     (f,) = [f for f in findings(out) if f["rule"] == "no_learning_signal"]
     assert f["step"] <= 5 and f["evidence"]["frac_zero_std_groups"] == [1.0, 1.0, 1.0]
+    assert "no_learning_signal" in json.loads((out / "summary.json").read_text())["health"]
     page = (out / "report.html").read_text()
     assert "no_learning_signal" in page and page.count("<svg") == 6
     assert "zero-variance groups" in page

@@ -57,6 +57,20 @@ def test_length_explosion_and_collapse():
     assert length_trend(flat, []) is None
 
 
+def test_length_collapse_said_within_5_steps_of_a_real_run():
+    # a real tiny-random run on configs/demo.yaml paid 1 - len/100 per completion (--optimizer.lr=0.01):
+    # steps 1-5; halves of two steps (20.97 -> 10.66 tokens) before whole windows of four exist
+    short = stream(completion__length_mean=[21.484, 20.453, 17.109, 12.094, 9.219])
+    assert length_trend(short[:4], []) is None  # 20.97 -> 14.60: a factor 1.44, below 1.6
+    f = length_trend(short, [])
+    assert f.rule == "length_collapse" and f.step == 5 and "short or empty answers" in f.message
+    assert f.evidence == pytest.approx({"first_window_mean": 20.9685, "last_window_mean": 10.6565})
+    # the healthy demo (SmolLM2, configs/demo.yaml) at steps 1-5 and 1-11: its one-line answers shorten a little
+    demo = stream(completion__length_mean=[6.188, 5.891, 5.594, 5.141, 5.453, 5.406, 5.25, 5.25, 5.062, 5.344, 5.141])
+    assert [length_trend(demo[:n], []) for n in range(1, 12)] == [None] * 11
+    assert length_trend(stream(completion__length_mean=[20, 5, 4]), []) is None  # three steps: too few
+
+
 def test_reward_hacking_by_heldout_and_by_format():
     rising = stream(reward__mean=[0.1, 0.1, 0.2, 0.5, 0.6, 0.7])
     flat_acc = [{"step": 0, "heldout_accuracy": 0.4}, {"step": 6, "heldout_accuracy": 0.38}]
@@ -258,3 +272,37 @@ def test_tool_errors_quiet_at_the_boundaries():
 
 def test_tool_rules_are_in_the_monitor():
     assert tool_use_collapse in RULES and tool_errors in RULES
+
+
+def test_the_healthy_demo_run_fires_nothing():
+    """configs/demo.yaml as `make demo` runs it (SmolLM2-135M-Instruct, 20 steps on this CPU): held-out 16% -> 72%,
+    OOD 0% -> 11%. Its real metrics, step by step with each evaluation as it came; the rules' nearest margins:
+    groups with equal rewards 1.0, 0.875, 0.875 at steps 12-14 (no_learning_signal needs 0.9 in each of 3 steps)
+    and entropy 0.043, 0.024, 0.041 at steps 18-20 (entropy_collapse needs each below 0.02)."""
+    series = {
+        "reward/mean": [0.228, 0.284, 0.431, 0.638, 1.044, 0.716, 0.684, 0.934, 0.794, 0.822, 0.731, 0.825, 1.059,
+                        1.041, 0.791, 0.544, 0.959, 0.934, 1.059, 0.794],
+        "reward/std": [0.225, 0.3, 0.429, 0.5, 0.366, 0.504, 0.504, 0.445, 0.495, 0.493, 0.503, 0.488, 0.35, 0.365,
+                       0.499, 0.479, 0.44, 0.445, 0.35, 0.495],
+        "frac_zero_std_groups": [0.375, 0.5, 0.5, 0.625, 0.5, 0.625, 0.5, 0.625, 0.875, 0.625, 0.75, 1.0, 0.875, 0.875,
+                                 0.875, 0.875, 0.75, 0.875, 0.875, 0.875],
+        "completion/length_mean": [6.188, 5.891, 5.594, 5.141, 5.453, 5.406, 5.25, 5.25, 5.062, 5.344, 5.141, 5.125,
+                                   5.234, 5.547, 5.359, 5.125, 5.625, 5.375, 5.125, 5.125],
+        "completion/truncated_frac": [0.0, 0.031, 0.016] + [0.0] * 10 + [0.016] + [0.0] * 6,
+        "entropy": [1.044, 0.918, 0.756, 0.28, 0.158, 0.232, 0.196, 0.113, 0.185, 0.225, 0.101, 0.058, 0.017, 0.185,
+                    0.073, 0.138, 0.238, 0.043, 0.024, 0.041],
+        "reward/format/mean": [0.906, 0.953, 0.984, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.984, 1.0, 1.0, 1.0, 0.984, 0.984,
+                               1.0, 0.969, 1.0, 1.0, 1.0],
+        "reward/correctness/mean": [0.047, 0.094, 0.234, 0.438, 0.844, 0.516, 0.484, 0.734, 0.594, 0.625, 0.531, 0.625,
+                                    0.859, 0.844, 0.594, 0.344, 0.766, 0.734, 0.859, 0.594],
+        "ratio/max": [1.0] * 20, "kl": [None] * 20, "skipped_updates": [0] * 20, "completions": [64] * 20}
+    history = [{"step": i + 1, **{k: v[i] for k, v in series.items()}} for i in range(20)]
+    evals = {0: {"step": 0, "heldout_accuracy": 0.16, "heldout_lenient": 0.16, "ood_accuracy": 0.0, "ood_lenient": 0.0},
+             10: {"step": 10, "heldout_accuracy": 0.71, "heldout_lenient": 0.71, "heldout_fixed": 58,
+                  "heldout_broken": 3, "heldout_kept": 13, "heldout_never": 26},
+             20: {"step": 20, "heldout_accuracy": 0.72, "heldout_lenient": 0.72, "heldout_fixed": 60,
+                  "heldout_broken": 4, "heldout_kept": 12, "heldout_never": 24, "ood_accuracy": 0.11,
+                  "ood_lenient": 0.11, "ood_fixed": 11, "ood_broken": 0, "ood_kept": 0, "ood_never": 89}}
+    monitor = HealthMonitor()
+    for n in range(1, 21):
+        assert monitor.check(history[:n], [e for s, e in evals.items() if s <= n]) == [], n
