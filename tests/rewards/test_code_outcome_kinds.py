@@ -6,7 +6,7 @@ import pytest
 from rlvr.rewards.base import RewardFunction, score_batch
 from rlvr.rewards.code import CODE_OUTCOMES, make_code_tests
 from rlvr.sandbox import program as program_module
-from rlvr.sandbox import run as run_module
+from rlvr.sandbox import outcome as outcome_module
 from rlvr.train.metrics import code_metrics
 
 from code_cases import ASSERT, FN, STDIO  # f(a, b=0) = a + b (stdio: "a b" -> a + b); one visible case
@@ -72,9 +72,9 @@ def test_rewording_every_failure_moves_no_outcome(monkeypatch):
     reward = make_code_tests(timeout_s=1.0)
     cases = [(spec, src) for spec, programs in (SPECS["function"], SPECS["stdio"]) for src in programs.values()]
     before = [reward.verdict(completion(src), spec) for spec, src in cases]
-    real = run_module.Failure
+    real = outcome_module.Failure
     reworded = lambda kind, why: real(kind, "something happened")   # noqa: E731
-    for module in (run_module, program_module):
+    for module in (outcome_module, program_module):
         monkeypatch.setattr(module, "Failure", reworded)
     monkeypatch.setattr(outcomes, "_wrong_answer", lambda *a, **k: "something happened")
     monkeypatch.setattr(outcomes, "_case_reason", lambda case, why, kind: "something happened")
