@@ -1,6 +1,7 @@
 import os
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +73,18 @@ def returns_within(seconds: float, fn, *args, **kwargs):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: the test runs on CUDA (skipped where torch sees no GPU)")
+
+
+# The slow tier by measured cost, not by folder: tests/slow_tests.txt names each test function with a case over
+# ~1.5 s on a 2-core machine (bench/suite.py --write-slow makes it from a --durations=0 log of the suite)
+SLOW_TESTS = {line.split()[0] for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
