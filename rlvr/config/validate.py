@@ -165,6 +165,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (set(cfg.log.trackers) <= set(TRACKERS),  # at build time, before a run directory is touched
          f"unknown tracker in log.trackers {cfg.log.trackers}: each one of {', '.join(TRACKERS)}"),
         _one_of(t.mixed_precision, "train.mixed_precision", ("auto", "no", "bf16")),
+        _one_of(t.deterministic, "train.deterministic", ("auto", "on", "off")),
         _one_of(t.lm_head, "train.lm_head", ("auto", "fused", "chunked")),
         (check_device_spec(t.device) is None, check_device_spec(t.device) or ""),
         (cfg.eval.max_new_tokens >= 1 and cfg.eval.batch_size >= 1,
