@@ -119,3 +119,16 @@ def test_micro_batches_and_packed_rows_repeat_on_two_threads(tmp_path):
 ], ids=["lora-dropout-clip_cov-hf-one_step_off", "nf4"])
 def test_drawn_modes_repeat(tmp_path, mode):
     twice(tmp_path, [*TINY, *mode])
+
+
+@pytest.mark.slow
+def test_torchrun_with_the_same_processes_repeats(tmp_path):
+    """Two processes (gloo on the CPU), twice: the all-reduce sums the ranks' gradients in the same order."""
+    args = [*TINY, "--train.device=cpu", "--train.threads=1"]
+    for name in ("a", "b"):
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                               "-m", "rlvr", "train", *args, f"--train.out={tmp_path / name}"],
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    same_run(tmp_path / "a", tmp_path / "b")
+    assert all(m["processes"] == 2 for m in records(tmp_path / "a", "metrics.jsonl"))
