@@ -130,7 +130,7 @@ CUDA_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_ALGO": "Ring", "NCCL_PRO
 
 @dataclass(frozen=True, kw_only=True)
 class Determinism:
-    """What train.deterministic resolved to on a device: the settings apply_determinism makes."""
+    """What train.deterministic resolved to on a device: the settings determinism_applied makes for a run."""
 
     on: bool
     algorithms: bool = False  # torch.use_deterministic_algorithms(True, warn_only=True)

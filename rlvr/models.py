@@ -403,7 +403,7 @@ def apply_lora(policy, lora):
 
 
 class SeededDropout(torch.nn.Dropout):
-    """nn.Dropout whose masks come from `generator` (set by seed_dropouts; None: the global RNG, as
+    """nn.Dropout whose masks come from `generator` (set by seeded_dropouts; None: the global RNG, as
     nn.Dropout). The global RNG is shared by every thread: under rollout.overlap=one_step_off the HF engine
     seeds and draws from it on the collecting thread while the update runs, so masks drawn from it would
     depend on how the two threads interleave."""
