@@ -77,8 +77,7 @@ def test_killed_and_resumed_matches_the_run_left_alone(off_alone, tmp_path, kill
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlvr", "train", *RUN, OFF, "--optimizer.lr=1e-2", "--train.save_every=1",
            f"--train.out={out}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / "checkpoints"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
