@@ -305,7 +305,8 @@ class TrainConfig:
     threads: int = 0
     """torch CPU threads; 0 keeps torch's default."""
     save_every: int = 10
-    """Checkpoint every this many steps (0: only at the end and on SIGINT/SIGTERM)."""
+    """Checkpoint every this many steps, at the last step and on SIGINT/SIGTERM (0: never, as TRL's
+    save_strategy="no": no checkpoint at all, so the run cannot be resumed; final/ is still written)."""
     keep_checkpoints: int = 2
     """Checkpoints kept in RUN_DIR/checkpoints; older ones are deleted."""
     parallel: str = "ddp"
