@@ -79,7 +79,10 @@ def run_seed(command: list[str], cwd: str) -> tuple[int, bool]:
     reaches the seed's process from the terminal itself (one process group), which then stops after its step
     and writes its checkpoint: this process only waits for it, rather than being interrupted and killing it
     mid-write. A SIGTERM sent to this process alone is passed on."""
-    proc = subprocess.Popen(command, cwd=cwd)
+    import rlvr
+
+    env = {k: v for k, v in os.environ.items() if k not in rlvr.SET_HERE}  # the user's, as a run alone gets it
+    proc = subprocess.Popen(command, cwd=cwd, env=env)
     asked: list[int] = []
 
     def stop(signum, frame):
@@ -125,5 +128,10 @@ def run_group(config: str | None, overrides: list[str], seeds: list[int], out: P
             return code or 130
         if not keep_weights:
             drop_weights(run)
+    from rlvr.report.compare import accuracy, accuracy_lines, load
+
+    group = load(out)
+    for line in accuracy_lines(accuracy([group]), group.name):  # its accuracy after training, with the seed spread
+        say(line)
     say(f"group {out}: {len(seeds)} seeds; compare it with `rlvr compare {out} OTHER` (another group or run)")
     return 0
