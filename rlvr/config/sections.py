@@ -312,7 +312,8 @@ class TrainConfig:
     vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1): the same config and seed then give the same run on
     the same GPUs, at the cost of slower kernels. A variable already set is kept. rlvr/device.py."""
     save_every: int = 10
-    """Checkpoint every this many steps (0: only at the end and on SIGINT/SIGTERM)."""
+    """Checkpoint every this many steps, at the last step and on SIGINT/SIGTERM (0: never, as TRL's
+    save_strategy="no": no checkpoint at all, so the run cannot be resumed; final/ is still written)."""
     keep_checkpoints: int = 2
     """Checkpoints kept in RUN_DIR/checkpoints; older ones are deleted."""
     parallel: str = "ddp"
