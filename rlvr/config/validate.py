@@ -6,8 +6,8 @@ import dataclasses
 import math
 import urllib.parse
 
-from rlvr.algo import AGGREGATIONS, ESTIMATORS, OBJECTIVES, SAMPLER_MODES
-from rlvr.algo.policy import SEQUENCE_RATIO_OBJECTIVES
+from rlvr.algo import AGGREGATIONS, ESTIMATORS, SAMPLER_MODES
+from rlvr.algo.objectives import REGISTRY
 from rlvr.config.sections import Config, ConfigError
 from rlvr.device import check_device_spec
 from rlvr.report.trackers import PACKAGES as TRACKERS
@@ -88,10 +88,12 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
 def _objective(cfg: Config) -> list[tuple[bool, str]]:
     """The policy objective, the sampler correction and the token selection."""
     a = cfg.algo
+    entry = REGISTRY.get(a.policy_loss)  # what the objective composes with: its registry entry says
+    sequence_ratio = ", ".join(name for name, e in REGISTRY.items() if e.sequence_ratio)
     return [
-        _one_of(a.policy_loss, "algo.policy_loss", OBJECTIVES),
-        (a.ratio_level == "token" or a.policy_loss in SEQUENCE_RATIO_OBJECTIVES,
-         f"algo.ratio_level sequence composes with algo.policy_loss {', '.join(SEQUENCE_RATIO_OBJECTIVES)}, "
+        _one_of(a.policy_loss, "algo.policy_loss", tuple(REGISTRY)),
+        (a.ratio_level == "token" or entry is None or entry.sequence_ratio,
+         f"algo.ratio_level sequence composes with algo.policy_loss {sequence_ratio}, "
          f"not {a.policy_loss}: set algo.ratio_level=token"),
         (a.adv_estimator != "group_passk" or a.adv_scale in ("group", "none"),
          "algo.adv_scale must be group or none with algo.adv_estimator group_passk"),
@@ -104,8 +106,8 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
         (a.sampler_correction == "auto" or cfg.rollout.tis_cap is None,
          "rollout.tis_cap is the auto sampler correction: leave it unset (null) when algo.sampler_correction "
          f"is {a.sampler_correction}, and give the cap as algo.sampler_c_max"),
-        (a.policy_loss != "vespo" or not a.sampler_correction.startswith("sequence"),
-         "algo.policy_loss vespo folds per-token sampler weights into its sequence weight: use "
+        (entry is None or entry.sequence_correction or not a.sampler_correction.startswith("sequence"),
+         f"algo.policy_loss {a.policy_loss} folds per-token sampler weights into its own weight: use "
          "algo.sampler_correction token_truncate or token_mask"),
         (a.off_policy_mask_threshold is None or a.off_policy_mask_threshold >= 0,
          "algo.off_policy_mask_threshold must be null or >= 0"),
