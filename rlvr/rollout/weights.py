@@ -155,8 +155,11 @@ def adapter_obstacle(policy: torch.nn.Module) -> str | None:
     inner = unwrap(model)
     head, embedding = inner.get_output_embeddings(), inner.get_input_embeddings()
     for name, module in inner.named_modules():
-        if hasattr(module, "lora_A") and (getattr(module, "base_layer", None) in (head, embedding)):
-            return f"LoRA on the {'output head' if module.base_layer is head else 'embeddings'} ('{strip_wrappers(name)}')"
+        if not hasattr(module, "lora_A"):
+            continue
+        where = {id(module), id(getattr(module, "base_layer", None))}  # the head may be the LoRA wrapper itself
+        if where & {id(head), id(embedding)}:
+            return f"LoRA on the {'output head' if id(head) in where else 'embeddings'} ('{strip_wrappers(name)}')"
     if config.modules_to_save:
         return f"modules_to_save {sorted(config.modules_to_save)} (vLLM serves whole modules for classifier heads only)"
     if config.use_dora:
