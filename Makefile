@@ -6,6 +6,8 @@
 # tests/slow_tests.txt): FAST_TIME on a 2-core machine
 # make demo-overlap: the demo trained one step off (bench/overlap_demo.py), minutes: the suite checks the overlap
 # on tiny-random
+# make golden: regenerate tests/golden/trace.json (the per-step metrics tests/golden/test_golden.py holds
+#   bit for bit); a commit that moves it says why
 # make vllm: the second venv (.venv-vllm) with vLLM's CPU build, where make test runs the tests marked vllm
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +17,7 @@ STAMP := $(VENV)/.rlvr-installed
 PEERS := $(VENV)/peers
 PEERS_STAMP := $(PEERS)/.rlvr-peers
 
-.PHONY: setup system peers vllm demo demo-overlap test test-fast smoke clean
+.PHONY: setup system peers vllm demo demo-overlap test test-fast golden smoke clean
 
 # What the tests need from the system: bubblewrap (the code verifier's sandbox), g++ and the Python headers
 # (torch.compile builds the compiled decode layers). Installed with apt-get as root or with passwordless sudo;
@@ -98,6 +100,9 @@ test: system setup peers vllm
 
 test-fast: setup peers
 	$(PY) -m pytest -q -m "not slow" --durations=10
+
+golden: setup
+	$(PY) -m tests.golden.runs --write
 
 smoke: setup
 	$(PY) -m rlvr train configs/smoke.yaml --train.overwrite=true

@@ -177,8 +177,11 @@ def test_push_names_the_version_and_a_stale_server_is_refused(fake_server, tmp_p
     server, url = fake_server
     model, tok = tiny
     engine = vs.VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=5)
-    assert engine.sync_weights(model) == len(model.state_dict())
+    pushed = engine.sync_weights(model)
     version = f"{engine.tag}-1"
+    # the bytes written for the servers (rollout/sync_bytes): the file, every weight in it (the tied head a copy)
+    assert pushed == (tmp_path / "w" / version / "model.safetensors").stat().st_size
+    assert pushed > sum(t.numel() * 4 for t in model.state_dict().values())
     assert server.version == version and engine.expected == version
     paths = [p for p, _ in server.posts]
     assert paths == ["/collective_rpc", "/reset_prefix_cache", "/update_weight_version"]
