@@ -85,13 +85,14 @@ def report(seconds: dict[str, float], fast: set[str] | None, top: int) -> None:
 
 
 def write_slow(seconds: dict[str, float], above: float) -> None:
-    """tests/slow_tests.txt: each test function with a case over `above` seconds, its slowest case's time."""
+    """tests/slow_tests.txt: each test function with a case over `above` seconds, its slowest case's time; its
+    comments and its "fixture NAME" lines (set by hand) are kept."""
     worst: dict[str, float] = defaultdict(float)
     for node, s in seconds.items():
         worst[function_of(node)] = max(worst[function_of(node)], s)
     slow = sorted(f for f, s in worst.items() if s > above)
-    head = SLOW_LIST.read_text().split("\n\n", 1)[0] if SLOW_LIST.exists() else "#"
-    SLOW_LIST.write_text(head + "\n\n" + "".join(f"{f}  {worst[f]:.1f}\n" for f in slow))
+    kept = [line for line in SLOW_LIST.read_text().splitlines() if line.startswith(("#", "fixture "))]
+    SLOW_LIST.write_text("\n".join(kept) + "\n\n" + "".join(f"{f}  {worst[f]:.1f}\n" for f in slow))
     print(f"\nwrote {len(slow)} test functions over {above} s to {SLOW_LIST.relative_to(ROOT)}")
 
 
