@@ -3,7 +3,7 @@
 # make test: set up (system packages where the machine allows it, then the venv), then run the whole test suite,
 # printing its 30 slowest tests (what CI runs)
 # make test-fast: the fast tier, the suite less the tests marked slow (each over ~1.5 s measured:
-# tests/slow_tests.txt): FAST_TIME on a 2-core machine
+# tests/slow_tests.txt): about 1.5 minutes on an idle 2-core machine (200 s of test time measured at load 4-8)
 # make demo-overlap: the demo trained one step off (bench/overlap_demo.py), minutes: the suite checks the overlap
 # on tiny-random
 # make golden: regenerate tests/golden/trace.json (the per-step metrics tests/golden/test_golden.py holds
