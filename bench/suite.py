@@ -58,8 +58,12 @@ def run_tier(tier: str, basetemp: str) -> tuple[str, float]:
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - start
-    summary = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
-    print(summary[-1] if summary else done.stdout[-2000:], flush=True)
+    lines = done.stdout.splitlines()
+    summary = [line for line in lines if " passed" in line or " failed" in line]
+    for line in [line for line in lines if line.startswith(("FAILED ", "ERROR "))] + summary[-1:]:
+        print(line, flush=True)
+    if not summary:
+        print(done.stdout[-2000:], flush=True)
     return done.stdout, wall
 
 
