@@ -229,6 +229,29 @@ def test_other_trainers_command_line_habits_get_the_rlvr_spelling(capsys):
             in error(["compare", SMOKE, "rollout.group_size=4"]))
 
 
+def test_trl_flags_without_an_rlvr_key_say_what_rlvr_does_instead(capsys):
+    """TRL's --push_to_hub, --hub_model_id, --logging_steps and --callbacks have no rlvr key: each is named
+    with what rlvr does instead (upload final/, every step logged, rlvr.fit's callbacks)."""
+    assert main(["train", SMOKE, "--push_to_hub", "--hub_model_id", "me/model", "--logging_steps=10",
+                 "--callbacks=mine.Cb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr: error: rlvr train: unrecognised arguments: --push_to_hub --hub_model_id me/model "
+                          "--logging_steps=10 --callbacks=mine.Cb; ")
+    for said in ("TRL's 'push_to_hub' has no rlvr key (rlvr saves the model as a Hugging Face directory, "
+                 "RUN_DIR/final (LoRA: also final/adapter); upload it with `hf upload ORG/NAME RUN_DIR/final`)",
+                 "TRL's 'hub_model_id' has no rlvr key (the repository is named when you upload: "
+                 "`hf upload ORG/NAME RUN_DIR/final`)",
+                 "TRL's 'logging_steps' has no rlvr key (rlvr logs every step: its metrics row goes to "
+                 "RUN_DIR/metrics.jsonl, log.trackers and the console line; train.samples_every sets how often "
+                 "samples are printed)",
+                 "TRL's 'callbacks' has no rlvr key (from Python, rlvr.fit(..., callbacks=[obj]) calls "
+                 "obj.on_step_end(step, metrics, control) after each step"):
+        assert said in err, said
+    from rlvr.config import valid_keys
+
+    assert "train.samples_every" in valid_keys()  # the key the hint names is one
+
+
 def test_rlvr_version_is_the_packages(capsys):
     import re
 
