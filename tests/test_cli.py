@@ -258,3 +258,19 @@ def test_rlvr_version_is_the_packages(capsys):
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     version = re.search(r'^version = "(.+)"$', pyproject, re.M).group(1)
     assert main(["--version"]) == 0 and capsys.readouterr().out == f"rlvr {version}\n"
+
+
+def test_a_missing_model_is_named_before_the_datas_columns(tmp_path, capsys):
+    """rlvr eval --model no_such_dir (or --baseline, or rlvr train's model.name) on a file whose columns need
+    naming: the model is what the user typed first, and what is said."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')  # no 'prompt' column: a task.columns error
+    missing = tmp_path / "no_such_dir"
+    for argv in (["eval", "--model", str(missing), f"--task.name={data}"],
+                 ["eval", "--model", "tiny-random", "--baseline", str(missing), f"--task.name={data}"],
+                 ["train", f"--model.name={missing}", f"--task.name={data}", f"--train.out={tmp_path / 'run'}"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"rlvr: error: model directory not found: {missing}"
+    assert main(["eval", "--model", "tiny-random", f"--task.name={data}"]) == 2  # the columns, once the model is there
+    assert "no column 'prompt' for prompt" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

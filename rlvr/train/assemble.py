@@ -11,7 +11,7 @@ import torch
 from rlvr.config import Config, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.models import apply_lora, check_model_name, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.plan import first_lines
 from rlvr.report.console import say
 from rlvr.report.trackers import check_trackers, open_trackers
@@ -158,6 +158,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
+    check_model_name(cfg.model.name)  # a missing model is said before the data's columns are read
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
     if d.is_main:  # before the weights load: a run that cannot fit is told so first

@@ -24,8 +24,9 @@ from rlvr.report.html import write_report
 from rlvr.io import atomic_write_json
 from rlvr.report.sinks import JsonlWriter, NullWriter
 from rlvr.report.trackers import eval_metrics
+from rlvr.rewards.call import StopWaiting
 from rlvr.rewards.workers import owned_by_run
-from rlvr.errors import RlvrError, WriteError
+from rlvr.errors import RlvrError, WriteError, guard_os_exit
 from rlvr.train.callbacks import check_callbacks, run_callbacks
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
                                    finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
@@ -219,7 +220,8 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float, ca
             f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
             "on each; rank 0 prints and writes")
     try:
-        with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
+        # the rewards' worker processes are this run's; os._exit in loaded code is its caller's error
+        with StopOnSignal() as stop, owned_by_run(), guard_os_exit():
             summary = _train(cfg, resume, stop, d, given, callbacks)
     except RuntimeError as e:
         if not lost_peer(e, d):
@@ -304,6 +306,12 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
             except RolloutError as e:  # the policy is as step p.step left it: keep what was done
                 said = str(e) if str(e).endswith((".", "?")) else f"{e}."
                 raise RolloutError(f"{said} {save_before_stopping(run, p, clock(), rollouts)}") from e
+            except StopWaiting:  # a signal during a reward that hangs: this step is dropped, the steps done kept
+                stopped = True
+                rollouts.abandon()
+                if latest_checkpoint(run.out) != checkpoint_path(run.out, p.step) and p.step > 0:
+                    try_checkpoint(run, p, clock(), rollouts.state())
+                break
             if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
                 entropy = entropy.after(a, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy

@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.rewards.call import StopWaiting, waiting_on_user_code
 from rlvr.train.state import Collected
 
 
@@ -60,6 +61,7 @@ class Rollouts:
         self.updates = updates  # optimizer steps the policy has taken
         self.synced = updates  # optimizer steps the engine's weights have taken (a resumed engine was synced)
         self.pending: Pending | None = None
+        self.abandoned = False  # abandon(): a collection that may hang is not waited for
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rlvr-rollout") if one_step_off else None
         if pending is not None and one_step_off:
             done = Future()
@@ -70,9 +72,18 @@ class Rollouts:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Wait for a collection still running (its batch is dropped) and end the thread."""
+        """Wait for a collection still running (its batch is dropped) and end the thread; after a stop
+        signal that ended a wait on user code, one that hangs is not waited for (the process exits past it)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=not self.abandoned and not any(isinstance(e, StopWaiting) for e in exc),
+                               cancel_futures=True)
+
+    def abandon(self) -> None:
+        """A stop signal ended a wait on user code: a collection still running may hang, so its batch is
+        dropped and it is not waited for, here or at the end."""
+        if self.pending is not None and not self.pending.future.done():
+            self.pending = None
+        self.abandoned = True
 
     def take(self, step: int, last_step: int) -> Collected:
         """Step `step`'s batch; one step off, also start collecting step+1's (unless `step` is the last)."""
@@ -80,7 +91,8 @@ class Rollouts:
         try:
             if self.pending is not None and self.pending.step == step:
                 try:
-                    collected, version = self.pending.future.result(), self.pending.version
+                    with waiting_on_user_code():  # the collecting thread runs the rewards
+                        collected, version = self.pending.future.result(), self.pending.version
                 except BaseException:
                     self.pending = None  # nothing in flight to checkpoint
                     raise
