@@ -18,7 +18,8 @@ from typing import Callable
 
 from rlvr.config import Config
 from rlvr.config.paths import anchored
-from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
+from rlvr.report.console import (before_after_table, format_samples, live_postfix, overlap_line, progress, say,
+                                 set_quiet)
 from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
 from rlvr.io import atomic_write_json
@@ -34,7 +35,7 @@ from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, che
 from rlvr.train.distributed import Dist, allreduce_scalars, close_distributed, init_distributed, lost_peer
 from rlvr.train.evaluation import eval_on_main, flip_summary, keep_before, kept_before, log_eval, read_records
 from rlvr.train.metrics import sample_records
-from rlvr.train.overlap import RolloutError, Rollouts
+from rlvr.train.overlap import RolloutError, Rollouts, overlap_summary
 from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run
@@ -173,6 +174,10 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
     summary["health"] = sorted(out.monitor.fired)  # a resumed run's included: the checkpoint keeps them
+    overlap = overlap_summary(p.history)
+    if overlap is not None:  # one step off: its lag and the time it saved, said once and kept
+        summary["overlap"] = overlap
+        say(overlap_line(overlap))
     out.close()
     if not interrupted:
         save_final(run)

@@ -137,3 +137,19 @@ class Rollouts:
         if self.pending is None:
             return None
         return {"step": self.pending.step, "version": self.pending.version, "collected": self.pending.future.result()}
+
+
+def overlap_summary(history: list[dict]) -> dict | None:
+    """What one step off did over a run's metric rows (summary.json's "overlap"), None for a run without it:
+    the mean policy lag (the updates between the weights that sampled a batch and the update that trains on
+    it), the mean overlap fraction, and the collection time the updates hid (collect_s less the time the loop
+    waited for the batch, per step, never below 0), beside the whole collection time and the wait."""
+    rows = [m for m in history if m.get("time/overlap_frac") is not None]
+    if not rows:
+        return None
+    collect = sum(m["time/collect_s"] for m in rows)
+    waited = sum(m["time/rollout_wait_s"] for m in rows)
+    return {"steps": len(rows), "policy_lag_mean": sum(m["rollout/policy_lag"] for m in rows) / len(rows),
+            "overlap_frac_mean": sum(m["time/overlap_frac"] for m in rows) / len(rows),
+            "collect_s": collect, "rollout_wait_s": waited,
+            "saved_s": sum(max(m["time/collect_s"] - m["time/rollout_wait_s"], 0.0) for m in rows)}

@@ -103,4 +103,5 @@ def test_a_callback_logs_its_metrics_each_step_and_ends_the_run(tmp_path, capsys
     assert summary["steps"] == 2 and summary["stopped_by"] == "Watch" and "interrupted" not in summary
     assert (out / "final").is_dir() and checkpoint_path(out, 2).is_file()  # ended as a finished run
     assert "step 2 of 4: Watch.on_step_end set control.should_training_stop; the run ends here" in capsys.readouterr().err
-    assert "custom/reward_x10" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()  # custom/ metrics plotted, one line each
+    assert "Your metrics (custom/)" in page and "reward_x10" in page and "step_squared" in page

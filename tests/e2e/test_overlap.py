@@ -133,3 +133,19 @@ def test_one_step_off_learns_the_demo_as_the_synchronous_run_does(tmp_path):
     assert summary["heldout_accuracy_after"] >= 0.55, summary  # the synchronous demo's low end, less a margin
     lags = [m["rollout/policy_lag"] for m in read_jsonl(out / "metrics.jsonl")]
     assert lags == [0] + [1] * (len(lags) - 1)
+
+
+def test_one_step_off_is_seen_in_the_summary_and_the_report(off_alone):
+    """summary.json's "overlap" is metrics.jsonl's one-step-off figures summed by hand; report.html says it in
+    words and plots it; the console said it (the same line)."""
+    from rlvr.report.console import overlap_line
+
+    rows = read_jsonl(off_alone / "metrics.jsonl")
+    o = json.loads((off_alone / "summary.json").read_text())["overlap"]
+    assert o["steps"] == 4 and o["policy_lag_mean"] == 0.75  # lags 0, 1, 1, 1
+    assert o["overlap_frac_mean"] == pytest.approx(sum(m["time/overlap_frac"] for m in rows) / 4)
+    assert o["collect_s"] == pytest.approx(sum(m["time/collect_s"] for m in rows))
+    assert o["rollout_wait_s"] == pytest.approx(sum(m["time/rollout_wait_s"] for m in rows))
+    assert o["saved_s"] == pytest.approx(sum(max(m["time/collect_s"] - m["time/rollout_wait_s"], 0) for m in rows))
+    page = (off_alone / "report.html").read_text()
+    assert overlap_line(o).replace("'", "&#x27;") in page and "One step off" in page
