@@ -228,6 +228,11 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float, ca
         # the rewards' worker processes are this run's; os._exit in loaded code is its caller's error
         with StopOnSignal() as stop, owned_by_run(), guard_os_exit():
             summary = _train(cfg, resume, stop, d, given, callbacks)
+    except StopWaiting as e:  # outside a step (the rewards tried before training, an evaluation's grader)
+        last = latest_checkpoint(cfg.train.out)
+        raise RlvrError(f"stopped by {e.signal_name} while a call of user code had not returned; "
+                        + (f"the run is saved up to {last.name}: continue it with {resume_command(cfg.train.out, d)}"
+                           if last else "no checkpoint was written yet")) from None
     except RuntimeError as e:
         if not lost_peer(e, d):
             raise

@@ -85,3 +85,24 @@ def test_a_signal_stops_a_run_blocked_in_a_reward_and_keeps_the_steps_done(tmp_p
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["steps"], summary["interrupted"]) == (2, sig.name)
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_signal_during_the_rewards_first_try_stops_the_start_in_one_line(tmp_path):
+    """The rewards are tried on real rows before training: one that hangs there, then SIGTERM, stops the start
+    in one line (exit 2), with nothing written."""
+    reward, out = tmp_path / "hangs.py", tmp_path / "run"
+    reward.write_text(HANGS.replace("trainer_state.global_step >= 2", "True"))
+    proc = rlvr_train(f"--train.out={out}", "--train.steps=2",
+                      f"--rewards.weights={{'{reward}:hangs_at_step_3': 1.0}}")
+    backstop = time.monotonic() + 300
+    while not (tmp_path / "hanging").exists():
+        if proc.poll() is not None or time.monotonic() > backstop:
+            proc.kill()
+            pytest.fail(f"the reward was never called (exit {proc.poll()}): {proc.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    code, err = finished(proc, 120, "a start blocked in a reward's first try, sent SIGTERM")
+    assert code == 2, err[-3000:]
+    assert err.strip().splitlines()[-1] == ("rlvr: error: stopped by SIGTERM while a call of user code had not "
+                                            "returned; no checkpoint was written yet")
+    assert not out.exists()
