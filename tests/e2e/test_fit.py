@@ -95,7 +95,7 @@ class Watch:
 def test_a_callback_logs_its_metrics_each_step_and_ends_the_run(tmp_path, capsys):
     out, watch = tmp_path / "run", Watch(stop_at=2)
     summary = rlvr.fit(model="tiny-random", rewards=[exact], train_dataset=ROWS, train__out=str(out),
-                       callbacks=[watch], **{**SMALL, "train__steps": 4, "train__save_every": 0})
+                       callbacks=[watch], **{**SMALL, "train__steps": 4, "train__save_every": 100})
     assert watch.steps == [1, 2]  # called after each step; the stop ends the run after step 2 of 4
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["custom/step_squared"]) for r in rows] == [(1, 1), (2, 4)]

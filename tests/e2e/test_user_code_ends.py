@@ -63,11 +63,11 @@ def hangs_at_step_3(completions, trainer_state, **kw):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_a_run_blocked_in_a_reward_and_keeps_the_steps_done(tmp_path, sig):
     """A reward that hangs at step 3 under the default rewards.timeout_s (300 s): SIGTERM or SIGINT stops the
-    run now, not at the limit. The two steps done are checkpointed (train.save_every=0: no checkpoint was
+    run now, not at the limit. The two steps done are checkpointed (train.save_every=100: no checkpoint was
     due), the summary says the signal, and the run resumes from step 2."""
     reward, out = tmp_path / "hangs.py", tmp_path / "run"
     reward.write_text(HANGS)
-    proc = rlvr_train(f"--train.out={out}", "--train.steps=5", "--train.save_every=0",
+    proc = rlvr_train(f"--train.out={out}", "--train.steps=5", "--train.save_every=100",
                       f"--rewards.weights={{'{reward}:hangs_at_step_3': 1.0}}")
     backstop = time.monotonic() + 300
     while not (tmp_path / "hanging").exists():
