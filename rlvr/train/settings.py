@@ -68,7 +68,7 @@ def weight_settings(config: dict) -> dict:
 @dataclass(frozen=True, kw_only=True)
 class CheckpointSettings:
     out: Path  # the run directory (checkpoints/, final/)
-    every: int  # train.save_every (0: only at the end and on a signal)
+    every: int  # train.save_every (0: no checkpoint at all)
     keep: int  # train.keep_checkpoints
     model_name: str  # model.name and model.dtype: what final/ is loaded back from (LoRA: the base)
     model_dtype: str
