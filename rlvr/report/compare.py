@@ -79,10 +79,12 @@ def load(path: str | Path, name: str | None = None) -> Group:
     runs = []
     for seed in group["seeds"]:
         run = seed_dir(path, seed)
-        if not (run / "summary.json").is_file():
-            raise RlvrError(f"{run}: seed {seed} of the group {path} has not finished (no summary.json): "
-                            f"continue the group with `rlvr train --resume {path}`")
-        runs.append(load_run(run))
+        loaded = load_run(run) if (run / "metrics.jsonl").is_file() else None
+        if loaded is None or not loaded.summary or loaded.summary.get("interrupted"):
+            raise RlvrError(f"{run}: seed {seed} of the group {path} has not finished ("
+                            + ("no summary.json" if loaded is None or not loaded.summary else "it was stopped")
+                            + f"): continue the group with `rlvr train --resume {path}`")
+        runs.append(loaded)
     return Group(name=name or path.name, path=path, runs=runs)
 
 

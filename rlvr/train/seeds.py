@@ -32,6 +32,7 @@ from rlvr.io import atomic_write_json
 from rlvr.report.console import say
 from rlvr.report.group import GROUP, KIND, seed_dir
 
+
 def parse_seeds(text: str) -> list[int]:
     """'0,1,2' -> [0, 1, 2]; 'A-B' (inclusive) -> A..B; refuses what is not a list of distinct whole numbers >= 0."""
     seeds: list[int] = []
@@ -125,7 +126,7 @@ def run_group(config: str | None, overrides: list[str], seeds: list[int], out: P
             say(f"seed {seed} " + (f"failed (exit {code}; its messages are above)" if code else "was stopped")
                 + f"; seed(s) {', '.join(map(str, left))} of {out} are not finished: continue the group with "
                 f"`rlvr train --resume {out}`")
-            return code or 130
+            return code if code > 0 else 130  # stopped by a signal (the seed's own exit, or its death by one)
         if not keep_weights:
             drop_weights(run)
     from rlvr.report.compare import accuracy, accuracy_lines, load
