@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from rlvr.config import Config
 from rlvr.config.paths import anchored
+from rlvr.device import determinism_applied
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
@@ -38,6 +41,7 @@ from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run
 from rlvr.train.step import collect, train_step
 from rlvr.train.rundir import RunLock, check_data, fingerprint
+from rlvr.train.settings import determinism_of
 from rlvr.train.update import EntropyState
 
 
@@ -211,6 +215,11 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 
 
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
+    with determinism_applied(determinism_of(cfg)):  # before CUDA starts and the process group is joined
+        return _joined(cfg, resume, given, wall_start)
+
+
+def _joined(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device, join_timeout_s=cfg.train.join_timeout_s)
     set_quiet(not d.is_main)  # one rank prints
     if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
@@ -234,6 +243,9 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
     finally:
         close_distributed(d)
     summary["wall_seconds"] = time.perf_counter() - wall_start
+    # what train.deterministic made of torch (rlvr.device.determinism): a reader of two runs sees whether
+    # their differences could be the kernels'
+    summary["deterministic"] = torch.are_deterministic_algorithms_enabled()
     if d.is_main:
         atomic_write_json(Path(cfg.train.out) / "summary.json", summary)
         say(before_after_table(summary))

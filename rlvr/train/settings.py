@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from rlvr.config import Config, to_dict
+from rlvr.device import Determinism, determinism
 from rlvr.rollout.sampling import SamplingSettings
 from rlvr.train.update import UpdateSettings
 
@@ -111,6 +114,14 @@ class Settings:
                                           weights=weight_settings(to_dict(cfg))),
             log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project,
                             config=to_dict(cfg)))
+
+
+def determinism_of(cfg: Config) -> Determinism:
+    """train.deterministic on the device train.device names (rlvr.device.determinism): read before anything
+    starts CUDA or joins a process group, since what it sets is read then."""
+    device_type = "cpu" if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()) \
+        else "cuda"
+    return determinism(cfg.train.deterministic, device_type)
 
 
 def eval_settings(cfg: Config, *, stop_ids: list[int], pad_id: int, precision: str) -> EvalSettings:

@@ -1,6 +1,5 @@
 """Exact resume: a run killed with SIGKILL and resumed ends with the metrics of the run left alone."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -49,8 +48,7 @@ def killed_after(args: list[str], out: Path, lines: int) -> None:
     """`rlvr train ARGS --train.out=OUT` in a process of its own, SIGKILLed once its metrics.jsonl holds
     `lines` lines (the run must still be going then)."""
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *args, f"--train.out={out}"],
-                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics, deadline = out / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if metrics.exists() and metrics.read_text().count("\n") >= lines:
