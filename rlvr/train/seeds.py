@@ -80,10 +80,7 @@ def run_seed(command: list[str], cwd: str) -> tuple[int, bool]:
     reaches the seed's process from the terminal itself (one process group), which then stops after its step
     and writes its checkpoint: this process only waits for it, rather than being interrupted and killing it
     mid-write. A SIGTERM sent to this process alone is passed on."""
-    import rlvr
-
-    env = {k: v for k, v in os.environ.items() if k not in rlvr.SET_HERE}  # the user's, as a run alone gets it
-    proc = subprocess.Popen(command, cwd=cwd, env=env)
+    proc = subprocess.Popen(command, cwd=cwd)
     asked: list[int] = []
 
     def stop(signum, frame):
