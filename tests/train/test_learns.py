@@ -19,6 +19,7 @@ import json
 
 import pytest
 
+from rlvr.algo.objectives import REGISTRY
 from rlvr.cli import main
 from rlvr.rewards import completion_text
 
@@ -50,6 +51,14 @@ def assert_learns(share: list[float]) -> None:
 
 # one preset per objective family (the module docstring); the default's in the fast tier
 FAMILIES = ["grpo", pytest.param("cispo", marks=pytest.mark.slow)]
+# every objective of the registry with a preset -> the family whose check covers it
+FAMILY_OF = {"sapo": "grpo", "gmpo": "grpo", "clip_cov": "grpo", "kl_cov": "grpo", "cispo": "cispo", "gpg": "cispo",
+             "vespo": "cispo"}
+
+
+def test_every_objective_has_a_family():
+    """A new objective is given a family here (or a learning check of its own, as a family of one)."""
+    assert sorted(name for name, entry in REGISTRY.items() if entry.preset is not None) == sorted(FAMILY_OF)
 
 
 @pytest.mark.parametrize("preset", FAMILIES)
@@ -76,7 +85,8 @@ def test_bf16_weights_learn_it_and_checkpoint_their_fp32_masters(tmp_path):
 
     from rlvr.train.checkpoint import checkpoints, load_checkpoint
 
-    assert_learns(digit_share_per_step(tmp_path, 1.0, "grpo", "--model.dtype=bfloat16"))
+    assert_learns(digit_share_per_step(tmp_path, 1.0, "grpo", "--model.dtype=bfloat16",
+                                       f"--train.save_every={STEPS}"))
     state = load_checkpoint(checkpoints(tmp_path / "w1.0")[-1])
     weights, saved = state["policy"], state["optimizer"]["state"]["state"]
     assert set(saved) == set(weights) - {"lm_head.weight"} and len(saved) > 10  # the head is the tied embedding
