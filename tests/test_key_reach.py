@@ -876,7 +876,7 @@ CPU_UNOBSERVABLE = {
     "task.heldout_split": "Hub datasets and save_to_disk directories: RUN checks the file task keys",
     "sft.batch_size": "rlvr sft only (tests/train/test_sft.py)",
     **{f"rollout.vllm.{k}": "vLLM only, not installed here (tests/rollout/test_vllm_engine.py, test_vllm_gpu.py)"
-       for k in ("kv_cache_gib", "max_model_len", "weight_push", "weights_dir", "timeout_s")},
+       for k in ("kv_cache_gib", "max_model_len", "weight_push", "weights_dir", "timeout_s", "sync")},
     "log.project": "read by wandb and trackio only, neither installed here (tensorboard writes into the run "
                    "directory: RUN checks log.trackers)",
 }
