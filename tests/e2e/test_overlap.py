@@ -119,7 +119,6 @@ def test_a_steps_metrics_read_the_prompt_sampler_as_its_own_batch_left_it(tmp_pa
         assert {k: v for k, v in row.items() if k.startswith("curriculum/")} == seen[row["step"]], row["step"]
 
 
-
 def test_one_step_off_is_seen_in_the_summary_and_the_report(off_alone):
     """summary.json's "overlap" is metrics.jsonl's one-step-off figures summed by hand; report.html says it in
     words and plots it; the console said it (the same line)."""
