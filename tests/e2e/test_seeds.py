@@ -11,6 +11,8 @@ from safetensors.torch import load_file
 
 from rlvr.cli import main
 
+pytestmark = pytest.mark.slow  # every test here trains (each group's seeds in processes of their own)
+
 # the reward, in a file of its own: each seed's process loads it by its path
 DIGITS = """from rlvr.rewards import completion_text
 
