@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from rlvr.cli_args import HelpParser, build_config, keys_epilog, parse
-from rlvr.errors import RlvrError
+from rlvr.errors import ExitCalled, RlvrError
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
@@ -447,7 +447,7 @@ def _command(argv: list[str]) -> int:
         return 2
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except RlvrError as e:
+    except (RlvrError, ExitCalled) as e:
         _end_progress_bars()
         print(f"rlvr: error: {e}", file=sys.stderr)
         return 2

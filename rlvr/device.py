@@ -140,7 +140,8 @@ class Determinism:
 
 def determinism(setting: str, device_type: str) -> Determinism:
     """train.deterministic (auto, on, off) on a device type ("cpu", "cuda") -> what it sets. auto is on for
-    the CPU, where it costs nothing measurable, and off on CUDA, where deterministic kernels are slower.
+    the CPU, where what it changes is a few scatter-adds made serial (docs/performance.md), and off on CUDA,
+    where deterministic kernels are slower.
 
     On the CPU a run is the same bit for bit at a fixed thread count (train.threads) whatever this says:
     rlvr's own code draws from seeded generators and sums in a fixed order; on, torch's deterministic

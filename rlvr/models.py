@@ -57,17 +57,30 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
         return random_shape(name.removeprefix(RANDOM), dtype, device, quantize)
     if name == SMOLLM2:
         return _load_dir(prepare_smollm2(), dtype, device)
+    check_model_name(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return _load_dir(path, dtype, device)
+    if path.is_file() and path.suffix == ".pt":
+        return checkpoint_policy(path, dtype, device)
+    return _load_dir(snapshot(name, "model"), dtype, device)  # org/name: the Hugging Face cache, else a download
+
+
+def check_model_name(name: str) -> None:
+    """The error load_model gives for a name that names no model here, raised without loading anything, so a
+    command says a missing model before it reads its data (arguments in the order a user reads them). A Hub
+    name (org/name) passes: whether it is cached or can be downloaded is load_model's to say."""
+    if name in BUILTINS or name.startswith(RANDOM):
+        return
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and (path / "config.yaml").is_file():
             raise RlvrError(_run_dir_is_no_model(path))
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
-        return _load_dir(path, dtype, device)
-    if path.is_file() and path.suffix == ".pt":
-        return checkpoint_policy(path, dtype, device)
-    if is_hub_name(name):  # org/name: the Hugging Face cache, else a download (rlvr/hub.py)
-        return _load_dir(snapshot(name, "model"), dtype, device)
+        return
+    if (path.is_file() and path.suffix == ".pt") or is_hub_name(name):
+        return
     if "/" in name or name.startswith(".") or path.suffix:
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "

@@ -37,7 +37,10 @@ class ModelConfig:
     and rollouts decode with the policy's own weights; the adapters and their optimizer state are fp32.
     Full fine-tuning in bf16 runs the forward and backward in bf16 and AdamW over fp32 master copies of
     the weights (4 bytes a weight, beside the moments; rlvr/train/optim.py), written back rounded to bf16:
-    an update below half a bf16 ulp of a weight is kept in its master instead of lost."""
+    an update below half a bf16 ulp of a weight is kept in its master instead of lost. float32 stays the
+    default because auto is not fp32 on the CPU for a bf16 checkpoint (most Hub checkpoints): as the default
+    it would change the laptop path's numbers; on CUDA rlvr plan and rlvr train's first lines name
+    model.dtype=auto first when a run does not fit the card."""
     quantize: str = "none"
     """none, or nf4: the frozen base's linear layers held in 4-bit NormalFloat (QLoRA; torchao's NF4Tensor,
     rlvr/nf4.py), dequantised to model.dtype in each product; the output projection and embeddings stay in

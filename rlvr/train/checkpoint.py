@@ -32,6 +32,7 @@ from rlvr.io import atomic_save_model, atomic_write_text
 from rlvr.report.sinks import jsonl_records
 from rlvr.models import base_model_path, load_model
 from rlvr.train.rundir import LOCK, remove_leftovers
+from rlvr.rewards.call import StopWaiting, waits_on_user_code
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.settings import weight_settings
 from rlvr.train.state import Progress, Run
@@ -387,7 +388,9 @@ def save_final(run: Run) -> None:
 
 
 class StopOnSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it.
+    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it. One that
+    arrives while the main thread waits on user code (rlvr.rewards.call.waiting_on_user_code: a reward
+    that hangs) stops the run now instead: StopWaiting out of that wait, the step dropped.
     `checkpoint`: whether the stop writes one (train.save_every=0 writes none)."""
 
     def __init__(self, checkpoint: bool = True):
@@ -399,6 +402,10 @@ class StopOnSignal:
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum).name
+        if waits_on_user_code():  # a reward that hangs would hold the stop for up to rewards.timeout_s
+            say(f"{self.signal}: stopping now: this step waits on user code (a reward call that has not "
+                "returned), so it is dropped" + ("; the steps done are checkpointed" if self.checkpoint else ""))
+            raise StopWaiting(self.signal)
         say(f"{self.signal}: finishing step, " + ("writing a checkpoint, " if self.checkpoint else "")
             + "then exiting (SIGINT again to abandon)")
 

@@ -118,3 +118,18 @@ def test_a_steps_metrics_read_the_prompt_sampler_as_its_own_batch_left_it(tmp_pa
     for row in rows:
         assert {k: v for k, v in row.items() if k.startswith("curriculum/")} == seen[row["step"]], row["step"]
 
+
+def test_one_step_off_is_seen_in_the_summary_and_the_report(off_alone):
+    """summary.json's "overlap" is metrics.jsonl's one-step-off figures summed by hand; report.html says it in
+    words and plots it; the console said it (the same line)."""
+    from rlvr.report.console import overlap_line
+
+    rows = read_jsonl(off_alone / "metrics.jsonl")
+    o = json.loads((off_alone / "summary.json").read_text())["overlap"]
+    assert o["steps"] == 4 and o["policy_lag_mean"] == 0.75  # lags 0, 1, 1, 1
+    assert o["overlap_frac_mean"] == pytest.approx(sum(m["time/overlap_frac"] for m in rows) / 4)
+    assert o["collect_s"] == pytest.approx(sum(m["time/collect_s"] for m in rows))
+    assert o["rollout_wait_s"] == pytest.approx(sum(m["time/rollout_wait_s"] for m in rows))
+    assert o["saved_s"] == pytest.approx(sum(max(m["time/collect_s"] - m["time/rollout_wait_s"], 0) for m in rows))
+    page = (off_alone / "report.html").read_text()
+    assert overlap_line(o).replace("'", "&#x27;") in page and "One step off" in page

@@ -162,6 +162,7 @@ def test_save_every_0_writes_no_checkpoint_at_all(alone, learning, tmp_path, cap
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow  # a run in a process of its own
 def test_sigterm_with_save_every_0_stops_without_a_checkpoint(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0", "--train.steps=500",

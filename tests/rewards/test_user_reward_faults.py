@@ -53,6 +53,22 @@ def test_sys_exit_fails_only_its_row_and_ends_nothing(tmp_path):
     assert honest.per_function["r.py:f"] == [1.0, 1.0] and none == []
 
 
+def test_os_exit_during_a_run_fails_only_its_row_and_ends_nothing(tmp_path):
+    """Under the run's guard (rlvr.errors.guard_os_exit, held by rlvr train) os._exit in a reward is that
+    call's SystemExit: its row fails, the others score, the process goes on; outside it os._exit is itself."""
+    from rlvr.errors import guard_os_exit
+
+    real = os._exit
+    fns = rewards(tmp_path, EXITS_ON_BAD.replace("sys.exit(3)", "import os; os._exit(0)"), timeout_s=10)
+    with guard_os_exit():
+        s, errors = score(fns)
+    assert os._exit is real
+    assert s.per_function["r.py:f"] == [1.0, 0.0, 1.0] and s.failed["r.py:f"] == [False, True, False]
+    (name, error, row), = errors
+    assert (name, type(error).__name__, row) == ("r.py:f", "ExitCalled", "data.jsonl line 2")
+    assert str(error).startswith(f"os._exit(0) called at {tmp_path / 'r.py'}:5 during the run") and error.code == 1
+
+
 @pytest.mark.parametrize("statement", ["sys.exit(0)", "raise KeyboardInterrupt", "raise BaseException('odd')",
                                        "raise GeneratorExit"])
 def test_any_base_exception_on_every_row_stops_naming_file_and_function(tmp_path, statement):
