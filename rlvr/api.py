@@ -121,7 +121,8 @@ def _dataset(data, label: str, path: Path) -> str:
 
 
 def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_dataset=None,
-        config: str | Path | None = None, resume: str | Path | None = None, **overrides) -> dict:
+        config: str | Path | None = None, resume: str | Path | None = None, callbacks: list | None = None,
+        **overrides) -> dict:
     """Train and return the run's summary (summary.json's contents).
 
     model: a built-in name, a local directory or a Hub name (model.name). rewards: {reward: weight}, a
@@ -129,8 +130,10 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
     (recognised by its solution_str parameter), or any name rewards.weights takes. train_dataset /
     eval_dataset: a list of dicts, a datasets.Dataset, or a file or Hub name (task.name,
     task.heldout_file). config: a YAML file the rest starts from. resume: a run directory to continue
-    (pass its Python rewards again). overrides: any config key, as train__steps=40 or
-    **{"train.steps": 40}."""
+    (pass its Python rewards again). callbacks: objects with on_step_end(step, metrics, control), called
+    after each step: what one returns ({name: number}) is added to the step's metrics, and
+    control.should_training_stop = True ends the run after that step (rlvr/train/callbacks.py). overrides:
+    any config key, as train__steps=40 or **{"train.steps": 40}."""
     from rlvr.config import build_config, validate
     from rlvr.train.checkpoint import check_run_dir
     from rlvr.train.grpo import train
@@ -148,7 +151,7 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
             raise RlvrError(f"resume={resume}: no config.yaml there; give a run directory that rlvr wrote")
         cfg = build_config(path, [*argv, _override("train.out", str(resume))], source="rlvr.fit")
         check_resumed(cfg.rewards.weights, given)
-        return train(cfg, resume=True, given=given)
+        return train(cfg, resume=True, given=given, callbacks=callbacks)
     if weights:
         argv.append(_override("rewards.weights", weights))
     cfg = build_config(config, argv, source="rlvr.fit")
@@ -159,4 +162,4 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
         cfg.task.heldout_file = _dataset(eval_dataset, "eval_dataset", data / "heldout.jsonl")
     validate(cfg)
     check_run_dir(cfg.train.out, cfg.train.overwrite, "rlvr.fit")  # said in this entry point's words
-    return train(cfg, given=given)
+    return train(cfg, given=given, callbacks=callbacks)

@@ -1,8 +1,11 @@
 """The one exception type a user can cause; the CLI prints its message without a traceback."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import re
+import sys
 
 
 class RlvrError(Exception):
@@ -40,3 +43,38 @@ def write_error(path, e: BaseException) -> WriteError:
     else:
         why = f"{type(e).__name__}: {text}"
     return WriteError(f"cannot write {path}: {why}")
+
+
+class ExitCalled(SystemExit):
+    """os._exit(code) called by loaded code (a reward, a tool, an environment) while a run is in progress
+    (guard_os_exit): raised where it was called instead, so it is what sys.exit() there would be (a reward
+    call's failure, an episode's error); one that reaches the command ends it with exit status 2 and this
+    message, never 0 with no summary. A SystemExit of a code other than 0, should it escape anyway."""
+
+    def __init__(self, code: int, where: str):
+        super().__init__(code or 1)
+        self.message = (f"os._exit({code}) called at {where} during the run: rlvr does not let loaded code end the "
+                        "process (it would stop with no checkpoint, summary or final model, reading as success); "
+                        "return or raise instead")
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@contextlib.contextmanager
+def guard_os_exit():
+    """While the block runs, os._exit in this process raises ExitCalled where it was called; a forked
+    child (another PID) exits as it asked."""
+    real, pid = os._exit, os.getpid()
+
+    def _exit(code=0):
+        if os.getpid() != pid:
+            real(code)
+        caller = sys._getframe(1)
+        raise ExitCalled(code, f"{caller.f_code.co_filename}:{caller.f_lineno}")
+
+    os._exit = _exit
+    try:
+        yield
+    finally:
+        os._exit = real

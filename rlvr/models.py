@@ -57,17 +57,30 @@ def load_model(name: str, dtype: str = "float32", device: torch.device | str = "
         return random_shape(name.removeprefix(RANDOM), dtype, device, quantize)
     if name == SMOLLM2:
         return _load_dir(prepare_smollm2(), dtype, device)
+    check_model_name(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return _load_dir(path, dtype, device)
+    if path.is_file() and path.suffix == ".pt":
+        return checkpoint_policy(path, dtype, device)
+    return _load_dir(snapshot(name, "model"), dtype, device)  # org/name: the Hugging Face cache, else a download
+
+
+def check_model_name(name: str) -> None:
+    """The error load_model gives for a name that names no model here, raised without loading anything, so a
+    command says a missing model before it reads its data (arguments in the order a user reads them). A Hub
+    name (org/name) passes: whether it is cached or can be downloaded is load_model's to say."""
+    if name in BUILTINS or name.startswith(RANDOM):
+        return
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and (path / "config.yaml").is_file():
             raise RlvrError(_run_dir_is_no_model(path))
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
-        return _load_dir(path, dtype, device)
-    if path.is_file() and path.suffix == ".pt":
-        return checkpoint_policy(path, dtype, device)
-    if is_hub_name(name):  # org/name: the Hugging Face cache, else a download (rlvr/hub.py)
-        return _load_dir(snapshot(name, "model"), dtype, device)
+        return
+    if (path.is_file() and path.suffix == ".pt") or is_hub_name(name):
+        return
     if "/" in name or name.startswith(".") or path.suffix:
         raise RlvrError(f"model directory not found: {name}")
     raise RlvrError(f"unknown model '{name}': use a local model directory, a Hugging Face Hub name (org/name) or "
@@ -397,7 +410,39 @@ def apply_lora(policy, lora):
                      target_modules=targets, task_type=TaskType.CAUSAL_LM)
     with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias: a warning no user can act on
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
-        return get_peft_model(policy, cfg)
+        model = get_peft_model(policy, cfg)
+    seeded_dropouts(model)
+    return model
+
+
+class SeededDropout(torch.nn.Dropout):
+    """nn.Dropout whose masks come from `generator` (set by seeded_dropouts; None: the global RNG, as
+    nn.Dropout). The global RNG is shared by every thread: under rollout.overlap=one_step_off the HF engine
+    seeds and draws from it on the collecting thread while the update runs, so masks drawn from it would
+    depend on how the two threads interleave."""
+
+    generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0 or self.generator is None:
+            return super().forward(x)
+        keep = torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator)  # as F.dropout draws it
+        return x * keep.div_(1 - self.p)
+
+
+def seeded_dropouts(model: torch.nn.Module, seed: int | None = None) -> None:
+    """Every nn.Dropout of `model` (LoRA's lora_dropout among them) made a SeededDropout; with `seed`, all of
+    them then draw, in the order the forward reaches them, from one generator seeded `seed` on the model's
+    device (the update seeds it per step: rlvr.train.update.policy_update)."""
+    generator = None
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            module.__class__ = SeededDropout
+            if seed is not None:
+                if generator is None:
+                    device = next(model.parameters()).device
+                    generator = torch.Generator(device=device).manual_seed(seed)
+                module.generator = generator
 
 
 def enable_gradient_checkpointing(policy) -> None:

@@ -99,6 +99,7 @@ class Settings:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     precision: str = "bf16"  # train.mixed_precision resolved: bf16 autocast or no
     rollout_copy: bool = False  # a bf16 rollout copy of an fp32 policy (rollout.weights auto on CUDA, or bf16)
+    named_copy: bool = False  # rollout.weights names bf16 or int8: the copy is made whatever the policy's dtype
     reference: str = "none"  # none, adapters_off, copy, bf16_copy
     optimizer_state: str = "fp32"
     prompts: int = 8
@@ -130,6 +131,7 @@ class Settings:
         return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
                         lora_targets=tuple(ALL_LINEAR if cfg.model.lora.target_modules == "all-linear"
                                            else cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
+                        named_copy=copy and cfg.rollout.weights != "auto",
                         reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
                         group=cfg.rollout.group_size, prompt_tokens=prompt_tokens,
                         new_tokens=cfg.rollout.max_new_tokens, micro_batch_prompts=cfg.optimizer.micro_batch_prompts,
@@ -295,11 +297,24 @@ def shape_of(name: str) -> Shape:
         config = cached_config(name)
         if config is None:
             raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({cache_dir()}); the plan needs "
-                            f"its config.json alone: `hf download {name} config.json`, or a local model directory")
+                            f"its config.json alone: `hf download {name} config.json`; offline, plan a shipped shape "
+                            f"({', '.join('--model.name=' + RANDOM + s for s in shipped_shapes())}) or "
+                            f"a directory holding a config.json written from the model card ({', '.join(CONFIG_KEYS)}; "
+                            f"torch_dtype): --model.name=DIR")
         return _from_config(json.loads(config.read_text()), name)
-    known = sorted(p.stem for p in SHAPES.glob("*.json"))
     raise RlvrError(f"rlvr plan: no config for '{name}': give a local model directory (its config.json), a built-in "
-                    f"({', '.join(BUILTINS)}) or a shipped shape ({', '.join(known)})")
+                    f"({', '.join(BUILTINS)}) or a shipped shape ({', '.join(shipped_shapes())})")
+
+
+def shipped_shapes() -> list[str]:
+    """The public architectures rlvr ships (rlvr/shapes/NAME.json), each plannable and trainable as random:NAME."""
+    return sorted(p.stem for p in SHAPES.glob("*.json"))
+
+
+# what _from_config reads of a config.json: what a hand-written one needs (head_dim and num_key_value_heads
+# default to hidden_size / heads and heads)
+CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "tie_word_embeddings")
 
 
 # config keys that give a mixture-of-experts model's experts (Qwen2/3-MoE, Mixtral, DeepSeek): its MLP is
@@ -339,7 +354,10 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
     ref = lambda t: "adapters_off" if t.reference != "none" else "none"
     out = []
     if s.dtype == "float32":  # model.dtype float32 (the default) holds an fp32 copy of a bf16 checkpoint
-        out.append(("--model.dtype=bfloat16", lambda t: replace(t, dtype="bfloat16")))
+        # on CUDA auto is bf16 for every checkpoint; on the CPU only for a bf16 one, so the advice names the dtype.
+        # A bf16 policy samples with its own weights: no bf16 rollout copy unless rollout.weights names one.
+        out.append(("--model.dtype=" + ("auto" if s.device == "cuda" else "bfloat16"),
+                    lambda t: replace(t, dtype="bfloat16", rollout_copy=t.named_copy)))
     if s.lora_r == 0:
         out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=False)))
     if s.quantize == "none":  # the 4-bit base trains adapters only: advice a run accepts names the rank too
@@ -362,12 +380,22 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
 
 def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
     """Changes that bring the peak within `budget`: each one that does alone, or else the shortest run of
-    them, in _changes' order, that does together, less any of it the rest fits without; [] when none does."""
+    them, in _changes' order, that does together, less any of it the rest fits without; [] when none does.
+    A run without the 4-bit base comes first where one fits (bf16 weights keep the model as trained; 4 bits
+    round every frozen weight), then the 4-bit one where it differs."""
     changes = _changes(s)
+    four = lambda label: label.startswith("--model.quantize")
     alone = [(label, p) for label, change in changes for p in [estimate(shape, change(s))] if p.peak <= budget]
-    if alone:
-        return alone
+    whole = [a for a in alone if not four(a[0])] or [f for f in [_together(shape, s, budget, [
+        c for c in changes if not four(c[0])])] if f]
+    quantized = [a for a in alone if four(a[0])] or ([] if alone else [f for f in [_together(shape, s, budget, changes)]
+                                                                      if f and f[0] not in [w[0] for w in whole]])
+    return whole + quantized
 
+
+def _together(shape: Shape, s: Settings, budget: float, changes: list) -> tuple[str, Plan] | None:
+    """The shortest run of `changes`, in order, that brings the peak within `budget`, less any of it the rest
+    fits without; None when all of them together do not."""
     def together(chosen):
         t = s
         for _, change in chosen:
@@ -385,8 +413,8 @@ def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
                 rest = [x for x in chosen if x is not c]
                 if together(rest).peak <= budget:
                     chosen = rest
-            return [(" ".join(label for label, _ in chosen), together(chosen))]
-    return []
+            return " ".join(label for label, _ in chosen), together(chosen)
+    return None
 
 
 def report(plan: Plan, budget: float | None = None) -> str:

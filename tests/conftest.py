@@ -1,5 +1,7 @@
 import os
 import textwrap
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,8 +49,46 @@ ADD_ONE_FUNCTION_SPEC = {"kind": "function", "entry_point": "f", "cases": [{"arg
 ADD_ONE_ASSERT_SPEC = {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(41) == 42"]}
 
 
+def returns_within(seconds: float, fn, *args, **kwargs):
+    """fn(*args, **kwargs), run on a thread of its own: a hang backstop, never a measure of speed. The test
+    fails, saying so, when fn has not returned after `seconds`, which is set far above what a loaded machine
+    needs and below the hang it guards against (the attacks' sleeps of 100 s)."""
+    box = {}
+
+    def call():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's own thread
+            box["error"] = e
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"{getattr(fn, '__name__', fn)} had not returned after {seconds} s: it hangs", pytrace=False)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: the test runs on CUDA (skipped where torch sees no GPU)")
+
+
+# The slow tier by measured cost, not by folder: tests/slow_tests.txt names each test function with a case over
+# ~1.5 s on a 2-core machine (bench/suite.py --write-slow makes it from a --durations=0 log of the suite), and
+# the shared fixtures that train a run ("fixture NAME"): a test that asks for one is slow however short its own
+# part, since the run's cost falls on whichever of its users the tier runs first
+SLOW_LINES = [line.split() for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+SLOW_TESTS = {words[0] for words in SLOW_LINES if words[0] != "fixture"}
+SLOW_FIXTURES = {words[1] for words in SLOW_LINES if words[0] == "fixture"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

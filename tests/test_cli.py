@@ -87,7 +87,7 @@ def test_compare_out_both_spellings(tmp_path, monkeypatch, spelling):
     import rlvr.report.compare as compare
 
     written = []
-    monkeypatch.setattr(compare, "load_run", lambda path, name=None: path)
+    monkeypatch.setattr(compare, "load", lambda path, name=None: path)
     monkeypatch.setattr(compare, "table", lambda runs: "table")
     monkeypatch.setattr(compare, "write_comparison", lambda runs, out: written.append((runs, out)) or "page")
     assert main(["compare", str(tmp_path), *both("--out", tmp_path / "cmp")[spelling]]) == 0
@@ -229,9 +229,48 @@ def test_other_trainers_command_line_habits_get_the_rlvr_spelling(capsys):
             in error(["compare", SMOKE, "rollout.group_size=4"]))
 
 
+def test_trl_flags_without_an_rlvr_key_say_what_rlvr_does_instead(capsys):
+    """TRL's --push_to_hub, --hub_model_id, --logging_steps and --callbacks have no rlvr key: each is named
+    with what rlvr does instead (upload final/, every step logged, rlvr.fit's callbacks)."""
+    assert main(["train", SMOKE, "--push_to_hub", "--hub_model_id", "me/model", "--logging_steps=10",
+                 "--callbacks=mine.Cb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr: error: rlvr train: unrecognised arguments: --push_to_hub --hub_model_id me/model "
+                          "--logging_steps=10 --callbacks=mine.Cb; ")
+    for said in ("TRL's 'push_to_hub' has no rlvr key (rlvr saves the model as a Hugging Face directory, "
+                 "RUN_DIR/final (LoRA: also final/adapter); upload it with `hf upload ORG/NAME RUN_DIR/final`)",
+                 "TRL's 'hub_model_id' has no rlvr key (the repository is named when you upload: "
+                 "`hf upload ORG/NAME RUN_DIR/final`)",
+                 "TRL's 'logging_steps' has no rlvr key (rlvr logs every step: its metrics row goes to "
+                 "RUN_DIR/metrics.jsonl, log.trackers and the console line; train.samples_every sets how often "
+                 "samples are printed)",
+                 "TRL's 'callbacks' has no rlvr key (from Python, rlvr.fit(..., callbacks=[obj]) calls "
+                 "obj.on_step_end(step, metrics, control) after each step"):
+        assert said in err, said
+    from rlvr.config import valid_keys
+
+    assert "train.samples_every" in valid_keys()  # the key the hint names is one
+
+
 def test_rlvr_version_is_the_packages(capsys):
     import re
 
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     version = re.search(r'^version = "(.+)"$', pyproject, re.M).group(1)
     assert main(["--version"]) == 0 and capsys.readouterr().out == f"rlvr {version}\n"
+
+
+def test_a_missing_model_is_named_before_the_datas_columns(tmp_path, capsys):
+    """rlvr eval --model no_such_dir (or --baseline, or rlvr train's model.name) on a file whose columns need
+    naming: the model is what the user typed first, and what is said."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')  # no 'prompt' column: a task.columns error
+    missing = tmp_path / "no_such_dir"
+    for argv in (["eval", "--model", str(missing), f"--task.name={data}"],
+                 ["eval", "--model", "tiny-random", "--baseline", str(missing), f"--task.name={data}"],
+                 ["train", f"--model.name={missing}", f"--task.name={data}", f"--train.out={tmp_path / 'run'}"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"rlvr: error: model directory not found: {missing}"
+    assert main(["eval", "--model", "tiny-random", f"--task.name={data}"]) == 2  # the columns, once the model is there
+    assert "no column 'prompt' for prompt" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

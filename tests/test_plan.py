@@ -123,7 +123,7 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
     s = Settings(dtype="float32", precision="bf16", rollout_copy=True)
     shape = shape_of("qwen2.5-32b")
     [(label, p)] = fixes(shape, s, 24 * GIB)
-    assert label == ("--model.dtype=bfloat16 --model.quantize=nf4 --model.lora.r=16 "
+    assert label == ("--model.dtype=auto --model.quantize=nf4 --model.lora.r=16 "
                      "--train.gradient_checkpointing=true --optimizer.micro_batch_prompts=1 --rollout.max_new_tokens=128")
     assert p.peak <= 24 * GIB and p.settings.dtype == "bfloat16" and p.settings.quantize == "nf4"
     # each change is needed: without the bf16 weights (fp32 embeddings and head: 2 x 152064 x 5120 x 4
@@ -132,9 +132,14 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
     assert fp32.peak > 24 * GIB
     assert fp32.update["weights"] - p.update["weights"] == pytest.approx(
         (2 * 152064 * 5120 + (2 * 64 + 1) * 5120) * 2)  # embeddings, head and norms: 4 -> 2 bytes
-    # a change the others fit without is left out: 8B in 4 bits with checkpointing needs no bf16 weights
+    # 8B: a bf16 base with LoRA fits, and is said first; then the 4-bit way, less a change the others fit
+    # without (in 4 bits with checkpointing it needs no bf16 weights)
     assert [x for x, _ in fixes(shape_of("llama-3.1-8b"), s, 24 * GIB)] == [
+        "--model.dtype=auto --model.lora.r=16 --train.gradient_checkpointing=true",
         "--model.quantize=nf4 --model.lora.r=16 --train.gradient_checkpointing=true"]
+    # on the CPU auto keeps an fp32 checkpoint in fp32: the advice names bfloat16
+    assert fixes(shape_of("llama-3.1-8b"), replace(s, device="cpu", precision="no", rollout_copy=False),
+                 24 * GIB)[0][0].startswith("--model.dtype=bfloat16 ")
 
 
 def test_the_command(capsys):
@@ -262,3 +267,44 @@ def test_the_plan_says_it_leaves_out_colocated_vllm(capsys):
     served = build_config(SMOKE, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://127.0.0.1:8000"])
     assert "not counted" not in first_lines(served, "cpu", ["What is 1 + 1?"])
     assert main(["plan", SMOKE]) == 0 and "not counted" not in capsys.readouterr().out
+
+
+def test_an_8b_lora_plan_on_a_24_gib_card_tries_a_bf16_base_before_4_bits(capsys):
+    """LoRA on Llama-3.1-8B at 8x8x512 under the defaults (model.dtype float32): the bf16 base that fits (auto:
+    bf16 on CUDA; a bf16 policy samples with its own weights, no rollout copy) is said before the 4-bit one."""
+    argv = ["plan", "--model.name=random:llama-3.1-8b", "--model.lora.r=16", "--rollout.prompts_per_step=8",
+            "--rollout.group_size=8", "--rollout.max_new_tokens=512", "--device=cuda", "--memory=24GiB"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "weights float32" in out[0] and out[-3].startswith("does not fit in 24.0 GiB (peak 143.50 GiB)")
+    assert out[-2:] == ["  --model.dtype=auto --train.gradient_checkpointing=true --optimizer.micro_batch_prompts=2: "
+                        "peak 20.20 GiB",
+                        "  --model.quantize=nf4 --train.gradient_checkpointing=true: peak 16.68 GiB"]
+    # the first advice taken as printed fits, at the figure it said
+    assert main(argv + out[-2].split(":")[0].split()) == 0
+    assert "fits in 24.0 GiB (peak 20.20 GiB)" in capsys.readouterr().out
+
+
+def test_a_hub_id_it_cannot_read_offline_names_the_shapes_and_the_config_json_way(tmp_path, monkeypatch, capsys):
+    """An uncached Hub id offline: the error names `hf download`, each shipped shape as random:SHAPE, and a
+    hand-written config.json; each of those, taken as said, plans."""
+    from rlvr.plan import CONFIG_KEYS
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["plan", "--model.name=Qwen/Qwen2.5-7B-Instruct", "--device=cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "`hf download Qwen/Qwen2.5-7B-Instruct config.json`" in err and "--model.name=DIR" in err
+    for shape in ("llama-3.1-8b", "qwen2.5-32b", "qwen3-1.7b", "smollm2-135m"):
+        assert f"--model.name=random:{shape}" in err
+    assert main(["plan", "--model.name=random:llama-3.1-8b", "--device=cuda"]) == 0
+    # Qwen2.5-7B-Instruct's model card numbers, by hand: the keys the error names, and its dtype
+    card = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                num_attention_heads=28, num_key_value_heads=4, head_dim=128, tie_word_embeddings=False,
+                torch_dtype="bfloat16")
+    assert set(card) - {"torch_dtype"} == set(CONFIG_KEYS) and all(k in err for k in CONFIG_KEYS)
+    (tmp_path / "qwen7b").mkdir()
+    (tmp_path / "qwen7b" / "config.json").write_text(json.dumps(card))
+    capsys.readouterr()
+    assert main(["plan", f"--model.name={tmp_path / 'qwen7b'}", "--model.dtype=auto", "--device=cuda"]) == 0
+    assert "(7.62B parameters) on cuda, weights bfloat16" in capsys.readouterr().out  # 7,615,487,488: the card's 7.61B less q/k/v biases

@@ -92,6 +92,18 @@ FOREIGN: dict[str, tuple[str, str, str]] = {
     "enable_gradient_checkpointing": ("train.gradient_checkpointing", "verl", ""),
     "use_vllm": ("rollout.engine", "TRL", "rollout.engine=vllm"),
     "vllm_gpu_memory_utilization": ("rollout.vllm.gpu_memory_utilization", "TRL", ""),
+    # TRL's Trainer habits rlvr has no key for: what it does instead
+    "push_to_hub": ("", "TRL", "rlvr saves the model as a Hugging Face directory, RUN_DIR/final (LoRA: also "
+                    "final/adapter); upload it with `hf upload ORG/NAME RUN_DIR/final`"),
+    "hub_model_id": ("", "TRL", "the repository is named when you upload: `hf upload ORG/NAME RUN_DIR/final`"),
+    "hub_strategy": ("", "TRL", "upload RUN_DIR/final, or a checkpoint, with `hf upload` when you choose"),
+    "logging_steps": ("", "TRL", "rlvr logs every step: its metrics row goes to RUN_DIR/metrics.jsonl, "
+                      "log.trackers and the console line; train.samples_every sets how often samples are printed"),
+    "log_completions": ("", "TRL", "every step's completions, with each reward, are in RUN_DIR/samples.jsonl; "
+                        "train.samples_every prints some to the console"),
+    "callbacks": ("", "TRL", "from Python, rlvr.fit(..., callbacks=[obj]) calls obj.on_step_end(step, metrics, "
+                  "control) after each step: return {name: number} to log a metric, set "
+                  "control.should_training_stop = True to end the run (README, \"Callbacks\")"),
     # verl's nested keys, by their last two parts (actor_rollout_ref.rollout.n, actor_rollout_ref.actor.optim.lr)
     "rollout.n": ("rollout.group_size", "verl", ""),
     "optim.lr": ("optimizer.lr", "verl", ""),

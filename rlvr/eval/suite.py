@@ -199,10 +199,12 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     into `out`."""
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.eval.grader import choose_grader
-    from rlvr.models import load_model, stop_token_ids
+    from rlvr.models import check_model_name, load_model, stop_token_ids
     from rlvr.rewards import rewards_of
     from rlvr.rollout.engines import graph_decode
 
+    for name in (model, baseline) if baseline else (model,):  # the models named before the data is read
+        check_model_name(name)
     tasks = task_configs(cfg.task, task_names)
     # every task's problems before any model loads: a bad row or split of the last task stops in seconds,
     # not after the first tasks were evaluated

@@ -113,4 +113,16 @@ def live_postfix(m: dict, eval_rows: list[dict]) -> dict[str, str]:
         post["heldout"] = f"{100 * acc[-1]:.0f}%"
     if m.get("kl") is not None:
         post["kl"] = f"{m['kl']:.3f}"
+    if m.get("time/overlap_frac") is not None:  # one step off: how old the batch was, how much of it was hidden
+        post["lag"] = f"{m['rollout/policy_lag']:g}"
+        post["overlap"] = f"{100 * m['time/overlap_frac']:.0f}%"
     return post
+
+
+def overlap_line(o: dict) -> str:
+    """summary.json's "overlap" (rlvr.train.overlap.overlap_summary) in words: the console's and report's."""
+    share = f" ({100 * o['saved_s'] / o['collect_s']:.0f}%)" if o["collect_s"] > 0 else ""
+    return (f"one step off: each batch sampled {o['policy_lag_mean']:.2f} updates behind the policy it trained "
+            f"(rollout/policy_lag, mean of {o['steps']} steps); collection overlapped the update "
+            f"{100 * o['overlap_frac_mean']:.0f}% on average (time/overlap_frac); {o['saved_s']:.1f} s of "
+            f"{o['collect_s']:.1f} s of collection hidden behind updates{share}, {o['rollout_wait_s']:.1f} s waited")

@@ -9,7 +9,7 @@ from pathlib import Path
 from rlvr.envs.episode_metrics import END_REASONS
 from rlvr.errors import RlvrError
 from rlvr.report.compare import _jsonl
-from rlvr.report.console import ROWS, verdict_text
+from rlvr.report.console import ROWS, overlap_line, verdict_text
 from rlvr.report.plot import line_chart
 from rlvr.io import atomic_write_text
 
@@ -52,7 +52,23 @@ def _charts(metrics: list[dict], evals: list[dict]) -> list[str]:
         line_chart(_moving({"KL to reference": _series(metrics, "kl"), "approx KL to old": _series(metrics, "approx_kl_old")}),
                    "KL", "step", "nats / token", empty="none: no KL term (algo.beta 0) and one update per batch"),
         line_chart({"entropy": _series(metrics, "entropy")}, "Policy entropy", "step", "nats / token"),
-    ] + _env_charts(metrics)
+    ] + _env_charts(metrics) + _overlap_charts(metrics) + _custom_charts(metrics)
+
+
+def _overlap_charts(metrics: list[dict]) -> list[str]:
+    """One step off (rollout.overlap): the batch's lag and how much of its collection the update hid."""
+    if not any(m.get("time/overlap_frac") is not None for m in metrics):
+        return []
+    return [line_chart({"overlap fraction": _series(metrics, "time/overlap_frac"),
+                        "policy lag (updates)": _series(metrics, "rollout/policy_lag")},
+                       "One step off", "step", "fraction / updates")]
+
+
+def _custom_charts(metrics: list[dict]) -> list[str]:
+    """Metrics a callback added under custom/ (rlvr.fit(callbacks=...)), one chart."""
+    keys = sorted({k for m in metrics for k in m if k.startswith("custom/")})
+    return [line_chart({k.removeprefix("custom/"): _series(metrics, k) for k in keys}, "Your metrics (custom/)",
+                       "step", "value")] if keys else []
 
 
 def _env_charts(metrics: list[dict]) -> list[str]:
@@ -183,6 +199,7 @@ def write_report(run_dir: str | Path) -> Path:
 <h2>Before and after</h2>{_before_after(summary)}
 <h2>What changed, problem by problem</h2>{_flips(summary)}
 <h2>Health</h2>{findings}
+{f"<p>{html.escape(overlap_line(summary['overlap']))}</p>" if summary.get("overlap") else ""}
 <h2>Curves</h2><div class="charts">{"".join(f"<div>{c}</div>" for c in _charts(metrics, evals))}</div>
 <h2>Samples</h2>{_samples(samples)}
 </body></html>"""

@@ -7,10 +7,14 @@ error at start-up, not a crash mid-run.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 
 from rlvr.errors import RlvrError
+from rlvr.text import clean_reason
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
 
@@ -73,10 +77,42 @@ def check_trackers(names: list[str]) -> None:
                             f"pip install 'rlvr[{name}]'")
 
 
+# what to do when a tracker cannot start, by tracker
+FIXES = {"wandb": "set WANDB_API_KEY (or run `wandb login`), or log offline with WANDB_MODE=offline (`wandb sync` "
+                  "uploads it later), or leave wandb out of log.trackers",
+         "trackio": "see trackio's own message, or leave trackio out of log.trackers",
+         "tensorboard": "make the run directory writable, or leave tensorboard out of log.trackers"}
+
+
 def open_trackers(names: list[str], out: Path, project: str, config: dict) -> list:
+    """Start every tracker named, before the run directory is written: one that cannot start (wandb with
+    no API key raises at init) is one error naming the fix, and what the trackers made in `out` is removed,
+    so the directory is left as it was and the same command runs once the fix is made."""
     check_trackers(names)
+    held = set(os.listdir(out)) if out.is_dir() else None
     trackers = []
     for name in names:
-        trackers.append(TensorBoard(out, project, config) if name == "tensorboard"
-                        else _RunModule(name, out, project, config))
+        try:
+            trackers.append(TensorBoard(out, project, config) if name == "tensorboard"
+                            else _RunModule(name, out, project, config))
+        except Exception as e:  # noqa: BLE001 - whatever a tracker's package raises at its start
+            for t in trackers:
+                with contextlib.suppress(Exception):
+                    t.close()
+            _remove_new(out, held)
+            said = clean_reason(str(e).strip().splitlines()[0] if str(e).strip() else "")
+            raise RlvrError(f"log.trackers: {name} could not start ({type(e).__name__}"
+                            f"{': ' + said if said else ''}): {FIXES[name]}; nothing in {out} was changed") from None
     return trackers
+
+
+def _remove_new(out: Path, held: set | None) -> None:
+    """What appeared in `out` since `held` (its entries before the trackers started) removed."""
+    if held is None or not out.is_dir():
+        return
+    for name in set(os.listdir(out)) - held:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

@@ -10,12 +10,15 @@ NaN) means "does not apply": it adds nothing to the weighted total, as TRL's nan
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
+
+from rlvr.public import positional_too
 
 NOT_APPLICABLE = "not applicable"
 
@@ -42,6 +45,7 @@ def then(result, f: Callable):
     return later()
 
 
+@positional_too()  # built by position before it was keyword-only: still accepted, with a warning
 @dataclass(kw_only=True, eq=False)
 class Reward:
     """A reward function with what rlvr knows about it, as fields. Called as TRL calls a reward function,
@@ -150,6 +154,39 @@ def invoke(fn: Callable, completions: list, columns: dict[str, list], shared: di
     return target(**accepted(target, {"completions": completions, **columns, **shared}))
 
 
+class StopWaiting(BaseException):
+    """A stop signal (SIGTERM, SIGINT) arrived while the main thread waited on user code (a reward that
+    hangs): raised by the signal's handler (rlvr.train.checkpoint.StopOnSignal) out of that wait, so the run
+    stops in seconds rather than after rewards.timeout_s. A BaseException, as KeyboardInterrupt is: no
+    `except Exception` on the way swallows it."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+_user_waits = 0  # the main thread is waiting on user code (a stop signal may end the wait)
+
+
+@contextlib.contextmanager
+def waiting_on_user_code():
+    """Marks the main thread's wait on user code (other threads' waits are not a signal's to end)."""
+    global _user_waits
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _user_waits += 1
+    try:
+        yield
+    finally:
+        _user_waits -= 1
+
+
+def waits_on_user_code() -> bool:
+    """Whether the main thread is in a wait marked by waiting_on_user_code (read by a signal handler)."""
+    return _user_waits > 0
+
+
 class CallTimedOut(Exception):
     """A user reward's call ran past rewards.timeout_s."""
 
@@ -176,7 +213,9 @@ def _in_thread(work: Callable[[], object], timeout_s: float):
             done.set()
 
     threading.Thread(target=run, name="rlvr-reward-call", daemon=True).start()
-    if not done.wait(timeout_s if timeout_s > 0 else None):
+    with waiting_on_user_code():
+        finished = done.wait(timeout_s if timeout_s > 0 else None)
+    if not finished:
         return CallTimedOut(timeout_s)
     return box[0]
 

@@ -23,7 +23,7 @@ import threading
 import time
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.call import CallTimedOut, RewardLog
+from rlvr.rewards.call import CallTimedOut, RewardLog, waiting_on_user_code
 from rlvr.sandbox.worker import kill_session
 
 STARTUP_S = 60.0
@@ -85,7 +85,12 @@ class IsolatedRewards:
             except (OSError, ValueError):  # died since the last call
                 self._kill()
                 return WorkerCrashed("the reward worker process had ended"), None
-            reply = self._read(timeout_s)
+            try:
+                with waiting_on_user_code():
+                    reply = self._read(timeout_s)
+            except BaseException:  # a stop signal ended the wait: the worker's reply would answer the next call
+                self._kill()
+                raise
             if isinstance(reply, BaseException):
                 return reply, None
         if "error" in reply:

@@ -11,10 +11,10 @@ import torch
 from rlvr.config import Config, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.models import apply_lora, check_model_name, enable_gradient_checkpointing, load_model, stop_token_ids
 from rlvr.plan import first_lines
 from rlvr.report.console import say
-from rlvr.report.trackers import check_trackers
+from rlvr.report.trackers import check_trackers, open_trackers
 from rlvr.rewards import rewards_of
 from rlvr.eval.grader import Grader, choose_grader
 from rlvr.rewards.base import RewardFunction, strict_rewards
@@ -29,7 +29,7 @@ from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.forward import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.packed import check_packing
-from rlvr.train.settings import Settings
+from rlvr.train.settings import LogSettings, Settings
 from rlvr.train.state import Data, Models, Run
 
 def seed_everything(seed: int) -> None:
@@ -136,12 +136,16 @@ def _text_bytes(p) -> int:
     return len(p.question.encode()) + sum(len(str(m.get("content", "")).encode()) for m in p.messages)
 
 
-def claim_run_dir(cfg: Config, fresh: bool) -> None:
-    """The run directory made this run's (rank 0): config.yaml written (a fresh run first clears an
-    earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml names."""
+def claim_run_dir(cfg: Config, fresh: bool, log: LogSettings) -> list:
+    """The run directory made this run's (rank 0): the trackers started first (one that cannot start, a
+    wandb with no API key, is refused with the directory as it was), then config.yaml written (a fresh run
+    first clears an earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml
+    names. Returns the trackers."""
     out = Path(cfg.train.out)
+    trackers = open_trackers(list(log.trackers), out, log.project, log.config)
     prepare_run_dir(out, to_yaml(cfg), fresh)
     save_rows(out)
+    return trackers
 
 
 def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None = None) -> Run:
@@ -154,6 +158,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)  # the same on every rank: same weights, same prompt order
+    check_model_name(cfg.model.name)  # a missing model is said before the data's columns are read
     splits, rewards, grader = data_and_rewards(cfg, given)  # a reward that cannot run stops here, in seconds
     check_trackers(cfg.log.trackers)
     if d.is_main:  # before the weights load: a run that cannot fit is told so first
@@ -168,11 +173,12 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
                    {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
     engine = make_engine(cfg, models.policy, out, precision)
-    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
-        claim_run_dir(cfg, fresh)
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
+    trackers = []
+    if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced
+        trackers = claim_run_dir(cfg, fresh, settings.log)
     data = Data(splits=splits, env=env, rewards=rewards, grader=grader, sampler=sampler)
-    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d)
+    return Run(settings=settings, models=models, data=data, engine=engine, out=out, dist=d, trackers=trackers)
 
 
 def models_of(cfg: Config, policy: torch.nn.Module, tok, d: Dist, precision: str) -> Models:

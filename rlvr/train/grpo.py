@@ -16,28 +16,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from rlvr.config import Config
 from rlvr.config.paths import anchored
-from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
+from rlvr.device import determinism_applied
+from rlvr.report.console import (before_after_table, format_samples, live_postfix, overlap_line, progress, say,
+                                 set_quiet)
 from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
 from rlvr.io import atomic_write_json
 from rlvr.report.sinks import JsonlWriter, NullWriter
-from rlvr.report.trackers import eval_metrics, open_trackers
+from rlvr.report.trackers import eval_metrics
+from rlvr.rewards.call import StopWaiting
 from rlvr.rewards.workers import owned_by_run
-from rlvr.errors import RlvrError, WriteError
+from rlvr.errors import RlvrError, WriteError, guard_os_exit
+from rlvr.train.callbacks import check_callbacks, run_callbacks
 from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
                                    finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
                                    save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import Dist, allreduce_scalars, close_distributed, init_distributed, lost_peer
 from rlvr.train.evaluation import eval_on_main, flip_summary, keep_before, kept_before, log_eval, read_records
 from rlvr.train.metrics import sample_records
-from rlvr.train.overlap import RolloutError, Rollouts
+from rlvr.train.overlap import RolloutError, Rollouts, overlap_summary
 from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run
 from rlvr.train.step import collect, train_step
 from rlvr.train.rundir import RunLock, check_data, fingerprint
+from rlvr.train.settings import determinism_of
 from rlvr.train.update import EntropyState
 
 
@@ -56,11 +63,9 @@ class Outputs:
     def open(run: Run, p: Progress) -> Outputs:
         main = run.dist.is_main
         sink = (lambda name: JsonlWriter(run.out / name)) if main else (lambda name: NullWriter())
-        log = run.settings.log
-        trackers = open_trackers(list(log.trackers), run.out, log.project, log.config) if main else []
         monitor = HealthMonitor(names=RewardNames.of(run.data.rewards, run.data.grader))  # the run's strict reward
         out = Outputs(metrics=sink("metrics.jsonl"), samples=sink("samples.jsonl"), evals=sink("evals.jsonl"),
-                      health=sink("health.jsonl"), trackers=trackers, monitor=monitor)
+                      health=sink("health.jsonl"), trackers=run.trackers, monitor=monitor)
         out.monitor.fired = p.fired
         return out
 
@@ -122,7 +127,7 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
         if d.is_main:  # everything has loaded: only now is the directory written
             set_aside(damaged)
             resume_records(run.out, p)
-            claim_run_dir(cfg, fresh=False)
+            run.trackers = claim_run_dir(cfg, fresh=False, log=run.settings.log)
         say(f"resuming {run.out} from step {p.step} ({last.name})")
     p.summary["grader"] = run.data.grader.name  # what the accuracies in the summary count as correct
     p.summary["data"] = {"files": fingerprint(cfg.task), "problems": {s: len(getattr(run.data.splits, s)) for s in
@@ -162,7 +167,8 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
     summary["train_seconds"] = train_seconds - p.eval_seconds
     if interrupted:
         summary["interrupted"] = interrupted
-        say(f"stopped at step {p.step} by {interrupted}; continue with: {resume_command(run.out, run.dist)}")
+        say(f"stopped at step {p.step} by {interrupted}; " + (f"continue with: {resume_command(run.out, run.dist)}"
+            if run.settings.checkpoint.every else "train.save_every=0 writes no checkpoint, so it cannot be continued"))
     elif run.settings.eval.after:
         after, records = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "after", run.baseline)
         summary.update(after)
@@ -173,18 +179,25 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
         if p.history:
             out.monitor.report(p.history, p.eval_rows, out.health, "at the end")
     summary["health"] = sorted(out.monitor.fired)  # a resumed run's included: the checkpoint keeps them
+    overlap = overlap_summary(p.history)
+    if overlap is not None:  # one step off: its lag and the time it saved, said once and kept
+        summary["overlap"] = overlap
+        say(overlap_line(overlap))
     out.close()
     if not interrupted:
         save_final(run)
     return summary
 
 
-def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None = None) -> dict:
+def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None = None,
+          callbacks: list | None = None) -> dict:
     """Run the configured algorithm; write the run directory; return the summary. With `resume`,
     continue from the run directory's newest checkpoint. A fresh run refuses a run directory that holds
     anything unless train.overwrite (nothing in it is touched before the run has loaded). `given`: Python
-    reward functions by their rewards.weights name (rlvr.fit). Under torchrun every process runs this."""
+    reward functions by their rewards.weights name (rlvr.fit); `callbacks`: objects with on_step_end
+    (rlvr/train/callbacks.py). Under torchrun every process runs this."""
     wall_start = time.perf_counter()
+    callbacks = check_callbacks(callbacks)
     cfg = anchored(cfg)  # config.yaml resumes from any working directory
     # one process writes a run directory: the lock is taken before anything loads (torchrun: by rank 0),
     # so a second start into a directory in use is told the PID that holds it
@@ -199,7 +212,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
                 f"model with rlvr eval --model {Path(cfg.train.out) / 'final'}")
             return done
         try:
-            return _locked(cfg, resume, given, wall_start)
+            return _locked(cfg, resume, given, wall_start, callbacks)
         except WriteError as e:  # a full disk: what was written stays whole and the run resumes from it
             last, out = latest_checkpoint(cfg.train.out), Path(cfg.train.out)
             again = (f": free space, then start it again with `rlvr train --resume {out}` (from step 0; with the same "
@@ -209,7 +222,12 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
                                          f"no checkpoint was written yet{again}")) from None
 
 
-def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
+def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float, callbacks: list) -> dict:
+    with determinism_applied(determinism_of(cfg)):  # before CUDA starts and the process group is joined
+        return _joined(cfg, resume, given, wall_start, callbacks)
+
+
+def _joined(cfg: Config, resume: bool, given: dict | None, wall_start: float, callbacks: list) -> dict:
     d = init_distributed(cfg.train.device, join_timeout_s=cfg.train.join_timeout_s)
     set_quiet(not d.is_main)  # one rank prints
     if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
@@ -217,8 +235,14 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
             f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
             "on each; rank 0 prints and writes")
     try:
-        with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
-            summary = _train(cfg, resume, stop, d, given)
+        # the rewards' worker processes are this run's; os._exit in loaded code is its caller's error
+        with StopOnSignal(checkpoint=cfg.train.save_every > 0) as stop, owned_by_run(), guard_os_exit():
+            summary = _train(cfg, resume, stop, d, given, callbacks)
+    except StopWaiting as e:  # outside a step (the rewards tried before training, an evaluation's grader)
+        last = latest_checkpoint(cfg.train.out)
+        raise RlvrError(f"stopped by {e.signal_name} while a call of user code had not returned; "
+                        + (f"the run is saved up to {last.name}: continue it with {resume_command(cfg.train.out, d)}"
+                           if last else "no checkpoint was written yet")) from None
     except RuntimeError as e:
         if not lost_peer(e, d):
             raise
@@ -233,6 +257,9 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
     finally:
         close_distributed(d)
     summary["wall_seconds"] = time.perf_counter() - wall_start
+    # what train.deterministic made of torch (rlvr.device.determinism): a reader of two runs sees whether
+    # their differences could be the kernels'
+    summary["deterministic"] = torch.are_deterministic_algorithms_enabled()
     if d.is_main:
         atomic_write_json(Path(cfg.train.out) / "summary.json", summary)
         say(before_after_table(summary))
@@ -258,6 +285,8 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     """Checkpoint the steps done before a rollout failure stops the run (unless the newest checkpoint is
     already of step p.step); says where the run stands. A single process only: under torchrun the other
     ranks may not have failed, and a checkpoint needs them all."""
+    if not run.settings.checkpoint.every:
+        return f"train.save_every=0 writes no checkpoint: the {p.step} steps done cannot be continued"
     if p.step == 0:
         return (f"No step had finished: once that is fixed, start the run again with "
                 f"{resume_command(run.out, run.dist)} "
@@ -271,11 +300,13 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
             f"fixed, continue it with {resume_command(run.out, run.dist)}")
 
 
-def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None) -> dict:
+def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict | None, callbacks: list) -> dict:
     run, p, resumed, pending = start(cfg, resume, d, given)
     s = run.settings  # from here on the loop reads its settings, not the config
     out = Outputs.open(run, p)
-    stopping = lambda: bool(allreduce_scalars({"s": float(stop.signal is not None)}, d, "max")["s"])
+    # a signal (to any process) stops the run where it stands; a callback's stop ends it as finished
+    stopping = lambda asked=None: allreduce_scalars({"s": float(stop.signal is not None), "c": float(asked is not None)},
+                                                    d, "max")
     if s.eval.before and not resumed:
         if not p.eval_rows:  # else kept from a start that stopped before its first checkpoint (start)
             before, run.baseline = eval_on_main(run.models, run.data, s.eval, d, "before")
@@ -290,8 +321,9 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
     with Rollouts(lambda step: collect(run, step), run.engine, run.models.policy,
                   one_step_off=s.rollout.one_step_off, updates=p.step, pending=pending) as rollouts:
         for step in range(p.step + 1, s.steps + 1):
-            if stopped := stopping():  # arrived before this step began
-                try_checkpoint(run, p, clock(), rollouts.state())
+            if stopped := bool(stopping()["s"]):  # arrived before this step began
+                if s.checkpoint.every:
+                    try_checkpoint(run, p, clock(), rollouts.state())
                 break
             a = s.update.algo
             entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
@@ -300,20 +332,32 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
             except RolloutError as e:  # the policy is as step p.step left it: keep what was done
                 said = str(e) if str(e).endswith((".", "?")) else f"{e}."
                 raise RolloutError(f"{said} {save_before_stopping(run, p, clock(), rollouts)}") from e
+            except StopWaiting:  # a signal during a reward that hangs: this step is dropped, the steps done kept
+                stopped = True
+                rollouts.abandon()
+                if s.checkpoint.every and p.step > 0 and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
+                    try_checkpoint(run, p, clock(), rollouts.state())
+                break
             if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
                 entropy = entropy.after(a, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
+            asked = run_callbacks(callbacks, step, m) if callbacks else None  # their metrics join the row
             log_step(run, p, out, step, m, collected)
             if s.eval.every and step % s.eval.every == 0 and step != s.steps:
                 evaluate_mid(run, p, out, step, clock)
             bar.set_postfix(live_postfix(m, p.eval_rows))
             bar.update(1)
             p.step = p.summary["steps"] = step
-            stopped = stopping()
-            every = s.checkpoint.every
-            if stopped or step == s.steps or (every and step % every == 0):
+            flags = stopping(asked)
+            stopped, ended = bool(flags["s"]), bool(flags["c"])
+            every = s.checkpoint.every  # 0: no checkpoint at all (TRL's save_strategy="no"), not even the last
+            if every and (stopped or ended or step == s.steps or step % every == 0):
                 try_checkpoint(run, p, clock(), rollouts.state())
-            if stopped:
+            if ended and not stopped:
+                p.summary["stopped_by"] = asked or "a callback in another process"
+                say(f"step {step} of {s.steps}: {p.summary['stopped_by']}.on_step_end set "
+                    "control.should_training_stop; the run ends here")
+            if stopped or ended:
                 break
     bar.close()
     interrupted = (stop.signal or "a signal to another process") if stopped else None

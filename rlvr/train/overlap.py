@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.rewards.call import StopWaiting, waiting_on_user_code
 from rlvr.train.state import Collected
 
 
@@ -60,6 +61,8 @@ class Rollouts:
         self.updates = updates  # optimizer steps the policy has taken
         self.synced = updates  # optimizer steps the engine's weights have taken (a resumed engine was synced)
         self.pending: Pending | None = None
+        self.abandoned = False  # abandon(): a collection that may hang is not waited for
+        self.pushed: dict[str, float] = {}  # this step's pushes to the engine (rollout/sync_bytes, rollout/sync_s)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rlvr-rollout") if one_step_off else None
         if pending is not None and one_step_off:
             done = Future()
@@ -70,9 +73,18 @@ class Rollouts:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Wait for a collection still running (its batch is dropped) and end the thread."""
+        """Wait for a collection still running (its batch is dropped) and end the thread; after a stop
+        signal that ended a wait on user code, one that hangs is not waited for (the process exits past it)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=not self.abandoned and not any(isinstance(e, StopWaiting) for e in exc),
+                               cancel_futures=True)
+
+    def abandon(self) -> None:
+        """A stop signal ended a wait on user code: a collection still running may hang, so its batch is
+        dropped and it is not waited for, here or at the end."""
+        if self.pending is not None and not self.pending.future.done():
+            self.pending = None
+        self.abandoned = True
 
     def take(self, step: int, last_step: int) -> Collected:
         """Step `step`'s batch; one step off, also start collecting step+1's (unless `step` is the last)."""
@@ -80,7 +92,8 @@ class Rollouts:
         try:
             if self.pending is not None and self.pending.step == step:
                 try:
-                    collected, version = self.pending.future.result(), self.pending.version
+                    with waiting_on_user_code():  # the collecting thread runs the rewards
+                        collected, version = self.pending.future.result(), self.pending.version
                 except BaseException:
                     self.pending = None  # nothing in flight to checkpoint
                     raise
@@ -98,6 +111,8 @@ class Rollouts:
         except RlvrError as e:
             raise RolloutError(str(e)) from e
         collected.metrics["rollout/policy_lag"] = self.updates - version
+        collected.metrics.update(self.pushed)
+        self.pushed = {}
         if self.one_step_off:
             took = collected.metrics["time/collect_s"]
             collected.metrics["time/rollout_wait_s"] = waited
@@ -115,9 +130,14 @@ class Rollouts:
         self.updates += 1
 
     def sync(self) -> None:
-        """The engine takes the policy's weights, unless it holds them already."""
+        """The engine takes the policy's weights, unless it holds them already; what an engine with weights of its
+        own (vLLM) was sent, and how long that took, go in this step's metrics."""
         if self.synced != self.updates:
-            self.engine.sync_weights(self.policy)
+            t0 = time.perf_counter()
+            pushed = self.engine.sync_weights(self.policy)
+            if pushed is not None:
+                self.pushed = {"rollout/sync_bytes": self.pushed.get("rollout/sync_bytes", 0) + pushed,
+                               "rollout/sync_s": self.pushed.get("rollout/sync_s", 0.0) + time.perf_counter() - t0}
             self.synced = self.updates
 
     def state(self) -> dict | None:
@@ -125,3 +145,19 @@ class Rollouts:
         if self.pending is None:
             return None
         return {"step": self.pending.step, "version": self.pending.version, "collected": self.pending.future.result()}
+
+
+def overlap_summary(history: list[dict]) -> dict | None:
+    """What one step off did over a run's metric rows (summary.json's "overlap"), None for a run without it:
+    the mean policy lag (the updates between the weights that sampled a batch and the update that trains on
+    it), the mean overlap fraction, and the collection time the updates hid (collect_s less the time the loop
+    waited for the batch, per step, never below 0), beside the whole collection time and the wait."""
+    rows = [m for m in history if m.get("time/overlap_frac") is not None]
+    if not rows:
+        return None
+    collect = sum(m["time/collect_s"] for m in rows)
+    waited = sum(m["time/rollout_wait_s"] for m in rows)
+    return {"steps": len(rows), "policy_lag_mean": sum(m["rollout/policy_lag"] for m in rows) / len(rows),
+            "overlap_frac_mean": sum(m["time/overlap_frac"] for m in rows) / len(rows),
+            "collect_s": collect, "rollout_wait_s": waited,
+            "saved_s": sum(max(m["time/collect_s"] - m["time/rollout_wait_s"], 0.0) for m in rows)}

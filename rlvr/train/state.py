@@ -58,6 +58,7 @@ class Run:
     dist: Dist = field(default_factory=Dist)  # this process's place under torchrun, and its device
     baseline: dict = field(default_factory=dict)  # split -> greedy records before training (flips)
     warned: set = field(default_factory=set)  # reward functions whose first error was reported
+    trackers: list = field(default_factory=list)  # started as the run directory is claimed (rank 0)
 
 
 @dataclass(kw_only=True)

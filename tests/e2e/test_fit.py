@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 import rlvr
+from rlvr.checkpoint_files import checkpoint_path
 from rlvr.cli import main
 from rlvr.errors import RlvrError
 
@@ -77,3 +78,30 @@ def test_fit_takes_a_datasets_dataset_and_a_failed_start_writes_nothing(tmp_path
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["task"]["heldout_file"] == str(out / "data" / "heldout.jsonl")
     assert len((out / "data" / "heldout.jsonl").read_text().splitlines()) == 4
+
+
+class Watch:
+    """TRL's habit: log a metric of your own, and stop the run when a condition holds."""
+
+    def __init__(self, stop_at):
+        self.stop_at, self.steps = stop_at, []
+
+    def on_step_end(self, step, metrics, control):
+        self.steps.append(step)
+        control.should_training_stop = step == self.stop_at
+        return {"custom/reward_x10": 10 * metrics["reward/mean"], "custom/step_squared": step * step}
+
+
+def test_a_callback_logs_its_metrics_each_step_and_ends_the_run(tmp_path, capsys):
+    out, watch = tmp_path / "run", Watch(stop_at=2)
+    summary = rlvr.fit(model="tiny-random", rewards=[exact], train_dataset=ROWS, train__out=str(out),
+                       callbacks=[watch], **{**SMALL, "train__steps": 4, "train__save_every": 100})
+    assert watch.steps == [1, 2]  # called after each step; the stop ends the run after step 2 of 4
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["custom/step_squared"]) for r in rows] == [(1, 1), (2, 4)]
+    assert all(r["custom/reward_x10"] == pytest.approx(10 * r["reward/mean"]) for r in rows)
+    assert summary["steps"] == 2 and summary["stopped_by"] == "Watch" and "interrupted" not in summary
+    assert (out / "final").is_dir() and checkpoint_path(out, 2).is_file()  # ended as a finished run
+    assert "step 2 of 4: Watch.on_step_end set control.should_training_stop; the run ends here" in capsys.readouterr().err
+    page = (out / "report.html").read_text()  # custom/ metrics plotted, one line each
+    assert "Your metrics (custom/)" in page and "reward_x10" in page and "step_squared" in page

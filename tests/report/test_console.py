@@ -38,3 +38,24 @@ def test_line_progress_writes_whole_lines_first_last_and_every_interval(capsys, 
         "train 1/4 [0:00:01 elapsed, 0:00:03 left] reward=0.250",
         "train 3/4 [0:00:30 elapsed, 0:00:10 left] reward=0.750",
         "train 4/4 [0:00:31 elapsed, 0:00:00 left] reward=1.000"]
+
+
+def test_the_console_line_and_the_summary_say_one_step_off():
+    """rollout.overlap=one_step_off: the progress line shows the batch's lag and the overlap; the closing
+    line says the mean lag, the mean overlap and the collection time hidden, from summary.json's figures."""
+    from rlvr.report.console import live_postfix, overlap_line
+    from rlvr.train.overlap import overlap_summary
+
+    row = {"reward/mean": 0.5, "completion/length_mean": 4.0, "rollout/policy_lag": 1, "time/overlap_frac": 0.8}
+    assert live_postfix(row, []) == {"reward": "0.500", "len": "4.0", "lag": "1", "overlap": "80%"}
+    assert "lag" not in live_postfix({"reward/mean": 0.5, "completion/length_mean": 4.0, "rollout/policy_lag": 0}, [])
+    rows = [{"rollout/policy_lag": 0, "time/overlap_frac": 0.0, "time/collect_s": 2.0, "time/rollout_wait_s": 2.5},
+            {"rollout/policy_lag": 1, "time/overlap_frac": 0.75, "time/collect_s": 4.0, "time/rollout_wait_s": 1.0}]
+    o = overlap_summary(rows)
+    assert o == {"steps": 2, "policy_lag_mean": 0.5, "overlap_frac_mean": 0.375, "collect_s": 6.0,
+                 "rollout_wait_s": 3.5, "saved_s": 3.0}  # step 1 hid nothing (waited longer than it took)
+    assert overlap_line(o) == ("one step off: each batch sampled 0.50 updates behind the policy it trained "
+                               "(rollout/policy_lag, mean of 2 steps); collection overlapped the update 38% on "
+                               "average (time/overlap_frac); 3.0 s of 6.0 s of collection hidden behind updates "
+                               "(50%), 3.5 s waited")
+    assert overlap_summary([{"rollout/policy_lag": 0}]) is None  # a synchronous run: nothing to say

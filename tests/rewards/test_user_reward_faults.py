@@ -3,7 +3,6 @@ imported. Each reward is a real .py file named in rewards.weights, as a user wri
 handled, and the honest reward beside it is scored as before."""
 import math
 import os
-import time
 
 import pytest
 
@@ -52,6 +51,22 @@ def test_sys_exit_fails_only_its_row_and_ends_nothing(tmp_path):
     # the honest rows of the same reward: as without the fault
     honest, none = score(fns, ["Answer: 1", "Answer: 2"])
     assert honest.per_function["r.py:f"] == [1.0, 1.0] and none == []
+
+
+def test_os_exit_during_a_run_fails_only_its_row_and_ends_nothing(tmp_path):
+    """Under the run's guard (rlvr.errors.guard_os_exit, held by rlvr train) os._exit in a reward is that
+    call's SystemExit: its row fails, the others score, the process goes on; outside it os._exit is itself."""
+    from rlvr.errors import guard_os_exit
+
+    real = os._exit
+    fns = rewards(tmp_path, EXITS_ON_BAD.replace("sys.exit(3)", "import os; os._exit(0)"), timeout_s=10)
+    with guard_os_exit():
+        s, errors = score(fns)
+    assert os._exit is real
+    assert s.per_function["r.py:f"] == [1.0, 0.0, 1.0] and s.failed["r.py:f"] == [False, True, False]
+    (name, error, row), = errors
+    assert (name, type(error).__name__, row) == ("r.py:f", "ExitCalled", "data.jsonl line 2")
+    assert str(error).startswith(f"os._exit(0) called at {tmp_path / 'r.py'}:5 during the run") and error.code == 1
 
 
 @pytest.mark.parametrize("statement", ["sys.exit(0)", "raise KeyboardInterrupt", "raise BaseException('odd')",
@@ -118,14 +133,14 @@ def test_each_reward_gets_its_own_copy_of_the_inputs(tmp_path):
 
 
 HANGS = """
-import time
+import pathlib, time
 def f(completions, **kw):
     if any("bad" in c for c in completions):
-        time.sleep(60)
+        time.sleep(60); pathlib.Path(__file__).with_name("returned").touch()
     return [1.0] * len(completions)
 
 async def g(completions, **kw):
-    time.sleep(60)  # blocks the event loop itself: asyncio.wait_for alone could not end it
+    time.sleep(60); pathlib.Path(__file__).with_name("returned").touch()  # blocks the event loop itself too
     return [1.0] * len(completions)
 """
 
@@ -133,10 +148,9 @@ async def g(completions, **kw):
 @pytest.mark.parametrize("fn", ["f", "g"])
 def test_a_hang_in_the_trainers_process_stops_at_the_limit_naming_reward_and_rows(tmp_path, fn):
     fns = rewards(tmp_path, HANGS, fn, timeout_s=0.5)
-    t0 = time.monotonic()
     with pytest.raises(RewardTimeoutError) as got:
         score(fns)
-    assert time.monotonic() - t0 < 5
+    assert not (tmp_path / "returned").exists()  # told while the call still sleeps: the limit cut it
     assert (f"reward function 'r.py:{fn}' ({tmp_path / 'r.py'}:{3 if fn == 'f' else 8}, function {fn}) did not "
             "return within rewards.timeout_s=0.5s on a batch of 3 completions (first row: data.jsonl line 1)") \
         in str(got.value)
@@ -172,10 +186,8 @@ def f(completions, answer, log_metric, **kw):
 def test_isolated_reward_survives_os_exit_hang_crash_and_exit(tmp_path):
     with owned_by_run() as workers:
         fns = rewards(tmp_path, ISOLATED, timeout_s=1.0, isolate=True)
-        t0 = time.monotonic()
         s = score_batch(fns, ["Answer: 1", "Answer: bad", "Answer: 3", "Answer: 4"],
                         {"answer": ["1", "2", "3", "4"]}, origins=[f"row {i}" for i in range(1, 5)])
-        assert time.monotonic() - t0 < 15
         assert s.per_function["r.py:f"] == [1.0, 0.0, 0.0, 0.0] and s.failed["r.py:f"] == [False, True, True, True]
         reasons = s.reasons["r.py:f"]
         assert reasons[1] == "reward function did not return within rewards.timeout_s=1s"
