@@ -232,6 +232,32 @@ def checkpoint_state(run: Run, p: Progress, train_seconds: float, pending: dict 
             "pending": pending, "weights": dict(run.settings.checkpoint.weights)}
 
 
+def _configured_rates(m) -> tuple[list[dict], list[float]]:
+    """Each optimizer group's hyperparameters (lr, weight decay, betas ...) and the schedule's base rates as
+    this start's config made them."""
+    groups = [{k: v.item() if isinstance(v, torch.Tensor) else v for k, v in g.items() if k != "params"}
+              for g in m.optimizer.param_groups]
+    return groups, list(m.scheduler.base_lrs)
+
+
+def _keep_configured_rates(m, configured: tuple[list[dict], list[float]]) -> None:
+    """Loading the optimizer's and the schedule's state puts back the hyperparameters they were saved with
+    (each group's lr, initial_lr, weight_decay; the schedule's base_lrs): the config's are put back over them,
+    and each group's lr is the schedule's at the checkpoint's step, so a resume with another optimizer.lr,
+    weight_decay, warmup_steps or algo.value_lr updates with it from the next step. Unchanged settings give
+    the saved values exactly (the schedule is a function of the step)."""
+    groups, base_lrs = configured
+    m.scheduler.base_lrs = base_lrs
+    rates = [base * factor(m.scheduler.last_epoch) for base, factor in zip(base_lrs, m.scheduler.lr_lambdas)]
+    for group, values, lr in zip(m.optimizer.param_groups, groups, rates):
+        for k, v in {**values, "initial_lr": values.get("initial_lr", lr), "lr": lr}.items():
+            if isinstance(group.get(k), torch.Tensor):  # torchao's AdamW8bit holds lr as a tensor its step reads
+                group[k].fill_(v)
+            else:
+                group[k] = v
+    m.scheduler._last_lr = [group["lr"] for group in m.optimizer.param_groups]  # what get_last_lr (the metric) reads
+
+
 def restore(run: Run, state: dict) -> Progress:
     """Load a checkpoint written by any number of processes. With the same world size every rank gets
     its own global generators back (Python, NumPy, torch); with another, all take rank 0's. Rollouts
@@ -242,6 +268,7 @@ def restore(run: Run, state: dict) -> Progress:
         m.critic.load_state_dict(state["critic"])
     if m.ref is not None and state["ref"] is not None:
         m.ref.model.load_state_dict(state["ref"])
+    configured = _configured_rates(m)  # this start's settings: what the saved state's groups would put back
     opt = state["optimizer"]
     if opt["format"] == "none":
         pass  # the fresh optimizer of this start is the one the checkpoint had
@@ -251,6 +278,7 @@ def restore(run: Run, state: dict) -> Progress:
     else:
         m.optimizer.load_state_dict(opt["state"])
     m.scheduler.load_state_dict(state["scheduler"])
+    _keep_configured_rates(m, configured)
     run.data.sampler.load_state_dict(state["sampler"])
     rngs = state["rng"]  # one per rank that wrote it; on another number of ranks, rank 0's
     set_rng_state(rngs[d.rank] if len(rngs) == d.world else rngs[0])
@@ -276,14 +304,27 @@ def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progre
         except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
         else:
-            changed = changed_keys(run.out / "config.yaml", cfg, ignore=("train.out",))
-            if changed:  # a learning rate, more steps, a dropout: the run goes on under them from here
-                say(f"note: resuming with settings changed from the run's config.yaml: {', '.join(changed)}")
+            changed = changed_keys(run.out / "config.yaml", cfg, ignore=("train.out",), limit=None)
+            if changed:  # a learning rate, more steps, a dropout: the run goes on under them from the next step
+                say(f"note: resuming with settings changed from the run's config.yaml: {', '.join(changed[:8])}; "
+                    "they apply from the next step")
+                _apply_changes(p, state, changed)
             return p
     changed = changed_keys(run.out / "config.yaml", cfg)
     raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
                     + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
                     + "; nothing in the run directory was changed: resume without those overrides")
+
+
+def _apply_changes(p: Progress, state: dict, changed: list[str]) -> None:
+    """What the checkpoint carries that a changed setting replaces: the batch collected for the next step
+    under the old settings (rollout.overlap one_step_off) is collected again under the new ones, and
+    algo.adaptive_entropy's coefficient starts again from a changed algo.entropy_coef."""
+    keys = {c.split("=", 1)[0] for c in changed}
+    if keys - {"train.steps"}:
+        state["pending"] = None  # start() reads it after this: the next step collects its own batch
+    if "algo.entropy_coef" in keys:
+        p.entropy_coef = None  # the controller's start: algo.entropy_coef (train/grpo.py)
 
 
 def check_weight_settings(state: dict, path: Path, now: dict, saved: Path) -> None:
@@ -306,9 +347,10 @@ def check_weight_settings(state: dict, path: Path, now: dict, saved: Path) -> No
                         f"(--model.name={path} --train.out=NEW_DIR)")
 
 
-def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.steps", "train.out")) -> list[str]:
+def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.steps", "train.out"),
+                 limit: int | None = 8) -> list[str]:
     """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
-    the keys in `ignore` aside (by default those a resume changes freely)."""
+    the keys in `ignore` aside (by default those a resume changes freely); the first `limit` of them."""
     def flat(d: dict, prefix: str = "") -> dict:
         out = {}
         for k, v in d.items():
@@ -322,7 +364,7 @@ def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.ste
         return []
     new = flat(to_dict(cfg))
     return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and k not in ignore][:8]
+            if old.get(k) != new.get(k) and k not in ignore][:limit]
 
 
 def finished_run(cfg: Config) -> dict | None:

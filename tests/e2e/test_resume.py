@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints, save_checkpoint, truncate_jsonl
@@ -242,3 +243,26 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
     first = calls[:calls.index("generate")]
     assert first and first[-1][0] == "sync"
     assert first[-1][1] == pytest.approx(float(sum(v.double().sum() for v in state["policy"].values())), rel=1e-9)
+
+
+def test_a_learning_rate_changed_at_a_resume_is_the_one_the_next_update_uses(tmp_path, capsys):
+    """`rlvr train --resume RUN --optimizer.lr=...`: metrics.jsonl's lr is the new one from the next step, and
+    the update used it: at an lr of 1e-30 the step moves no weight (AdamW moves a weight by about lr, and its
+    decay scales it by 1 - lr * weight_decay), where the run's own lr moves them all."""
+    from safetensors.torch import load_file
+
+    from rlvr.checkpoint_files import load_checkpoint
+
+    out = tmp_path / "run"
+    base = [*RUN[:-1], "--train.steps=2", "--train.save_every=1", "--train.keep_checkpoints=3", "--train.eval_every=0", "--eval.before=false",
+            "--eval.after=false", "--optimizer.warmup_steps=0", "--optimizer.lr=0.01",
+            "--rewards.weights={tests.e2e.test_tiny_run:varied_reward: 1.0}"]  # rewards that differ: a gradient
+    assert main(["train", *base, f"--train.out={out}"]) == 0
+    assert main(["train", "--resume", str(out), "--train.steps=3", "--optimizer.lr=1e-30"]) == 0
+    assert "optimizer.lr=1e-30 (was 0.01)" in capsys.readouterr().err
+    assert [m["lr"] for m in read_jsonl(out / "metrics.jsonl")] == [0.01, 0.01, 1e-30]
+    at_2 = load_checkpoint(out / "checkpoints" / "step_000002.pt")["policy"]
+    final = load_file(out / "final" / "model.safetensors")
+    assert set(final) <= set(at_2) and all(torch.equal(final[k], at_2[k].to(final[k].dtype)) for k in final)
+    at_1 = load_checkpoint(out / "checkpoints" / "step_000001.pt")["policy"]
+    assert any(not torch.equal(at_1[k], at_2[k]) for k in final)  # where the run's own lr 0.01 moved weights
