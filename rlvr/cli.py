@@ -82,7 +82,7 @@ def cmd_audit(argv: list[str]) -> int:
 
     from rlvr.rewards.preflight import check_gold_answers
 
-    splits, rewards = build_splits(cfg.task), rewards_of(cfg)  # the rewards training optimises
+    splits, rewards = build_splits(cfg.task), rewards_of(cfg.rewards, cfg.rollout.max_new_tokens)  # the rewards training optimises
     for warning in check_gold_answers(rewards, splits, cfg.task.columns):  # as rlvr train stops, with the same error
         print(f"task: {warning}")
     report = audit(splits, rewards, args.n)

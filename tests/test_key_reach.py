@@ -43,7 +43,7 @@ from rlvr.tasks.curriculum import build_sampler
 from rlvr.train.assemble import models_of
 from rlvr.train.distributed import Dist
 from rlvr.train.step import collect, learn
-from rlvr.train.settings import Settings
+from rlvr.train.settings import Settings, engine_settings
 from rlvr.train.state import Collected, Data, Models, Run
 from rlvr.train.update import EntropyState
 
@@ -333,9 +333,9 @@ def rollout_observable(world, overrides, tmp_path) -> tuple:
     policy = copy.deepcopy(policy0)
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision="no")
     data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt),
-                rewards=rewards_of(cfg), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
+                rewards=rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
     run = Run(settings=settings, models=Models(policy=policy, tok=tok), data=data,
-              engine=make_engine(cfg, policy, tmp_path), out=tmp_path)
+              engine=make_engine(engine_settings(cfg), policy, tmp_path), out=tmp_path)
     try:
         c = collect(run, 1)
     except RlvrError as e:  # what a run stops with (rewards.timeout_s) is what it shows
@@ -372,7 +372,7 @@ def data_observable(world, overrides) -> tuple:
         sampler.observe(idx, passes, step)
     text = lambda ps: [(p.question, p.answer, p.difficulty) for p in ps]
     settings = Settings.of(cfg, stop_ids=[0], pad_id=0, precision="no")
-    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)
+    grader = choose_grader(rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), cfg.eval.grader, cfg.eval.grader_threshold)
     return text(splits.train), text(splits.heldout), text(splits.ood), order, settings.eval, grader.name, grader.threshold
 
 

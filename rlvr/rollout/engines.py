@@ -17,6 +17,7 @@ multi-turn, is driven from rlvr/envs/episodes.py (`run_episodes`), which opens a
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -101,20 +102,30 @@ class QuantizedEngine(PolicyEngine):
         refresh(self.policy, policy)
 
 
-def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> RolloutEngine:
-    """The engine rollout.engine names, sampling from `policy` (cfg: a rlvr Config), or from a copy in
-    rollout.weights' format when that is not fp32; copies are made on the policy's device. `precision`:
-    train.mixed_precision resolved ("bf16": vLLM samples in bf16)."""
-    r = cfg.rollout
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """What building a rollout engine reads (rlvr.train.settings.engine_settings makes it from the config)."""
+
+    rollout: object  # the rollout section (rlvr.config.RolloutConfig, its vllm keys included)
+    model_name: str  # model.name: what vLLM loads before the trainer's weights are pushed
+    model_dtype: str  # model.dtype: vLLM's dtype without bf16 autocast
+    seed: int  # train.seed: vLLM's sampling seed
+
+
+def make_engine(s: EngineSettings, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> RolloutEngine:
+    """The engine rollout.engine names, sampling from `policy`, or from a copy in rollout.weights' format
+    when that is not fp32; copies are made on the policy's device. `precision`: train.mixed_precision
+    resolved ("bf16": vLLM samples in bf16)."""
+    r = s.rollout
     check_device(r, of_model(policy))
     if r.engine == "vllm" and r.vllm.server_url:  # vLLM servers the user started (HTTP only: no vllm here)
         from rlvr.rollout.vllm_server import make_server_engine
 
-        return make_server_engine(cfg, policy, workdir)
+        return make_server_engine(s, policy, workdir)
     if r.engine == "vllm":
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
-        return make_vllm_engine(cfg, policy, workdir, precision)
+        return make_vllm_engine(s, policy, workdir, precision)
     weights = rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy))
     if weights == "fp32" and r.overlap != "none":  # the update changes the policy while the next rollout samples
         weights = "snapshot"

@@ -25,7 +25,7 @@ import yaml
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 
-from rlvr.config import Config, to_dict
+from rlvr.config.paths import changed_keys
 from rlvr.errors import RlvrError, write_error
 from rlvr.report.console import say
 from rlvr.io import atomic_save_model, atomic_write_text
@@ -250,12 +250,12 @@ def restore(run: Run, state: dict) -> Progress:
     return Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
 
 
-def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
+def restore_checkpoint(run: Run, state: dict, path: Path, config: dict) -> Progress:
     """`restore`, with a checkpoint that does not fit this start's config (an override that changes what
     its weights are, the model, the optimizer's groups or the task's problems) said in one line naming
     the keys that differ from the run's config.yaml, instead of the error of whichever state failed to
     load, or (weights that would load into another model) of none. Any other key this start changes is
-    said in a note."""
+    said in a note. `config`: this start's config as plain values (to_dict's)."""
     check_weight_settings(state, path, run.settings.checkpoint.weights, run.out / "config.yaml")
     problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
     why = None
@@ -269,11 +269,11 @@ def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progre
         except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
         else:
-            changed = changed_keys(run.out / "config.yaml", cfg, ignore=("train.out",))
+            changed = changed_keys(run.out / "config.yaml", config, ignore=("train.out",))
             if changed:  # a learning rate, more steps, a dropout: the run goes on under them from here
                 say(f"note: resuming with settings changed from the run's config.yaml: {', '.join(changed)}")
             return p
-    changed = changed_keys(run.out / "config.yaml", cfg)
+    changed = changed_keys(run.out / "config.yaml", config)
     raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
                     + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
                     + "; nothing in the run directory was changed: resume without those overrides")
@@ -299,33 +299,14 @@ def check_weight_settings(state: dict, path: Path, now: dict, saved: Path) -> No
                         f"(--model.name={path} --train.out=NEW_DIR)")
 
 
-def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.steps", "train.out")) -> list[str]:
-    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
-    the keys in `ignore` aside (by default those a resume changes freely)."""
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
-                                                                                        "ood_params") else {f"{prefix}{k}": v})
-        return out
-
-    try:
-        old = flat(yaml.safe_load(saved.read_text()) or {})
-    except (OSError, yaml.YAMLError):
-        return []
-    new = flat(to_dict(cfg))
-    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and k not in ignore][:8]
-
-
-def finished_run(cfg: Config) -> dict | None:
-    """The summary of a run that finished under cfg as it is, so a resume has nothing to do: its
-    summary.json (written last, once the final model is saved) says it ended at train.steps uninterrupted,
-    its newest checkpoint is of that step (an extension cut short leaves a later one and an earlier
-    summary), and cfg is its config.yaml (an override is a resume's own: it goes the usual way, refused
-    or noted); None otherwise."""
-    out, steps = Path(cfg.train.out), cfg.train.steps
-    if changed_keys(out / "config.yaml", cfg) or not (out / "config.yaml").is_file():
+def finished_run(out: Path, steps: int, config: dict) -> dict | None:
+    """The summary of the run in `out` when it finished under `config` (plain values, to_dict's) as it is, so
+    a resume has nothing to do: its summary.json (written last, once the final model is saved) says it ended
+    at train.steps (`steps`) uninterrupted, its newest checkpoint is of that step (an extension cut short
+    leaves a later one and an earlier summary), and `config` is its config.yaml (an override is a resume's
+    own: it goes the usual way, refused or noted); None otherwise."""
+    out = Path(out)
+    if changed_keys(out / "config.yaml", config) or not (out / "config.yaml").is_file():
         return None
     try:
         summary = json.loads((out / "summary.json").read_text())

@@ -193,7 +193,7 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
             calls.append(("sync", float(sum(v.double().sum() for v in policy.state_dict().values()))))
 
     monkeypatch.setattr(assemble_module, "make_engine",
-                        lambda cfg, policy, out, precision: Recording(policy, make_engine(cfg, policy, out, precision)._generate))
+                        lambda s, policy, out, precision: Recording(policy, make_engine(s, policy, out, precision)._generate))
     out = tmp_path / "run"
     shutil.copytree(alone, out)
     assert main(["train", "--resume", str(out), "--train.steps=7"]) == 0

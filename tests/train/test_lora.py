@@ -4,13 +4,15 @@ import pytest
 import torch
 
 from rlvr.config import AlgoConfig, Config, LoraConfig, OptimizerConfig
+
+from rlvr.train.settings import update_settings
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.io import atomic_save_model
 from rlvr.rollout.builtin import generate
 from rlvr.train.forward import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, policy_update, reference_forward
+from rlvr.train.update import policy_update, reference_forward
 
 LORA = LoraConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
 
@@ -26,7 +28,7 @@ def rollout_batch(model, tok):
 
 def settings(tok, **algo):
     cfg = Config(algo=AlgoConfig(**algo), optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
-    return UpdateSettings.of(cfg, tok.pad_token_id, "no")
+    return update_settings(cfg, tok.pad_token_id, "no")
 
 
 def logp(model, batch, pad_id):
