@@ -98,7 +98,9 @@ class Settings:
     lora_r: int = 0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     precision: str = "bf16"  # train.mixed_precision resolved: bf16 autocast or no
-    rollout_copy: bool = False  # a bf16 rollout copy of an fp32 policy (rollout.weights auto on CUDA, or bf16)
+    # the engine's copy of the weights (rlvr.rollout.engines.engine_weights): fp32 none, bf16 / int8 a rollout copy,
+    # snapshot one step off's copy of the policy in its own dtype, vllm vLLM's own (not counted here)
+    rollout_copy: str = "fp32"
     reference: str = "none"  # none, adapters_off, copy, bf16_copy
     optimizer_state: str = "fp32"
     prompts: int = 8
@@ -116,15 +118,14 @@ class Settings:
 
         from rlvr.device import resolve_precision
         from rlvr.models import weight_dtype
+        from rlvr.rollout.engines import engine_weights
         from rlvr.train.forward import reference_in_bf16
 
         dev = torch.device(device)
         dtype = str(weight_dtype(cfg.model.dtype, stored_dtype, dev)).removeprefix("torch.")
         precision = resolve_precision(cfg.train.mixed_precision, dev)
         lora = cfg.model.lora.r > 0
-        copy = cfg.rollout.engine != "vllm" and (cfg.rollout.weights in ("bf16", "int8") or (  # as make_engine
-            cfg.rollout.weights == "auto" and device == "cuda" and precision == "bf16" and dtype == "float32"
-            and cfg.model.quantize == "none"))
+        copy = engine_weights(cfg.rollout, dev, precision, dtype == "float32" and cfg.model.quantize == "none")
         ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
             "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
         return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
@@ -155,8 +156,9 @@ def estimate(shape: Shape, s: Settings) -> Plan:
     others = (shape.embed_params + (2 * shape.layers + 1) * shape.hidden) * w
     adapters = shape.layers * sum(s.lora_r * (a + b) for n, (a, b) in shape.linear().items() if n in s.lora_targets)
     weights = linear + others + adapters * 4  # PEFT keeps adapters in fp32
-    if s.rollout_copy:  # the copy's linear layers and head in bf16, the rest as the policy's
-        weights += (shape.linear_params + shape.vocab * shape.hidden) * 2 + others
+    if s.rollout_copy in ("bf16", "int8", "snapshot"):  # the copy's linear layers and head (bf16, int8 counted as
+        # bf16; a snapshot in the policy's dtype, LoRA merged), the rest as the policy's
+        weights += (shape.linear_params + shape.vocab * shape.hidden) * (w if s.rollout_copy == "snapshot" else 2) + others
     if s.reference in ("copy", "bf16_copy"):
         weights += (shape.linear_params + shape.vocab * shape.hidden) * (2 if s.reference == "bf16_copy" else w) + others
     trainable = adapters if s.lora_r > 0 else shape.params
@@ -337,14 +339,16 @@ def parse_size(text: str) -> float:
 def _changes(s: Settings) -> list[tuple[str, object]]:
     """The settings a user can change to save memory, most effective first: (override, Settings -> Settings)."""
     ref = lambda t: "adapters_off" if t.reference != "none" else "none"
+    # adapters drop a rollout copy made for an fp32 policy (as the plan has long counted); one step off's snapshot stays
+    copy = lambda t: "snapshot" if t.rollout_copy == "snapshot" else "fp32"
     out = []
     if s.dtype == "float32":  # model.dtype float32 (the default) holds an fp32 copy of a bf16 checkpoint
         out.append(("--model.dtype=bfloat16", lambda t: replace(t, dtype="bfloat16")))
     if s.lora_r == 0:
-        out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=False)))
+        out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=copy(t))))
     if s.quantize == "none":  # the 4-bit base trains adapters only: advice a run accepts names the rank too
         out.append(("--model.quantize=nf4" + ("" if s.lora_r else " --model.lora.r=16"),
-                    lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16, reference=ref(t), rollout_copy=False)))
+                    lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16, reference=ref(t), rollout_copy=copy(t))))
     if not s.checkpointing:
         out.append(("--train.gradient_checkpointing=true", lambda t: replace(t, checkpointing=True)))
     if s.optimizer_state == "fp32" and s.lora_r == 0:

@@ -126,10 +126,7 @@ def make_engine(s: EngineSettings, policy: torch.nn.Module, workdir: Path, preci
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
         return make_vllm_engine(s, policy, workdir, precision)
-    weights = rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy))
-    if weights == "fp32" and r.overlap != "none":  # the update changes the policy while the next rollout samples
-        weights = "snapshot"
-    engine = _local_engine(r, policy, weights)
+    engine = _local_engine(r, policy, engine_weights(r, of_model(policy), precision, trains_fp32(policy)))
     if r.engine == "builtin":
         graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
@@ -143,6 +140,18 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
     if not all([graphed.enable(m) for m in on_gpu]):
         log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
                     "Mistral or Qwen2 with full attention); decoding eagerly")
+
+
+def engine_weights(r, device: torch.device, precision: str, fp32_policy: bool = True) -> str:
+    """The weights the engine of rollout section `r` samples from, on `device` under `precision`: "fp32" (the
+    policy itself: no copy), "bf16" or "int8" (a rollout copy in that format), "snapshot" (rollout.overlap
+    one_step_off over the policy's own format: a copy of its weights in their dtype, since the update
+    changes the policy while the next rollout samples), or "vllm" (vLLM holds its own). make_engine builds
+    this engine and rlvr plan counts this copy: one rule for both."""
+    if r.engine == "vllm":
+        return "vllm"
+    weights = rollout_weights(r.weights, device, precision, fp32_policy)
+    return "snapshot" if weights == "fp32" and r.overlap != "none" else weights
 
 
 def rollout_weights(weights: str, device: torch.device, precision: str, fp32_policy: bool = True) -> str:
