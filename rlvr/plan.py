@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlvr.errors import RlvrError
-from rlvr.hub import cache_dir, cached_config, is_hub_name
+from rlvr.hub import cached_config, hf_cache_dir, is_hub_name
 from rlvr.models import SHAPES
 
 GIB = 2**30
@@ -89,7 +89,7 @@ class Shape:
 
 
 @dataclass(kw_only=True, frozen=True)
-class Settings:
+class PlanSettings:
     """What of a run's config sizes its memory, resolved for its device."""
 
     device: str = "cuda"  # cuda or cpu
@@ -112,7 +112,7 @@ class Settings:
     packed: bool = False  # train.packed: a row per group, its prompt once, under its [tokens, tokens] mask (sdpa)
 
     @staticmethod
-    def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "Settings":
+    def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "PlanSettings":
         """The settings of a rlvr Config on `device` (cuda or cpu); `stored_dtype`: the checkpoint's."""
         import torch
 
@@ -128,7 +128,7 @@ class Settings:
         copy = engine_weights(cfg.rollout, dev, precision, dtype == "float32" and cfg.model.quantize == "none")
         ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
             "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
-        return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
+        return PlanSettings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
                         lora_targets=tuple(ALL_LINEAR if cfg.model.lora.target_modules == "all-linear"
                                            else cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
                         reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
@@ -140,7 +140,7 @@ class Settings:
 @dataclass(kw_only=True)
 class Plan:
     shape: Shape
-    settings: Settings
+    settings: PlanSettings
     rollout: dict[str, float] = field(default_factory=dict)  # component -> bytes
     update: dict[str, float] = field(default_factory=dict)
 
@@ -149,7 +149,7 @@ class Plan:
         return max(sum(self.rollout.values()), sum(self.update.values()))
 
 
-def estimate(shape: Shape, s: Settings) -> Plan:
+def estimate(shape: Shape, s: PlanSettings) -> Plan:
     """The plan of `shape` under `s` (module docstring)."""
     w = BYTES[s.dtype]
     linear = shape.linear_params * (NF4_BYTES if s.quantize == "nf4" else w)
@@ -206,7 +206,7 @@ def estimate(shape: Shape, s: Settings) -> Plan:
 
 def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
     """The plan of a rlvr Config's run on `device` (cuda or cpu), from model.name's config alone."""
-    return estimate(shape_of(cfg.model.name), Settings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
+    return estimate(shape_of(cfg.model.name), PlanSettings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
 
 
 def unplanned(cfg) -> str:
@@ -296,7 +296,7 @@ def shape_of(name: str) -> Shape:
     if is_hub_name(name):  # org/name: its config.json from the Hugging Face cache, which the run would load from
         config = cached_config(name)
         if config is None:
-            raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({cache_dir()}); the plan needs "
+            raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({hf_cache_dir()}); the plan needs "
                             f"its config.json alone: `hf download {name} config.json`, or a local model directory")
         return _from_config(json.loads(config.read_text()), name)
     known = sorted(p.stem for p in SHAPES.glob("*.json"))
@@ -336,8 +336,8 @@ def parse_size(text: str) -> float:
 # ---------------------------------------------------------------------------------------------- fitting
 
 
-def _changes(s: Settings) -> list[tuple[str, object]]:
-    """The settings a user can change to save memory, most effective first: (override, Settings -> Settings)."""
+def _changes(s: PlanSettings) -> list[tuple[str, object]]:
+    """The settings a user can change to save memory, most effective first: (override, PlanSettings -> PlanSettings)."""
     ref = lambda t: "adapters_off" if t.reference != "none" else "none"
     # adapters drop a rollout copy made for an fp32 policy (as the plan has long counted); one step off's snapshot stays
     copy = lambda t: "snapshot" if t.rollout_copy == "snapshot" else "fp32"
@@ -364,7 +364,7 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
     return out
 
 
-def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
+def fixes(shape: Shape, s: PlanSettings, budget: float) -> list[tuple[str, Plan]]:
     """Changes that bring the peak within `budget`: each one that does alone, or else the shortest run of
     them, in _changes' order, that does together, less any of it the rest fits without; [] when none does."""
     changes = _changes(s)

@@ -7,12 +7,12 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.errors import RlvrError
-from rlvr.plan import CPU_PROCESS, GIB, Settings, Shape, estimate, fixes, parse_size, report, shape_of
+from rlvr.plan import CPU_PROCESS, GIB, PlanSettings, Shape, estimate, fixes, parse_size, report, shape_of
 
 # tiny-random's numbers: per layer q 64x64, k and v 64x32, o 64x64, gate/up/down 64x128: 36,864 weights
 SMALL = Shape(name="small", vocab=100, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128,
               tied=True)
-CPU = Settings(device="cpu", dtype="float32", precision="no", prompts=2, group=3, prompt_tokens=10, new_tokens=6,
+CPU = PlanSettings(device="cpu", dtype="float32", precision="no", prompts=2, group=3, prompt_tokens=10, new_tokens=6,
                micro_batch_prompts=2)
 
 
@@ -112,7 +112,7 @@ def test_sizes():
 
 
 def test_what_fits_a_24_gib_card():
-    s = Settings(dtype="bfloat16", lora_r=16, reference="adapters_off", prompts=8, group=8, new_tokens=512)
+    s = PlanSettings(dtype="bfloat16", lora_r=16, reference="adapters_off", prompts=8, group=8, new_tokens=512)
     p = estimate(shape_of("llama-3.1-8b"), s)
     assert p.peak > 24 * GIB  # every micro-batch's activations held at once
     found = fixes(p.shape, s, 24 * GIB)
@@ -141,7 +141,7 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
     # Qwen2.5-32B under the defaults (model.dtype float32) on a 24 GiB card: the advice said no change
     # fits, since it never offered bf16 weights; with them, 4 bits, checkpointing, micro-batches of one
     # prompt and 128-token completions fit, each key said once (micro_batch_prompts was given as 2, then 1)
-    s = Settings(dtype="float32", precision="bf16", rollout_copy="bf16")
+    s = PlanSettings(dtype="float32", precision="bf16", rollout_copy="bf16")
     shape = shape_of("qwen2.5-32b")
     [(label, p)] = fixes(shape, s, 24 * GIB)
     assert label == ("--model.dtype=bfloat16 --model.quantize=nf4 --model.lora.r=16 "

@@ -88,7 +88,7 @@ def keep_before(kept: tuple[dict, dict[str, list[dict]]], splits: Splits, grader
     """`kept_before`'s evaluation written back into the cleared run directory (eval_before.jsonl, the row of
     evals.jsonl) when its records are of this start's held-out and OOD problems, in order, and graded by
     the built-in checker (a user's grader may be the very code that was fixed); returns its result
-    ({split}_{metric}_before, as `run_eval` returns it), or None (evaluate again)."""
+    ({split}_{metric}_before, as `evaluate_models` returns it), or None (evaluate again)."""
     row, records = kept
     same = all([r["question"] for r in records.get(s, [])] == [p.question for p in getattr(splits, s)] for s in SPLITS)
     if grader.user or not same or not set(records) <= set(SPLITS):
@@ -127,7 +127,7 @@ def eval_line(result: dict, tag: str) -> str:
     return "; ".join(parts)
 
 
-def run_eval(models: Models, data: Data, s: EvalSettings, tag: str, baseline: dict | None = None,
+def evaluate_models(models: Models, data: Data, s: EvalSettings, tag: str, baseline: dict | None = None,
              splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation of the policy on `splits` of data (flips against `baseline` unless tag is before);
     the before and after evaluations' records go to the run directory."""
@@ -151,4 +151,4 @@ def eval_on_main(models: Models, data: Data, s: EvalSettings, dist: Dist, tag: s
                  splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation on rank 0 (the others get {}, {}); under FSDP every rank helps gather the weights."""
     with gathered(models.policy), sampling_autocast(dist.device, s.precision):
-        return run_eval(models, data, s, tag, baseline, splits) if dist.is_main else ({}, {})
+        return evaluate_models(models, data, s, tag, baseline, splits) if dist.is_main else ({}, {})

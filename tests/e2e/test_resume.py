@@ -11,6 +11,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints, save_checkpoint, truncate_jsonl
+from tests.conftest import read_jsonl
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -19,10 +20,6 @@ RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.
        "--train.save_every=2", "--train.eval_every=3", "--train.samples_every=0", "--algo.beta=0.04",
        "--algo.ref_sync_every=2", "--train.threads=1", "--task.params.min_digits=1", "--task.params.digits=2",
        "--curriculum.mode=adaptive"]
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def untimed(rows):

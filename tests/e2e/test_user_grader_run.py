@@ -10,6 +10,7 @@ from rlvr.cli import main
 
 REWARDS = '''
 import re
+from tests.conftest import read_jsonl
 
 def final(text):
     m = re.search(r"####\\s*(-?[\\d,]+)", str(text))
@@ -48,10 +49,6 @@ def user(tmp_path):
     fns = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fns)
     return data, module, fns
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_training_and_rlvr_eval_grade_with_the_users_own_reward(tmp_path, user, capsys):

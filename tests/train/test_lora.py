@@ -181,9 +181,9 @@ def test_all_linear_targets_every_linear_layer_but_the_head(tiny):
     # r x (in + out) per layer: q 64+64, k and v 64+32, o 64+64, gate and up 64+128, down 128+64; 2 layers
     assert sum(p.numel() for p in wrapped.parameters() if p.requires_grad) == 2 * 4 * (
         2 * 128 + 2 * 96 + 3 * 192) == 8192
-    from rlvr.plan import Settings, estimate, shape_of
+    from rlvr.plan import PlanSettings, estimate, shape_of
 
-    s = Settings.of(cfg, "cpu")
+    s = PlanSettings.of(cfg, "cpu")
     assert s.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     assert estimate(shape_of("tiny-random"), s).update["optimizer"] == 8 * 8192  # the plan counts the same adapters
     with pytest.raises(ConfigError, match=r"model.lora.target_modules is a list of layer names \(e.g. \[q_proj, "
