@@ -24,7 +24,7 @@ from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.readers import save_rows
 from rlvr.tasks.curriculum import build_sampler
-from rlvr.train.checkpoint import prepare_run_dir
+from rlvr.train.rundir import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.forward import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler

@@ -13,9 +13,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
-import signal
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -26,84 +23,16 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
                                                      set_optimizer_state_dict)
 
 from rlvr.config.paths import changed_keys
-from rlvr.errors import RlvrError, write_error
+from rlvr.errors import RlvrError
 from rlvr.report.console import say
 from rlvr.io import atomic_save_model, atomic_write_text
 from rlvr.report.sinks import jsonl_records
 from rlvr.models import base_model_path, load_model
-from rlvr.train.rundir import LOCK, remove_leftovers
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.settings import weight_settings
 from rlvr.train.state import Progress, Run
 from rlvr.checkpoint_files import (CHECKPOINTS, checkpoint_path, checkpoints, checksum_file, latest_checkpoint,
                                    load_checkpoint)
-
-# What a run writes into its directory besides config.yaml: a fresh run into a directory it may replace
-# (train.overwrite, or a resume that found no checkpoint) removes them, so no record of an earlier run
-# in the same directory is read as this one's.
-RUN_RECORDS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
-               "health.jsonl", "summary.json", "report.html")
-RUN_DIRS = (CHECKPOINTS, "final")
-
-
-# How each entry point spells the three ways on from a run directory that is taken: resume it (None: the
-# entry point cannot), another directory, or replacing it
-WAYS = {"rlvr train": ("`rlvr train --resume {out}`", "--train.out=DIR", "--train.overwrite=true"),
-        "rlvr sft": (None, "--train.out=DIR", "--train.overwrite=true"),
-        "rlvr.fit": ("rlvr.fit(resume='{out}', rewards=...)", "train__out=DIR", "train__overwrite=True")}
-
-
-def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train") -> None:
-    """Refuse to start a fresh run in a directory that holds anything, unless train.overwrite: read
-    only, so it can run first, before the config's data and model are loaded. `command`: a key of WAYS."""
-    out = Path(out)
-    resume, elsewhere, replace = WAYS[command]
-    if out.exists() and not out.is_dir():
-        raise RlvrError(f"train.out={out} is a file, not a directory; choose another with {elsewhere}")
-    held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
-    if not held or overwrite:
-        return
-    shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
-    options = [f"continue it with {resume.format(out=out)}"] if resume and (out / "config.yaml").is_file() else []
-    options += [f"choose another directory with {elsewhere}", f"replace it with {replace}"]
-    raise RlvrError(f"{out} already holds files ({shown}) and nothing in it was changed: "
-                    f"{', '.join(options[:-1])} or {options[-1]}")
-
-
-def check_restart(out: str | Path) -> None:
-    """A resume that finds no checkpoint starts the run again from step 0, replacing the directory's records:
-    refused where the directory holds more than a start that stopped short of its first checkpoint (a
-    run's summary.json or final/ model: a finished run whose checkpoints were deleted to free space, an
-    rlvr sft run), which starting again would delete. Read only, before anything loads."""
-    out = Path(out)
-    held = [name for name in ("summary.json", "final") if (out / name).exists()]
-    if not held:
-        return
-    further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
-        if "final" in held else ""
-    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from, and the "
-                    f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
-                    f"replace; nothing in it was changed: {further}replace the run with rlvr train "
-                    f"{out / 'config.yaml'} --train.overwrite=true")
-
-
-def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
-    """Create the run directory and write its config.yaml; a fresh run first removes an earlier run's
-    records, checkpoints and final model (a resumed run keeps them); both remove what writes cut short
-    by a kill left. Called by rank 0 only, once the config, data and model (and a resumed run's
-    checkpoint) have loaded: a start that fails before it leaves the directory as it was."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise write_error(out, e) from None
-    if fresh:
-        for name in RUN_RECORDS:
-            (out / name).unlink(missing_ok=True)
-        for name in RUN_DIRS:
-            shutil.rmtree(out / name, ignore_errors=True)
-    remove_leftovers(out, ("config.yaml", *RUN_RECORDS, *RUN_DIRS))
-    atomic_write_text(out / "config.yaml", config_yaml)
-
 
 def rng_state() -> dict:
     """The global random generators: Python, NumPy, torch. Rollouts draw from per-group seeds
@@ -357,26 +286,3 @@ def save_final(run: Run) -> None:
         plain, _ = load_model(c.model_name, c.model_dtype)
         plain.load_state_dict(state)
         atomic_save_model(plain, m.tok, run.out / "final")
-
-
-class StopOnSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
-
-    def __init__(self):
-        self.signal: str | None = None
-        self._old = {}
-
-    def _handle(self, signum, frame):
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
-
-    def __enter__(self) -> "StopOnSignal":
-        if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)

@@ -26,7 +26,7 @@ from rlvr.report.sinks import JsonlWriter, NullWriter
 from rlvr.report.trackers import eval_metrics, open_trackers
 from rlvr.rewards.workers import owned_by_run
 from rlvr.errors import RlvrError, WriteError
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
+from rlvr.train.checkpoint import (CHECKPOINTS, checkpoint_path,
                                    finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
                                    save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import Dist, allreduce_scalars, close_distributed, init_distributed, lost_peer
@@ -37,7 +37,8 @@ from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run
 from rlvr.train.step import collect, train_step
-from rlvr.train.rundir import RunLock, check_data, fingerprint
+from rlvr.train.rundir import RunLock, check_data, check_restart, check_run_dir, fingerprint
+from rlvr.train.signals import StopOnSignal
 from rlvr.train.update import EntropyState
 
 

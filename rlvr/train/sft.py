@@ -40,7 +40,7 @@ from rlvr.tasks import Epochs, Problem, build_splits
 from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.tasks.files import gold_candidates
 from rlvr.config.paths import anchored
-from rlvr.train.checkpoint import check_run_dir, prepare_run_dir
+from rlvr.train.rundir import check_run_dir, prepare_run_dir
 from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import eval_line, eval_on_main, flip_summary
 from rlvr.train.settings import eval_settings

@@ -1,0 +1,31 @@
+"""Stopping a run cleanly: SIGINT or SIGTERM lets the step finish and a checkpoint be written (rlvr/train/grpo.py
+reads `signal` after each step)."""
+from __future__ import annotations
+
+import signal
+import threading
+
+from rlvr.report.console import say
+
+
+class StopOnSignal:
+    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old = {}
+
+    def _handle(self, signum, frame):
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
+
+    def __enter__(self) -> "StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
