@@ -68,8 +68,22 @@ def test_quantize_base_leaves_the_head_and_embeddings_and_keeps_the_outputs_clos
 def test_nf4_is_refused_without_lora():
     with pytest.raises(RlvrError, match="model.lora.r > 0"):
         build_config(None, ["--model.quantize=nf4"])
-    with pytest.raises(RlvrError, match="rollout.engine builtin or hf"):
+    with pytest.raises(RlvrError, match="own 4-bit weights: use rollout.weights auto or fp32"):
         build_config(None, ["--model.quantize=nf4", "--model.lora.r=4", "--rollout.weights=int8"])
+
+
+def test_nf4_with_vllm_pushes_adapters_only():
+    """vLLM holds the base in the model's own dtype, so only the adapters can cross: a merged push, or NCCL (whole
+    tensors), is refused naming both settings; auto and adapters are taken."""
+    for extra in (["--rollout.vllm.sync=merged"],
+                  ["--rollout.vllm.server_url=http://h:1", "--rollout.vllm.weight_push=nccl"]):
+        with pytest.raises(RlvrError, match="model.quantize=nf4 with vLLM pushes the LoRA adapters alone.*"
+                                            "rollout.vllm.sync auto or adapters, and rollout.vllm.weight_push=disk"):
+            build_config(None, ["--model.quantize=nf4", "--model.lora.r=4", "--rollout.engine=vllm", *extra])
+    for sync in ("auto", "adapters"):
+        cfg = build_config(None, ["--model.quantize=nf4", "--model.lora.r=4", "--rollout.engine=vllm",
+                                  f"--rollout.vllm.sync={sync}", "--rollout.vllm.server_url=http://h:1"])
+        assert cfg.rollout.vllm.sync == sync
 
 
 def test_lora_on_nf4_trains_adapters_and_reference_and_sampler_read_the_same_4bit_weights():

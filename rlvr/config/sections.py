@@ -142,6 +142,13 @@ class VllmConfig:
     """Server mode: how the weights reach the servers after each update: disk (written under weights_dir,
     each server reloads them in place: the CPU platform, and GPUs sharing a filesystem), or nccl (vLLM's
     weight-transfer API, GPU to GPU; not tested by rlvr's suite: docs/vllm.md)."""
+    sync: str = "auto"
+    """What crosses to vLLM after each update with LoRA (model.lora.r > 0), colocated or servers: adapters (the
+    LoRA adapter alone, in PEFT's format: vLLM holds the base once and each rollout request names the newest
+    adapter; servers need --enable-lora, docs/vllm.md), merged (every weight with the adapters merged in), or
+    auto: adapters wherever vLLM's LoRA serves them, merged where it cannot (LoRA on embeddings or the output
+    head, DoRA, ranks above 512: a note says which) or where weight_push=nccl. With model.quantize=nf4 only
+    adapters work (vLLM's base is the model in its own dtype). Without LoRA every weight is pushed."""
     weights_dir: str = ""
     """Server mode: where the pushed weights are written for the servers to load (a directory every server
     can read: shared storage across nodes); empty: <train.out>/vllm-weights, where only the newest version
@@ -303,9 +310,17 @@ class TrainConfig:
     """Where the models, rollouts and updates run: auto (the GPU when torch sees one, else the CPU), cpu,
     cuda, or cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK."""
     threads: int = 0
-    """torch CPU threads; 0 keeps torch's default."""
+    """torch CPU threads; 0 keeps torch's default (the machine's cores). On the CPU a run repeats bit for bit
+    at the same thread count: fix it to compare runs across machines."""
+    deterministic: str = "auto"
+    """auto (on for the CPU, off on CUDA), on, or off. On: torch's deterministic algorithms, and on CUDA a
+    fixed cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG), cuDNN deterministic with benchmark off, NCCL's
+    all-reduce pinned (NCCL_ALGO=Ring, NCCL_PROTO=Simple), flash-attention's deterministic backward and
+    vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1): the same config and seed then give the same run on
+    the same GPUs, at the cost of slower kernels. A variable already set is kept. rlvr/device.py."""
     save_every: int = 10
-    """Checkpoint every this many steps (0: only at the end and on SIGINT/SIGTERM)."""
+    """Checkpoint every this many steps, at the last step and on SIGINT/SIGTERM (0: never, as TRL's
+    save_strategy="no": no checkpoint at all, so the run cannot be resumed; final/ is still written)."""
     keep_checkpoints: int = 2
     """Checkpoints kept in RUN_DIR/checkpoints; older ones are deleted."""
     parallel: str = "ddp"

@@ -42,6 +42,11 @@ def _rollout(cfg: Config) -> list[tuple[bool, str]]:
         (v.max_model_len >= 0, "rollout.vllm.max_model_len must be >= 0 (0: the model's own)"),
         (v.timeout_s > 0, "rollout.vllm.timeout_s must be > 0"),
         _one_of(v.weight_push, "rollout.vllm.weight_push", ("disk", "nccl")),
+        _one_of(v.sync, "rollout.vllm.sync", ("auto", "adapters", "merged")),
+        (v.sync != "adapters" or cfg.model.lora.r > 0, "rollout.vllm.sync=adapters pushes LoRA adapters: set "
+         "model.lora.r > 0, or rollout.vllm.sync=auto"),
+        (v.sync != "adapters" or v.weight_push == "disk" or not v.server_url, "rollout.vllm.sync=adapters pushes "
+         "the adapters as files the servers load: set rollout.vllm.weight_push=disk (nccl moves merged weights)"),
         (not v.server_url or r.engine == "vllm", "rollout.vllm.server_url samples from vLLM servers: set "
          "rollout.engine=vllm with it, or leave it empty"),
         *[(url.startswith(("http://", "https://")), f"rollout.vllm.server_url '{url}' must start with http:// "
@@ -142,9 +147,12 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         _one_of(cfg.model.quantize, "model.quantize", ("none", "nf4")),
         (cfg.model.quantize == "none" or cfg.model.lora.r > 0,
          "model.quantize=nf4 freezes the base in 4 bits: it trains LoRA adapters only, so set model.lora.r > 0"),
-        (cfg.model.quantize == "none" or (cfg.rollout.engine != "vllm" and cfg.rollout.weights in ("auto", "fp32")),
-         "model.quantize=nf4 decodes with the policy's own 4-bit weights: use rollout.engine builtin or hf and "
-         "rollout.weights auto or fp32"),
+        (cfg.model.quantize == "none" or cfg.rollout.engine == "vllm" or cfg.rollout.weights in ("auto", "fp32"),
+         "model.quantize=nf4 decodes with the policy's own 4-bit weights: use rollout.weights auto or fp32"),
+        (cfg.model.quantize == "none" or cfg.rollout.engine != "vllm" or (
+            cfg.rollout.vllm.sync != "merged" and (cfg.rollout.vllm.weight_push == "disk" or not cfg.rollout.vllm.server_url)),
+         "model.quantize=nf4 with vLLM pushes the LoRA adapters alone (vLLM holds the base in the model's own "
+         "dtype): set rollout.vllm.sync auto or adapters, and rollout.vllm.weight_push=disk"),
         (not (cfg.model.lora.r > 0 and cfg.algo.ref_sync_every > 0),
          "algo.ref_sync_every needs a separate reference; with model.lora.r > 0 the reference is the base"),
         (min(task.ood_size, task.train_size, task.few_shot, 0 if task.heldout_size is None else task.heldout_size) >= 0,
@@ -167,6 +175,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (set(cfg.log.trackers) <= set(TRACKERS),  # at build time, before a run directory is touched
          f"unknown tracker in log.trackers {cfg.log.trackers}: each one of {', '.join(TRACKERS)}"),
         _one_of(t.mixed_precision, "train.mixed_precision", ("auto", "no", "bf16")),
+        _one_of(t.deterministic, "train.deterministic", ("auto", "on", "off")),
         _one_of(t.lm_head, "train.lm_head", ("auto", "fused", "chunked")),
         (check_device_spec(t.device) is None, check_device_spec(t.device) or ""),
         (cfg.eval.max_new_tokens >= 1 and cfg.eval.batch_size >= 1,

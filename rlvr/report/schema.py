@@ -34,6 +34,8 @@ METRICS: dict[str, str] = {
     "micro_batches": SUM, "untrained_micro_batches": SUM, "entropy/coef": MEAN, "entropy/watched_mean": MEAN,
     "lr": MEAN, "processes": MEAN,
     "rollout/logp_mismatch_mean_abs": MEAN, "rollout/logp_mismatch_max": MAX, "rollout/policy_lag": MEAN,
+    # what crossed to an engine with weights of its own (vLLM) in the step: rank 0 pushes to servers
+    "rollout/sync_bytes": MAX, "rollout/sync_s": MAX,
     # the update's token weights: the sampler correction, the off-policy mask, the high-entropy selection
     "sampler/masked_token_frac": TOKEN_SHARE, "sampler/truncated_token_frac": TOKEN_SHARE,
     "sampler/weight_mean": TOKEN_SHARE, "entropy/selected_frac": TOKEN_SHARE,

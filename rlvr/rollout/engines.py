@@ -3,7 +3,8 @@
     engine.generate(prompts, seeds=..., **sampling) -> Rollout   G completions per prompt
     engine.session(prompts, seeds=..., **sampling) -> Session    the same rows, turn by turn (episodes)
     engine.sleep()                                                free memory while the trainer updates
-    engine.sync_weights(policy)                                   sample from the updated policy next
+    engine.sync_weights(policy)                                   sample from the updated policy next (vLLM:
+                                                                  merged weights, or LoRA adapters alone)
 
 The built-in engine (rollout.engine=builtin, rlvr/rollout/builtin.py; its decode loop in decoding.py)
 and plain Hugging Face generate (hf, rlvr/rollout/hf_engine.py) run the training policy itself, so sleep and sync have nothing to do;
@@ -55,8 +56,9 @@ class RolloutEngine(Protocol):
     def sleep(self) -> None:
         """Free what the engine holds (KV cache, weights) while the trainer updates."""
 
-    def sync_weights(self, policy: torch.nn.Module) -> None:
-        """Make the next generate sample from the policy's current weights."""
+    def sync_weights(self, policy: torch.nn.Module) -> int | None:
+        """Make the next generate sample from the policy's current weights; the bytes that crossed to an engine
+        holding weights of its own (vLLM: rollout/sync_bytes), None for one sampling with the policy itself."""
 
 
 class PolicyEngine:
@@ -109,6 +111,7 @@ class EngineSettings:
     rollout: object  # the rollout section (rlvr.config.RolloutConfig, its vllm keys included)
     model_name: str  # model.name: what vLLM loads before the trainer's weights are pushed
     model_dtype: str  # model.dtype: vLLM's dtype without bf16 autocast
+    model_quantize: str = "none"  # model.quantize: vLLM's adapter sync needs the unquantised base (nf4)
     seed: int  # train.seed: vLLM's sampling seed
 
 

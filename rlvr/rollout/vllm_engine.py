@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -50,10 +51,14 @@ from rlvr.errors import RlvrError
 from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random, unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
-from rlvr.rollout.weights import policy_weight_items
+from rlvr.rollout.weights import (adapter_rank, dir_bytes, policy_weight_items, resolve_sync, vllm_lora_rank,
+                                  write_adapter)
+from rlvr.text import say
 
 INSTALL_HINT = "pip install 'rlvr[vllm]'"
-SLEEP_LEVEL = 2  # weights and KV cache dropped while the trainer updates: sync_weights rewrites them all
+# weights and KV cache dropped while the trainer updates, since a merged sync rewrites every weight; with adapters
+# the base is never pushed again, so it is kept (level 1: offloaded to the host, restored at wake-up)
+SLEEP_LEVEL = {"merged": 2, "adapters": 1}
 
 
 # ---------------------------------------------------------------- guards
@@ -110,14 +115,15 @@ CPU_BATCHED_TOKENS = 4096  # vLLM's own default for an LLM on the CPU
 
 
 def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, kv_cache_gib: float | None,
-                  max_model_len: int, model_max_len: int, sleep: bool, seed: int) -> dict:
+                  max_model_len: int, model_max_len: int, sleep: bool, seed: int, lora_rank: int = 0) -> dict:
     """Keyword arguments of vllm.LLM for the colocated engine (and the flags a server takes: docs/vllm.md).
     kv_cache_gib None: gpu_memory_utilization's share of the GPU, CPU_KV_CACHE_GIB on the CPU platform.
     max_model_len 0: the model's own (model_max_len). Eager on the CPU (no inductor compile at each start);
     sleep mode only on a GPU (the CPU platform refuses it). No chunked prefill on the CPU: when a prompt's
     prefill is split over engine steps, vLLM rewinds the request's seeded generator by an offset, which a
     CPU generator does not have ("CPU Generator does not use offset": the engine dies), and every rlvr
-    request is seeded; a step then takes whole prompts, so it must fit the longest one."""
+    request is seeded; a step then takes whole prompts, so it must fit the longest one. lora_rank > 0: vLLM serves
+    one LoRA adapter of that rank at a time (rollout.vllm.sync adapters), each new version evicting the last."""
     if kv_cache_gib is None and platform == "cpu":
         kv_cache_gib = CPU_KV_CACHE_GIB
     kw = {"dtype": dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
@@ -126,6 +132,8 @@ def engine_kwargs(*, platform: str, dtype: str, gpu_memory_utilization: float, k
         kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
     else:
         kw["gpu_memory_utilization"] = gpu_memory_utilization
+    if lora_rank > 0:
+        kw.update(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=1)
     if platform == "cpu":
         kw.update(enforce_eager=True, enable_chunked_prefill=False,
                   max_num_batched_tokens=max(CPU_BATCHED_TOKENS, max_model_len or model_max_len))
@@ -208,8 +216,9 @@ class VllmEngine:
     """vLLM in this process (a CUDA GPU or vLLM's CPU platform); sample with generate, push the policy's
     weights with sync_weights (weights_version counts the pushes)."""
 
-    def __init__(self, model_dir: str | Path, **kwargs):
-        """kwargs: engine_kwargs(...)."""
+    def __init__(self, model_dir: str | Path, adapters_dir: Path | None = None, **kwargs):
+        """kwargs: engine_kwargs(...). adapters_dir: each push writes the policy's LoRA adapter in a new directory
+        there and vLLM loads it (kwargs' enable_lora set); None: every weight is reloaded."""
         # In-process engine core: reload_weights then hands the trainer's tensors over by reference
         # instead of pickling them to a worker process.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -219,6 +228,8 @@ class VllmEngine:
         self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         self.asleep = False
         self.weights_version = 0  # pushes so far; 0: the weights it was loaded with
+        self.adapters_dir = None if adapters_dir is None else Path(adapters_dir)
+        self.lora = None  # the LoRARequest every rollout names (adapters): the newest pushed
 
     def generate(self, prompts: list[list[int]], *, seeds: list[int] | None = None, group_size: int,
                  max_new_tokens: int, temperature: float, top_p: float = 1.0, top_k: int = 0, stop_ids: list[int],
@@ -234,7 +245,8 @@ class VllmEngine:
         params = [SamplingParams(**sampling_kwargs(**common, seed=None if seeds is None else seeds[i]))
                   for i in range(len(prompts))]
         try:
-            outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+            outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False,
+                                        lora_request=self.lora)
         except request_errors() as e:  # a request vLLM refuses (a prompt longer than its context), not a crash
             context = self.llm.llm_engine.vllm_config.model_config.max_model_len
             raise RlvrError(f"vLLM refused a rollout request: {e} vLLM's context here is {context} tokens "
@@ -250,20 +262,38 @@ class VllmEngine:
         return RecomputeSession(self.generate, prompts, **sampling)
 
     def sync_weights(self, policy: torch.nn.Module) -> int:
-        """Load the policy's current weights (LoRA merged, the tied head included) into vLLM; returns how
-        many tensors."""
+        """Load the policy's current weights (LoRA merged, the tied head included) into vLLM, or with
+        adapters_dir its LoRA adapter alone (a new version, which every later rollout names; the previous one
+        removed); returns the bytes handed over."""
         self.wake()  # a sleeping engine's weight memory is not mapped
+        if self.adapters_dir is not None:
+            return self._push_adapter(policy)
         items = policy_weight_items(policy)
         with torch.no_grad():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self.weights_version += 1
-        return len(items)
+        return sum(t.numel() * t.element_size() for _, t in items)
+
+    def _push_adapter(self, policy: torch.nn.Module) -> int:
+        """vLLM loads adapters by path: each version in a directory of its own, with an id of its own (vLLM keys
+        its adapter cache and prefix cache by the id, so nothing computed with the old adapter is reused)."""
+        from vllm.lora.request import LoRARequest
+
+        version = self.weights_version + 1
+        path = write_adapter(policy, self.adapters_dir / f"v{version}")
+        request = LoRARequest(f"rlvr-{version}", version, str(path))
+        self.llm.llm_engine.add_lora(request)
+        if self.lora is not None:
+            self.llm.llm_engine.remove_lora(self.lora.lora_int_id)
+            shutil.rmtree(self.lora.lora_path, ignore_errors=True)
+        self.lora, self.weights_version = request, version
+        return dir_bytes(path)
 
     def sleep(self) -> None:
         """Free the KV cache and offload the weights while the trainer updates (no-op when disabled)."""
         if self.sleep_enabled and not self.asleep:
-            self.llm.sleep(level=SLEEP_LEVEL)
+            self.llm.sleep(level=SLEEP_LEVEL["merged" if self.adapters_dir is None else "adapters"])
             self.asleep = True
 
     def wake(self) -> None:
@@ -317,11 +347,16 @@ def make_vllm_engine(s, policy: torch.nn.Module, workdir: Path, precision: str =
         os.environ.update(cpu_thread_env(torch.get_num_threads()))
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
     dtype = "bfloat16" if precision == "bf16" else s.model_dtype
+    sync, note = resolve_sync(v.sync, policy, quantized=s.model_quantize == "nf4")
+    if note:
+        say(note)
     kwargs = engine_kwargs(platform=platform, dtype=dtype, gpu_memory_utilization=v.gpu_memory_utilization,
                            kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
                            model_max_len=unwrap(policy).config.max_position_embeddings, sleep=v.sleep,
-                           seed=s.seed)
-    engine = VllmEngine(vllm_model_dir(s.model_name, Path(workdir)), **kwargs)
+                           seed=s.seed, lora_rank=adapter_rank(policy) if sync == "adapters" else 0)
+    adapters = Path(workdir) / "vllm-adapters" if sync == "adapters" else None
+    engine = VllmEngine(vllm_model_dir(s.model_name, Path(workdir)), adapters, **kwargs)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
-    # resume the loop syncs again, once the checkpoint is restored)
+    # resume the loop syncs again, once the checkpoint is restored). With adapters vLLM's base is the one it
+    # loaded from model.name, which LoRA leaves frozen: the trainer's own, or with nf4 its unquantised original
     return engine

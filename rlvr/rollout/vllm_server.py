@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -48,8 +47,14 @@ from rlvr.models import unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.vllm_engine import outputs_to_rollout
-from rlvr.rollout.weights import policy_weight_items
+from rlvr.rollout.weights import (adapter_items, adapter_rank, dir_bytes, policy_weight_items, resolve_sync,
+                                  vllm_lora_rank, write_adapter, write_tensors)
+from rlvr.text import say
 
+LORA_ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+LORA_HINT = ("with LoRA rlvr pushes the adapters alone: start the server with --enable-lora --max-lora-rank R "
+             "--max-loras 1 and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (docs/vllm.md), or set rollout.vllm.sync=merged")
+ADAPTER_VERSION = "lora-"  # the version names of adapter pushes: the server's base is still the one it loaded
 DEV_MODE_HINT = ("start it with VLLM_SERVER_DEV_MODE=1 (its weight-reload and weight-version routes) and "
                  "--logprobs-mode processed_logprobs: docs/vllm.md")
 
@@ -64,10 +69,12 @@ class ServerError(RlvrError):
     """A vLLM server that refused, failed or did not answer in time."""
 
 
-def call(url: str, path: str, body: dict | None = None, *, timeout: float, what: str, first: bool = False) -> dict:
+def call(url: str, path: str, body: dict | None = None, *, timeout: float, what: str, first: bool = False,
+         text: bool = False) -> dict:
     """One HTTP request to a server: GET without a body, POST with one (JSON); the JSON answer ({} when
-    empty). Any failure is a ServerError naming the server, the route and `what` it was for. first: the
-    first contact, whose short `timeout` (FIRST_CONTACT_S) is the address's test, said as such."""
+    empty; text: the answer may be plain text, as vLLM's LoRA routes give, and is then dropped). Any failure is
+    a ServerError naming the server, the route and `what` it was for. first: the first contact, whose short
+    `timeout` (FIRST_CONTACT_S) is the address's test, said as such."""
     limit = f"{timeout:g} s of the first contact" if first else f"rollout.vllm.timeout_s={timeout:g} s"
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST",
@@ -78,7 +85,9 @@ def call(url: str, path: str, body: dict | None = None, *, timeout: float, what:
     except urllib.error.HTTPError as e:
         detail = e.read()[:500].decode(errors="replace")
         hint = ""
-        if e.code == 404:  # the OpenAI routes are every vLLM server's; the others need its dev mode
+        if e.code == 404 and path in LORA_ROUTES:
+            hint = f"; {LORA_HINT}"
+        elif e.code == 404:  # the OpenAI routes are every vLLM server's; the others need its dev mode
             hint = "; is it a vLLM server?" if path.startswith("/v1/") else f"; {DEV_MODE_HINT}"
         raise ServerError(f"vLLM server {url}: {path} ({what}) answered HTTP {e.code}: {detail}{hint}") from None
     except (TimeoutError, socket.timeout) as e:  # connected, then nothing
@@ -95,6 +104,8 @@ def call(url: str, path: str, body: dict | None = None, *, timeout: float, what:
     try:
         return json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError:
+        if text:
+            return {}
         raise ServerError(f"vLLM server {url}: {path} ({what}) answered with something that is not JSON: "
                           f"{raw[:200]!r}") from None
 
@@ -130,24 +141,8 @@ def completion_lists(answer: dict, group_size: int, url: str) -> tuple[list[list
 
 def write_weights(items: list[tuple[str, torch.Tensor]], target: Path) -> Path:
     """The weights as one safetensors file in directory `target`, which appears whole or not at all
-    (written beside it, then renamed). Tensors that share memory (a tied head) are written as copies."""
-    from safetensors.torch import save_file
-
-    seen, tensors = set(), {}
-    for name, t in items:
-        t = t.detach().to("cpu").contiguous()
-        key = (t.untyped_storage().data_ptr(), t.storage_offset())
-        tensors[name] = t.clone() if key in seen else t
-        seen.add(key)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-    try:
-        save_file(tensors, str(tmp / "model.safetensors"))
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    (rlvr.rollout.weights.write_tensors: a tied head written as a copy)."""
+    return write_tensors(target, "model.safetensors", items)
 
 
 def check_server_config(url: str, config: dict) -> None:
@@ -163,6 +158,18 @@ def check_server_config(url: str, config: dict) -> None:
         raise ServerError(f"vLLM server {url} runs on the CPU with chunked prefill, where a seeded request whose "
                           "prompt is split over steps kills its engine (rlvr seeds every request): restart it with "
                           "--no-enable-chunked-prefill --max-num-batched-tokens N (N at least --max-model-len)")
+
+
+def check_lora_server(url: str, config: dict, rank: int) -> None:
+    """Refuse, before anything is pushed, a server that cannot take adapters of `rank` (config: its vllm_config
+    as /server_info shows it)."""
+    lora = config.get("lora_config")
+    if not lora:
+        raise ServerError(f"vLLM server {url} runs without LoRA, and {LORA_HINT}")
+    held = int(lora.get("max_lora_rank") or 0)
+    if held < rank:
+        raise ServerError(f"vLLM server {url} takes LoRA ranks up to {held} (--max-lora-rank), and the trainer's "
+                          f"adapters have rank {rank}: restart it with --max-lora-rank {vllm_lora_rank(rank)}")
 
 
 _EMBEDDING = re.compile(r"\(embed_tokens\): \w+\((?=[^)]*org_vocab_size=(\d+))(?=[^)]*embedding_dim=(\d+))")
@@ -201,13 +208,19 @@ class VllmServerEngine:
     engine's own older versions are."""
 
     def __init__(self, urls: list[str], *, weights_dir: Path, timeout_s: float, push: str = "disk",
-                 rank: int = 0, world: int = 1, owns_dir: bool = False, first_contact_s: float = FIRST_CONTACT_S):
+                 rank: int = 0, world: int = 1, owns_dir: bool = False, first_contact_s: float = FIRST_CONTACT_S,
+                 adapters_rank: int = 0):
+        """adapters_rank > 0: each push is the policy's LoRA adapter alone (rollout.vllm.sync resolved to
+        adapters; its largest rank), loaded by every server on the base it holds; 0: the merged weights."""
         if not urls:
             raise RlvrError("rollout.vllm.server_url: no server URL given")
         if push not in ("disk", "nccl"):
             raise ValueError(f"push must be disk or nccl, not {push}")
+        if adapters_rank and push == "nccl":
+            raise ValueError("adapters are pushed as files (push disk)")
         self.urls, self.timeout, self.push, self.first_contact_s = urls, timeout_s, push, first_contact_s
         self.weights_dir, self.rank, self.world, self.owns_dir = Path(weights_dir), rank, world, owns_dir
+        self.adapters_rank = adapters_rank
         self.tag = uuid.uuid4().hex[:8]  # this engine's versions: another run's pushes never match
         self.weights_version = 0  # pushes so far
         self.expected: str | None = None  # the version every server must hold; None until the first push
@@ -222,6 +235,13 @@ class VllmServerEngine:
             raise ServerError(f"vLLM server {url} serves no model")
         info = call(url, "/server_info?config_format=json", timeout=self.timeout, what="reading its settings")
         check_server_config(url, info.get("vllm_config", {}))
+        if self.adapters_rank:
+            check_lora_server(url, info.get("vllm_config", {}), self.adapters_rank)
+            held = self.version_of(url)
+            if held != "default" and not held.startswith(ADAPTER_VERSION):
+                raise ServerError(f"vLLM server {url} holds pushed weights (version {held!r}), not the model it "
+                                  "started with: the adapters would sit on another base than the trainer's. Restart "
+                                  "the server (docs/vllm.md)")
         return models[0]["id"]
 
     # ------------------------------------------------------------ versions
@@ -250,7 +270,7 @@ class VllmServerEngine:
         targets = [self.urls[(self.rank + i) % len(self.urls)] for i in range(len(prompts))]
         used = list(dict.fromkeys(targets))
         self.check_versions(used)
-        bodies = [completion_body(self.models[url], p, seed=None if seeds is None else seeds[i],
+        bodies = [completion_body(self.expected if self.adapters_rank and self.expected else self.models[url], p, seed=None if seeds is None else seeds[i],
                                   group_size=group_size, max_new_tokens=max_new_tokens, temperature=temperature,
                                   top_p=top_p, top_k=top_k, stop_ids=stop_ids) for i, (p, url) in enumerate(zip(prompts, targets))]
         tokens, logps, reasons = [], [], []
@@ -278,26 +298,32 @@ class VllmServerEngine:
     # ------------------------------------------------------------ pushing weights
 
     def sync_weights(self, policy: torch.nn.Module) -> int:
-        """Push the policy's weights (LoRA merged, the tied head included) to every server and name the new
-        version there; returns how many tensors. Called on every rank: rank 0 pushes, the others wait for it."""
-        items = policy_weight_items(policy)  # every rank: an FSDP gather is a collective
+        """Push the policy's weights (LoRA merged, the tied head included), or its LoRA adapter alone
+        (adapters_rank), to every server and name the new version there; returns the bytes pushed (on rank 0;
+        0 on the others). Called on every rank: rank 0 pushes, the others wait for it."""
+        # every rank: an FSDP gather is a collective
+        items = adapter_items(policy) if self.adapters_rank else policy_weight_items(policy)
         self.weights_version += 1
-        version = f"{self.tag}-{self.weights_version}"
-        error = None
+        version = f"{ADAPTER_VERSION if self.adapters_rank else ''}{self.tag}-{self.weights_version}"
+        error, pushed = None, 0
         if self.rank == 0:
             try:
-                self._push(items, version, policy)
+                pushed = self._push(items, version, policy)
             except RlvrError as e:  # raised after the barrier, so the other ranks are not left waiting
                 error = e
         self._barrier()
         if error is not None:
             raise error
         self.expected = version
-        return len(items)
+        return pushed
 
-    def _push(self, items, version: str, policy) -> None:
+    def _push(self, items, version: str, policy) -> int:
+        """One push to every server; the bytes it moved."""
+        if self.adapters_rank:
+            return self._push_adapter(items, version, policy)
         if self.push == "nccl":
             self._push_nccl(items, policy)
+            pushed = sum(t.numel() * t.element_size() for _, t in items)
         else:
             path = write_weights(items, self.weights_dir / version)
             try:
@@ -311,15 +337,41 @@ class VllmServerEngine:
                                       "model the trainer trains? A failed reload leaves vLLM unable to reload "
                                       "again: restart the server (docs/vllm.md)") from None
                 raise
+            pushed = dir_bytes(path)
         self._each(lambda url: call(url, "/reset_prefix_cache", {}, timeout=self.timeout,
                                     what="dropping the prompt cache computed with the old weights"))
         self._each(lambda url: call(url, "/update_weight_version", {"new_version": version}, timeout=self.timeout,
                                     what="naming the new weights version"))
         if self.push == "disk":
-            # every server holds the new ones now
-            for old in self.weights_dir.glob("*" if self.owns_dir else f"{self.tag}-*"):
-                if old.name != version:
-                    shutil.rmtree(old, ignore_errors=True)
+            self._remove_older(version)
+        return pushed
+
+    def _push_adapter(self, items, version: str, policy) -> int:
+        """The policy's adapter (items: adapter_items) written under weights_dir/version and loaded by every
+        server under that name, which each rollout request then names (the base they hold is never touched); the
+        previous version unloaded."""
+        path = write_adapter(policy, self.weights_dir / version, items)
+        try:
+            self._each(lambda url: call(url, "/v1/load_lora_adapter", {"lora_name": version, "lora_path": str(path)},
+                                        timeout=self.timeout, what=f"loading the adapter from {path}", text=True))
+        except ServerError:
+            shutil.rmtree(path, ignore_errors=True)  # a version no server will serve
+            raise
+        self._each(lambda url: call(url, "/update_weight_version", {"new_version": version}, timeout=self.timeout,
+                                    what="naming the new weights version"))
+        if self.expected is not None:  # no request names it any more
+            previous = self.expected
+            self._each(lambda url: call(url, "/v1/unload_lora_adapter", {"lora_name": previous}, timeout=self.timeout,
+                                        what=f"unloading the adapter {previous}", text=True))
+        self._remove_older(version)
+        return dir_bytes(path)
+
+    def _remove_older(self, version: str) -> None:
+        """Every server holds `version` now: the files of older ones go (a killed run's too where the directory
+        is the run's own)."""
+        for old in self.weights_dir.glob("*" if self.owns_dir else f"*{self.tag}-*"):
+            if old.name != version:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _each(self, fn) -> None:
         """fn(url) on every server at once; the first failure is raised."""
@@ -392,8 +444,13 @@ def make_server_engine(s, policy: torch.nn.Module, workdir: Path) -> VllmServerE
         raise RlvrError("rollout.vllm.weight_push=nccl broadcasts from the trainer's GPU, and the trainer is on "
                         f"{next(policy.parameters()).device}: use rollout.vllm.weight_push=disk")
     weights_dir = Path(v.weights_dir).expanduser() if v.weights_dir else Path(workdir) / "vllm-weights"
+    sync, note = resolve_sync(v.sync, policy, quantized=s.model_quantize == "nf4",
+                              whole_tensors=v.weight_push == "nccl")
+    if note and rank == 0:
+        say(note)
     engine = VllmServerEngine(v.urls(), weights_dir=weights_dir, timeout_s=v.timeout_s, push=v.weight_push,
-                              rank=rank, world=world, owns_dir=not v.weights_dir)
+                              rank=rank, world=world, owns_dir=not v.weights_dir,
+                              adapters_rank=adapter_rank(policy) if sync == "adapters" else 0)
     for url, served in engine.models.items():
         check_served_model(url, served, policy, s.model_name, v.timeout_s)
     made = [d for d in (weights_dir, *weights_dir.parents) if not d.exists()]  # deepest first

@@ -241,8 +241,10 @@ def finished_run(out: Path, steps: int, config: dict) -> dict | None:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    # with train.save_every=0 the run wrote no checkpoint, so none may be newer than its end either
+    last = latest_checkpoint(out) if cfg.train.save_every else checkpoint_path(out, steps)
     if (not isinstance(summary, dict) or summary.get("steps") != steps or summary.get("interrupted")
-            or latest_checkpoint(out) != checkpoint_path(out, steps) or not (out / "final").is_dir()):
+            or last != checkpoint_path(out, steps) or not (out / "final").is_dir()):
         return None
     return summary
 

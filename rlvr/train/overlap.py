@@ -60,6 +60,7 @@ class Rollouts:
         self.updates = updates  # optimizer steps the policy has taken
         self.synced = updates  # optimizer steps the engine's weights have taken (a resumed engine was synced)
         self.pending: Pending | None = None
+        self.pushed: dict[str, float] = {}  # this step's pushes to the engine (rollout/sync_bytes, rollout/sync_s)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rlvr-rollout") if one_step_off else None
         if pending is not None and one_step_off:
             done = Future()
@@ -98,6 +99,8 @@ class Rollouts:
         except RlvrError as e:
             raise RolloutError(str(e)) from e
         collected.metrics["rollout/policy_lag"] = self.updates - version
+        collected.metrics.update(self.pushed)
+        self.pushed = {}
         if self.one_step_off:
             took = collected.metrics["time/collect_s"]
             collected.metrics["time/rollout_wait_s"] = waited
@@ -115,9 +118,14 @@ class Rollouts:
         self.updates += 1
 
     def sync(self) -> None:
-        """The engine takes the policy's weights, unless it holds them already."""
+        """The engine takes the policy's weights, unless it holds them already; what an engine with weights of its
+        own (vLLM) was sent, and how long that took, go in this step's metrics."""
         if self.synced != self.updates:
-            self.engine.sync_weights(self.policy)
+            t0 = time.perf_counter()
+            pushed = self.engine.sync_weights(self.policy)
+            if pushed is not None:
+                self.pushed = {"rollout/sync_bytes": self.pushed.get("rollout/sync_bytes", 0) + pushed,
+                               "rollout/sync_s": self.pushed.get("rollout/sync_s", 0.0) + time.perf_counter() - t0}
             self.synced = self.updates
 
     def state(self) -> dict | None:

@@ -11,6 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
+import yaml
+
 from rlvr.checkpoint_files import CHECKPOINTS
 from rlvr.errors import RlvrError, write_error
 from rlvr.io import atomic_write_text
@@ -215,9 +217,15 @@ def check_restart(out: str | Path) -> None:
     held = [name for name in ("summary.json", "final") if (out / name).exists()]
     if not held:
         return
+    none = ""
+    try:
+        if (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("train", {}).get("save_every") == 0:
+            none = " (it ran with train.save_every=0, which writes no checkpoint)"
+    except (OSError, yaml.YAMLError, AttributeError):
+        pass
     further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
         if "final" in held else ""
-    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from, and the "
+    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from{none}, and the "
                     f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
                     f"replace; nothing in it was changed: {further}replace the run with rlvr train "
                     f"{out / 'config.yaml'} --train.overwrite=true")

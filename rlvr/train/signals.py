@@ -9,17 +9,20 @@ from rlvr.report.console import say
 
 
 class StopOnSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
+    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it.
+    `checkpoint`: whether the stop writes one (train.save_every=0 writes none)."""
 
-    def __init__(self):
+    def __init__(self, checkpoint: bool = True):
         self.signal: str | None = None
+        self.checkpoint = checkpoint
         self._old = {}
 
     def _handle(self, signum, frame):
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum).name
-        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
+        say(f"{self.signal}: finishing step, " + ("writing a checkpoint, " if self.checkpoint else "")
+            + "then exiting (SIGINT again to abandon)")
 
     def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():

@@ -247,14 +247,15 @@ class FakeLLM:
         self.loaded = list(kwargs["weights_iterator"])
         return [None]
 
-    def generate(self, prompts, params, use_tqdm):
-        self.calls.append(("generate", prompts, params))
+    def generate(self, prompts, params, use_tqdm, lora_request):
+        self.calls.append(("generate", prompts, params, lora_request))
         return self.outputs
 
 
 def fake_engine(llm, sleep):
     engine = object.__new__(ve.VllmEngine)  # skip __init__: it needs vllm and a GPU
     engine.llm, engine.sleep_enabled, engine.asleep, engine.weights_version = llm, sleep, False, 0
+    engine.adapters_dir, engine.lora = None, None  # merged pushes
     return engine
 
 
@@ -273,9 +274,10 @@ def test_sleep_wake_and_sync_order(tiny):
     engine.sleep()
     engine.sleep()  # already asleep: once
     n = engine.sync_weights(model)  # wakes first: a sleeping engine's weights are not mapped
-    assert llm.calls == [("sleep", ve.SLEEP_LEVEL), ("wake_up",), ("collective_rpc", "reload_weights"),
+    assert llm.calls == [("sleep", 2), ("wake_up",), ("collective_rpc", "reload_weights"),
                          ("reset_prefix_cache",)]
-    assert n == len(llm.loaded) == len(model.state_dict())  # the tied head included
+    assert len(llm.loaded) == len(model.state_dict())  # the tied head included
+    assert n == sum(t.numel() * 4 for _, t in llm.loaded)  # the bytes handed over: fp32
     assert not engine.asleep and engine.weights_version == 1
 
 
@@ -289,7 +291,8 @@ def test_generate_builds_requests_and_rollout(monkeypatch):
     r = engine.generate([[1, 4]], group_size=2, max_new_tokens=2, temperature=0.8, top_p=0.95, top_k=0,
                         stop_ids=[2], pad_id=0, seeds=[10])
     assert llm.calls[0] == ("wake_up",)
-    _, prompts, params = llm.calls[1]
+    _, prompts, params, lora = llm.calls[1]
+    assert lora is None  # merged weights: the base model's name
     assert prompts == [{"prompt_token_ids": [1, 4]}]
     assert params == [ve.sampling_kwargs(group_size=2, max_new_tokens=2, temperature=0.8, top_p=0.95, top_k=0,
                                          stop_ids=[2], seed=10)]

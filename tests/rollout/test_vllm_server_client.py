@@ -69,15 +69,13 @@ def test_a_hung_server_is_told_at_the_first_contact_not_after_the_request_timeou
     listener.bind(("127.0.0.1", 0))
     listener.listen()  # accepts connections, never answers
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    start = time.perf_counter()
-    try:
+    try:  # the error names first_contact_s (0.5 s): rollout.vllm.timeout_s (600) would have said otherwise
         with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no answer to /v1/models \(listing its model\) "
                                                  r"within 0.5 s of the first contact: a vLLM server answers it at once.*"
                                                  r"\(rollout.vllm.server_url\)"):
             vs.VllmServerEngine([url], weights_dir="unused", timeout_s=600, first_contact_s=0.5)
     finally:
         listener.close()
-    assert time.perf_counter() - start < 30  # rollout.vllm.timeout_s is 600
 
 
 def test_an_address_that_drops_packets_is_told_in_seconds_naming_the_key():
@@ -90,15 +88,13 @@ def test_an_address_that_drops_packets_is_told_in_seconds_naming_the_key():
     port = listener.getsockname()[1]
     queued = socket.create_connection(("127.0.0.1", port), timeout=5)
     url = f"http://127.0.0.1:{port}"
-    start = time.perf_counter()
-    try:
+    try:  # the error names first_contact_s (0.5 s), not rollout.vllm.timeout_s (600)
         with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no connection within 0.5 s of the first contact: "
                                                  r"is rollout.vllm.server_url's host and port right"):
             vs.VllmServerEngine([url], weights_dir="unused", timeout_s=600, first_contact_s=0.5)
     finally:
         queued.close()
         listener.close()
-    assert time.perf_counter() - start < 30  # rollout.vllm.timeout_s is 600
 
 
 class FakeVllm(BaseHTTPRequestHandler):
@@ -182,8 +178,11 @@ def test_push_names_the_version_and_a_stale_server_is_refused(fake_server, tmp_p
     server, url = fake_server
     model, tok = tiny
     engine = vs.VllmServerEngine([url], weights_dir=tmp_path / "w", timeout_s=5)
-    assert engine.sync_weights(model) == len(model.state_dict())
+    pushed = engine.sync_weights(model)
     version = f"{engine.tag}-1"
+    # the bytes written for the servers (rollout/sync_bytes): the file, every weight in it (the tied head a copy)
+    assert pushed == (tmp_path / "w" / version / "model.safetensors").stat().st_size
+    assert pushed > sum(t.numel() * 4 for t in model.state_dict().values())
     assert server.version == version and engine.expected == version
     paths = [p for p, _ in server.posts]
     assert paths == ["/collective_rpc", "/reset_prefix_cache", "/update_weight_version"]

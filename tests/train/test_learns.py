@@ -79,7 +79,7 @@ def test_bf16_weights_learn_it_and_checkpoint_their_fp32_masters(tmp_path):
 
     from rlvr.train.checkpoint import checkpoints, load_checkpoint
 
-    share = digit_share_per_step(tmp_path, 1.0, "grpo", "--model.dtype=bfloat16")
+    share = digit_share_per_step(tmp_path, 1.0, "grpo", "--model.dtype=bfloat16", f"--train.save_every={STEPS}")
     first, last = sum(share[:5]) / 5, sum(share[-5:]) / 5
     assert first < 0.3
     assert last > 0.8 and last > first + 0.5, share

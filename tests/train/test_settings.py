@@ -13,11 +13,12 @@ READERS: dict[str, set[str] | None] = {
     "rlvr/cli_args.py": None,
     "rlvr/api.py": None,  # rlvr.fit: rlvr train from Python
     "rlvr/plan.py": None,  # rlvr plan (PlanSettings.of reads it once; setup prints the plan)
-    "rlvr/train/grpo.py": {"start", "train", "_locked", "_train"},  # rlvr train
+    "rlvr/train/grpo.py": {"start", "train", "_locked", "_joined", "_train"},  # rlvr train
     "rlvr/train/sft.py": {"sft", "_locked"},  # rlvr sft
     "rlvr/eval/suite.py": {"run_eval"},  # rlvr eval
     "rlvr/train/assemble.py": None,  # the builder of a Run: tasks, rewards, models, optimizer, engine, settings
-    "rlvr/train/settings.py": {"of", "update_settings", "engine_settings", "eval_settings"},  # each phase's settings
+    # each phase's settings; determinism_of: train.deterministic, read before anything starts CUDA
+    "rlvr/train/settings.py": {"of", "update_settings", "engine_settings", "eval_settings", "determinism_of"},
 }
 CONFIG_NAMES = {"cfg", "config"}
 
