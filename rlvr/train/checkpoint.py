@@ -228,7 +228,7 @@ def check_weight_settings(state: dict, path: Path, now: dict, saved: Path) -> No
                         f"(--model.name={path} --train.out=NEW_DIR)")
 
 
-def finished_run(out: Path, steps: int, config: dict) -> dict | None:
+def finished_run(out: Path, steps: int, save_every: int, config: dict) -> dict | None:
     """The summary of the run in `out` when it finished under `config` (plain values, to_dict's) as it is, so
     a resume has nothing to do: its summary.json (written last, once the final model is saved) says it ended
     at train.steps (`steps`) uninterrupted, its newest checkpoint is of that step (an extension cut short
@@ -242,7 +242,7 @@ def finished_run(out: Path, steps: int, config: dict) -> dict | None:
     except (OSError, ValueError):
         return None
     # with train.save_every=0 the run wrote no checkpoint, so none may be newer than its end either
-    last = latest_checkpoint(out) if cfg.train.save_every else checkpoint_path(out, steps)
+    last = latest_checkpoint(out) if save_every else checkpoint_path(out, steps)
     if (not isinstance(summary, dict) or summary.get("steps") != steps or summary.get("interrupted")
             or last != checkpoint_path(out, steps) or not (out / "final").is_dir()):
         return None

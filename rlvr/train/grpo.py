@@ -199,7 +199,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
             check_run_dir(cfg.train.out, cfg.train.overwrite)
         # a finished run resumed as it is: its final evaluation and model made again would cost time and change
         # nothing (TRL's resume past max_steps trains nothing either)
-        elif (done := finished_run(Path(cfg.train.out), cfg.train.steps, to_dict(cfg))) is not None:
+        elif (done := finished_run(Path(cfg.train.out), cfg.train.steps, cfg.train.save_every, to_dict(cfg))) is not None:
             say(f"{cfg.train.out} finished at step {cfg.train.steps} (summary.json, final/): nothing to do and "
                 f"nothing changed; extend it with --train.steps=N (more than {cfg.train.steps}), or evaluate its "
                 f"model with rlvr eval --model {Path(cfg.train.out) / 'final'}")

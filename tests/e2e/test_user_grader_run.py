@@ -7,10 +7,10 @@ import random
 import pytest
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 REWARDS = '''
 import re
-from tests.conftest import read_jsonl
 
 def final(text):
     m = re.search(r"####\\s*(-?[\\d,]+)", str(text))
