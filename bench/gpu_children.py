@@ -262,13 +262,14 @@ def engine_sample(job: dict):
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.models import load_model
     from rlvr.rollout.engines import make_engine, rollout_weights, trains_fp32
+    from rlvr.train.settings import engine_settings
 
     cfg = build_config(DEMO_CONFIG, [f"--model.name={job['model_dir']}", f"--train.device={job['device']}",
                                      *shlex.split(job["overrides"])])
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(cfg.train.mixed_precision, device)
     model, tok = load_model(cfg.model.name, cfg.model.dtype, device)
-    engine = make_engine(cfg, model.eval(), Path(job["work"]), precision)
+    engine = make_engine(engine_settings(cfg), model.eval(), Path(job["work"]), precision)
     weights = rollout_weights(cfg.rollout.weights, device, precision, trains_fp32(model))
     print(f"engine: model.dtype {cfg.model.dtype}, precision {precision}, rollout.weights {cfg.rollout.weights} "
           f"({weights})", flush=True)

@@ -37,9 +37,9 @@ def planned_to_fit(shapes: tuple[str, ...], card: int, smoke: bool) -> tuple[str
         return shapes
     if str(ROOT) not in sys.path:  # the repository's rlvr, as the children import it
         sys.path.insert(0, str(ROOT))
-    from rlvr.plan import GIB, Settings, estimate, shape_of
+    from rlvr.plan import GIB, PlanSettings, estimate, shape_of
 
-    s = Settings(dtype="bfloat16", quantize="nf4", lora_r=16, prompts=8, group=8, prompt_tokens=80, new_tokens=256,
+    s = PlanSettings(dtype="bfloat16", quantize="nf4", lora_r=16, prompts=8, group=8, prompt_tokens=80, new_tokens=256,
                  micro_batch_prompts=1, checkpointing=True)
     fits = [i for i, name in enumerate(shapes) if estimate(shape_of(name), s).peak <= card * GIB]
     return shapes[fits[0]:] if fits else shapes[-1:]

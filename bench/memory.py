@@ -43,10 +43,11 @@ def measure(name: str, steps: int, model_name: str) -> dict:
     import torch
 
     from rlvr.config import Config, LoraConfig, OptimizerConfig
+    from rlvr.train.settings import update_settings
     from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
     from rlvr.train.batch import Batch
     from rlvr.train.optim import adamw
-    from rlvr.train.update import UpdateSettings, policy_update
+    from rlvr.train.update import policy_update
 
     rank, checkpointing, precision, dtype = CONFIGS[name]
     torch.manual_seed(0)
@@ -65,7 +66,7 @@ def measure(name: str, steps: int, model_name: str) -> dict:
                   advantages=torch.randn(b), group_size=GROUP)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = adamw([{"params": trainable, "lr": 1e-5}], 0.0)
-    settings = UpdateSettings.of(Config(optimizer=OptimizerConfig(micro_batch_prompts=4)), tok.pad_token_id,
+    settings = update_settings(Config(optimizer=OptimizerConfig(micro_batch_prompts=4)), tok.pad_token_id,
                                  precision)
     t0 = time.perf_counter()
     for _ in range(steps):

@@ -61,7 +61,7 @@ def random_model(work: Path) -> Path:
 def measure(name: str, steps: int, work: Path) -> dict:
     """One configuration in this (fresh) process: the plan and the measured peaks of the last step."""
     from rlvr.config import build_config
-    from rlvr.plan import GIB, Settings, estimate, shape_of
+    from rlvr.plan import GIB, PlanSettings, estimate, shape_of
     from rlvr.train.step import collect, train_step
     from rlvr.train.assemble import setup
     from rlvr.train.overlap import Rollouts
@@ -83,7 +83,7 @@ def measure(name: str, steps: int, work: Path) -> dict:
         for step in range(1, steps + 1):
             m, collected = train_step(run, step, rollouts)
     prompt_tokens = max(len(q) for q in collected.rollout.prompt_ids)
-    plan = estimate(shape_of(str(model)), Settings.of(cfg, "cpu", "float32", prompt_tokens))
+    plan = estimate(shape_of(str(model)), PlanSettings.of(cfg, "cpu", "float32", prompt_tokens))
     return {"name": name, "baseline_gib": before, "prompt_tokens": prompt_tokens,
             "completion_tokens": m["completion/length_mean"],
             "measured": {"rollout": m["memory/rollout_peak_gib"] - before, "update": m["memory/update_peak_gib"] - before},

@@ -10,12 +10,9 @@ def openmp_wait(load: float, cores: int) -> dict[str, str]:
     """How torch's OpenMP threads wait for each other, from the load average when rlvr is imported. They spin
     (libgomp's default, about 3 ms) before they sleep. On a CPU that other work holds (reward workers,
     sandboxes, other jobs: load at least the core count) a spinning thread burns its slice waiting for a
-    peer that is not running, so there they sleep at once (PASSIVE): greedy evaluation of 6 problems on
-    smollm2 took 75-85 s instead of 7 s spinning without bound (bench/eval_threads.py), and the update's
-    forward + backward 53-68 s sleeping against 155-162 s with a 0.3 ms spin (bench/omp_wait.py, load 18 on
-    2 cores). On a quiet machine sleeping at once costs a wake-up at every parallel region of a step: the GRPO
-    update on smollm2 took 5.5-7.2 s against 4.1-5.8 s side by side at the commit before PASSIVE was set
-    everywhere, running the same ops (torch.profiler: 103.6k against 103.5k, the same 2516 matmuls)."""
+    peer that is not running, so there they sleep at once (PASSIVE); on a quiet machine sleeping at once
+    costs a wake-up at every parallel region of a step, so the spin stays. The measurements behind both:
+    docs/performance.md (bench/eval_threads.py, bench/omp_wait.py)."""
     return {"OMP_WAIT_POLICY": "PASSIVE"} if load >= cores else {}
 
 

@@ -135,7 +135,7 @@ def fit(model: str | None = None, rewards=None, train_dataset=None, *, eval_data
     control.should_training_stop = True ends the run after that step (rlvr/train/callbacks.py). overrides:
     any config key, as train__steps=40 or **{"train.steps": 40}."""
     from rlvr.config import build_config, validate
-    from rlvr.train.checkpoint import check_run_dir
+    from rlvr.train.rundir import check_run_dir
     from rlvr.train.grpo import train
 
     argv = [_override(k, v) for k, v in overrides.items()]

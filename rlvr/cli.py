@@ -57,7 +57,7 @@ def train_seeds(path: Path | None, overrides: list[str], seeds_text: str, keep_w
     if given:
         raise RlvrError(f"give --seeds {seeds_text} or {given[0]}, not both: --seeds sets train.seed of each run")
     cfg = build_config(path, overrides)  # checked once here, before any seed starts
-    from rlvr.train.checkpoint import check_run_dir
+    from rlvr.train.rundir import check_run_dir
 
     out = Path(cfg.train.out)
     check_run_dir(out, cfg.train.overwrite)
@@ -128,7 +128,7 @@ def cmd_audit(argv: list[str]) -> int:
 
     from rlvr.rewards.preflight import check_gold_answers
 
-    splits, rewards = build_splits(cfg.task), rewards_of(cfg)  # the rewards training optimises
+    splits, rewards = build_splits(cfg.task), rewards_of(cfg.rewards, cfg.rollout.max_new_tokens)  # the rewards training optimises
     for warning in check_gold_answers(rewards, splits, cfg.task.columns):  # as rlvr train stops, with the same error
         print(f"task: {warning}")
     report = audit(splits, rewards, args.n)

@@ -46,7 +46,7 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or constants.HF_HUB_OFFLINE
 
 
-def cache_dir() -> str:
+def hf_cache_dir() -> str:
     from huggingface_hub import constants
 
     if os.environ.get("HF_HUB_CACHE"):
@@ -65,7 +65,7 @@ def snapshot(repo_id: str, repo_type: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    cache, command = cache_dir(), download_command(repo_id, repo_type)
+    cache, command = hf_cache_dir(), download_command(repo_id, repo_type)
     try:
         return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, local_files_only=True))
     except LocalEntryNotFoundError:
@@ -123,7 +123,7 @@ def cached_config(repo_id: str) -> Path | None:
     rlvr plan needs a model's config alone."""
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir())
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hf_cache_dir())
     return Path(found) if isinstance(found, str) else None
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlvr.errors import RlvrError
-from rlvr.hub import cache_dir, cached_config, is_hub_name
+from rlvr.hub import cached_config, hf_cache_dir, is_hub_name
 from rlvr.models import SHAPES
 
 GIB = 2**30
@@ -89,7 +89,7 @@ class Shape:
 
 
 @dataclass(kw_only=True, frozen=True)
-class Settings:
+class PlanSettings:
     """What of a run's config sizes its memory, resolved for its device."""
 
     device: str = "cuda"  # cuda or cpu
@@ -98,7 +98,9 @@ class Settings:
     lora_r: int = 0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     precision: str = "bf16"  # train.mixed_precision resolved: bf16 autocast or no
-    rollout_copy: bool = False  # a bf16 rollout copy of an fp32 policy (rollout.weights auto on CUDA, or bf16)
+    # the engine's copy of the weights (rlvr.rollout.engines.engine_weights): fp32 none, bf16 / int8 a rollout copy,
+    # snapshot one step off's copy of the policy in its own dtype, vllm vLLM's own (not counted here)
+    rollout_copy: str = "fp32"
     named_copy: bool = False  # rollout.weights names bf16 or int8: the copy is made whatever the policy's dtype
     reference: str = "none"  # none, adapters_off, copy, bf16_copy
     optimizer_state: str = "fp32"
@@ -111,27 +113,26 @@ class Settings:
     packed: bool = False  # train.packed: a row per group, its prompt once, under its [tokens, tokens] mask (sdpa)
 
     @staticmethod
-    def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "Settings":
+    def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "PlanSettings":
         """The settings of a rlvr Config on `device` (cuda or cpu); `stored_dtype`: the checkpoint's."""
         import torch
 
         from rlvr.device import resolve_precision
         from rlvr.models import weight_dtype
+        from rlvr.rollout.engines import engine_weights
         from rlvr.train.forward import reference_in_bf16
 
         dev = torch.device(device)
         dtype = str(weight_dtype(cfg.model.dtype, stored_dtype, dev)).removeprefix("torch.")
         precision = resolve_precision(cfg.train.mixed_precision, dev)
         lora = cfg.model.lora.r > 0
-        copy = cfg.rollout.engine != "vllm" and (cfg.rollout.weights in ("bf16", "int8") or (  # as make_engine
-            cfg.rollout.weights == "auto" and device == "cuda" and precision == "bf16" and dtype == "float32"
-            and cfg.model.quantize == "none"))
+        copy = engine_weights(cfg.rollout, dev, precision, dtype == "float32" and cfg.model.quantize == "none")
         ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
             "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
-        return Settings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
+        return PlanSettings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
                         lora_targets=tuple(ALL_LINEAR if cfg.model.lora.target_modules == "all-linear"
                                            else cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
-                        named_copy=copy and cfg.rollout.weights != "auto",
+                        named_copy=copy in ("bf16", "int8") and cfg.rollout.weights != "auto",
                         reference=ref, optimizer_state=cfg.optimizer.state, prompts=cfg.rollout.prompts_per_step,
                         group=cfg.rollout.group_size, prompt_tokens=prompt_tokens,
                         new_tokens=cfg.rollout.max_new_tokens, micro_batch_prompts=cfg.optimizer.micro_batch_prompts,
@@ -141,7 +142,7 @@ class Settings:
 @dataclass(kw_only=True)
 class Plan:
     shape: Shape
-    settings: Settings
+    settings: PlanSettings
     rollout: dict[str, float] = field(default_factory=dict)  # component -> bytes
     update: dict[str, float] = field(default_factory=dict)
 
@@ -150,15 +151,16 @@ class Plan:
         return max(sum(self.rollout.values()), sum(self.update.values()))
 
 
-def estimate(shape: Shape, s: Settings) -> Plan:
+def estimate(shape: Shape, s: PlanSettings) -> Plan:
     """The plan of `shape` under `s` (module docstring)."""
     w = BYTES[s.dtype]
     linear = shape.linear_params * (NF4_BYTES if s.quantize == "nf4" else w)
     others = (shape.embed_params + (2 * shape.layers + 1) * shape.hidden) * w
     adapters = shape.layers * sum(s.lora_r * (a + b) for n, (a, b) in shape.linear().items() if n in s.lora_targets)
     weights = linear + others + adapters * 4  # PEFT keeps adapters in fp32
-    if s.rollout_copy:  # the copy's linear layers and head in bf16, the rest as the policy's
-        weights += (shape.linear_params + shape.vocab * shape.hidden) * 2 + others
+    if s.rollout_copy in ("bf16", "int8", "snapshot"):  # the copy's linear layers and head (bf16, int8 counted as
+        # bf16; a snapshot in the policy's dtype, LoRA merged), the rest as the policy's
+        weights += (shape.linear_params + shape.vocab * shape.hidden) * (w if s.rollout_copy == "snapshot" else 2) + others
     if s.reference in ("copy", "bf16_copy"):
         weights += (shape.linear_params + shape.vocab * shape.hidden) * (2 if s.reference == "bf16_copy" else w) + others
     trainable = adapters if s.lora_r > 0 else shape.params
@@ -206,7 +208,7 @@ def estimate(shape: Shape, s: Settings) -> Plan:
 
 def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
     """The plan of a rlvr Config's run on `device` (cuda or cpu), from model.name's config alone."""
-    return estimate(shape_of(cfg.model.name), Settings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
+    return estimate(shape_of(cfg.model.name), PlanSettings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
 
 
 def unplanned(cfg) -> str:
@@ -296,7 +298,7 @@ def shape_of(name: str) -> Shape:
     if is_hub_name(name):  # org/name: its config.json from the Hugging Face cache, which the run would load from
         config = cached_config(name)
         if config is None:
-            raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({cache_dir()}); the plan needs "
+            raise RlvrError(f"rlvr plan: '{name}' is not in the Hugging Face cache ({hf_cache_dir()}); the plan needs "
                             f"its config.json alone: `hf download {name} config.json`; offline, plan a shipped shape "
                             f"({', '.join('--model.name=' + RANDOM + s for s in shipped_shapes())}) or "
                             f"a directory holding a config.json written from the model card ({', '.join(CONFIG_KEYS)}; "
@@ -349,20 +351,23 @@ def parse_size(text: str) -> float:
 # ---------------------------------------------------------------------------------------------- fitting
 
 
-def _changes(s: Settings) -> list[tuple[str, object]]:
-    """The settings a user can change to save memory, most effective first: (override, Settings -> Settings)."""
+def _changes(s: PlanSettings) -> list[tuple[str, object]]:
+    """The settings a user can change to save memory, most effective first: (override, PlanSettings -> PlanSettings)."""
     ref = lambda t: "adapters_off" if t.reference != "none" else "none"
+    # adapters drop a rollout copy made for an fp32 policy (as the plan has long counted); one step off's snapshot stays
+    copy = lambda t: "snapshot" if t.rollout_copy == "snapshot" else "fp32"
     out = []
     if s.dtype == "float32":  # model.dtype float32 (the default) holds an fp32 copy of a bf16 checkpoint
         # on CUDA auto is bf16 for every checkpoint; on the CPU only for a bf16 one, so the advice names the dtype.
         # A bf16 policy samples with its own weights: no bf16 rollout copy unless rollout.weights names one.
         out.append(("--model.dtype=" + ("auto" if s.device == "cuda" else "bfloat16"),
-                    lambda t: replace(t, dtype="bfloat16", rollout_copy=t.named_copy)))
+                    lambda t: replace(t, dtype="bfloat16", rollout_copy=(
+                        t.rollout_copy if t.named_copy or t.rollout_copy == "snapshot" else "fp32"))))
     if s.lora_r == 0:
-        out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=False)))
+        out.append(("--model.lora.r=16", lambda t: replace(t, lora_r=16, reference=ref(t), rollout_copy=copy(t))))
     if s.quantize == "none":  # the 4-bit base trains adapters only: advice a run accepts names the rank too
         out.append(("--model.quantize=nf4" + ("" if s.lora_r else " --model.lora.r=16"),
-                    lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16, reference=ref(t), rollout_copy=False)))
+                    lambda t: replace(t, quantize="nf4", lora_r=t.lora_r or 16, reference=ref(t), rollout_copy=copy(t))))
     if not s.checkpointing:
         out.append(("--train.gradient_checkpointing=true", lambda t: replace(t, checkpointing=True)))
     if s.optimizer_state == "fp32" and s.lora_r == 0:
@@ -378,7 +383,7 @@ def _changes(s: Settings) -> list[tuple[str, object]]:
     return out
 
 
-def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
+def fixes(shape: Shape, s: PlanSettings, budget: float) -> list[tuple[str, Plan]]:
     """Changes that bring the peak within `budget`: each one that does alone, or else the shortest run of
     them, in _changes' order, that does together, less any of it the rest fits without; [] when none does.
     A run without the 4-bit base comes first where one fits (bf16 weights keep the model as trained; 4 bits
@@ -393,7 +398,7 @@ def fixes(shape: Shape, s: Settings, budget: float) -> list[tuple[str, Plan]]:
     return whole + quantized
 
 
-def _together(shape: Shape, s: Settings, budget: float, changes: list) -> tuple[str, Plan] | None:
+def _together(shape: Shape, s: PlanSettings, budget: float, changes: list) -> tuple[str, Plan] | None:
     """The shortest run of `changes`, in order, that brings the peak within `budget`, less any of it the rest
     fits without; None when all of them together do not."""
     def together(chosen):

@@ -1,3 +1,4 @@
+import json
 import os
 import textwrap
 import threading
@@ -36,6 +37,11 @@ def tiny_on(device):
     model, tok = tiny_random(seed=0)
     model.to(device).eval()
     return model, tok
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSONL file a run wrote (metrics.jsonl, samples.jsonl, ...), one per line."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def python_block(src: str, before: str = "") -> str:

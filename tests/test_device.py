@@ -73,10 +73,11 @@ def test_rollout_settings_that_do_not_work_on_the_device_are_refused():
 def test_vllm_beside_a_cpu_trainer_is_refused(monkeypatch):
     from rlvr.config import Config
     from rlvr.rollout import vllm_engine as ve
+    from rlvr.train.settings import engine_settings
 
     monkeypatch.setattr(ve, "check_vllm_usable", lambda: "cuda")  # as if vllm and a GPU were there
     with pytest.raises(RlvrError, match="rollout.engine=vllm samples on cuda .* while the trainer is on cpu"):
-        ve.make_vllm_engine(Config(), torch.nn.Linear(1, 1), "unused")
+        ve.make_vllm_engine(engine_settings(Config()), torch.nn.Linear(1, 1), "unused")
 
 
 def test_rollouts_live_on_the_host_until_the_batch_crosses(tiny):

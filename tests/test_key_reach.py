@@ -53,7 +53,7 @@ from rlvr.train.assemble import models_of
 from rlvr.train.distributed import Dist
 from rlvr.train.optim import current_lr
 from rlvr.train.step import collect, learn
-from rlvr.train.settings import Settings
+from rlvr.train.settings import Settings, engine_settings
 from rlvr.train.state import Collected, Data, Models, Run
 from rlvr.train.update import EntropyState
 
@@ -472,9 +472,9 @@ def rollout_observable(world, overrides, tmp_path) -> Sampled:
     policy = copy.deepcopy(policy0)
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision="no")
     data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt),
-                rewards=rewards_of(cfg), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
+                rewards=rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
     run = Run(settings=settings, models=Models(policy=policy, tok=tok), data=data,
-              engine=make_engine(cfg, policy, tmp_path), out=tmp_path)
+              engine=make_engine(engine_settings(cfg), policy, tmp_path), out=tmp_path)
     try:
         c = collect(run, 1)
     except RlvrError as e:  # what a run stops with (rewards.timeout_s) is what it shows
@@ -690,7 +690,7 @@ def data_observable(world, overrides) -> Drawn:
                   for i in idx]
         sampler.observe(idx, passes, step)
     settings = Settings.of(cfg, stop_ids=[0], pad_id=0, precision="no")
-    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)
+    grader = choose_grader(rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), cfg.eval.grader, cfg.eval.grader_threshold)
     return Drawn(list(splits.train), list(splits.heldout), list(splits.ood), order, settings.eval,
                  (grader.name, grader.threshold))
 

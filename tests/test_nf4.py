@@ -12,6 +12,7 @@ from rlvr.models import apply_lora, load_model, tiny_random
 from rlvr.nf4 import BLOCK, HALF_GAP, LEVELS, is_nf4, quantize_base, to_nf4, weight_bytes
 from rlvr.train.forward import Reference, completion_logprobs, reference_logprobs
 from rlvr.rollout.engines import make_engine, trains_fp32
+from rlvr.train.settings import engine_settings
 from tests.train.test_learns import digit_share  # noqa: F401 (the run names it by this module's path)
 
 pytest.importorskip("torchao")
@@ -90,7 +91,7 @@ def test_lora_on_nf4_trains_adapters_and_reference_and_sampler_read_the_same_4bi
     plain, _ = tiny_random()
     policy = apply_lora(policy, LoraConfig(r=4))
     cfg = build_config(None, ["--model.name=tiny-random", "--model.quantize=nf4", "--model.lora.r=4"])
-    engine = make_engine(cfg, policy, None)
+    engine = make_engine(engine_settings(cfg), policy, None)
     assert engine.policy is policy  # decodes with the policy's own (4-bit) weights
     assert not trains_fp32(policy)  # so on CUDA too: rollout.weights auto makes no bf16 copy of them
     ref = Reference.of(policy)

@@ -7,13 +7,34 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.errors import RlvrError
-from rlvr.plan import CPU_PROCESS, GIB, Settings, Shape, estimate, fixes, parse_size, report, shape_of
+from rlvr.plan import CPU_PROCESS, GIB, PlanSettings, Shape, estimate, fixes, parse_size, report, shape_of
 
 # tiny-random's numbers: per layer q 64x64, k and v 64x32, o 64x64, gate/up/down 64x128: 36,864 weights
 SMALL = Shape(name="small", vocab=100, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128,
               tied=True)
-CPU = Settings(device="cpu", dtype="float32", precision="no", prompts=2, group=3, prompt_tokens=10, new_tokens=6,
+CPU = PlanSettings(device="cpu", dtype="float32", precision="no", prompts=2, group=3, prompt_tokens=10, new_tokens=6,
                micro_batch_prompts=2)
+
+
+def test_one_step_off_holds_a_snapshot_of_the_weights_and_the_plan_counts_it():
+    """The plan's weight copy is make_engine's (rlvr.rollout.engines.engine_weights): rollout.overlap one_step_off
+    over a policy sampled in its own format adds a snapshot of its weights in their dtype."""
+    from rlvr.config import build_config
+    from rlvr.plan import plan_of
+    from rlvr.rollout.engines import engine_weights
+
+    base = ["--model.name=tiny-random"]
+    plain, off = (build_config(None, base + extra) for extra in ([], ["--rollout.overlap=one_step_off"]))
+    cpu = __import__("torch").device("cpu")
+    assert (engine_weights(plain.rollout, cpu, "no"), engine_weights(off.rollout, cpu, "no")) == ("fp32", "snapshot")
+    a, b = plan_of(plain, "cpu", prompt_tokens=10), plan_of(off, "cpu", prompt_tokens=10)
+    assert (a.settings.rollout_copy, b.settings.rollout_copy) == ("fp32", "snapshot")
+    # tiny-random is SMALL: linear layers and the head (its own matrix in the copy) in fp32, the rest as they are
+    snapshot = (2 * 36864 + 100 * 64) * 4 + (100 * 64 + 5 * 64) * 4
+    assert b.rollout["weights"] - a.rollout["weights"] == snapshot == b.update["weights"] - a.update["weights"]
+    # a bf16 rollout copy is already a copy: one step off samples from it, no snapshot beside it
+    int8 = build_config(None, base + ["--rollout.overlap=one_step_off", "--rollout.weights=int8"])
+    assert engine_weights(int8.rollout, cpu, "no") == "int8"
 
 
 def test_the_small_shapes_parameters():
@@ -91,7 +112,7 @@ def test_sizes():
 
 
 def test_what_fits_a_24_gib_card():
-    s = Settings(dtype="bfloat16", lora_r=16, reference="adapters_off", prompts=8, group=8, new_tokens=512)
+    s = PlanSettings(dtype="bfloat16", lora_r=16, reference="adapters_off", prompts=8, group=8, new_tokens=512)
     p = estimate(shape_of("llama-3.1-8b"), s)
     assert p.peak > 24 * GIB  # every micro-batch's activations held at once
     found = fixes(p.shape, s, 24 * GIB)
@@ -120,7 +141,7 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
     # Qwen2.5-32B under the defaults (model.dtype float32) on a 24 GiB card: the advice said no change
     # fits, since it never offered bf16 weights; with them, 4 bits, checkpointing, micro-batches of one
     # prompt and 128-token completions fit, each key said once (micro_batch_prompts was given as 2, then 1)
-    s = Settings(dtype="float32", precision="bf16", rollout_copy=True)
+    s = PlanSettings(dtype="float32", precision="bf16", rollout_copy="bf16")
     shape = shape_of("qwen2.5-32b")
     [(label, p)] = fixes(shape, s, 24 * GIB)
     assert label == ("--model.dtype=auto --model.quantize=nf4 --model.lora.r=16 "
@@ -138,7 +159,7 @@ def test_the_advice_for_an_fp32_policy_names_the_dtype_and_each_key_once():
         "--model.dtype=auto --model.lora.r=16 --train.gradient_checkpointing=true",
         "--model.quantize=nf4 --model.lora.r=16 --train.gradient_checkpointing=true"]
     # on the CPU auto keeps an fp32 checkpoint in fp32: the advice names bfloat16
-    assert fixes(shape_of("llama-3.1-8b"), replace(s, device="cpu", precision="no", rollout_copy=False),
+    assert fixes(shape_of("llama-3.1-8b"), replace(s, device="cpu", precision="no", rollout_copy="fp32"),
                  24 * GIB)[0][0].startswith("--model.dtype=bfloat16 ")
 
 

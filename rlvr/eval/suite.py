@@ -209,7 +209,7 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     # every task's problems before any model loads: a bad row or split of the last task stops in seconds,
     # not after the first tasks were evaluated
     problems_of = {label: task_problems(task, split, n) for label, task in tasks.items()}
-    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded
+    grader = choose_grader(rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), cfg.eval.grader, cfg.eval.grader_threshold)  # as the run graded
     graders = task_graders(cfg.task, tasks, grader)
     if grader.user:  # the built-in checker is what rlvr eval always used
         print(f"{cfg.task.name}: {grader.line()}", file=sys.stderr)

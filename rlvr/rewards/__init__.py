@@ -69,16 +69,16 @@ def build_rewards(weights: dict[str, float], max_new_tokens: int = 0, overlong_b
     return functions
 
 
-def rewards_of(cfg, given: dict[str, Callable] | None = None) -> list[RewardFunction]:
-    """The reward functions a run optimises, from a rlvr Config: rewards.weights, plus the soft overlong
-    length reward when rewards.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training
-    and `rlvr audit` both build them here, so the audit attacks what training optimises."""
-    weights = dict(cfg.rewards.weights)
-    if cfg.rewards.soft_overlong and "length" not in weights:
+def rewards_of(section, max_new_tokens: int, given: dict[str, Callable] | None = None) -> list[RewardFunction]:
+    """The reward functions a run optimises, from the rewards section (rlvr.config.RewardsConfig) and
+    rollout.max_new_tokens (the length reward's budget): rewards.weights, plus the soft overlong length reward
+    when rewards.soft_overlong (DAPO) and rewards.weights does not weigh it itself. Training and `rlvr audit`
+    both build them here, so the audit attacks what training optimises."""
+    weights = dict(section.weights)
+    if section.soft_overlong and "length" not in weights:
         weights["length"] = 1.0
-    return build_rewards(weights, cfg.rollout.max_new_tokens, cfg.rewards.overlong_buffer,
-                         cfg.rewards.overlong_penalty, given, timeout_s=cfg.rewards.timeout_s,
-                         isolate=cfg.rewards.isolate)
+    return build_rewards(weights, max_new_tokens, section.overlong_buffer, section.overlong_penalty, given,
+                         timeout_s=section.timeout_s, isolate=section.isolate)
 
 
 __all__ = ["BUILTINS", "LAZY", "Reward", "RewardFunction", "Scores", "Verdict", "build_rewards", "code_tests",

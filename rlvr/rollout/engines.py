@@ -18,6 +18,7 @@ multi-turn, is driven from rlvr/envs/episodes.py (`run_episodes`), which opens a
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -103,24 +104,32 @@ class QuantizedEngine(PolicyEngine):
         refresh(self.policy, policy)
 
 
-def make_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> RolloutEngine:
-    """The engine rollout.engine names, sampling from `policy` (cfg: a rlvr Config), or from a copy in
-    rollout.weights' format when that is not fp32; copies are made on the policy's device. `precision`:
-    train.mixed_precision resolved ("bf16": vLLM samples in bf16)."""
-    r = cfg.rollout
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """What building a rollout engine reads (rlvr.train.settings.engine_settings makes it from the config)."""
+
+    rollout: object  # the rollout section (rlvr.config.RolloutConfig, its vllm keys included)
+    model_name: str  # model.name: what vLLM loads before the trainer's weights are pushed
+    model_dtype: str  # model.dtype: vLLM's dtype without bf16 autocast
+    model_quantize: str = "none"  # model.quantize: vLLM's adapter sync needs the unquantised base (nf4)
+    seed: int  # train.seed: vLLM's sampling seed
+
+
+def make_engine(s: EngineSettings, policy: torch.nn.Module, workdir: Path, precision: str = "no") -> RolloutEngine:
+    """The engine rollout.engine names, sampling from `policy`, or from a copy in rollout.weights' format
+    when that is not fp32; copies are made on the policy's device. `precision`: train.mixed_precision
+    resolved ("bf16": vLLM samples in bf16)."""
+    r = s.rollout
     check_device(r, of_model(policy))
     if r.engine == "vllm" and r.vllm.server_url:  # vLLM servers the user started (HTTP only: no vllm here)
         from rlvr.rollout.vllm_server import make_server_engine
 
-        return make_server_engine(cfg, policy, workdir)
+        return make_server_engine(s, policy, workdir)
     if r.engine == "vllm":
         from rlvr.rollout.vllm_engine import make_vllm_engine
 
-        return make_vllm_engine(cfg, policy, workdir, precision)
-    weights = rollout_weights(r.weights, of_model(policy), precision, trains_fp32(policy))
-    if weights == "fp32" and r.overlap != "none":  # the update changes the policy while the next rollout samples
-        weights = "snapshot"
-    engine = _local_engine(r, policy, weights)
+        return make_vllm_engine(s, policy, workdir, precision)
+    engine = _local_engine(r, policy, engine_weights(r, of_model(policy), precision, trains_fp32(policy)))
     if r.engine == "builtin":
         graph_decode(r, policy, engine.policy)  # greedy evaluation samples with the policy itself
     return engine
@@ -134,6 +143,18 @@ def graph_decode(r, *models: torch.nn.Module) -> None:
     if not all([graphed.enable(m) for m in on_gpu]):
         log.warning("rollout.cuda_graph: this model has no static decode step (rlvr/rollout/lean.py: Llama, "
                     "Mistral or Qwen2 with full attention); decoding eagerly")
+
+
+def engine_weights(r, device: torch.device, precision: str, fp32_policy: bool = True) -> str:
+    """The weights the engine of rollout section `r` samples from, on `device` under `precision`: "fp32" (the
+    policy itself: no copy), "bf16" or "int8" (a rollout copy in that format), "snapshot" (rollout.overlap
+    one_step_off over the policy's own format: a copy of its weights in their dtype, since the update
+    changes the policy while the next rollout samples), or "vllm" (vLLM holds its own). make_engine builds
+    this engine and rlvr plan counts this copy: one rule for both."""
+    if r.engine == "vllm":
+        return "vllm"
+    weights = rollout_weights(r.weights, device, precision, fp32_policy)
+    return "snapshot" if weights == "fp32" and r.overlap != "none" else weights
 
 
 def rollout_weights(weights: str, device: torch.device, precision: str, fp32_policy: bool = True) -> str:

@@ -83,11 +83,11 @@ class PreallocatedLayer(DynamicLayer):
         self._views()
 
 
-def cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], length: int, config):
+def cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], length: int, model_config):
     """A DynamicCache over ready buffers [B, H, capacity, D] per layer whose first `length` positions
     hold the context (multi-turn sessions build these from rows of different lengths)."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=config)
+    cache = DynamicCache(config=model_config)
     cache.layers = [PreallocatedLayer.of_buffers(k, v, length) for k, v in layers]
     return cache

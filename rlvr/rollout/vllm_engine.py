@@ -330,12 +330,12 @@ def vllm_model_dir(name: str, workdir: Path) -> Path:
     return Path(name).expanduser()
 
 
-def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str = "no"):
-    """The colocated engine for cfg (a rlvr Config), holding the policy's current weights (servers:
+def make_vllm_engine(s, policy: torch.nn.Module, workdir: Path, precision: str = "no"):
+    """The colocated engine for `s` (rlvr.rollout.engines.EngineSettings), holding the policy's current weights (servers:
     rlvr/rollout/vllm_server.py). Raises RlvrError up front when vllm or its platform is missing. The
     settings were checked where every setting is: their values in rlvr/config/validate.py, what torchrun
     supports in rlvr.train.assemble.check_distributed."""
-    v = cfg.rollout.vllm
+    v = s.rollout.vllm
     platform = check_vllm_usable()
     device = next(policy.parameters()).device
     if device.type != platform:
@@ -343,19 +343,19 @@ def make_vllm_engine(cfg, policy: torch.nn.Module, workdir: Path, precision: str
                         f"trainer is on {device}: every weight would cross between them at every step; set "
                         f"train.device={'cuda (or auto)' if platform == 'cuda' else 'cpu'}")
     if platform == "cpu":
-        check_cpu_head_size(policy, cfg.model.name)
+        check_cpu_head_size(policy, s.model_name)
         os.environ.update(cpu_thread_env(torch.get_num_threads()))
     # with bf16 autocast training (train.mixed_precision, bf16 on CUDA by default) vLLM samples in bf16 too
-    dtype = "bfloat16" if precision == "bf16" else cfg.model.dtype
-    sync, note = resolve_sync(v.sync, policy, quantized=cfg.model.quantize == "nf4")
+    dtype = "bfloat16" if precision == "bf16" else s.model_dtype
+    sync, note = resolve_sync(v.sync, policy, quantized=s.model_quantize == "nf4")
     if note:
         say(note)
     kwargs = engine_kwargs(platform=platform, dtype=dtype, gpu_memory_utilization=v.gpu_memory_utilization,
                            kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
                            model_max_len=unwrap(policy).config.max_position_embeddings, sleep=v.sleep,
-                           seed=cfg.train.seed, lora_rank=adapter_rank(policy) if sync == "adapters" else 0)
+                           seed=s.seed, lora_rank=adapter_rank(policy) if sync == "adapters" else 0)
     adapters = Path(workdir) / "vllm-adapters" if sync == "adapters" else None
-    engine = VllmEngine(vllm_model_dir(cfg.model.name, Path(workdir)), adapters, **kwargs)
+    engine = VllmEngine(vllm_model_dir(s.model_name, Path(workdir)), adapters, **kwargs)
     engine.sync_weights(policy)  # LoRA or tiny random weights: the trainer's copy is the truth (and after a
     # resume the loop syncs again, once the checkpoint is restored). With adapters vLLM's base is the one it
     # loaded from model.name, which LoRA leaves frozen: the trainer's own, or with nf4 its unquantised original

@@ -433,17 +433,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_server_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmServerEngine:
-    """The server engine for cfg (rollout.vllm.server_url set), the policy's weights pushed to every server.
-    Under torchrun every rank connects and samples its share; rank 0 pushes."""
-    v = cfg.rollout.vllm
+def make_server_engine(s, policy: torch.nn.Module, workdir: Path) -> VllmServerEngine:
+    """The server engine for `s` (rlvr.rollout.engines.EngineSettings; rollout.vllm.server_url set), the
+    policy's weights pushed to every server. Under torchrun every rank connects and samples its share; rank 0
+    pushes."""
+    v = s.rollout.vllm
     dist = torch.distributed
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
     if v.weight_push == "nccl" and next(policy.parameters()).device.type != "cuda":
         raise RlvrError("rollout.vllm.weight_push=nccl broadcasts from the trainer's GPU, and the trainer is on "
                         f"{next(policy.parameters()).device}: use rollout.vllm.weight_push=disk")
     weights_dir = Path(v.weights_dir).expanduser() if v.weights_dir else Path(workdir) / "vllm-weights"
-    sync, note = resolve_sync(v.sync, policy, quantized=cfg.model.quantize == "nf4",
+    sync, note = resolve_sync(v.sync, policy, quantized=s.model_quantize == "nf4",
                               whole_tensors=v.weight_push == "nccl")
     if note and rank == 0:
         say(note)
@@ -451,7 +452,7 @@ def make_server_engine(cfg, policy: torch.nn.Module, workdir: Path) -> VllmServe
                               rank=rank, world=world, owns_dir=not v.weights_dir,
                               adapters_rank=adapter_rank(policy) if sync == "adapters" else 0)
     for url, served in engine.models.items():
-        check_served_model(url, served, policy, cfg.model.name, v.timeout_s)
+        check_served_model(url, served, policy, s.model_name, v.timeout_s)
     made = [d for d in (weights_dir, *weights_dir.parents) if not d.exists()]  # deepest first
     try:
         engine.sync_weights(policy)  # the trainer's weights are the truth (LoRA, a resume, tiny random weights)

@@ -187,14 +187,14 @@ class CurriculumSampler:
             stream.load_state_dict(s)
 
 
-def build_sampler(cfg, problems: list[Problem], seed: int) -> CurriculumSampler:
-    """The sampler for `cfg` (a CurriculumConfig) over the train split `problems`."""
-    if cfg.mode not in ("none", "schedule", "adaptive"):
-        raise RlvrError(f"curriculum.mode must be none, schedule or adaptive, got '{cfg.mode}'")
-    if not 0 < cfg.smoothing <= 1:
-        raise RlvrError(f"curriculum.smoothing must be in (0, 1], got {cfg.smoothing}")
-    if not 0 <= cfg.band_low < cfg.band_high <= 1:
+def build_sampler(c, problems: list[Problem], seed: int) -> CurriculumSampler:
+    """The sampler for the curriculum section `c` (a CurriculumConfig) over the train split `problems`."""
+    if c.mode not in ("none", "schedule", "adaptive"):
+        raise RlvrError(f"curriculum.mode must be none, schedule or adaptive, got '{c.mode}'")
+    if not 0 < c.smoothing <= 1:
+        raise RlvrError(f"curriculum.smoothing must be in (0, 1], got {c.smoothing}")
+    if not 0 <= c.band_low < c.band_high <= 1:
         raise RlvrError("curriculum.band_low and band_high must satisfy 0 <= band_low < band_high <= 1")
-    return CurriculumSampler(problems, resolve_levels(problems, list(cfg.levels)), seed, mode=cfg.mode,
-                             schedule=list(cfg.schedule), band_low=cfg.band_low, band_high=cfg.band_high,
-                             smoothing=cfg.smoothing)
+    return CurriculumSampler(problems, resolve_levels(problems, list(c.levels)), seed, mode=c.mode,
+                             schedule=list(c.schedule), band_low=c.band_low, band_high=c.band_high,
+                             smoothing=c.smoothing)

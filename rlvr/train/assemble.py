@@ -24,12 +24,12 @@ from rlvr.envs.episodes import make_spec
 from rlvr.tasks import build_splits
 from rlvr.tasks.readers import save_rows
 from rlvr.tasks.curriculum import build_sampler
-from rlvr.train.checkpoint import prepare_run_dir
+from rlvr.train.rundir import prepare_run_dir
 from rlvr.train.distributed import Dist, shard_groups, wrap_model
 from rlvr.train.forward import Reference, reference_in_bf16
 from rlvr.train.optim import adamw, warmup_scheduler
 from rlvr.train.packed import check_packing
-from rlvr.train.settings import LogSettings, Settings
+from rlvr.train.settings import LogSettings, Settings, engine_settings
 from rlvr.train.state import Data, Models, Run
 
 def seed_everything(seed: int) -> None:
@@ -83,7 +83,7 @@ def data_and_rewards(cfg: Config, given: dict | None = None) -> tuple[object, li
     splits = build_splits(cfg.task)
     for note in splits.notes:
         say(f"task: {note}")
-    rewards = rewards_of(cfg, given)
+    rewards = rewards_of(cfg.rewards, cfg.rollout.max_new_tokens, given)
     for warning in check_gold_answers(rewards, splits, cfg.task.columns):
         say(f"task: {warning}")
     grader = choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold)
@@ -172,7 +172,7 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     within_context(splits, env, tok, context,
                    {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)
-    engine = make_engine(cfg, models.policy, out, precision)
+    engine = make_engine(engine_settings(cfg), models.policy, out, precision)
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
     trackers = []
     if d.is_main and fresh:  # everything has loaded: only now is an earlier run's directory replaced

@@ -13,9 +13,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
-import signal
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -25,92 +22,17 @@ import yaml
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 
-from rlvr.config import Config, to_dict
-from rlvr.errors import RlvrError, write_error
+from rlvr.config.paths import changed_keys
+from rlvr.errors import RlvrError
 from rlvr.report.console import say
 from rlvr.io import atomic_save_model, atomic_write_text
 from rlvr.report.sinks import jsonl_records
 from rlvr.models import base_model_path, load_model
-from rlvr.train.rundir import LOCK, remove_leftovers
-from rlvr.rewards.call import StopWaiting, waits_on_user_code
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.settings import weight_settings
 from rlvr.train.state import Progress, Run
 from rlvr.checkpoint_files import (CHECKPOINTS, checkpoint_path, checkpoints, checksum_file, latest_checkpoint,
                                    load_checkpoint)
-
-# What a run writes into its directory besides config.yaml: a fresh run into a directory it may replace
-# (train.overwrite, or a resume that found no checkpoint) removes them, so no record of an earlier run
-# in the same directory is read as this one's.
-RUN_RECORDS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
-               "health.jsonl", "summary.json", "report.html")
-RUN_DIRS = (CHECKPOINTS, "final")
-
-
-# How each entry point spells the three ways on from a run directory that is taken: resume it (None: the
-# entry point cannot), another directory, or replacing it
-WAYS = {"rlvr train": ("`rlvr train --resume {out}`", "--train.out=DIR", "--train.overwrite=true"),
-        "rlvr sft": (None, "--train.out=DIR", "--train.overwrite=true"),
-        "rlvr.fit": ("rlvr.fit(resume='{out}', rewards=...)", "train__out=DIR", "train__overwrite=True")}
-
-
-def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train") -> None:
-    """Refuse to start a fresh run in a directory that holds anything, unless train.overwrite: read
-    only, so it can run first, before the config's data and model are loaded. `command`: a key of WAYS."""
-    out = Path(out)
-    resume, elsewhere, replace = WAYS[command]
-    if out.exists() and not out.is_dir():
-        raise RlvrError(f"train.out={out} is a file, not a directory; choose another with {elsewhere}")
-    held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
-    if not held or overwrite:
-        return
-    shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
-    options = [f"continue it with {resume.format(out=out)}"] if resume and (out / "config.yaml").is_file() else []
-    options += [f"choose another directory with {elsewhere}", f"replace it with {replace}"]
-    raise RlvrError(f"{out} already holds files ({shown}) and nothing in it was changed: "
-                    f"{', '.join(options[:-1])} or {options[-1]}")
-
-
-def check_restart(out: str | Path) -> None:
-    """A resume that finds no checkpoint starts the run again from step 0, replacing the directory's records:
-    refused where the directory holds more than a start that stopped short of its first checkpoint (a
-    run's summary.json or final/ model: a finished run whose checkpoints were deleted to free space, an
-    rlvr sft run), which starting again would delete. Read only, before anything loads."""
-    out = Path(out)
-    held = [name for name in ("summary.json", "final") if (out / name).exists()]
-    if not held:
-        return
-    none = ""
-    try:
-        if (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("train", {}).get("save_every") == 0:
-            none = " (it ran with train.save_every=0, which writes no checkpoint)"
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
-    further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
-        if "final" in held else ""
-    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from{none}, and the "
-                    f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
-                    f"replace; nothing in it was changed: {further}replace the run with rlvr train "
-                    f"{out / 'config.yaml'} --train.overwrite=true")
-
-
-def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
-    """Create the run directory and write its config.yaml; a fresh run first removes an earlier run's
-    records, checkpoints and final model (a resumed run keeps them); both remove what writes cut short
-    by a kill left. Called by rank 0 only, once the config, data and model (and a resumed run's
-    checkpoint) have loaded: a start that fails before it leaves the directory as it was."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise write_error(out, e) from None
-    if fresh:
-        for name in RUN_RECORDS:
-            (out / name).unlink(missing_ok=True)
-        for name in RUN_DIRS:
-            shutil.rmtree(out / name, ignore_errors=True)
-    remove_leftovers(out, ("config.yaml", *RUN_RECORDS, *RUN_DIRS))
-    atomic_write_text(out / "config.yaml", config_yaml)
-
 
 def rng_state() -> dict:
     """The global random generators: Python, NumPy, torch. Rollouts draw from per-group seeds
@@ -285,12 +207,12 @@ def restore(run: Run, state: dict) -> Progress:
     return Progress(**{**state["progress"], "fired": set(state["progress"]["fired"])})
 
 
-def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progress:
+def restore_checkpoint(run: Run, state: dict, path: Path, config: dict) -> Progress:
     """`restore`, with a checkpoint that does not fit this start's config (an override that changes what
     its weights are, the model, the optimizer's groups or the task's problems) said in one line naming
     the keys that differ from the run's config.yaml, instead of the error of whichever state failed to
     load, or (weights that would load into another model) of none. Any other key this start changes is
-    said in a note."""
+    said in a note. `config`: this start's config as plain values (to_dict's)."""
     check_weight_settings(state, path, run.settings.checkpoint.weights, run.out / "config.yaml")
     problems = state["progress"]["summary"].get("data", {}).get("problems", {}).get("train")
     why = None
@@ -304,13 +226,13 @@ def restore_checkpoint(run: Run, state: dict, path: Path, cfg: Config) -> Progre
         except Exception as e:  # noqa: BLE001 - whichever state does not fit, the cause is the config
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else 'no message'}"
         else:
-            changed = changed_keys(run.out / "config.yaml", cfg, ignore=("train.out",), limit=None)
+            changed = changed_keys(run.out / "config.yaml", config, ignore=("train.out",), limit=None)
             if changed:  # a learning rate, more steps, a dropout: the run goes on under them from the next step
                 say(f"note: resuming with settings changed from the run's config.yaml: {', '.join(changed[:8])}; "
                     "they apply from the next step")
                 _apply_changes(p, state, changed)
             return p
-    changed = changed_keys(run.out / "config.yaml", cfg)
+    changed = changed_keys(run.out / "config.yaml", config)
     raise RlvrError(f"checkpoint {path} does not fit this config ({why})"
                     + (f"; it differs from the run's config.yaml in {', '.join(changed)}" if changed else "")
                     + "; nothing in the run directory was changed: resume without those overrides")
@@ -347,41 +269,21 @@ def check_weight_settings(state: dict, path: Path, now: dict, saved: Path) -> No
                         f"(--model.name={path} --train.out=NEW_DIR)")
 
 
-def changed_keys(saved: Path, cfg: Config, ignore: tuple[str, ...] = ("train.steps", "train.out"),
-                 limit: int | None = 8) -> list[str]:
-    """'key=new (was old)' for each config key where `cfg` differs from the config.yaml a run saved,
-    the keys in `ignore` aside (by default those a resume changes freely); the first `limit` of them."""
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and k not in ("params", "weights", "columns",
-                                                                                        "ood_params") else {f"{prefix}{k}": v})
-        return out
-
-    try:
-        old = flat(yaml.safe_load(saved.read_text()) or {})
-    except (OSError, yaml.YAMLError):
-        return []
-    new = flat(to_dict(cfg))
-    return [f"{k}={new.get(k)} (was {old.get(k)})" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k) and k not in ignore][:limit]
-
-
-def finished_run(cfg: Config) -> dict | None:
-    """The summary of a run that finished under cfg as it is, so a resume has nothing to do: its
-    summary.json (written last, once the final model is saved) says it ended at train.steps uninterrupted,
-    its newest checkpoint is of that step (an extension cut short leaves a later one and an earlier
-    summary), and cfg is its config.yaml (an override is a resume's own: it goes the usual way, refused
-    or noted); None otherwise."""
-    out, steps = Path(cfg.train.out), cfg.train.steps
-    if changed_keys(out / "config.yaml", cfg) or not (out / "config.yaml").is_file():
+def finished_run(out: Path, steps: int, save_every: int, config: dict) -> dict | None:
+    """The summary of the run in `out` when it finished under `config` (plain values, to_dict's) as it is, so
+    a resume has nothing to do: its summary.json (written last, once the final model is saved) says it ended
+    at train.steps (`steps`) uninterrupted, its newest checkpoint is of that step (an extension cut short
+    leaves a later one and an earlier summary), and `config` is its config.yaml (an override is a resume's
+    own: it goes the usual way, refused or noted); None otherwise."""
+    out = Path(out)
+    if changed_keys(out / "config.yaml", config) or not (out / "config.yaml").is_file():
         return None
     try:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     # with train.save_every=0 the run wrote no checkpoint, so none may be newer than its end either
-    last = latest_checkpoint(out) if cfg.train.save_every else checkpoint_path(out, steps)
+    last = latest_checkpoint(out) if save_every else checkpoint_path(out, steps)
     if (not isinstance(summary, dict) or summary.get("steps") != steps or summary.get("interrupted")
             or last != checkpoint_path(out, steps) or not (out / "final").is_dir()):
         return None
@@ -427,35 +329,3 @@ def save_final(run: Run) -> None:
         plain, _ = load_model(c.model_name, c.model_dtype)
         plain.load_state_dict(state)
         atomic_save_model(plain, m.tok, run.out / "final")
-
-
-class StopOnSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it. One that
-    arrives while the main thread waits on user code (rlvr.rewards.call.waiting_on_user_code: a reward
-    that hangs) stops the run now instead: StopWaiting out of that wait, the step dropped.
-    `checkpoint`: whether the stop writes one (train.save_every=0 writes none)."""
-
-    def __init__(self, checkpoint: bool = True):
-        self.signal: str | None = None
-        self.checkpoint = checkpoint
-        self._old = {}
-
-    def _handle(self, signum, frame):
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-        if waits_on_user_code():  # a reward that hangs would hold the stop for up to rewards.timeout_s
-            say(f"{self.signal}: stopping now: this step waits on user code (a reward call that has not "
-                "returned), so it is dropped" + ("; the steps done are checkpointed" if self.checkpoint else ""))
-            raise StopWaiting(self.signal)
-        say(f"{self.signal}: finishing step, " + ("writing a checkpoint, " if self.checkpoint else "")
-            + "then exiting (SIGINT again to abandon)")
-
-    def __enter__(self) -> "StopOnSignal":
-        if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)

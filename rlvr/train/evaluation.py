@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlvr.config import Config
+from rlvr.config.paths import changed_keys
 from rlvr.device import sampling_autocast
 from rlvr.eval import evaluate
 from rlvr.eval.grader import Grader
@@ -16,7 +16,6 @@ from rlvr.io import atomic_write_text, json_safe
 from rlvr.report.console import say
 from rlvr.report.sinks import JsonlWriter, jsonl_records
 from rlvr.tasks import Splits
-from rlvr.train.checkpoint import changed_keys
 from rlvr.train.distributed import Dist, gathered
 from rlvr.train.settings import EvalSettings
 from rlvr.train.state import Data, Models
@@ -67,15 +66,16 @@ def read_records(path: Path) -> dict[str, list[dict]]:
     return out
 
 
-def kept_before(cfg: Config, dist: Dist) -> tuple[dict, dict[str, list[dict]]] | None:
+def kept_before(out: Path, before: bool, config: dict, dist: Dist) -> tuple[dict, dict[str, list[dict]]] | None:
     """The evaluation before training that the run directory's last start made before it stopped short of
     its first checkpoint (a reward that raised on every completion, a full disk, a second Ctrl-C): its
     evals.jsonl row and its records per split, for a restart (`--resume` finding no checkpoint) to keep
-    instead of evaluating again. Only when that start had this very config (its config.yaml; train.steps
-    aside), and in a single process (under torchrun every rank would have to agree to skip it). Read
-    before the restart clears the directory; `keep_before` checks it against the problems."""
-    out = Path(cfg.train.out)
-    if dist.enabled or not cfg.eval.before or not (out / "config.yaml").is_file() or changed_keys(out / "config.yaml", cfg):
+    instead of evaluating again. Only when that start had this very config (`config`, this start's as plain
+    values, is its config.yaml; train.steps aside) and evaluates before training (`before`: eval.before), and
+    in a single process (under torchrun every rank would have to agree to skip it). Read before the restart
+    clears the directory `out`; `keep_before` checks it against the problems."""
+    out = Path(out)
+    if dist.enabled or not before or not (out / "config.yaml").is_file() or changed_keys(out / "config.yaml", config):
         return None
     rows = [rec for _, _, rec in jsonl_records(out / "evals.jsonl")][:1] if (out / "evals.jsonl").is_file() else []
     records = read_records(out / "eval_before.jsonl")
@@ -88,7 +88,7 @@ def keep_before(kept: tuple[dict, dict[str, list[dict]]], splits: Splits, grader
     """`kept_before`'s evaluation written back into the cleared run directory (eval_before.jsonl, the row of
     evals.jsonl) when its records are of this start's held-out and OOD problems, in order, and graded by
     the built-in checker (a user's grader may be the very code that was fixed); returns its result
-    ({split}_{metric}_before, as `run_eval` returns it), or None (evaluate again)."""
+    ({split}_{metric}_before, as `evaluate_models` returns it), or None (evaluate again)."""
     row, records = kept
     same = all([r["question"] for r in records.get(s, [])] == [p.question for p in getattr(splits, s)] for s in SPLITS)
     if grader.user or not same or not set(records) <= set(SPLITS):
@@ -127,7 +127,7 @@ def eval_line(result: dict, tag: str) -> str:
     return "; ".join(parts)
 
 
-def run_eval(models: Models, data: Data, s: EvalSettings, tag: str, baseline: dict | None = None,
+def evaluate_models(models: Models, data: Data, s: EvalSettings, tag: str, baseline: dict | None = None,
              splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation of the policy on `splits` of data (flips against `baseline` unless tag is before);
     the before and after evaluations' records go to the run directory."""
@@ -151,4 +151,4 @@ def eval_on_main(models: Models, data: Data, s: EvalSettings, dist: Dist, tag: s
                  splits: tuple[str, ...] = SPLITS) -> tuple[dict, dict[str, list[dict]]]:
     """Greedy evaluation on rank 0 (the others get {}, {}); under FSDP every rank helps gather the weights."""
     with gathered(models.policy), sampling_autocast(dist.device, s.precision):
-        return run_eval(models, data, s, tag, baseline, splits) if dist.is_main else ({}, {})
+        return evaluate_models(models, data, s, tag, baseline, splits) if dist.is_main else ({}, {})

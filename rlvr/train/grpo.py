@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from rlvr.config import Config
+from rlvr.config import Config, to_dict
 from rlvr.config.paths import anchored
 from rlvr.device import determinism_applied
 from rlvr.report.console import (before_after_table, format_samples, live_postfix, overlap_line, progress, say,
@@ -32,7 +32,7 @@ from rlvr.rewards.call import StopWaiting
 from rlvr.rewards.workers import owned_by_run
 from rlvr.errors import RlvrError, WriteError, guard_os_exit
 from rlvr.train.callbacks import check_callbacks, run_callbacks
-from rlvr.train.checkpoint import (CHECKPOINTS, StopOnSignal, check_restart, check_run_dir, checkpoint_path,
+from rlvr.train.checkpoint import (CHECKPOINTS, checkpoint_path,
                                    finished_run, latest_checkpoint, load_newest, restore_checkpoint, resume_records,
                                    save_final, set_aside, try_checkpoint)
 from rlvr.train.distributed import Dist, allreduce_scalars, close_distributed, init_distributed, lost_peer
@@ -43,8 +43,9 @@ from rlvr.train.assemble import claim_run_dir, setup
 from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run
 from rlvr.train.step import collect, train_step
-from rlvr.train.rundir import RunLock, check_data, fingerprint
+from rlvr.train.rundir import RunLock, check_data, check_restart, check_run_dir, fingerprint
 from rlvr.train.settings import determinism_of
+from rlvr.train.signals import StopOnSignal
 from rlvr.train.update import EntropyState
 
 
@@ -97,7 +98,7 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     if resume and newest is None:
         check_restart(cfg.train.out)
         say(f"{Path(cfg.train.out) / CHECKPOINTS}: no checkpoint yet; starting the run from step 0")
-        kept = kept_before(cfg, d)  # read now: setup clears the directory
+        kept = kept_before(Path(cfg.train.out), cfg.eval.before, to_dict(cfg), d)  # read now: setup clears the directory
     if newest is not None:
         check_data(newest[1]["progress"]["summary"].get("data", {}).get("files"), cfg.task, newest[0])
     run = setup(cfg, fresh=newest is None, d=d, given=given)
@@ -118,7 +119,7 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
     pending = None
     if newest is not None:
         last, state, damaged = newest
-        p, pending = restore_checkpoint(run, state, last, cfg), state.get("pending")
+        p, pending = restore_checkpoint(run, state, last, to_dict(cfg)), state.get("pending")
         run.engine.sync_weights(run.models.policy)  # an engine with its own weights (vLLM) got them before the restore
         run.baseline = read_records(run.out / "eval_before.jsonl")
         if not run.baseline and d.is_main and any(row.get("step") == 0 for row in p.eval_rows):
@@ -206,7 +207,7 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
             check_run_dir(cfg.train.out, cfg.train.overwrite)
         # a finished run resumed as it is: its final evaluation and model made again would cost time and change
         # nothing (TRL's resume past max_steps trains nothing either)
-        elif (done := finished_run(cfg)) is not None:
+        elif (done := finished_run(Path(cfg.train.out), cfg.train.steps, cfg.train.save_every, to_dict(cfg))) is not None:
             say(f"{cfg.train.out} finished at step {cfg.train.steps} (summary.json, final/): nothing to do and "
                 f"nothing changed; extend it with --train.steps=N (more than {cfg.train.steps}), or evaluate its "
                 f"model with rlvr eval --model {Path(cfg.train.out) / 'final'}")

@@ -1,6 +1,8 @@
-"""What keeps a run directory one run's: a lock (one process writes it; the holder's PID named to the
-next), the leftovers of writes a kill cut short removed, and the data files a run trained on (their
-fingerprints, recorded in the summary and checkpoints and checked when the run resumes)."""
+"""What keeps a run directory one run's: whether a start may take it (refused when it holds another run,
+replaced only once everything has loaded: check_run_dir, check_restart, prepare_run_dir), a lock (one process
+writes it; the holder's PID named to the next), the leftovers of writes a kill cut short removed, and the
+data files a run trained on (their fingerprints, recorded in the summary and checkpoints and checked when the
+run resumes)."""
 from __future__ import annotations
 
 import fcntl
@@ -9,7 +11,11 @@ import os
 import shutil
 from pathlib import Path
 
+import yaml
+
+from rlvr.checkpoint_files import CHECKPOINTS
 from rlvr.errors import RlvrError, write_error
+from rlvr.io import atomic_write_text
 from rlvr.report.console import say
 
 LOCK = ".rlvr.lock"  # hidden: check_run_dir does not count it as a file the directory holds
@@ -168,3 +174,76 @@ def check_data(recorded: list[dict] | None, task, checkpoint: Path) -> None:
             raise RlvrError(f"{path} {how} since checkpoint {checkpoint} was written ({rec['bytes']} bytes then, "
                             f"{size} now; sha256 {rec['sha256'][:12]}... then, {sha[:12]}... now): the run "
                             "resumes only on the data it trained on; restore that file, or start a new run on this one")
+
+
+# What a run writes into its directory besides config.yaml: a fresh run into a directory it may replace
+# (train.overwrite, or a resume that found no checkpoint) removes them, so no record of an earlier run
+# in the same directory is read as this one's.
+RUN_RECORDS = ("eval_before.jsonl", "eval_after.jsonl", "metrics.jsonl", "samples.jsonl", "evals.jsonl",
+               "health.jsonl", "summary.json", "report.html")
+RUN_DIRS = (CHECKPOINTS, "final")
+
+
+# How each entry point spells the three ways on from a run directory that is taken: resume it (None: the
+# entry point cannot), another directory, or replacing it
+WAYS = {"rlvr train": ("`rlvr train --resume {out}`", "--train.out=DIR", "--train.overwrite=true"),
+        "rlvr sft": (None, "--train.out=DIR", "--train.overwrite=true"),
+        "rlvr.fit": ("rlvr.fit(resume='{out}', rewards=...)", "train__out=DIR", "train__overwrite=True")}
+
+
+def check_run_dir(out: str | Path, overwrite: bool, command: str = "rlvr train") -> None:
+    """Refuse to start a fresh run in a directory that holds anything, unless train.overwrite: read
+    only, so it can run first, before the config's data and model are loaded. `command`: a key of WAYS."""
+    out = Path(out)
+    resume, elsewhere, replace = WAYS[command]
+    if out.exists() and not out.is_dir():
+        raise RlvrError(f"train.out={out} is a file, not a directory; choose another with {elsewhere}")
+    held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
+    if not held or overwrite:
+        return
+    shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+    options = [f"continue it with {resume.format(out=out)}"] if resume and (out / "config.yaml").is_file() else []
+    options += [f"choose another directory with {elsewhere}", f"replace it with {replace}"]
+    raise RlvrError(f"{out} already holds files ({shown}) and nothing in it was changed: "
+                    f"{', '.join(options[:-1])} or {options[-1]}")
+
+
+def check_restart(out: str | Path) -> None:
+    """A resume that finds no checkpoint starts the run again from step 0, replacing the directory's records:
+    refused where the directory holds more than a start that stopped short of its first checkpoint (a
+    run's summary.json or final/ model: a finished run whose checkpoints were deleted to free space, an
+    rlvr sft run), which starting again would delete. Read only, before anything loads."""
+    out = Path(out)
+    held = [name for name in ("summary.json", "final") if (out / name).exists()]
+    if not held:
+        return
+    none = ""
+    try:
+        if (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("train", {}).get("save_every") == 0:
+            none = " (it ran with train.save_every=0, which writes no checkpoint)"
+    except (OSError, yaml.YAMLError, AttributeError):
+        pass
+    further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
+        if "final" in held else ""
+    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from{none}, and the "
+                    f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
+                    f"replace; nothing in it was changed: {further}replace the run with rlvr train "
+                    f"{out / 'config.yaml'} --train.overwrite=true")
+
+
+def prepare_run_dir(out: Path, config_yaml: str, fresh: bool) -> None:
+    """Create the run directory and write its config.yaml; a fresh run first removes an earlier run's
+    records, checkpoints and final model (a resumed run keeps them); both remove what writes cut short
+    by a kill left. Called by rank 0 only, once the config, data and model (and a resumed run's
+    checkpoint) have loaded: a start that fails before it leaves the directory as it was."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(out, e) from None
+    if fresh:
+        for name in RUN_RECORDS:
+            (out / name).unlink(missing_ok=True)
+        for name in RUN_DIRS:
+            shutil.rmtree(out / name, ignore_errors=True)
+    remove_leftovers(out, ("config.yaml", *RUN_RECORDS, *RUN_DIRS))
+    atomic_write_text(out / "config.yaml", config_yaml)

@@ -11,6 +11,7 @@ import torch
 
 from rlvr.config import Config, to_dict
 from rlvr.device import Determinism, determinism
+from rlvr.rollout.engines import EngineSettings, tis_cap_of
 from rlvr.rollout.sampling import SamplingSettings
 from rlvr.train.update import UpdateSettings
 
@@ -107,13 +108,28 @@ class Settings:
                                     seed=t.seed, steps=t.steps, dynamic_sampling=cfg.algo.dynamic_sampling,
                                     max_refill=cfg.algo.max_refill, precision=precision,
                                     one_step_off=r.overlap == "one_step_off"),
-            update=UpdateSettings.of(cfg, pad_id, precision),
+            update=update_settings(cfg, pad_id, precision),
             eval=eval_settings(cfg, stop_ids=stop_ids, pad_id=pad_id, precision=precision),
             checkpoint=CheckpointSettings(out=out, every=t.save_every, keep=t.keep_checkpoints,
                                           model_name=cfg.model.name, model_dtype=cfg.model.dtype,
                                           weights=weight_settings(to_dict(cfg))),
             log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project,
                             config=to_dict(cfg)))
+
+
+def update_settings(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
+    """The update's settings of cfg; `precision` is train.mixed_precision resolved for the run's device
+    (rlvr.device.resolve_precision: "bf16" or "no")."""
+    r = cfg.rollout
+    return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
+                          tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens, optimizer=cfg.optimizer,
+                          lm_head=cfg.train.lm_head, packed=cfg.train.packed)
+
+
+def engine_settings(cfg: Config) -> EngineSettings:
+    """What building the rollout engine reads of cfg (rlvr.rollout.engines.make_engine)."""
+    return EngineSettings(rollout=cfg.rollout, model_name=cfg.model.name, model_dtype=cfg.model.dtype,
+                          model_quantize=cfg.model.quantize, seed=cfg.train.seed)
 
 
 def determinism_of(cfg: Config) -> Determinism:

@@ -40,7 +40,7 @@ from rlvr.tasks import Epochs, Problem, build_splits
 from rlvr.tasks.base import encode_messages, problem_messages
 from rlvr.tasks.files import gold_candidates
 from rlvr.config.paths import anchored
-from rlvr.train.checkpoint import check_run_dir, prepare_run_dir
+from rlvr.train.rundir import check_run_dir, prepare_run_dir
 from rlvr.train.distributed import Dist
 from rlvr.train.evaluation import eval_line, eval_on_main, flip_summary
 from rlvr.train.settings import eval_settings
@@ -170,7 +170,7 @@ def _locked(cfg: Config, out: Path, then: str, wall_start: float) -> dict:
     stop_ids = stop_token_ids(policy, tok)
     end_id = end_of_turn_id(tok, stop_ids)
     examples = [make_example(tok, p, splits.few_shot, cfg.task.system_prompt, end_id) for p in solved]
-    grader = choose_grader(rewards_of(cfg), cfg.eval.grader, cfg.eval.grader_threshold)  # as a GRPO run of cfg grades
+    grader = choose_grader(rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), cfg.eval.grader, cfg.eval.grader_threshold)  # as a GRPO run of cfg grades
     if grader.user:
         say(grader.line())
     prepare_run_dir(out, to_yaml(cfg), fresh=True)  # only once the config, data, rewards and model have loaded

@@ -10,9 +10,8 @@ from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus, entropy_
                        kl_estimate, loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta,
                        value_loss)
 from rlvr.algo.objectives import NoKnobs, objective
-from rlvr.config import AlgoConfig, Config, OptimizerConfig
+from rlvr.config import AlgoConfig, OptimizerConfig
 from rlvr.models import seeded_dropouts
-from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.report import schema
 from rlvr.train.batch import Batch
@@ -56,7 +55,8 @@ class EntropyState:
 @dataclass(frozen=True, kw_only=True)
 class UpdateSettings:
     """The algo and optimizer sections as configured, and what the rest of the run fixes for the update.
-    Built by `of` from a run's config (tests too), so a section the config holds cannot be left out."""
+    Built from a run's config by rlvr.train.settings.update_settings (tests too), so a section the config
+    holds cannot be left out."""
 
     algo: AlgoConfig
     pad_id: int
@@ -68,15 +68,6 @@ class UpdateSettings:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
     lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (head.use_fused_head)
     packed: bool = False  # train.packed: the update's forwards padding-free (rlvr/train/packed.py)
-
-    @staticmethod
-    def of(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
-        """The settings of cfg; `precision` is train.mixed_precision resolved for the run's device
-        (rlvr.device.resolve_precision: "bf16" or "no")."""
-        r = cfg.rollout
-        return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
-                              tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens, optimizer=cfg.optimizer,
-                              lm_head=cfg.train.lm_head, packed=cfg.train.packed)
 
     @property
     def sampler(self) -> tuple[str, float, float | None]:

@@ -12,7 +12,7 @@ from rlvr.algo import OBJECTIVE_DEFAULTS, OBJECTIVES, aggregate, policy_loss
 from rlvr.algo.objectives import REGISTRY, knob_defaults
 from rlvr.algo.presets import PRESETS
 from rlvr.config import AlgoConfig, ConfigError, build_config, describe
-from rlvr.train.update import UpdateSettings
+from rlvr.train.settings import update_settings
 
 ONE_ROW = torch.ones(1, 4)
 
@@ -167,7 +167,7 @@ def test_every_knob_has_an_other_value_here_and_a_help_line():
 def test_each_knob_set_in_the_config_reaches_the_update_and_changes_the_loss(name, knob):
     """The value a user sets is the one the update passes to the loss (never a default), and it matters."""
     cfg = build_config(None, [f"--algo.policy_loss={name}", f"--algo.{knob}={OTHER_VALUE[knob]}"])
-    knobs = UpdateSettings.of(cfg, pad_id=0, precision="no").objective_knobs
+    knobs = update_settings(cfg, pad_id=0, precision="no").objective_knobs
     assert type(knobs) is REGISTRY[name].knobs and getattr(knobs, knob) == OTHER_VALUE[knob]
     others = {f.name for f in dataclasses.fields(knobs)} - {knob}
     assert all(getattr(knobs, k) == OBJECTIVE_DEFAULTS[k] for k in others)

@@ -4,7 +4,7 @@ import pytest
 
 from rlvr.algo.presets import PRESETS
 from rlvr.config import ConfigError, build_config
-from rlvr.train.update import UpdateSettings
+from rlvr.train.settings import update_settings
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -29,7 +29,7 @@ def test_the_seven_older_presets_keep_the_clipped_surrogate_and_no_sampler_chang
     (["--algo.sampler_correction=token_mask", "--algo.sampler_c_min=0.5"], ("token_mask", 0.5, 2.0)),  # IcePop
 ])
 def test_sampler_correction_resolution(overrides, sampler):
-    assert UpdateSettings.of(build_config(None, overrides), pad_id=0, precision="no").sampler == sampler
+    assert update_settings(build_config(None, overrides), pad_id=0, precision="no").sampler == sampler
 
 
 @pytest.mark.parametrize("overrides,message", [

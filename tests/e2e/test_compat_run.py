@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 CONV = "tests.compat.conventions"
 
@@ -27,10 +28,6 @@ def config(tmp_path, task: str, weights: dict, **sections) -> str:
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps(cfg))  # JSON is YAML
     return str(path)
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_verl_parquet_with_trl_rewards_and_verl_compute_score(tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 from rlvr.cli import main
 from rlvr.envs.base import Reply
 from rlvr.tasks import chat_messages
+from tests.conftest import read_jsonl
 
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
 SMALL = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=4", "--task.ood_size=2",
@@ -26,10 +27,6 @@ class CheckAgain:
 
     def reward_columns(self):
         return {}
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_a_multi_turn_run_logs_episodes(tmp_path):

@@ -7,6 +7,7 @@ import json
 import torch
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 BASE = ["--model.name=tiny-random", "--task.heldout_size=4", "--task.ood_size=4", "--rollout.prompts_per_step=2",
         "--rollout.group_size=2", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=2"]
@@ -31,10 +32,6 @@ RUN = {
     "eval.after": (False, "the second run writes no eval_after.jsonl"),
     "train.device": ("cuda", "a run on a machine without CUDA is refused naming train.device"),
 }
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def _arg(key, value):

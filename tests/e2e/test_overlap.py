@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
 RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=4", "--task.ood_size=2",
@@ -22,10 +23,6 @@ OFF = "--rollout.overlap=one_step_off"
 def varied_reward(completions, **kw):
     """Differs within every group on a random model, so every update moves the weights."""
     return [len(set(c)) / 10 for c in completions]
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def completions(out: Path) -> dict[int, list[str]]:

@@ -13,6 +13,7 @@ import torch
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints, save_checkpoint, truncate_jsonl
 from tests.e2e.conftest import copy_run, crashed
+from tests.conftest import read_jsonl
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -21,10 +22,6 @@ RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.
        "--train.save_every=2", "--train.eval_every=3", "--train.samples_every=0", "--algo.beta=0.04",
        "--algo.ref_sync_every=2", "--train.threads=1", "--task.params.min_digits=1", "--task.params.digits=2",
        "--curriculum.mode=adaptive"]
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def untimed(rows):
@@ -236,7 +233,7 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
             calls.append(("sync", float(sum(v.double().sum() for v in policy.state_dict().values()))))
 
     monkeypatch.setattr(assemble_module, "make_engine",
-                        lambda cfg, policy, out, precision: Recording(policy, make_engine(cfg, policy, out, precision)._generate))
+                        lambda s, policy, out, precision: Recording(policy, make_engine(s, policy, out, precision)._generate))
     out = copy_run(alone, tmp_path / "run")
     assert main(["train", "--resume", str(out), "--train.steps=7"]) == 0
     state = torch.load(checkpoints(out)[0], weights_only=False)  # step 6, where the resume started

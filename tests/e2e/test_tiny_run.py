@@ -7,6 +7,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -24,10 +25,6 @@ def run(tmp_path, name, *extra):
     out = tmp_path / name
     assert main(["train", *SMOKE, f"--train.out={out}", *extra]) == 0
     return out
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture

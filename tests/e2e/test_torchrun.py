@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints
+from tests.conftest import read_jsonl
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -20,10 +21,6 @@ RUN = [ARITHMETIC, "--model.name=tiny-random", "--task.heldout_size=6", "--task.
        "--rollout.group_size=3", "--rollout.max_new_tokens=6", "--eval.max_new_tokens=6", "--train.steps=3",
        "--train.save_every=2", "--train.samples_every=0", "--train.threads=1",
        "--train.device=cpu"]  # gloo: as many processes as devices, on a machine with one GPU or none
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def torchrun(*args):

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 REWARDS = '''
 import re
@@ -48,10 +49,6 @@ def user(tmp_path):
     fns = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fns)
     return data, module, fns
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_training_and_rlvr_eval_grade_with_the_users_own_reward(tmp_path, user, capsys):

@@ -104,7 +104,7 @@ def test_the_format_rule_reads_the_runs_own_correctness_reward():
     name = "tests.report.test_health:my_grader"
     cfg = build_config(None, ["--model.name=tiny-random", f"--rewards.weights={{{name}: 1.0, format: 0.2}}",
                               f"--eval.grader={name}"])
-    rewards = rewards_of(cfg)
+    rewards = rewards_of(cfg.rewards, cfg.rollout.max_new_tokens)
     names = RewardNames.of(rewards, choose_grader(rewards, cfg.eval.grader, cfg.eval.grader_threshold))
     assert names == RewardNames(strict=name, form="format")
     series = {"reward/mean": [0.1, 0.1, 0.1, 0.4, 0.4, 0.4], "reward/format/mean": [0.1, 0.1, 0.1, 0.9, 0.9, 0.9],

@@ -118,7 +118,8 @@ def test_audit_attacks_the_rewards_training_optimises(capsys):
     from rlvr.rewards import rewards_of
 
     argv = ["--model.name=tiny-random", "--algo.preset=dapo", "--task.heldout_size=4"]
-    assert [rf.name for rf in rewards_of(build_config(None, argv))] == ["correctness", "format", "length"]
+    cfg = build_config(None, argv)
+    assert [rf.name for rf in rewards_of(cfg.rewards, cfg.rollout.max_new_tokens)] == ["correctness", "format", "length"]
     assert main(["audit", "--n=2", *argv]) == 0
     out = capsys.readouterr().out
     assert "ok: reward 'length' gave every attack 0 or less" in out

@@ -162,7 +162,8 @@ def test_gold_answers_the_maths_checker_cannot_read_are_noted_before_a_run():
                                       "give this task its own reward function"]
     assert maths_gold_note(prose[1:2]) == []
     splits = Splits(train=prose, heldout=[], ood=[])
-    maths = rewards_of(build_config(None))
+    cfg = build_config(None)
+    maths = rewards_of(cfg.rewards, cfg.rollout.max_new_tokens)
     assert check_gold_answers(maths, splits, {}) == maths_gold_note(prose)
     assert check_gold_answers([r for r in maths if r.name == "format"], splits, {}) == []
 

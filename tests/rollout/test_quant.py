@@ -11,6 +11,7 @@ from rlvr.config import build_config
 from rlvr.errors import RlvrError
 from rlvr.rollout.builtin import generate
 from rlvr.rollout.engines import PolicyEngine, QuantizedEngine, make_engine
+from rlvr.train.settings import engine_settings
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, quantize_rows, refresh, rollout_copy
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21, 22, 23]]
@@ -108,11 +109,11 @@ def test_unknown_format_is_an_error(tiny):
 
 def test_make_engine_follows_rollout_weights(tiny, tmp_path):
     model, _ = tiny
-    fp32 = make_engine(build_config(None, []), model, tmp_path)
+    fp32 = make_engine(engine_settings(build_config(None, [])), model, tmp_path)
     assert type(fp32) is PolicyEngine and fp32.policy is model
-    int8 = make_engine(build_config(None, ["--rollout.weights=int8"]), model, tmp_path)
+    int8 = make_engine(engine_settings(build_config(None, ["--rollout.weights=int8"])), model, tmp_path)
     assert isinstance(int8, QuantizedEngine) and int8.keeps_cache and int8.policy is not model
-    hf = make_engine(build_config(None, ["--rollout.weights=bf16", "--rollout.engine=hf"]), model, tmp_path)
+    hf = make_engine(engine_settings(build_config(None, ["--rollout.weights=bf16", "--rollout.engine=hf"])), model, tmp_path)
     assert isinstance(hf, QuantizedEngine) and not hf.keeps_cache
 
 

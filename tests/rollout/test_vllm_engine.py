@@ -10,6 +10,7 @@ import torch
 from rlvr.config import Config
 from rlvr.errors import RlvrError
 from rlvr.rollout import vllm_engine as ve
+from rlvr.train.settings import engine_settings
 from rlvr.rollout import weights
 from rlvr.rollout.decoding import select_groups
 
@@ -223,7 +224,7 @@ def test_this_machine_has_no_vllm():
     if ve._vllm_installed():
         pytest.skip("vllm is installed here")
     with pytest.raises(RlvrError, match="vllm package, which is not installed"):
-        ve.make_vllm_engine(Config(), torch.nn.Linear(1, 1), "unused")
+        ve.make_vllm_engine(engine_settings(Config()), torch.nn.Linear(1, 1), "unused")
 
 
 # ---------------------------------------------------------------- engine call order, with a fake LLM

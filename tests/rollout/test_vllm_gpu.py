@@ -44,6 +44,7 @@ def vllm_run():
     from rlvr.device import resolve_device, resolve_precision
     from rlvr.models import load_model
     from rlvr.rollout.vllm_engine import make_vllm_engine
+    from rlvr.train.settings import engine_settings
     from rlvr.tasks import build_splits, encode_prompt
 
     cfg = build_config(SMOKE, [*MODEL, "--rollout.prompts_per_step=16", "--task.heldout_size=8",
@@ -54,7 +55,7 @@ def vllm_run():
     splits = build_splits(cfg.task)
     prompts = [encode_prompt(tok, p.question, splits.few_shot, cfg.task.system_prompt)
                for p in splits.train[:cfg.rollout.prompts_per_step]]
-    return cfg, policy, tok, prompts, make_vllm_engine(cfg, policy, tempfile.mkdtemp(), precision), device, precision
+    return cfg, policy, tok, prompts, make_vllm_engine(engine_settings(cfg), policy, tempfile.mkdtemp(), precision), device, precision
 
 
 def rollout(cfg, policy, tok, prompts, engine, device, precision):
@@ -85,7 +86,8 @@ def rollout(cfg, policy, tok, prompts, engine, device, precision):
 
 def test_sync_weights_reaches_vllm():
     from rlvr.train.batch import Batch
-    from rlvr.train.update import UpdateSettings, policy_update
+    from rlvr.train.settings import update_settings
+    from rlvr.train.update import policy_update
 
     run = vllm_run()
     cfg, policy, tok, _, engine, device, precision = run
@@ -98,7 +100,7 @@ def test_sync_weights_reaches_vllm():
     adv = torch.randn(ro.completion_ids.shape[0], device=device)  # [B]
     batch = Batch(prompts=ro.prompt_ids, completion_ids=ro.completion_ids, completion_mask=ro.completion_mask,
                   advantages=adv, group_size=ro.group_size)
-    policy_update(policy, opt, batch, UpdateSettings.of(cfg, tok.pad_token_id, precision))
+    policy_update(policy, opt, batch, update_settings(cfg, tok.pad_token_id, precision))
     stale = rollout(*run)[1][MISMATCH]
     start = time.perf_counter()
     tensors = engine.sync_weights(policy)

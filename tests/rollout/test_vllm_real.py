@@ -25,6 +25,7 @@ def colocated(tmp_path_factory):
     from rlvr.config import build_config
     from rlvr.models import load_model, stop_token_ids
     from rlvr.rollout.vllm_engine import make_vllm_engine
+    from rlvr.train.settings import engine_settings
 
     cfg = build_config(None, ["--model.name=smollm2-135m-instruct", "--rollout.engine=vllm",
                               f"--rollout.vllm.max_model_len={MAX_MODEL_LEN}", f"--rollout.vllm.kv_cache_gib={KV_GIB}"])
@@ -33,7 +34,7 @@ def colocated(tmp_path_factory):
     # one thread for the trainer and so for vLLM (OMP_NUM_THREADS follows it): on a machine shared with other
     # jobs, vLLM's spinning OpenMP threads took 4-5x the CPU time of one thread for the same tokens
     torch.set_num_threads(1)
-    engine = make_vllm_engine(cfg, policy, tmp_path_factory.mktemp("vllm"))
+    engine = make_vllm_engine(engine_settings(cfg), policy, tmp_path_factory.mktemp("vllm"))
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
                for q in ("What is 7 + 5?", "Name a colour.")]
     prompts = [list(p["input_ids"] if hasattr(p, "keys") else p) for p in prompts]
@@ -201,9 +202,10 @@ def test_tiny_random_is_refused_on_the_cpu_platform_naming_why(tmp_path):
     from rlvr.errors import RlvrError
     from rlvr.models import tiny_random
     from rlvr.rollout.vllm_engine import make_vllm_engine, vllm_platform
+    from rlvr.train.settings import engine_settings
 
     if vllm_platform() != "cpu":
         pytest.skip("vLLM's GPU attention takes tiny-random's heads")
     cfg = build_config(None, ["--model.name=tiny-random", "--rollout.engine=vllm"])
     with pytest.raises(RlvrError, match="heads of size 16, and vLLM's CPU platform supports 32, 64"):
-        make_vllm_engine(cfg, tiny_random()[0], tmp_path)
+        make_vllm_engine(engine_settings(cfg), tiny_random()[0], tmp_path)

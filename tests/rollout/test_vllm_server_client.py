@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from rlvr.errors import RlvrError
 from rlvr.rollout import vllm_server as vs
+from rlvr.train.settings import engine_settings
 
 
 def test_completion_body_asks_for_token_ids_and_sampled_logprobs():
@@ -238,7 +239,7 @@ def test_nccl_push_needs_a_gpu_trainer(tmp_path):
     cfg = build_config(None, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://127.0.0.1:9",
                               "--rollout.vllm.weight_push=nccl"])
     with pytest.raises(RlvrError, match="weight_push=nccl broadcasts from the trainer's GPU"):
-        vs.make_server_engine(cfg, torch.nn.Linear(1, 1), tmp_path)
+        vs.make_server_engine(engine_settings(cfg), torch.nn.Linear(1, 1), tmp_path)
 
 
 def test_a_first_push_the_server_cannot_load_says_why_and_leaves_no_run_directory(fake_server, tmp_path, tiny):
@@ -251,7 +252,7 @@ def test_a_first_push_the_server_cannot_load_says_why_and_leaves_no_run_director
     out = tmp_path / "run"
     with pytest.raises(vs.ServerError, match=f"vLLM server {url}: /collective_rpc .* answered HTTP 500.*could not "
                                              "load the trainer's weights.*restart the server"):
-        vs.make_server_engine(cfg, tiny[0], out)
+        vs.make_server_engine(engine_settings(cfg), tiny[0], out)
     assert not out.exists()  # a rerun of the same command is not refused for a directory this start made
     assert not [p for p, _ in server.posts if p == "/update_weight_version"]
 
@@ -273,7 +274,7 @@ def test_the_run_directorys_weights_keep_only_the_newest_and_a_shared_directory_
         (d / "0123abcd-7").mkdir(parents=True)
         (d / ".0123abcd-8-tmp").mkdir()
     args = ["--rollout.engine=vllm", f"--rollout.vllm.server_url={url}", "--rollout.vllm.timeout_s=5"]
-    engine = vs.make_server_engine(build_config(None, args), tiny[0], run_dir)
+    engine = vs.make_server_engine(engine_settings(build_config(None, args)), tiny[0], run_dir)
     assert [p.name for p in (run_dir / "vllm-weights").iterdir()] == [f"{engine.tag}-1"]
-    engine = vs.make_server_engine(build_config(None, [*args, f"--rollout.vllm.weights_dir={shared}"]), tiny[0], run_dir)
+    engine = vs.make_server_engine(engine_settings(build_config(None, [*args, f"--rollout.vllm.weights_dir={shared}"])), tiny[0], run_dir)
     assert sorted(p.name for p in shared.iterdir()) == [".0123abcd-8-tmp", "0123abcd-7", f"{engine.tag}-1"]

@@ -63,8 +63,9 @@ def test_note_when_gold_answers_do_not_fit_the_maths_checker():
     from rlvr.rewards.preflight import check_gold_answers
 
     s = build_splits(TaskConfig(name="reasoning_gym:rotate_matrix", heldout_size=5, ood_size=0, train_size=10))
+    cfg = build_config(None)
     assert any("do not score 1 with the maths checker" in n
-               for n in check_gold_answers(rewards_of(build_config(None)), s, {}))
+               for n in check_gold_answers(rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), s, {}))
 
 
 def test_template_asking_for_the_answer_line_replaces_the_suffix():

@@ -9,6 +9,8 @@ import sys
 import torch
 
 from rlvr.algo import AGGREGATIONS
+
+from rlvr.train.settings import update_settings
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
 from rlvr.models import load_model
 from rlvr.train import distributed as dd
@@ -50,7 +52,7 @@ def shard(batch: Batch, rank: int, world: int) -> Batch:
 def settings(aggregation: str) -> UpdateSettings:
     algo = AlgoConfig(aggregation=aggregation, norm_length=WIDTH, iterations=ITERATIONS)
     cfg = Config(algo=algo, optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=MAX_GRAD_NORM))
-    return UpdateSettings.of(cfg, pad_id=0, precision="no")
+    return update_settings(cfg, pad_id=0, precision="no")
 
 
 def train_once(mode: str, aggregation: str, d: dd.Dist, global_norm: bool = True,

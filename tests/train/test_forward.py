@@ -3,6 +3,8 @@ import warnings
 import torch
 
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
+
+from rlvr.train.settings import update_settings
 from rlvr.rollout.builtin import generate
 from rlvr.train.forward import MAX_BUCKETS, _positions_needed, completion_forward, completion_logprobs, plan_buckets
 
@@ -264,7 +266,7 @@ def test_lm_head_setting_picks_the_update_s_path(tiny, monkeypatch):
     from rlvr.config import Config, OptimizerConfig, TrainConfig
     from rlvr.train import head
     from rlvr.train.batch import Batch
-    from rlvr.train.update import UpdateSettings, policy_update
+    from rlvr.train.update import policy_update
 
     assert head.use_fused_head("auto", torch.device("cuda")) and not head.use_fused_head("auto", torch.device("cpu"))
     model, tok = tiny
@@ -279,7 +281,7 @@ def test_lm_head_setting_picks_the_update_s_path(tiny, monkeypatch):
         m = copy.deepcopy(model)
         cfg = Config(train=TrainConfig(lm_head=lm_head), optimizer=OptimizerConfig(max_grad_norm=0.0))
         metrics = policy_update(m, torch.optim.SGD(m.parameters(), lr=0.1), batch,
-                                UpdateSettings.of(cfg, tok.pad_token_id, "no"))
+                                update_settings(cfg, tok.pad_token_id, "no"))
         results.append((metrics["loss"], [p.detach() for p in m.parameters()]))
         assert bool(calls) == (lm_head == "fused")
     (loss_a, w_a), (loss_b, w_b) = results

@@ -4,13 +4,15 @@ import pytest
 import torch
 
 from rlvr.config import AlgoConfig, Config, LoraConfig, OptimizerConfig
+
+from rlvr.train.settings import update_settings
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, checkpointing_active, enable_gradient_checkpointing, is_peft, load_model
 from rlvr.io import atomic_save_model
 from rlvr.rollout.builtin import generate
 from rlvr.train.forward import Reference, completion_logprobs, reference_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, policy_update, reference_forward
+from rlvr.train.update import policy_update, reference_forward
 
 LORA = LoraConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
 
@@ -26,7 +28,7 @@ def rollout_batch(model, tok):
 
 def settings(tok, **algo):
     cfg = Config(algo=AlgoConfig(**algo), optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.0))
-    return UpdateSettings.of(cfg, tok.pad_token_id, "no")
+    return update_settings(cfg, tok.pad_token_id, "no")
 
 
 def logp(model, batch, pad_id):
@@ -179,9 +181,9 @@ def test_all_linear_targets_every_linear_layer_but_the_head(tiny):
     # r x (in + out) per layer: q 64+64, k and v 64+32, o 64+64, gate and up 64+128, down 128+64; 2 layers
     assert sum(p.numel() for p in wrapped.parameters() if p.requires_grad) == 2 * 4 * (
         2 * 128 + 2 * 96 + 3 * 192) == 8192
-    from rlvr.plan import Settings, estimate, shape_of
+    from rlvr.plan import PlanSettings, estimate, shape_of
 
-    s = Settings.of(cfg, "cpu")
+    s = PlanSettings.of(cfg, "cpu")
     assert s.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     assert estimate(shape_of("tiny-random"), s).update["optimizer"] == 8 * 8192  # the plan counts the same adapters
     with pytest.raises(ConfigError, match=r"model.lora.target_modules is a list of layer names \(e.g. \[q_proj, "

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
+
+from rlvr.train.settings import update_settings
 from rlvr.envs.base import Reply
 from rlvr.envs.episodes import EnvSpec, Limits, run_episodes
 from rlvr.envs.render import TurnRender
@@ -15,7 +17,7 @@ from rlvr.rollout.sampling import SamplingSettings
 from rlvr.tasks import Problem
 from rlvr.train.forward import completion_logprobs
 from rlvr.train.batch import Batch
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import policy_update
 
 PROBLEMS = [Problem(question="What is 2 + 3?", answer="5"), Problem(question="Name a colour.", answer="red")]
 
@@ -103,7 +105,7 @@ def test_policy_update_on_episodes(tiny):
                   env_mask=r.env_mask)
     cfg = Config(algo=AlgoConfig(aggregation="token-mean"),
                  optimizer=OptimizerConfig(micro_batch_prompts=1, max_grad_norm=0.0))
-    s = UpdateSettings.of(cfg, tok.pad_token_id, "no")
+    s = update_settings(cfg, tok.pad_token_id, "no")
     policy = copy.deepcopy(model)
     m = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, s)
     assert m["rollout/logp_mismatch_mean_abs"] == pytest.approx(0.0, abs=1e-5)

@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from rlvr.config import Config, OptimizerConfig, build_config
+
+from rlvr.train.settings import update_settings
 from rlvr.errors import RlvrError
 from rlvr.models import tiny_random
 from rlvr.train.distributed import Dist
 from rlvr.train.optim import (MasterAdamW, adamw, could_overflow, current_lr, step_keeping_finite,
                               warmup_scheduler)
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import policy_update
 from tests.train.test_lora import rollout_batch
 
 STEPS, LR = 3, 1e-2
@@ -31,7 +33,7 @@ def train(state, steps: int = STEPS):
     opt = adamw(groups, 0.01, state) if isinstance(state, str) else state(groups)
     sched = warmup_scheduler(opt, 2)
     cfg = Config(optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=0.5))  # the clip acts (norms ~1-3)
-    s = UpdateSettings.of(cfg, tok.pad_token_id, "no")
+    s = update_settings(cfg, tok.pad_token_id, "no")
     norms = []
     for _ in range(steps):
         norms.append(policy_update(model, opt, batch, s)["grad_norm"])
@@ -318,7 +320,7 @@ def one_update(model, tok, lr: float) -> dict:
     held = lambda: {n: masters.get(p, p).detach().float().clone() for n, p in model.named_parameters()}
     before = held()
     cfg = Config(optimizer=OptimizerConfig(micro_batch_prompts=2, max_grad_norm=1.0))
-    metrics = policy_update(model, opt, BATCHES[id(tok)], UpdateSettings.of(cfg, tok.pad_token_id, "no"))
+    metrics = policy_update(model, opt, BATCHES[id(tok)], update_settings(cfg, tok.pad_token_id, "no"))
     return {"opt": opt, "metrics": metrics, "grads": grads, "before": before, "after": held()}
 
 

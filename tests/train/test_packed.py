@@ -14,13 +14,15 @@ import pytest
 import torch
 
 from rlvr.config import Config, LoraConfig, OptimizerConfig, TrainConfig
+
+from rlvr.train.settings import update_settings
 from rlvr.errors import RlvrError
 from rlvr.models import apply_lora, enable_gradient_checkpointing, load_model
 from rlvr.train import forward, packed
 from rlvr.train.batch import Batch
 from rlvr.train.forward import completion_forward, completion_logprobs
 from rlvr.train.packed import check_packing, pack
-from rlvr.train.update import UpdateSettings, _micro_batches, policy_update
+from rlvr.train.update import _micro_batches, policy_update
 
 from tests.train.test_forward import SYSTEM, rollout
 
@@ -180,7 +182,7 @@ def update(model, tok, batch, ref=None, **train):
     opt = OptimizerConfig(max_grad_norm=0.0, micro_batch_tokens=train.pop("micro_batch_tokens", 0))
     cfg = Config(train=TrainConfig(**train), optimizer=opt)
     cfg.algo.entropy_coef, cfg.algo.beta, cfg.algo.iterations = 0.01, 0.1, 2
-    s = UpdateSettings.of(cfg, tok.pad_token_id, "no")
+    s = update_settings(cfg, tok.pad_token_id, "no")
     ref_logp = forward_ref(ref, batch, s) if ref is not None else None
     metrics = policy_update(m, torch.optim.SGD(m.parameters(), lr=0.1), batch, s, ref_logp)
     return metrics, [p.detach() for p in m.parameters()]

@@ -6,12 +6,14 @@ import torch
 import dataclasses
 
 from rlvr.config import AlgoConfig, Config, OptimizerConfig, RolloutConfig
+
+from rlvr.train.settings import update_settings
 from rlvr.models import checkpointing_active, enable_gradient_checkpointing
 from rlvr.rollout.builtin import generate
 from rlvr.train.forward import completion_logprobs
 from rlvr.train.batch import Batch
 from rlvr.train.forward import Reference
-from rlvr.train.update import EntropyState, UpdateSettings, _micro_batches, policy_update, reference_forward
+from rlvr.train.update import EntropyState, _micro_batches, policy_update, reference_forward
 
 OPTIMIZER_KEYS = {f.name for f in dataclasses.fields(OptimizerConfig)}
 
@@ -33,7 +35,7 @@ def settings(tok, mixed_precision="no", tis_cap=0.0, **keys):
     opt.update({k: keys.pop(k) for k in list(keys) if k in OPTIMIZER_KEYS})
     cfg = Config(algo=AlgoConfig(**keys), optimizer=OptimizerConfig(**opt),
                  rollout=RolloutConfig(max_new_tokens=6, tis_cap=tis_cap))  # make_batch's completions
-    return UpdateSettings.of(cfg, tok.pad_token_id, mixed_precision)
+    return update_settings(cfg, tok.pad_token_id, mixed_precision)
 
 
 def one_step(model, tok, batch, lr=0.1, ref=None, **kw):
