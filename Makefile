@@ -2,6 +2,8 @@
 # each make demo: the demo owns that directory)
 # make test: set up (system packages where the machine allows it, then the venv), then run the whole test suite
 # make test-fast: the suite less the tests marked slow (whole runs, training CLI calls): about a minute
+# make golden: regenerate tests/golden/trace.json (the per-step metrics tests/golden/test_golden.py holds
+#   bit for bit); a commit that moves it says why
 # make vllm: the second venv (.venv-vllm) with vLLM's CPU build, where make test runs the tests marked vllm
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +13,7 @@ STAMP := $(VENV)/.rlvr-installed
 PEERS := $(VENV)/peers
 PEERS_STAMP := $(PEERS)/.rlvr-peers
 
-.PHONY: setup system peers vllm demo test test-fast smoke clean
+.PHONY: setup system peers vllm demo test test-fast golden smoke clean
 
 # What the tests need from the system: bubblewrap (the code verifier's sandbox), g++ and the Python headers
 # (torch.compile builds the compiled decode layers). Installed with apt-get as root or with passwordless sudo;
@@ -91,6 +93,9 @@ test: system setup peers vllm
 
 test-fast: setup peers
 	$(PY) -m pytest -q -m "not slow"
+
+golden: setup
+	$(PY) -m tests.golden.runs --write
 
 smoke: setup
 	$(PY) -m rlvr train configs/smoke.yaml --train.overwrite=true

@@ -37,16 +37,60 @@ def train_parser() -> argparse.ArgumentParser:
     parser.add_argument("config", nargs="?", help="YAML config (default: configs/demo.yaml, or with --task.name "
                         "the defaults below)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint, "
-                        "with its config.yaml (overrides still apply, e.g. --train.steps=40 to go further)")
+                        "with its config.yaml (overrides still apply, e.g. --train.steps=40 to go further); a "
+                        "seed group's folder (--seeds): its seeds that did not finish")
+    parser.add_argument("--seeds", metavar="LIST", help="run the config once per seed (train.seed), e.g. 0,1,2 or "
+                        "0-4, each in a process of its own, into train.out/seed-N with train.out/group.json; "
+                        "`rlvr compare` then tells a change from seed noise")
+    parser.add_argument("--keep-weights", action="store_true", help="with --seeds: keep each seed's checkpoints/ "
+                        "and final/ (by default a finished seed keeps its records only; the same command with "
+                        "--train.seed=N makes its weights again)")
     return parser
+
+
+def train_seeds(path: Path | None, overrides: list[str], seeds_text: str, keep_weights: bool) -> int:
+    """rlvr train --seeds: rlvr/train/seeds.py runs the group, each seed as a process of its own."""
+    from rlvr.train.seeds import parse_seeds, run_group
+
+    seeds = parse_seeds(seeds_text)
+    given = [o for o in overrides if o.startswith("--train.seed=")]
+    if given:
+        raise RlvrError(f"give --seeds {seeds_text} or {given[0]}, not both: --seeds sets train.seed of each run")
+    cfg = build_config(path, overrides)  # checked once here, before any seed starts
+    from rlvr.train.checkpoint import check_run_dir
+
+    out = Path(cfg.train.out)
+    check_run_dir(out, cfg.train.overwrite)
+    config = str(Path(path).resolve()) if path is not None else None
+    return run_group(config, overrides, seeds, out, keep_weights=keep_weights)
+
+
+def resume_seeds(group: Path, overrides: list[str]) -> int:
+    from rlvr.report.group import read_group
+    from rlvr.train.seeds import run_group
+
+    if overrides:
+        raise RlvrError(f"--resume {group} continues a seed group as it was started, with no overrides; extend one "
+                        f"seed's run with rlvr train --resume {group}/seed-N {' '.join(overrides)}")
+    g = read_group(group)
+    return run_group(g["config"], g["overrides"], g["seeds"], group, keep_weights=bool(g.get("keep_weights")),
+                     cwd=g.get("cwd"), resume=True)
 
 
 def cmd_train(argv: list[str]) -> int:
     args, overrides = parse(train_parser(), argv)
     path = args.config
+    if args.keep_weights and not args.seeds:
+        raise RlvrError("--keep-weights goes with --seeds (a single run keeps its weights)")
     if args.resume:
+        from rlvr.report.group import is_group
+
         if path is not None:
             raise RlvrError("give either a config or --resume RUN_DIR, not both")
+        if args.seeds:
+            raise RlvrError(f"--resume {args.resume} continues the seeds it was started with; give no --seeds")
+        if is_group(Path(args.resume)):
+            return resume_seeds(Path(args.resume), overrides)
         path = Path(args.resume) / "config.yaml"
         if not path.is_file():
             raise RlvrError(f"--resume {args.resume}: no config.yaml there; give a run directory that "
@@ -54,6 +98,8 @@ def cmd_train(argv: list[str]) -> int:
         overrides = [*overrides, f"--train.out={args.resume}"]
     elif path is None:
         path = default_config(overrides)
+    if args.seeds:
+        return train_seeds(path, overrides, args.seeds, args.keep_weights)
     cfg = build_config(path, overrides)
     from rlvr.train.grpo import train  # heavy imports only once the config is known to be good
 
@@ -95,28 +141,39 @@ def compare_parser() -> argparse.ArgumentParser:
         prog="rlvr compare", description="Run each config (or read existing run directories) and write a "
         "table and plots of reward and held-out accuracy against step and training time. "
         "--section.key=value overrides apply to every config that is run.")
-    parser.add_argument("runs", nargs="+", help="YAML configs to run, or run directories to read")
+    parser.add_argument("runs", nargs="+", help="YAML configs to run, or run directories or seed groups "
+                        "(rlvr train --seeds) to read; each is compared with the first")
     parser.add_argument("--out", default="runs/compare", help="where runs and compare.html go")
+    parser.add_argument("--seeds", metavar="LIST", help="run each config once per seed, as rlvr train --seeds "
+                        "(e.g. 0,1,2): the accuracies then carry their seed spread")
     return parser
 
 
 def cmd_compare(argv: list[str]) -> int:
     args, overrides = parse(compare_parser(), argv)
-    from rlvr.report.compare import load_run, table, write_comparison
+    from rlvr.report.compare import load, table, write_comparison
 
     loaded = []
     for item in args.runs:
         path = Path(item)
         if path.is_dir():
-            loaded.append(load_run(path))
+            loaded.append(load(path))
             continue
         name = path.stem
-        cfg = build_config(path, [*overrides, f"--train.out={Path(args.out) / name}"])
+        runs = [*overrides, f"--train.out={Path(args.out) / name}"]
+        if args.seeds:
+            print(f"== {name}: seeds {args.seeds}", file=sys.stderr)
+            code = train_seeds(path, runs, args.seeds, keep_weights=False)
+            if code:
+                return code
+            loaded.append(load(Path(args.out) / name, name))
+            continue
+        cfg = build_config(path, runs)
         from rlvr.train.grpo import train
 
         print(f"== {name}: algo.preset={cfg.algo.preset}", file=sys.stderr)
         train(cfg)
-        loaded.append(load_run(cfg.train.out, name))
+        loaded.append(load(cfg.train.out, name))
     page = write_comparison(loaded, args.out)
     print(table(loaded))
     print(f"wrote {page}")
@@ -302,7 +359,7 @@ SUMMARIES = {
     "train": "train with GRPO (or another algo.preset); no CONFIG: configs/demo.yaml; --resume RUN_DIR continues",
     "sft": "supervised fine-tuning on the task's worked solutions, a baseline and a warm start for train",
     "audit": "scan a task for leaks and run reward hacks against its rewards (exit 1: one is weak or unjudged)",
-    "compare": "run configs, or read run directories, side by side: a table and compare.html",
+    "compare": "run configs, or read run directories and seed groups, side by side: a table, seed noise, compare.html",
     "report": "write RUN_DIR/report.html (train writes it at the end)",
     "tasks": "list the task sources and reasoning-gym's datasets with their task.params",
     "eval": "greedy pass@1, pass@k and maj@k of a model on tasks, beside a --baseline model",

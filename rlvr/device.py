@@ -3,6 +3,7 @@
     resolve_device("auto")          cuda:0 when torch sees a GPU, else cpu
     resolve_device("cuda", 3)       cuda:3 (torchrun: one GPU per local rank)
     resolve_precision("auto", dev)  "bf16" on CUDA, "no" on the CPU
+    determinism("auto", "cpu")      what train.deterministic sets on that device (determinism_applied sets it for a run)
 
 Everything that holds tensors takes the device from here (the policy, the reference, the critic, rollout
 copies, evaluation, `rlvr sft`, `rlvr eval`); Python lists stay on the host, and a training batch crosses
@@ -10,8 +11,10 @@ to the device at one place (rlvr.rollout.decoding.Rollout.to, called by the loop
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from dataclasses import dataclass, field
 
 import torch
 
@@ -114,3 +117,69 @@ def peak_memory_gib(device: torch.device) -> float | None:
     except (OSError, StopIteration):
         return None
     return kib / 2**20
+
+
+# What train.deterministic sets on CUDA (verl's full_determinism, transformers' enable_full_determinism): a
+# variable the user set already is kept. cuBLAS: a fixed workspace, so its kernels pick no split-K by free
+# memory; NCCL: one algorithm and protocol, so an all-reduce sums in the same order whatever its size;
+# flash-attention's backward without atomics; vLLM's batch-invariant kernels (a row's tokens do not depend on
+# the rows batched with it; rlvr seeds every request from per-group seeds already).
+CUDA_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple",
+            "FLASH_ATTENTION_DETERMINISTIC": "1", "VLLM_BATCH_INVARIANT": "1"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Determinism:
+    """What train.deterministic resolved to on a device: the settings determinism_applied makes for a run."""
+
+    on: bool
+    algorithms: bool = False  # torch.use_deterministic_algorithms(True, warn_only=True)
+    cudnn: bool = False  # cudnn.deterministic on, cudnn.benchmark off
+    env: dict[str, str] = field(default_factory=dict)  # environment variables, set where unset
+
+
+def determinism(setting: str, device_type: str) -> Determinism:
+    """train.deterministic (auto, on, off) on a device type ("cpu", "cuda") -> what it sets. auto is on for
+    the CPU, where it costs nothing measurable, and off on CUDA, where deterministic kernels are slower.
+
+    On the CPU a run is the same bit for bit at a fixed thread count (train.threads) whatever this says:
+    rlvr's own code draws from seeded generators and sums in a fixed order; on, torch's deterministic
+    algorithms also replace the few kernels of other code (transformers, PEFT) that add with atomics (an
+    op with no deterministic version warns). On CUDA, on also fixes cuBLAS's workspace, cuDNN's algorithms,
+    NCCL's all-reduce order, flash-attention's backward and vLLM's batching (CUDA_ENV)."""
+    if setting not in ("auto", "on", "off"):
+        raise RlvrError(f"train.deterministic '{setting}' is not one of auto, on, off")
+    on = setting == "on" or (setting == "auto" and device_type == "cpu")
+    if not on:
+        return Determinism(on=False)
+    if device_type == "cpu":
+        return Determinism(on=True, algorithms=True)
+    return Determinism(on=True, algorithms=True, cudnn=True, env=dict(CUDA_ENV))
+
+
+@contextlib.contextmanager
+def determinism_applied(d: Determinism, environ: dict | None = None):
+    """d's settings made in this process for the block (a run: before CUDA, NCCL or vLLM start, which read the
+    variables then), and the process's own put back after it (rlvr.fit runs in a user's process). A variable
+    the user set already is left as it is. torch fills no new tensor with NaN under it
+    (fill_uninitialized_memory off): rlvr reads no memory it has not written, and the fill would cost a write
+    of every tensor made. Yields the variables it set."""
+    environ = os.environ if environ is None else environ
+    set_now = {k: v for k, v in d.env.items() if k not in environ}
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark)
+    environ.update(set_now)
+    if d.algorithms:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
+    if d.cudnn:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield set_now
+    finally:
+        for k in set_now:
+            environ.pop(k, None)
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = before[2]
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[3], before[4]

@@ -397,7 +397,39 @@ def apply_lora(policy, lora):
                      target_modules=targets, task_type=TaskType.CAUSAL_LM)
     with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias: a warning no user can act on
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
-        return get_peft_model(policy, cfg)
+        model = get_peft_model(policy, cfg)
+    seeded_dropouts(model)
+    return model
+
+
+class SeededDropout(torch.nn.Dropout):
+    """nn.Dropout whose masks come from `generator` (set by seeded_dropouts; None: the global RNG, as
+    nn.Dropout). The global RNG is shared by every thread: under rollout.overlap=one_step_off the HF engine
+    seeds and draws from it on the collecting thread while the update runs, so masks drawn from it would
+    depend on how the two threads interleave."""
+
+    generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0 or self.generator is None:
+            return super().forward(x)
+        keep = torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator)  # as F.dropout draws it
+        return x * keep.div_(1 - self.p)
+
+
+def seeded_dropouts(model: torch.nn.Module, seed: int | None = None) -> None:
+    """Every nn.Dropout of `model` (LoRA's lora_dropout among them) made a SeededDropout; with `seed`, all of
+    them then draw, in the order the forward reaches them, from one generator seeded `seed` on the model's
+    device (the update seeds it per step: rlvr.train.update.policy_update)."""
+    generator = None
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            module.__class__ = SeededDropout
+            if seed is not None:
+                if generator is None:
+                    device = next(model.parameters()).device
+                    generator = torch.Generator(device=device).manual_seed(seed)
+                module.generator = generator
 
 
 def enable_gradient_checkpointing(policy) -> None:

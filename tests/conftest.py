@@ -1,5 +1,6 @@
 import os
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -45,6 +46,28 @@ def python_block(src: str, before: str = "") -> str:
 ADD_ONE = python_block("def f(x):\n    return x + 1")
 ADD_ONE_FUNCTION_SPEC = {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "expected": 2}]}
 ADD_ONE_ASSERT_SPEC = {"kind": "assert", "asserts": ["assert f(1) == 2"], "hidden": ["assert f(41) == 42"]}
+
+
+def returns_within(seconds: float, fn, *args, **kwargs):
+    """fn(*args, **kwargs), run on a thread of its own: a hang backstop, never a measure of speed. The test
+    fails, saying so, when fn has not returned after `seconds`, which is set far above what a loaded machine
+    needs and below the hang it guards against (the attacks' sleeps of 100 s)."""
+    box = {}
+
+    def call():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's own thread
+            box["error"] = e
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"{getattr(fn, '__name__', fn)} had not returned after {seconds} s: it hangs", pytrace=False)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def pytest_configure(config):

@@ -87,7 +87,7 @@ def test_compare_out_both_spellings(tmp_path, monkeypatch, spelling):
     import rlvr.report.compare as compare
 
     written = []
-    monkeypatch.setattr(compare, "load_run", lambda path, name=None: path)
+    monkeypatch.setattr(compare, "load", lambda path, name=None: path)
     monkeypatch.setattr(compare, "table", lambda runs: "table")
     monkeypatch.setattr(compare, "write_comparison", lambda runs, out: written.append((runs, out)) or "page")
     assert main(["compare", str(tmp_path), *both("--out", tmp_path / "cmp")[spelling]]) == 0

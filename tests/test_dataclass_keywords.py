@@ -8,6 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # a data table of templates written in the order of its fields, one row each (rlvr/tasks/pyfunc.py reads it)
 POSITIONAL = {("rlvr/tasks/pyfunc_problems.py", "Template")}
+# The user types (rlvr/public.py's positional_too: Reply, Problem, Reward) are keyword-only here too, so rlvr
+# builds them by keyword; users keep the positional forms they wrote (Reply("text", "user")), later fields
+# with a DeprecationWarning: tests/test_public.py holds those forms.
 
 
 def wide_positional_dataclasses(root: Path = ROOT) -> list[tuple[str, str]]:

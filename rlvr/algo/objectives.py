@@ -237,12 +237,18 @@ class Terms(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class Objective:
-    """One algo.policy_loss: its loss, its knobs, what it composes with."""
+    """One algo.policy_loss: its loss, its knobs, what it composes with, its help and its preset. Everything
+    else that names the objectives reads this registry: the config's keys and `--help` (rlvr/config/algo.py),
+    the presets (rlvr/algo/presets.py), the checks of a config (rlvr/config/validate.py)."""
 
     loss: Callable[[Inputs, NoKnobs], Terms]
     knobs: type[NoKnobs] = NoKnobs
     sequence_ratio: bool = False  # GSPO's sequence ratio (algo.ratio_level=sequence) composes with it
     folds_sampler_weights: bool = False  # its loss takes the sampler weights in; the caller must not multiply
+    sequence_correction: bool = True  # composes with a sequence_* algo.sampler_correction (False: token weights only)
+    help: str = ""  # what it is, in a few words: algo.policy_loss's help
+    # the algo keys of the preset of its name, besides policy_loss and its knobs at their defaults (None: no preset)
+    preset: Mapping[str, object] | None = None
 
     def knobs_from(self, source: object) -> NoKnobs:
         """The knobs read from `source`'s attributes of the same names (the algo section): every one is read,
@@ -309,15 +315,41 @@ def _vespo(x: Inputs, k: VespoKnobs) -> Terms:
 
 # GSPO's sequence ratio composes with the objectives whose papers (or TRL's importance_sampling_level) put it
 # in place of the token ratio; gmpo and vespo define their own sequence quantity, gpg and *_cov none.
+# A preset's choices cite where they come from.
+_GROUP = {"adv_estimator": "group", "adv_scale": "group"}
 REGISTRY: dict[str, Objective] = {
-    "ppo": Objective(loss=_ppo, sequence_ratio=True),
-    "cispo": Objective(loss=_cispo, sequence_ratio=True),
-    "sapo": Objective(loss=_sapo, knobs=SapoKnobs, sequence_ratio=True),
-    "gmpo": Objective(loss=_gmpo, folds_sampler_weights=True),
-    "gpg": Objective(loss=_gpg),
-    "clip_cov": Objective(loss=_clip_cov, knobs=ClipCovKnobs),
-    "kl_cov": Objective(loss=_kl_cov, knobs=KlCovKnobs),
-    "vespo": Objective(loss=_vespo, knobs=VespoKnobs, folds_sampler_weights=True),
+    "ppo": Objective(loss=_ppo, sequence_ratio=True, help="the clipped surrogate"),
+    # CISPO (MiniMax-M1, Chen et al. 2025): the importance weight clipped and detached, every token keeps its
+    # gradient; no lower bound, upper bound 1 + 4 (ScaleRL's epsilon_max 5, TRL's recommendation), token mean.
+    "cispo": Objective(loss=_cispo, sequence_ratio=True,
+                       help="clipped, detached importance weight times log pi: MiniMax-M1",
+                       preset={**_GROUP, "aggregation": "token-mean", "clip_low": 1.0, "clip_high": 4.0, "beta": 0.0,
+                               "ratio_level": "token"}),
+    # SAPO (Gao et al. 2025): soft gates, tau 1.0 / 1.05, per-sequence token mean (verl forces it, TRL's sapo).
+    "sapo": Objective(loss=_sapo, knobs=SapoKnobs, sequence_ratio=True, help="a sigmoid gate instead of the clip",
+                      preset={**_GROUP, "aggregation": "seq-mean-token-mean", "beta": 0.0, "ratio_level": "token"}),
+    # GMPO (Zhao et al. 2025): geometric mean of token ratios, log-space clip (e^-0.4, e^0.4), mean over sequences.
+    "gmpo": Objective(loss=_gmpo, folds_sampler_weights=True,
+                      help="geometric mean of token ratios, clipped in log space",
+                      preset={**_GROUP, "aggregation": "seq-mean-token-mean", "clip_low": 0.4, "clip_high": 0.4,
+                              "beta": 0.0, "ratio_level": "token"}),
+    # GPG (Chu et al. 2025): -A log pi with its own advantage (group-centred, no std, scaled by B / non-zero).
+    "gpg": Objective(loss=_gpg, help="plain -A log pi",
+                     preset={"adv_estimator": "gpg", "aggregation": "token-mean", "beta": 0.0, "ratio_level": "token"}),
+    # Clip-Cov and KL-Cov (Cui et al. 2025): 0.02% of tokens; Clip-Cov's band (1, 5) and KL-Cov's coefficient
+    # 1 (the knobs' defaults), with the paper's clip-higher for Clip-Cov.
+    "clip_cov": Objective(loss=_clip_cov, knobs=ClipCovKnobs,
+                          help="the clipped surrogate less a few high-covariance tokens' gradient",
+                          preset={**_GROUP, "aggregation": "token-mean", "clip_low": 0.2, "clip_high": 0.28,
+                                  "beta": 0.0, "ratio_level": "token"}),
+    "kl_cov": Objective(loss=_kl_cov, knobs=KlCovKnobs,
+                        help="the clipped surrogate plus a KL penalty on a few high-covariance tokens",
+                        preset={**_GROUP, "aggregation": "token-mean", "beta": 0.0, "ratio_level": "token"}),
+    # VESPO (TRL's vespo): a gamma weight of the whole sequence ratio (k, lambda = 2, 3 and 3, 2), token mean. It
+    # folds per-token sampler weights into that sequence weight, so a sequence-level correction has no place.
+    "vespo": Objective(loss=_vespo, knobs=VespoKnobs, folds_sampler_weights=True, sequence_correction=False,
+                       help="a gamma weight of the sequence ratio times log pi",
+                       preset={**_GROUP, "aggregation": "token-mean", "beta": 0.0, "ratio_level": "token"}),
 }
 
 

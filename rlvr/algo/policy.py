@@ -9,9 +9,8 @@ import torch
 from rlvr.algo.losses import aggregate, policy_ratio, ratio_metrics
 from rlvr.algo.objectives import KNOB_DEFAULTS, REGISTRY, Inputs, NoKnobs, objective as objective_entry
 
-# the names of algo.policy_loss, and those GSPO's sequence ratio composes with (rlvr.algo.objectives.REGISTRY)
+# the names of algo.policy_loss (rlvr.algo.objectives.REGISTRY's, as it is at import: the config reads the registry)
 OBJECTIVES = tuple(REGISTRY)
-SEQUENCE_RATIO_OBJECTIVES = tuple(name for name, entry in REGISTRY.items() if entry.sequence_ratio)
 # every objective's knobs at their defaults (the papers'; the registry's knob dataclasses say where from)
 OBJECTIVE_DEFAULTS = dict(KNOB_DEFAULTS)
 
@@ -40,7 +39,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         advantages = advantages[:, None].expand_as(logp)  # [B, T]
     entry = objective_entry(objective)
     if ratio_level == "sequence" and not entry.sequence_ratio:
-        raise ValueError(f"ratio_level sequence composes with {', '.join(SEQUENCE_RATIO_OBJECTIVES)}, "
+        raise ValueError(f"ratio_level sequence composes with "
+                         f"{', '.join(n for n, e in REGISTRY.items() if e.sequence_ratio)}, "
                          f"not with policy_loss {objective!r}: set algo.ratio_level=token")
     ratio = policy_ratio(logp, old_logp, mask, ratio_level)  # [B, T]
     inputs = Inputs(logp=logp, old_logp=old_logp, ratio=ratio, advantages=advantages, mask=mask, clip_low=clip_low,

@@ -1,13 +1,13 @@
 """Named sets of algorithm knobs. A preset is applied first; explicit config keys override it.
 
 Each entry cites where its choices come from; a bare knob is an `algo.*` config key, a dotted one names its
-section (DAPO's soft overlong punishment is a reward: `rewards.soft_overlong`). A preset of an objective sets
-algo.policy_loss and that objective's knobs at their defaults, from rlvr.algo.objectives' registry
-(`_objective`), so a knob's value is written once.
+section (DAPO's soft overlong punishment is a reward: `rewards.soft_overlong`). The preset of an objective
+(cispo, sapo, ...) is its entry's in rlvr.algo.objectives' registry: algo.policy_loss, that objective's knobs
+at their defaults and the entry's `preset` keys (`presets()`), so an objective and its values are written once.
 """
 from __future__ import annotations
 
-from rlvr.algo.objectives import knob_defaults
+from rlvr.algo.objectives import REGISTRY, knob_defaults
 
 
 def _objective(name: str) -> dict[str, object]:
@@ -15,7 +15,7 @@ def _objective(name: str) -> dict[str, object]:
     return {"policy_loss": name, **knob_defaults(name)}
 
 
-PRESETS: dict[str, dict[str, object]] = {
+NAMED: dict[str, dict[str, object]] = {
     # DeepSeekMath (Shao et al. 2024): group-normalised outcome advantages, per-sequence token mean,
     # k3 KL to the reference in the loss with beta 0.04.
     "grpo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "seq-mean-token-mean",
@@ -42,30 +42,20 @@ PRESETS: dict[str, dict[str, object]] = {
     "ppo": {"adv_estimator": "gae", "aggregation": "token-mean", "clip_low": 0.2, "clip_high": 0.2,
             "beta": 0.05, "kl_in": "reward", "kl_estimator": "k1", "gamma": 1.0, "lam": 0.95,
             "ratio_level": "token"},
-    # CISPO (MiniMax-M1, Chen et al. 2025): the importance weight clipped and detached, every token keeps its
-    # gradient; no lower bound, upper bound 1 + 4 (ScaleRL's epsilon_max 5, TRL's recommendation), token mean.
-    "cispo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "token-mean", **_objective("cispo"),
-              "clip_low": 1.0, "clip_high": 4.0, "beta": 0.0, "ratio_level": "token"},
-    # SAPO (Gao et al. 2025): soft gates, tau 1.0 / 1.05, per-sequence token mean (verl forces it, TRL's sapo).
-    "sapo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "seq-mean-token-mean",
-             **_objective("sapo"), "beta": 0.0, "ratio_level": "token"},
-    # GMPO (Zhao et al. 2025): geometric mean of token ratios, log-space clip (e^-0.4, e^0.4), mean over sequences.
-    "gmpo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "seq-mean-token-mean",
-             **_objective("gmpo"), "clip_low": 0.4, "clip_high": 0.4, "beta": 0.0, "ratio_level": "token"},
-    # GPG (Chu et al. 2025): -A log pi with its own advantage (group-centred, no std, scaled by B / non-zero).
-    "gpg": {"adv_estimator": "gpg", "aggregation": "token-mean", **_objective("gpg"), "beta": 0.0,
-            "ratio_level": "token"},
-    # Clip-Cov and KL-Cov (Cui et al. 2025): 0.02% of tokens; Clip-Cov's band (1, 5) and KL-Cov's coefficient
-    # 1 (the registry's defaults), with the paper's clip-higher for Clip-Cov.
-    "clip_cov": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "token-mean",
-                 **_objective("clip_cov"), "clip_low": 0.2, "clip_high": 0.28, "beta": 0.0, "ratio_level": "token"},
-    "kl_cov": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "token-mean", **_objective("kl_cov"),
-               "beta": 0.0, "ratio_level": "token"},
     # LUSPO (length-unbiased sequence policy optimization, arXiv 2602.05261): GSPO's sequence ratio, each
     # sequence's token sum (TRL's luspo).
     "luspo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "seq-mean-token-sum",
               **_objective("ppo"), "clip_low": 3e-4, "clip_high": 4e-4, "beta": 0.0, "ratio_level": "sequence"},
-    # VESPO (TRL's vespo): a gamma weight of the whole sequence ratio (k, lambda = 2, 3 and 3, 2), token mean.
-    "vespo": {"adv_estimator": "group", "adv_scale": "group", "aggregation": "token-mean", **_objective("vespo"),
-              "beta": 0.0, "ratio_level": "token"},
 }
+
+
+def presets() -> dict[str, dict[str, object]]:
+    """Every preset, by name: the named sets above, then each registry objective's (read now, so an objective
+    added to the registry has its preset)."""
+    own = {name: {**_objective(name), **entry.preset} for name, entry in REGISTRY.items() if entry.preset is not None}
+    twice = sorted(set(own) & set(NAMED))
+    assert not twice, f"an objective and a named preset share the name {twice}"
+    return {**NAMED, **own}
+
+
+PRESETS = presets()  # as the registry holds them at import

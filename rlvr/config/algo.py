@@ -7,7 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from rlvr.algo.objectives import AllKnobs
+from rlvr.algo.objectives import REGISTRY, AllKnobs
+
+
+def _presets() -> str:
+    from rlvr.algo.presets import presets
+
+    return ", ".join(presets())
+
+
+# the lists of --help that the objectives' registry holds (rlvr/config/build.py's field_docs fills them when
+# the help is read), so that an objective added there is in the help without a word here
+HELP_LISTS = {
+    "objectives": lambda: ", ".join(f"{name} ({entry.help})" for name, entry in REGISTRY.items()),
+    "sequence_ratio_objectives": lambda: ", ".join(name for name, e in REGISTRY.items() if e.sequence_ratio),
+    "presets": _presets,
+}
 
 
 @dataclass(kw_only=True)
@@ -15,9 +30,9 @@ class _Head:
     """The algo section's keys before the objectives' knobs (a base class, so that --help and config.yaml keep
     their order: preset ... policy_loss, the knobs, then the rest)."""
 
+    HELP_LISTS = HELP_LISTS
     preset: str = "grpo"
-    """Named set of the knobs below (grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp, ppo, cispo, sapo, gmpo,
-    gpg, clip_cov, kl_cov, luspo, vespo, in rlvr/algo/presets.py); explicit keys override it. A config
+    """Named set of the knobs below ({presets}, in rlvr/algo/presets.py); explicit keys override it. A config
     file's algo keys belong to the file's preset: a different preset given on the command line replaces
     the file's values for the keys it sets (a note names them); keys also given on the command line
     still win."""
@@ -38,20 +53,17 @@ class _Head:
     dual_clip: Optional[float] = None
     """Dual-clip bound c for negative advantages (loss <= -A c); null disables."""
     policy_loss: str = "ppo"
-    """Policy objective (docs/algorithms.md): ppo (the clipped surrogate), cispo (clipped,
-    detached importance weight times log pi: MiniMax-M1), sapo (a sigmoid gate instead of the clip), gmpo
-    (geometric mean of token ratios, clipped in log space), gpg (plain -A log pi), clip_cov and kl_cov
-    (the clipped surrogate less a few high-covariance tokens' gradient, or the surrogate plus a KL
-    penalty on them), vespo (a gamma weight of the sequence ratio times log pi)."""
+    """Policy objective (docs/algorithms.md; rlvr/algo/objectives.py's REGISTRY): {objectives}."""
 
 
 @dataclass(kw_only=True)
 class AlgoConfig(AllKnobs, _Head):
     """The algo section: _Head's keys, every objective's knobs (AllKnobs), then these."""
 
+    HELP_LISTS = HELP_LISTS
     ratio_level: str = "token"
-    """Importance ratio per token, or per sequence (sequence: GSPO; composes with policy_loss ppo, cispo
-    and sapo)."""
+    """Importance ratio per token, or per sequence (sequence: GSPO; composes with policy_loss
+    {sequence_ratio_objectives})."""
     aggregation: str = "seq-mean-token-mean"
     """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm or seq-mean-token-sum
     (LUSPO)."""

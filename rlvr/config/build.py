@@ -243,10 +243,10 @@ def _preset_key(key: str) -> str:
 def _preset_replaces(data: dict, preset: str, where: str) -> dict:
     """The file's flattened data, less the keys that `preset` sets when the file was written for another
     preset (see the module docstring); says on stderr which values it dropped."""
-    from rlvr.algo.presets import PRESETS
+    from rlvr.algo.presets import presets
 
     written_for = data.get("algo.preset", Config().algo.preset)
-    sets = {_preset_key(k) for k in PRESETS[preset]}
+    sets = {_preset_key(k) for k in presets()[preset]}
     dropped = sorted(k for k in data if MOVED.get(k, k) in sets) if preset != written_for else []
     if dropped:
         values = ", ".join(f"{k}={data[k]!r}" for k in dropped)
@@ -261,8 +261,9 @@ def build_config(path: str | Path | None = None, overrides: list[str] = (), comm
     on the command line also replaces the file's values for the keys it sets (module docstring). `command`
     names the run directory when nothing else does (default_out); `source` is where the overrides were
     written, as an error about one names it (rlvr.fit's keywords are no command line)."""
-    from rlvr.algo.presets import PRESETS
+    from rlvr.algo.presets import presets
 
+    PRESETS = presets()
     cfg = Config()
     data = _flat(load_yaml(path)) if path is not None else {}
     parsed = [parse_override(arg) for arg in overrides]
@@ -325,7 +326,8 @@ def to_yaml(cfg) -> str:
 
 def field_docs(cls) -> dict[str, str]:
     """Attribute docstrings of a dataclass and of the dataclasses it inherits fields from, read from their
-    source: the only help text."""
+    source: the only help text. A class's `HELP_LISTS` (name -> function) fills each `{name}` of its
+    docstrings with what the function returns when the help is read (a list kept in a registry)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         try:
@@ -336,7 +338,10 @@ def field_docs(cls) -> dict[str, str]:
         for node, nxt in zip(body, body[1:]):
             if (isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
                     and isinstance(nxt.value, ast.Constant)):
-                docs[node.target.id] = " ".join(str(nxt.value.value).split())
+                text = str(nxt.value.value)
+                for name, fill in vars(klass).get("HELP_LISTS", {}).items():
+                    text = text.replace("{" + name + "}", fill())
+                docs[node.target.id] = " ".join(text.split())
     return docs
 
 

@@ -310,9 +310,17 @@ class TrainConfig:
     """Where the models, rollouts and updates run: auto (the GPU when torch sees one, else the CPU), cpu,
     cuda, or cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK."""
     threads: int = 0
-    """torch CPU threads; 0 keeps torch's default."""
+    """torch CPU threads; 0 keeps torch's default (the machine's cores). On the CPU a run repeats bit for bit
+    at the same thread count: fix it to compare runs across machines."""
+    deterministic: str = "auto"
+    """auto (on for the CPU, off on CUDA), on, or off. On: torch's deterministic algorithms, and on CUDA a
+    fixed cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG), cuDNN deterministic with benchmark off, NCCL's
+    all-reduce pinned (NCCL_ALGO=Ring, NCCL_PROTO=Simple), flash-attention's deterministic backward and
+    vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1): the same config and seed then give the same run on
+    the same GPUs, at the cost of slower kernels. A variable already set is kept. rlvr/device.py."""
     save_every: int = 10
-    """Checkpoint every this many steps (0: only at the end and on SIGINT/SIGTERM)."""
+    """Checkpoint every this many steps, at the last step and on SIGINT/SIGTERM (0: never, as TRL's
+    save_strategy="no": no checkpoint at all, so the run cannot be resumed; final/ is still written)."""
     keep_checkpoints: int = 2
     """Checkpoints kept in RUN_DIR/checkpoints; older ones are deleted."""
     parallel: str = "ddp"

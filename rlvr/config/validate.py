@@ -6,8 +6,8 @@ import dataclasses
 import math
 import urllib.parse
 
-from rlvr.algo import AGGREGATIONS, ESTIMATORS, OBJECTIVES, SAMPLER_MODES
-from rlvr.algo.policy import SEQUENCE_RATIO_OBJECTIVES
+from rlvr.algo import AGGREGATIONS, ESTIMATORS, SAMPLER_MODES
+from rlvr.algo.objectives import REGISTRY
 from rlvr.config.sections import Config, ConfigError
 from rlvr.device import check_device_spec
 from rlvr.report.trackers import PACKAGES as TRACKERS
@@ -93,10 +93,12 @@ def _algo(cfg: Config) -> list[tuple[bool, str]]:
 def _objective(cfg: Config) -> list[tuple[bool, str]]:
     """The policy objective, the sampler correction and the token selection."""
     a = cfg.algo
+    entry = REGISTRY.get(a.policy_loss)  # what the objective composes with: its registry entry says
+    sequence_ratio = ", ".join(name for name, e in REGISTRY.items() if e.sequence_ratio)
     return [
-        _one_of(a.policy_loss, "algo.policy_loss", OBJECTIVES),
-        (a.ratio_level == "token" or a.policy_loss in SEQUENCE_RATIO_OBJECTIVES,
-         f"algo.ratio_level sequence composes with algo.policy_loss {', '.join(SEQUENCE_RATIO_OBJECTIVES)}, "
+        _one_of(a.policy_loss, "algo.policy_loss", tuple(REGISTRY)),
+        (a.ratio_level == "token" or entry is None or entry.sequence_ratio,
+         f"algo.ratio_level sequence composes with algo.policy_loss {sequence_ratio}, "
          f"not {a.policy_loss}: set algo.ratio_level=token"),
         (a.adv_estimator != "group_passk" or a.adv_scale in ("group", "none"),
          "algo.adv_scale must be group or none with algo.adv_estimator group_passk"),
@@ -109,8 +111,8 @@ def _objective(cfg: Config) -> list[tuple[bool, str]]:
         (a.sampler_correction == "auto" or cfg.rollout.tis_cap is None,
          "rollout.tis_cap is the auto sampler correction: leave it unset (null) when algo.sampler_correction "
          f"is {a.sampler_correction}, and give the cap as algo.sampler_c_max"),
-        (a.policy_loss != "vespo" or not a.sampler_correction.startswith("sequence"),
-         "algo.policy_loss vespo folds per-token sampler weights into its sequence weight: use "
+        (entry is None or entry.sequence_correction or not a.sampler_correction.startswith("sequence"),
+         f"algo.policy_loss {a.policy_loss} folds per-token sampler weights into its own weight: use "
          "algo.sampler_correction token_truncate or token_mask"),
         (a.off_policy_mask_threshold is None or a.off_policy_mask_threshold >= 0,
          "algo.off_policy_mask_threshold must be null or >= 0"),
@@ -173,6 +175,7 @@ def _rest(cfg: Config) -> list[tuple[bool, str]]:
         (set(cfg.log.trackers) <= set(TRACKERS),  # at build time, before a run directory is touched
          f"unknown tracker in log.trackers {cfg.log.trackers}: each one of {', '.join(TRACKERS)}"),
         _one_of(t.mixed_precision, "train.mixed_precision", ("auto", "no", "bf16")),
+        _one_of(t.deterministic, "train.deterministic", ("auto", "on", "off")),
         _one_of(t.lm_head, "train.lm_head", ("auto", "fused", "chunked")),
         (check_device_spec(t.device) is None, check_device_spec(t.device) or ""),
         (cfg.eval.max_new_tokens >= 1 and cfg.eval.batch_size >= 1,

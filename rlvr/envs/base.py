@@ -25,13 +25,15 @@ from typing import Protocol
 from rlvr.envs.episode_metrics import UNKNOWN
 from rlvr.envs.tools import Tool, ToolCall, parse_tool_calls, run_calls, tool_prompt, tools_from_object
 from rlvr.errors import RlvrError
+from rlvr.public import positional_too
 from rlvr.rewards.call import accepted
 from rlvr.tasks.base import Problem, problem_messages
 
 
+@positional_too("text", "role", "done")  # an Environment's step writes Reply(text, role): a user type
 @dataclass(kw_only=True)
 class Reply:
-    """The environment's answer to one model turn."""
+    """The environment's answer to one model turn: Reply(text, role), Reply(done=True)."""
 
     text: str = ""  # the next turn's content (unused when done)
     role: str = "tool"  # its chat role: tool (a tool result) or user (a follow-up)

@@ -18,6 +18,7 @@ TOKEN_MEAN, TOKEN_SHARE, SEQ_SHARE = "token_mean", "token_share", "seq_share"
 SUM, MIN, MAX, MEAN = "sum", "min", "max", "mean"
 
 METRICS: dict[str, str] = {
+    "step": MEAN,  # the same on every rank: kept as it is
     # the collected batch (train/metrics.py, train/step.py)
     "reward/mean": MEAN, "reward/std": MEAN, "frac_zero_std_groups": MEAN,
     "completion/length_mean": MEAN, "completion/length_p90": MEAN, "completion/truncated_frac": MEAN,
@@ -48,6 +49,18 @@ FAMILIES: dict[tuple[str, str], str] = {
 }
 
 
+# the evaluation rows (evals.jsonl; rlvr/train/evaluation.py) the health rules and reports read: per split,
+# strict and format-free accuracy, the format rate and the flips against the evaluation before training
+EVAL_SPLITS = ("heldout", "ood")
+EVALS: frozenset[str] = frozenset({"step", "train_seconds"} | {
+    f"{split}_{stat}" for split in EVAL_SPLITS
+    for stat in ("accuracy", "format", "lenient", "fixed", "broken", "kept", "never")})
+
+
+class UnknownMetric(KeyError):
+    """A metric name the schema does not know: a typo, or a new metric without its line here."""
+
+
 def _family(name: str) -> str | None:
     for (prefix, suffix), k in FAMILIES.items():
         if name.startswith(prefix) and name.endswith(suffix):
@@ -61,9 +74,13 @@ def known(name: str) -> bool:
 
 
 def kind(name: str) -> str:
-    """How `name` combines: its line in METRICS, else its family's, else MEAN (a metric the schema does
-    not know, e.g. one a reward function logs)."""
-    return METRICS.get(name) or _family(name) or MEAN
+    """How `name` combines: its line in METRICS, else its family's (a reward function's own logged
+    metrics are reward/logged/*). A name neither knows is an error, never a silent mean: a rule or a
+    reduction reading a misspelt name would otherwise see nothing and say nothing."""
+    found = METRICS.get(name) or _family(name)
+    if found is None:
+        raise UnknownMetric(f"metric {name!r} is not in rlvr/report/schema.py: add its line to METRICS (or FAMILIES)")
+    return found
 
 
 def names(*kinds: str) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rlvr.public import positional_too
+
 NOT_APPLICABLE = "not applicable"
 
 
@@ -42,6 +44,7 @@ def then(result, f: Callable):
     return later()
 
 
+@positional_too()  # built by position before it was keyword-only: still accepted, with a warning
 @dataclass(kw_only=True, eq=False)
 class Reward:
     """A reward function with what rlvr knows about it, as fields. Called as TRL calls a reward function,

@@ -39,7 +39,9 @@ def _seeded(generator: torch.Generator | None, device: torch.device):
     """generate samples from the global RNG of the model's device: seed a forked copy from `generator`
     so runs repeat without touching the caller's global state; with no generator, use the global RNG as
     it is. (HF's CUDA sampling draws differ from the CPU's: only the built-in engine samples the same
-    tokens on every device.)"""
+    tokens on every device.) The global generator is the collecting thread's alone under
+    rollout.overlap=one_step_off: the update running meanwhile draws from generators of its own
+    (rlvr.rollout.sampling.update_seed)."""
     if generator is None:
         yield
         return

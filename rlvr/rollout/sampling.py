@@ -107,6 +107,13 @@ def group_seed(seed: int, step: int, group: int) -> int:
     return _mix(seed, step, group)
 
 
+def update_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of the draws of step `step`'s update on rank `rank` (Clip-Cov's picks, dropout masks): a
+    stream of its own, never the global RNG's, which the collecting thread of rollout.overlap=one_step_off
+    may be drawing from at the same time; a resumed run draws what the run left alone drew."""
+    return _mix(seed, step, rank, -1)
+
+
 def uniforms(n_rows: int, n_tokens: int, group_size: int, seeds: list[int] | None = None,
              generator: torch.Generator | None = None) -> torch.Tensor:
     """The draws of a rollout, [n_rows, n_tokens] in [0, 1): row b's token t uses [b, t]. With seeds

@@ -4,12 +4,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from rlvr.public import positional_too
 from rlvr.text import as_text  # noqa: F401 - tasks.base.as_text, as before
 
 
 HELDOUT_SIZE = 100  # task.heldout_size when null, but for a small train file (rlvr.tasks.files.scaled_heldout)
 
 
+@positional_too("question", "answer")  # a user's Environment and tests build Problem(question, answer)
 @dataclass(kw_only=True, frozen=True)
 class Problem:
     """One verifiable prompt. `columns` are passed to reward functions as keyword lists (TRL style)."""

@@ -79,9 +79,15 @@ def check_restart(out: str | Path) -> None:
     held = [name for name in ("summary.json", "final") if (out / name).exists()]
     if not held:
         return
+    none = ""
+    try:
+        if (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("train", {}).get("save_every") == 0:
+            none = " (it ran with train.save_every=0, which writes no checkpoint)"
+    except (OSError, yaml.YAMLError, AttributeError):
+        pass
     further = f"train its model further in a new run (--model.name={out / 'final'} --train.out=NEW_DIR), or " \
         if "final" in held else ""
-    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from, and the "
+    raise RlvrError(f"a resume of {out} found no checkpoint in {out / CHECKPOINTS} to continue from{none}, and the "
                     f"directory holds a run's results ({', '.join(held)}), which starting again from step 0 would "
                     f"replace; nothing in it was changed: {further}replace the run with rlvr train "
                     f"{out / 'config.yaml'} --train.overwrite=true")
@@ -331,8 +337,10 @@ def finished_run(cfg: Config) -> dict | None:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    # with train.save_every=0 the run wrote no checkpoint, so none may be newer than its end either
+    last = latest_checkpoint(out) if cfg.train.save_every else checkpoint_path(out, steps)
     if (not isinstance(summary, dict) or summary.get("steps") != steps or summary.get("interrupted")
-            or latest_checkpoint(out) != checkpoint_path(out, steps) or not (out / "final").is_dir()):
+            or last != checkpoint_path(out, steps) or not (out / "final").is_dir()):
         return None
     return summary
 
@@ -379,17 +387,20 @@ def save_final(run: Run) -> None:
 
 
 class StopOnSignal:
-    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it."""
+    """SIGINT / SIGTERM ask the loop to stop after the current step; a second SIGINT abandons it.
+    `checkpoint`: whether the stop writes one (train.save_every=0 writes none)."""
 
-    def __init__(self):
+    def __init__(self, checkpoint: bool = True):
         self.signal: str | None = None
+        self.checkpoint = checkpoint
         self._old = {}
 
     def _handle(self, signum, frame):
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum).name
-        say(f"{self.signal}: finishing step, writing a checkpoint, then exiting (SIGINT again to abandon)")
+        say(f"{self.signal}: finishing step, " + ("writing a checkpoint, " if self.checkpoint else "")
+            + "then exiting (SIGINT again to abandon)")
 
     def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():

@@ -38,7 +38,7 @@ from rlvr.models import checkpointing_active, is_peft, unwrap
 from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_out
 from rlvr.train.head import token_logprobs
-from rlvr.train.packed import pack, packed_hidden, shares_prompts
+from rlvr.train.packed import pack, packed_hidden, shares_prompts, take_rows
 
 MAX_BUCKETS = 4  # forward calls per micro-batch at most; each runs its rows trimmed to its own width
 # What one more forward call costs, in completion positions: each call reads every weight again and
@@ -164,14 +164,15 @@ def _shared_prefix_hidden(base, prompts, pad_id, completion_ids, completion_mask
         rows = torch.tensor(rows, device=completion_ids.device)
         src = rows // group_size  # [r]
         if width == 0:  # every row has at most one token: the prompt predicts it
-            pieces.append(last_h[src])
+            pieces.append(take_rows(last_h, src))
             continue
-        cache = DynamicCache(ddp_cache_data=[(k[src], v[src]) for k, v in kv], config=base.config)
+        cache = DynamicCache(ddp_cache_data=[(take_rows(k, src), take_rows(v, src)) for k, v in kv],
+                             config=base.config)
         comp_out = base(input_ids=completion_ids[rows, :width],
                         attention_mask=torch.cat([mask[src], completion_mask[rows, :width].long()], dim=-1),
                         position_ids=prompt_len[src, None] + torch.arange(width, device=rows.device)[None, :],
                         use_cache=True, **cache_arg(cache))
-        pieces.append(torch.cat([last_h[src], comp_out.last_hidden_state], dim=1))  # [r, 1 + width, H]
+        pieces.append(torch.cat([take_rows(last_h, src), comp_out.last_hidden_state], dim=1))  # [r, 1 + width, H]
     return pieces
 
 
@@ -197,7 +198,7 @@ def _unsort(pieces: list[torch.Tensor], plan, tc: int) -> torch.Tensor:
     order = torch.tensor([b for rows, _ in plan for b in rows], device=pieces[0].device)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(len(order), device=order.device)
-    return torch.cat(padded)[inverse]
+    return take_rows(torch.cat(padded), inverse)
 
 
 @dataclass

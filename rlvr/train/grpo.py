@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from rlvr.config import Config
 from rlvr.config.paths import anchored
+from rlvr.device import determinism_applied
 from rlvr.report.console import before_after_table, format_samples, live_postfix, progress, say, set_quiet
 from rlvr.report.health import HealthMonitor, RewardNames
 from rlvr.report.html import write_report
@@ -38,6 +41,7 @@ from rlvr.train.sft import baseline_of, prompt_differences
 from rlvr.train.state import Collected, Progress, Run
 from rlvr.train.step import collect, train_step
 from rlvr.train.rundir import RunLock, check_data, fingerprint
+from rlvr.train.settings import determinism_of
 from rlvr.train.update import EntropyState
 
 
@@ -162,7 +166,8 @@ def finish(run: Run, p: Progress, out: Outputs, interrupted: str | None, train_s
     summary["train_seconds"] = train_seconds - p.eval_seconds
     if interrupted:
         summary["interrupted"] = interrupted
-        say(f"stopped at step {p.step} by {interrupted}; continue with: {resume_command(run.out, run.dist)}")
+        say(f"stopped at step {p.step} by {interrupted}; " + (f"continue with: {resume_command(run.out, run.dist)}"
+            if run.settings.checkpoint.every else "train.save_every=0 writes no checkpoint, so it cannot be continued"))
     elif run.settings.eval.after:
         after, records = eval_on_main(run.models, run.data, run.settings.eval, run.dist, "after", run.baseline)
         summary.update(after)
@@ -210,6 +215,11 @@ def train(cfg: Config, resume: bool = False, given: dict[str, Callable] | None =
 
 
 def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
+    with determinism_applied(determinism_of(cfg)):  # before CUDA starts and the process group is joined
+        return _joined(cfg, resume, given, wall_start)
+
+
+def _joined(cfg: Config, resume: bool, given: dict | None, wall_start: float) -> dict:
     d = init_distributed(cfg.train.device, join_timeout_s=cfg.train.join_timeout_s)
     set_quiet(not d.is_main)  # one rank prints
     if d.enabled:  # what torchrun started, said once: a wrong --nproc_per_node shows here, not in the figures
@@ -217,7 +227,7 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
             f"{cfg.rollout.prompts_per_step // d.world} of the {cfg.rollout.prompts_per_step} prompts per step "
             "on each; rank 0 prints and writes")
     try:
-        with StopOnSignal() as stop, owned_by_run():  # the rewards' worker processes are this run's
+        with StopOnSignal(checkpoint=cfg.train.save_every > 0) as stop, owned_by_run():  # the rewards' worker processes are this run's
             summary = _train(cfg, resume, stop, d, given)
     except RuntimeError as e:
         if not lost_peer(e, d):
@@ -233,6 +243,9 @@ def _locked(cfg: Config, resume: bool, given: dict | None, wall_start: float) ->
     finally:
         close_distributed(d)
     summary["wall_seconds"] = time.perf_counter() - wall_start
+    # what train.deterministic made of torch (rlvr.device.determinism): a reader of two runs sees whether
+    # their differences could be the kernels'
+    summary["deterministic"] = torch.are_deterministic_algorithms_enabled()
     if d.is_main:
         atomic_write_json(Path(cfg.train.out) / "summary.json", summary)
         say(before_after_table(summary))
@@ -258,6 +271,8 @@ def save_before_stopping(run: Run, p: Progress, train_seconds: float, rollouts: 
     """Checkpoint the steps done before a rollout failure stops the run (unless the newest checkpoint is
     already of step p.step); says where the run stands. A single process only: under torchrun the other
     ranks may not have failed, and a checkpoint needs them all."""
+    if not run.settings.checkpoint.every:
+        return f"train.save_every=0 writes no checkpoint: the {p.step} steps done cannot be continued"
     if p.step == 0:
         return (f"No step had finished: once that is fixed, start the run again with "
                 f"{resume_command(run.out, run.dist)} "
@@ -291,7 +306,8 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
                   one_step_off=s.rollout.one_step_off, updates=p.step, pending=pending) as rollouts:
         for step in range(p.step + 1, s.steps + 1):
             if stopped := stopping():  # arrived before this step began
-                try_checkpoint(run, p, clock(), rollouts.state())
+                if s.checkpoint.every:
+                    try_checkpoint(run, p, clock(), rollouts.state())
                 break
             a = s.update.algo
             entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
@@ -310,8 +326,8 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
             bar.update(1)
             p.step = p.summary["steps"] = step
             stopped = stopping()
-            every = s.checkpoint.every
-            if stopped or step == s.steps or (every and step % every == 0):
+            every = s.checkpoint.every  # 0: no checkpoint at all (TRL's save_strategy="no"), not even the last
+            if every and (stopped or step == s.steps or step % every == 0):
                 try_checkpoint(run, p, clock(), rollouts.state())
             if stopped:
                 break

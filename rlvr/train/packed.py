@@ -138,7 +138,18 @@ def packed_hidden(base, packing: Packing) -> torch.Tensor:
              attention_mask=packing.attention_mask(base.config._attn_implementation),
              use_cache=False).last_hidden_state  # [R, N, H]
     h = h.reshape(-1, h.shape[-1])  # [R * N, H]
-    return h[packing.source] * packing.valid[..., None].to(h.dtype)  # [B, Tc, H]
+    return take_rows(h, packing.source) * packing.valid[..., None].to(h.dtype)  # [B, Tc, H]
+
+
+def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[index] along the first dimension, [*index.shape, *x.shape[1:]], where index repeats entries (a prompt's
+    state read by each of its G completions). Through index_select, whose backward sums the repeats with
+    index_add_ in the index's order: the same gradient bit for bit on every run. Advanced indexing's backward
+    (index_put_ with accumulate) adds them with atomics in whatever order the threads reach them once the
+    gradient passes 32768 elements on a CPU with more than one thread, so the same step differed in its last
+    bits from run to run (and, measured on 2 threads, the atomics were slower: 40 ms against 2 ms for a
+    micro-batch's prompt keys)."""
+    return x.index_select(0, index.reshape(-1)).view(*index.shape, *x.shape[1:])
 
 
 PROBE = 8  # tokens of each of the probe's prompts and completions

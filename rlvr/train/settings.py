@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from rlvr.config import Config, to_dict
+from rlvr.device import Determinism, determinism
 from rlvr.rollout.sampling import SamplingSettings
 from rlvr.train.update import UpdateSettings
 
@@ -65,7 +68,7 @@ def weight_settings(config: dict) -> dict:
 @dataclass(frozen=True, kw_only=True)
 class CheckpointSettings:
     out: Path  # the run directory (checkpoints/, final/)
-    every: int  # train.save_every (0: only at the end and on a signal)
+    every: int  # train.save_every (0: no checkpoint at all)
     keep: int  # train.keep_checkpoints
     model_name: str  # model.name and model.dtype: what final/ is loaded back from (LoRA: the base)
     model_dtype: str
@@ -111,6 +114,14 @@ class Settings:
                                           weights=weight_settings(to_dict(cfg))),
             log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project,
                             config=to_dict(cfg)))
+
+
+def determinism_of(cfg: Config) -> Determinism:
+    """train.deterministic on the device train.device names (rlvr.device.determinism): read before anything
+    starts CUDA or joins a process group, since what it sets is read then."""
+    device_type = "cpu" if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()) \
+        else "cuda"
+    return determinism(cfg.train.deterministic, device_type)
 
 
 def eval_settings(cfg: Config, *, stop_ids: list[int], pad_id: int, precision: str) -> EvalSettings:

@@ -16,7 +16,7 @@ from rlvr.rewards.base import Scores, defined_at, failure_reason
 from rlvr.rewards.call import TrainerState
 from rlvr.envs.episodes import reward_inputs, run_episodes
 from rlvr.rollout.decoding import select_groups
-from rlvr.rollout.sampling import group_seed
+from rlvr.rollout.sampling import group_seed, update_seed
 from rlvr.train.batch import make_batch, old_policy_forward, with_advantages
 from rlvr.train.distributed import gather_objects, gathered, reduce_metrics, shard_groups
 from rlvr.train.metrics import step_metrics
@@ -135,7 +135,8 @@ def learn(run: Run, collected: Collected, step: int, entropy: EntropyState | Non
     ref_logp = reference_forward(m.ref, batch, s)                         # 5. reference forward
     old_logp, values = old_policy_forward(run, batch)                     # 6. old-policy forward
     batch, adv_metrics = with_advantages(s.algo, batch, old_logp, ref_logp, values)  # 7. advantages
-    update = policy_update(m.policy, m.optimizer, batch, s, ref_logp, m.critic, run.dist, entropy)  # 8.
+    update = policy_update(m.policy, m.optimizer, batch, s, ref_logp, m.critic, run.dist, entropy,  # 8.
+                           seed=update_seed(run.settings.rollout.seed, step, run.dist.rank))
     m.scheduler.step()
     if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
         m.ref.sync(m.policy, s.algo.ref_mixup)

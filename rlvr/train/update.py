@@ -11,6 +11,7 @@ from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus, entropy_
                        value_loss)
 from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, Config, OptimizerConfig
+from rlvr.models import seeded_dropouts
 from rlvr.rollout.engines import tis_cap_of
 from rlvr.train import distributed as dd
 from rlvr.report import schema
@@ -194,10 +195,11 @@ def _buckets(policy) -> int:
 
 
 def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp, critic, units: dict,
-                coef: float):
+                coef: float, generator: torch.Generator):
     """Forward one micro-batch. Its loss is already divided by the whole batch's units, so the
     micro-batches' losses (and gradients) sum to the batch's. Returns (new log-probs [b, w] detached,
-    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max). coef: the entropy bonus's."""
+    loss, sums: token-weighted sums of the metrics, extremes: ratio min and max). coef: the entropy bonus's;
+    generator: the objective's draws (Clip-Cov's picks)."""
     prompts, sl, w = mb
     a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
@@ -215,7 +217,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     policy_units = units["policy"]
     loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
                               a.aggregation, norm, policy_units, objective=a.policy_loss, sampler_w=sampler_w,
-                              keep=keep, params=s.objective_knobs)
+                              keep=keep, params=s.objective_knobs, generator=generator)
     n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
     sums = {**{k: stats[k] * n_tok for k in TOKEN_MEANS}, **counts}
     # the tokens the entropy bonus acts on and the adaptive control watches: TRL's effective mask, the real
@@ -307,7 +309,8 @@ def _placeholder_backward(policy, batch: Batch, s: UpdateSettings, mb) -> None:
 
 
 def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_logp: list, critic, units: dict,
-              compare: bool, untrained: list[bool], coef: float) -> tuple[dict[str, float], float, float, float]:
+              compare: bool, untrained: list[bool], coef: float, generator: torch.Generator
+              ) -> tuple[dict[str, float], float, float, float]:
     """Forward and backward every micro-batch (gradients accumulate); the first pass fills old_logp.
     A micro-batch with no trained token has no loss: it is skipped (an FSDP rank runs the placeholder's
     collectives instead), so a step whose every completion was left out trains nothing and fails nothing.
@@ -326,7 +329,7 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
                 _placeholder_backward(policy, batch, s, (prompts, sl, w))
             continue
         logp, loss, part, extremes = _micro_loss(policy, batch, s, (prompts, sl, w), old_logp[k], ref_logp[k],
-                                                 critic, units, coef)
+                                                 critic, units, coef, generator)
         if old_logp[k] is None:
             old_logp[k] = logp
         loss.backward()
@@ -343,7 +346,8 @@ def _backward(policy, batch: Batch, s: UpdateSettings, mbs, old_logp: list, ref_
 
 
 def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: torch.Tensor | None = None,
-                  critic=None, dist: dd.Dist = dd.Dist(), entropy: EntropyState | None = None) -> dict[str, float]:
+                  critic=None, dist: dd.Dist = dd.Dist(), entropy: EntropyState | None = None, seed: int = 0
+                  ) -> dict[str, float]:
     """Clipped-surrogate update (+ loss beta * KL to the reference, whose log-probs `ref_logp` [B, Tc] are
     reference_forward's, + entropy bonus, + value loss of `critic`, a head on the policy's hidden states):
     one forward and backward per micro-batch, algo.iterations times. Returns the last pass's metrics as
@@ -367,6 +371,10 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     over ranks under torch.distributed (`dist`, where `batch` is this rank's shard of whole groups), and
     gradients are summed over micro-batches and ranks: the step equals one process on the whole batch
     in one pass, and so do the returned metrics.
+
+    The update's random draws (Clip-Cov's picks, dropout masks such as LoRA's) come from generators seeded
+    `seed` (rlvr.rollout.sampling.update_seed), never from the global RNG, which a collecting thread may be
+    drawing from meanwhile (rollout.overlap=one_step_off with the HF engine).
     """
     a = s.algo
     o = s.optimizer
@@ -378,12 +386,14 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     untrained = _untrained(batch, mbs)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    seeded_dropouts(policy, seed)
+    generator = torch.Generator().manual_seed(seed)  # host-side: Clip-Cov draws its picks on the host
     metrics: dict[str, float] = {}
     skipped = undone = 0
     for it in range(a.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, it == 0,
-                                          untrained, coef)
+                                          untrained, coef, generator)
         dd.allreduce_gradients(params, dist)
         limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled

@@ -214,3 +214,44 @@ def test_the_config_section_the_presets_and_validation_come_from_the_registry():
         build_config(None, ["--algo.cov_ratio=0"])
     with pytest.raises(ConfigError, match="algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0"):
         build_config(None, ["--algo.sapo_tau_neg=0"])
+
+
+def test_an_objective_added_to_the_registry_alone_is_in_the_help_the_presets_the_checks_and_a_run(monkeypatch, tmp_path):
+    """Adding an objective touches one place: its REGISTRY entry. --help lists it with its words, it has its
+    preset, the config checks read what it composes with, and a run trains with its loss."""
+    import json
+
+    from rlvr.algo.objectives import Objective, Terms
+    from rlvr.algo.presets import presets
+    from rlvr.cli import main
+
+    calls = []
+
+    def toy(x, k):  # REINFORCE on the token log-probs: -A log pi
+        calls.append(x.logp.shape)
+        return Terms(-x.advantages * x.logp)
+
+    monkeypatch.setitem(REGISTRY, "toy", Objective(loss=toy, sequence_correction=False, help="a toy -A log pi",
+                                                   preset={"aggregation": "token-mean", "beta": 0.0}))
+    docs = {key: doc for key, _, doc in describe()}
+    assert "toy (a toy -A log pi)" in docs["algo.policy_loss"] and ", toy, in rlvr/algo/presets.py" in docs["algo.preset"]
+    assert "toy" not in docs["algo.ratio_level"]  # no sequence ratio
+    assert presets()["toy"] == {"policy_loss": "toy", "aggregation": "token-mean", "beta": 0.0}
+    a = build_config(None, ["--algo.preset=toy"]).algo
+    assert (a.policy_loss, a.aggregation, a.beta) == ("toy", "token-mean", 0.0)
+    with pytest.raises(ConfigError, match="algo.policy_loss toy folds per-token sampler weights"):
+        build_config(None, ["--algo.policy_loss=toy", "--algo.sampler_correction=sequence_mask"])
+    with pytest.raises(ConfigError, match="composes with algo.policy_loss ppo, cispo, sapo, not toy"):
+        build_config(None, ["--algo.policy_loss=toy", "--algo.ratio_level=sequence"])
+    out = tmp_path / "run"
+    assert main(["train", "configs/smoke.yaml", "--algo.preset=toy", "--train.steps=1", "--eval.before=false",
+                 "--eval.after=false", "--train.save_every=0", f"--train.out={out}"]) == 0
+    assert calls and yaml_value(out / "config.yaml", "policy_loss") == "toy"
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1 and json.loads(
+        (out / "metrics.jsonl").read_text())["step"] == 1
+
+
+def yaml_value(path: Path, key: str):
+    import yaml
+
+    return yaml.safe_load(path.read_text())["algo"][key]

@@ -23,8 +23,12 @@ def test_compare_runs_configs_and_reads_run_dirs(tmp_path, capsys):
     assert page.count("<svg") == 4 and page.count("<polyline") == 8  # 4 charts x 2 runs
     # an HTML table whose headers wrap (a 1400 px window shows it whole; checked in headless Chromium), not
     # one <pre> line of 17 columns, about 1650 px wide
-    assert "<pre>" not in page and page.count("<th>") == 17 and page.count("<tr>") == 3
-    assert "<th>held-out after</th>" in page and "<td>grpo</td><td>grpo</td><td>2</td>" in page
+    runs_table = page.split("</table>")[0]
+    assert "<pre>" not in page and runs_table.count("<th>") == 18 and runs_table.count("<tr>") == 3
+    assert "<th>held-out after</th>" in page and "<td>grpo</td><td>grpo</td><td>1</td><td>2</td>" in page
+    # then accuracy after training, each run's and ppo's against grpo: one seed each, so over problems only
+    assert "ppo against grpo: " in text and "no seed spread: one run on a side" in text
+    assert "ppo against grpo: " in page and page.count("<table>") == 2
     data = json.loads((out / "compare.json").read_text())
     assert data["ppo"]["preset"] == "ppo" and data["grpo"]["steps"] == 2
     # existing run directories are read, not run again

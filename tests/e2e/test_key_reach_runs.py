@@ -22,6 +22,7 @@ RUN = {
     "train.eval_every": (1, "evals.jsonl has a row of step 1"),
     "train.samples_every": (1, "the console shows step 1's samples"),
     "train.threads": (1, "torch runs on 1 thread after the run"),
+    "train.deterministic": ("off", "summary.json: deterministic false (auto, on the CPU: true)"),
     "eval.before": (False, "no eval_before.jsonl"),
     "eval.max_new_tokens": (2, "eval_after.jsonl's completions are at most 2 tokens"),
     "log.trackers": (["tensorboard"], "tensorboard/ holds event files"),
@@ -58,6 +59,8 @@ def test_run_keys_reach_the_run(tmp_path, capsys):
     assert tiny["hidden_size"] == 64  # model.name: tiny-random (SmolLM2-135M has 576)
     assert (changed / "metrics.jsonl").is_file()  # train.out
     assert [m["step"] for m in read_jsonl(base / "metrics.jsonl")] == [1, 2]
+    summary = lambda out: json.loads((out / "summary.json").read_text())
+    assert summary(base)["deterministic"] is True and summary(changed)["deterministic"] is False
     assert [m["step"] for m in read_jsonl(changed / "metrics.jsonl")] == [1, 2, 3]  # train.steps
     kept = sorted(p.name for p in (changed / "checkpoints").glob("*.pt"))
     assert sorted(p.name for p in (base / "checkpoints").glob("*.pt")) == ["step_000002.pt"]

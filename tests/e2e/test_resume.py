@@ -1,6 +1,5 @@
 """Exact resume: a run killed with SIGKILL and resumed ends with the metrics of the run left alone."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -49,8 +48,7 @@ def killed_after(args: list[str], out: Path, lines: int) -> None:
     """`rlvr train ARGS --train.out=OUT` in a process of its own, SIGKILLed once its metrics.jsonl holds
     `lines` lines (the run must still be going then)."""
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *args, f"--train.out={out}"],
-                            env={**os.environ, "PYTHONHASHSEED": "123"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics, deadline = out / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if metrics.exists() and metrics.read_text().count("\n") >= lines:
@@ -118,7 +116,7 @@ def test_fp32_masters_resume_exactly(tmp_path, kind):
 
 def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0",
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=100",
                              f"--train.out={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     metrics = out / "metrics.jsonl"
@@ -134,6 +132,40 @@ def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
     assert ckpt.name == f"step_{summary['steps']:06d}.pt"
     assert main(["train", "--resume", str(out)]) == 0
     same_run(alone, out)
+
+
+def test_save_every_0_writes_no_checkpoint_at_all(alone, tmp_path, capsys):
+    """train.save_every=0 is TRL's save_strategy="no": no checkpoint, not even at the end (a sweep of SmolLM2
+    runs kept 1.7 GB each); the run is the same, final/ is written, and a resume says what it can and cannot do."""
+    out = tmp_path / "run"
+    assert main(["train", *RUN, "--train.save_every=0", f"--train.out={out}"]) == 0
+    assert not (out / "checkpoints").exists() and (out / "final" / "config.json").is_file()
+    same_run(alone, out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0  # finished as it is: nothing to do, nothing changed
+    assert f"{out} finished at step 6" in capsys.readouterr().err
+    assert main(["train", "--resume", str(out), "--train.steps=8"]) == 2
+    assert ("found no checkpoint in" in (err := capsys.readouterr().err)
+            and "(it ran with train.save_every=0, which writes no checkpoint)" in err), err
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_sigterm_with_save_every_0_stops_without_a_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0", "--train.steps=500",
+                             f"--train.out={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    metrics = out / "metrics.jsonl"
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGTERM" and not (out / "checkpoints").exists()
+    assert "SIGTERM: finishing step, then exiting" in err
+    assert (f"stopped at step {summary['steps']} by SIGTERM; train.save_every=0 writes no checkpoint, so it cannot "
+            "be continued") in err and "--resume" not in err
 
 
 def test_resume_extends_a_finished_run(alone, tmp_path):

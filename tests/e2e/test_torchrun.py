@@ -242,7 +242,7 @@ def test_nodes_that_see_different_run_directories_are_refused_on_resume(tmp_path
     """--resume on every node reads train.out there: a node whose copy has no checkpoint (no shared
     filesystem) would start from step 0 beside one at step 1, on other prompts and optimizer state."""
     run, copy = tmp_path / "run", tmp_path / "copy"
-    assert main(["train", *RUN, "--train.steps=1", "--train.save_every=0", "--eval.after=false",
+    assert main(["train", *RUN, "--train.steps=1", "--train.save_every=100", "--eval.after=false",
                  f"--train.out={run}"]) == 0
     copy.mkdir()
     shutil.copy(run / "config.yaml", copy / "config.yaml")  # the run directory as another node's disk has it
@@ -265,7 +265,7 @@ def test_sigterm_to_torchrun_checkpoints_and_says_to_resume_under_torchrun(tmp_p
     and the line that says how to continue names torchrun, not a plain `rlvr train --resume` (one process)."""
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             "-m", "rlvr", "train", *RUN, "--train.steps=500", "--train.save_every=0",
+                             "-m", "rlvr", "train", *RUN, "--train.steps=500", "--train.save_every=1000",
                              "--eval.before=false", f"--train.out={out}"], stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(1200):

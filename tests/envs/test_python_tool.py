@@ -1,6 +1,5 @@
 """The sandboxed python tool: output, truncation, and each failure as the model sees it. Runs in the
 real sandbox, as tests/rewards/test_code.py does (bubblewrap is a test requirement)."""
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,10 +9,9 @@ from rlvr.envs.python_tool import DEFAULT_LIMITS, MAX_OUTPUT_CHARS, NO_OUTPUT, m
 from rlvr.envs.tools import ToolCall, ToolError, execute
 from rlvr.sandbox import run as sandbox
 from rlvr.sandbox.run import Sandbox, SandboxUnavailable
-from rlvr.sandbox.clock import BACKSTOP
+from tests.conftest import returns_within
 
 LIMIT_S = 1.0
-SLACK_S = 2.5          # process start-up and teardown on a loaded machine, as in test_code.py
 LIMITS = replace(DEFAULT_LIMITS, wall_s=LIMIT_S, cpu_s=LIMIT_S)
 
 
@@ -51,11 +49,10 @@ def test_long_output_is_truncated():
 
 @pytest.mark.slow
 def test_infinite_loop_stops_at_the_time_limit():
-    t = time.monotonic()
-    message = failure("while True:\n    pass")
-    # RLIMIT_CPU and the wall clock race for a busy loop: either one stopping it is the limit
+    # RLIMIT_CPU and the wall clock race for a busy loop: either one stopping it is the limit (a busy loop runs
+    # on its CPU time, rlvr.sandbox.clock: the wall clock stretches on a loaded machine, up to the backstop)
+    message = returns_within(60, failure, "while True:\n    pass")
     assert message in ("timed out after 1.0s", "cpu time limit")
-    assert time.monotonic() - t < LIMIT_S * BACKSTOP + SLACK_S  # a busy loop: its CPU time (rlvr.sandbox.clock)
     assert failure("import time\ntime.sleep(60)") == "timed out after 1.0s"
 
 

@@ -15,13 +15,11 @@ from rlvr.sandbox import run as sandbox
 from rlvr.rewards.base import Verdict
 from rlvr.rewards.code import code_tests, last_code_block, make_code_tests, parse_spec, same
 from rlvr.sandbox.run import Sandbox, SandboxUnavailable
-from rlvr.sandbox.clock import BACKSTOP
-from tests.conftest import python_block
+from tests.conftest import python_block, returns_within
 
 from code_cases import ASSERT, ATTACKS, FN, STDIO, STMT  # tests/rewards/code_cases.py
 
 LIMIT_S = 1.0
-SLACK_S = 2.5          # process start-up and teardown on a loaded 2-core machine
 reward = make_code_tests(timeout_s=LIMIT_S)
 
 
@@ -30,10 +28,11 @@ def explained_block(src: str) -> str:
     return python_block(src, before="Here is my solution.\n")
 
 
-def verdict_of(src: str, spec, rw=reward) -> tuple[Verdict, float]:
-    t = time.monotonic()
-    v = rw.verdicts([explained_block(src)], tests=[spec])[0]
-    return v, time.monotonic() - t
+HANG_S = 60   # a hang backstop: a limit that did not hold lets an attack sleep its 100 s
+
+
+def verdict_of(src: str, spec, rw=reward) -> Verdict:
+    return returns_within(HANG_S, lambda: rw.verdicts([explained_block(src)], tests=[spec])[0])
 
 
 def procs_matching(marker: str) -> list[str]:
@@ -84,7 +83,7 @@ DESCRIBE_SRC = """
     (json.dumps(FN), "def f(a, b=0):\n    return a + b"),
 ], ids=["stdio", "function", "function-types-kwargs", "assert", "assert-statements", "json-spec"])
 def test_correct_programs_pass(spec, src):
-    v, _ = verdict_of(src, spec)
+    v = verdict_of(src, spec)
     n = len(parse_spec(spec).cases)
     assert (v.score, v.reason) == (1.0, f"passed {n}/{n}")
 
@@ -102,11 +101,11 @@ def test_partial_scoring_gives_the_exact_fraction():
     partial = make_code_tests(partial=True, timeout_s=LIMIT_S)
     spec = {"kind": "stdio", "cases": [{"stdin": "1 2", "stdout": "3"}, {"stdin": "5 5", "stdout": "10"},
                                        {"stdin": "2 7", "stdout": "9"}]}
-    v, _ = verdict_of("a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)", spec, partial)
+    v = verdict_of("a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)", spec, partial)
     assert v.score == 2 / 3
     assert v.reason == "passed 2/3; failed case 2: expected '10', got '0'"
     fn = {"kind": "function", "entry_point": "f", "cases": [{"args": [i], "expected": i} for i in range(4)]}
-    v, _ = verdict_of("def f(x):\n    return x if x % 2 else 1 / x", fn, partial)
+    v = verdict_of("def f(x):\n    return x if x % 2 else 1 / x", fn, partial)
     assert (v.score, v.reason) == (0.5, "passed 2/4; failed case 1: raised ZeroDivisionError: division by zero")
 
 
@@ -120,18 +119,18 @@ def test_partial_scoring_gives_the_exact_fraction():
     ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "crashed: killed by SIGKILL"),
 ], ids=["wrong", "str-not-int", "bool-not-int", "missing-entry-point", "raises", "syntax-error", "killed"])
 def test_failure_reasons(src, reason):
-    v, _ = verdict_of(src, FN)
+    v = verdict_of(src, FN)
     assert v.score == 0.0
     assert v.reason == reason or (reason.endswith(": ") and v.reason.startswith(reason)), v.reason
 
 
 def test_stdio_is_compared_in_full_with_trailing_whitespace_only():
     spec = {"kind": "stdio", "cases": [{"stdin": "", "stdout": "a b\nc\n"}]}
-    assert verdict_of("print('a b   ')\nprint('c\\t')\nprint()\nprint()", spec)[0].score == 1.0
-    assert verdict_of("print(' a b')\nprint('c')", spec)[0].score == 0.0          # leading space
-    assert verdict_of("print('a b')\nprint()\nprint('c')", spec)[0].score == 0.0  # inner blank line
-    assert verdict_of("print('a b')", spec)[0].score == 0.0                       # a prefix is not enough
-    assert verdict_of("print('a b\\nc\\nd')", spec)[0].score == 0.0
+    assert verdict_of("print('a b   ')\nprint('c\\t')\nprint()\nprint()", spec).score == 1.0
+    assert verdict_of("print(' a b')\nprint('c')", spec).score == 0.0          # leading space
+    assert verdict_of("print('a b')\nprint()\nprint('c')", spec).score == 0.0  # inner blank line
+    assert verdict_of("print('a b')", spec).score == 0.0                       # a prefix is not enough
+    assert verdict_of("print('a b\\nc\\nd')", spec).score == 0.0
 
 
 def test_strict_comparison():
@@ -146,7 +145,7 @@ def test_strict_comparison():
 ], ids=["tuple-for-list", "set-for-list"])
 def test_tuple_is_not_a_list(src, reason):
     spec = {"kind": "function", "entry_point": "f", "cases": [{"args": [1, 2], "expected": [3]}]}
-    v, _ = verdict_of(src, spec)
+    v = verdict_of(src, spec)
     assert (v.score, v.reason) == (0.0, reason)
 
 
@@ -177,11 +176,11 @@ def test_an_int_past_4300_digits_is_a_value_both_ways():
 @pytest.mark.parametrize("name", list(ATTACKS), ids=list(ATTACKS))
 def test_attack_scores_zero_within_its_limit(name):
     spec, src = ATTACKS[name]
-    v, elapsed = verdict_of(src, spec)
+    # a busy attack runs until its CPU time reaches the limit (on a loaded machine the wall clock stretches,
+    # up to the backstop of rlvr.sandbox.clock); one that sleeps or waits stops at the limit: verdict_of fails
+    # the test when the verdict has not come after HANG_S
+    v = verdict_of(src, spec)
     assert v.score == 0.0, v.reason
-    # a busy attack runs until its CPU time reaches the limit: on a loaded machine that takes longer, up to
-    # the wall backstop (rlvr.sandbox.clock); one that sleeps or waits stops at the limit
-    assert elapsed < LIMIT_S * BACKSTOP + SLACK_S, f"{name} took {elapsed:.1f}s"
 
 
 @pytest.mark.parametrize("name, reason", [
@@ -203,7 +202,7 @@ def test_attack_scores_zero_within_its_limit(name):
 ])
 def test_attack_reasons(name, reason):
     spec, src = ATTACKS[name]
-    v, _ = verdict_of(src, spec)
+    v = verdict_of(src, spec)
     assert v.reason == reason
 
 
@@ -213,7 +212,7 @@ def test_no_process_survives(name, marker):
     spec, src = ATTACKS[name]
     if marker == "rlvrorphan":  # name the late answerer so we can look for it
         src = src.replace("os.setsid()", "os.setsid(); open('/proc/self/comm', 'w').write('rlvrorphan')")
-    v, _ = verdict_of(src, spec)
+    v = verdict_of(src, spec)
     assert v.score == 0.0
     assert_gone(marker)
 
@@ -249,7 +248,7 @@ def test_prelude_runs_before_the_program_which_may_use_or_redefine_it():
     # `Later` is never defined: only a hoisted __future__ import keeps the annotation from failing
     future = ("from __future__ import annotations\n\n"
               "def f(x: Later) -> int:\n    return int(math.sqrt(50 * SCALE * g(x)))")
-    verdicts = [verdict_of(src, spec)[0] for src in (uses, redefines, future)]
+    verdicts = [verdict_of(src, spec) for src in (uses, redefines, future)]
     assert [(v.score, v.reason) for v in verdicts] == [
         (1.0, "passed 1/1"), (0.0, "failed case 1: expected 50, got 40"), (1.0, "passed 1/1")]
     assert verdicts[1].extracted == redefines   # the program as written, without the prelude
@@ -278,14 +277,13 @@ def test_unsafe_mode_runs_warns_and_still_limits(how, monkeypatch, caplog):
         box = Sandbox(bwrap="/nonexistent/bwrap", unsafe=True)
     rw = make_code_tests(timeout_s=LIMIT_S, sandbox=box)
     with caplog.at_level(logging.WARNING, logger="rlvr.sandbox.run"):
-        v, _ = verdict_of("a, b = map(int, input().split())\nprint(a + b)", STDIO, rw)
+        v = verdict_of("a, b = map(int, input().split())\nprint(a + b)", STDIO, rw)
     assert v.score == 1.0
     assert any("UNSAFE" in r.message and "apt-get install bubblewrap" in r.message for r in caplog.records)
-    v, elapsed = verdict_of(*reversed(ATTACKS["endless-loop"]), rw)
+    v = verdict_of(*reversed(ATTACKS["endless-loop"]), rw)
     # without the parent's view of the run (unsafe mode) RLIMIT_CPU may stop a busy loop first
     assert v.score == 0.0 and v.reason in ("timed out after 1.0s", "failed case 1: cpu time limit"), v
-    assert elapsed < LIMIT_S * BACKSTOP + SLACK_S
-    assert verdict_of(*reversed(ATTACKS["memory-bomb"]), rw)[0].reason == "memory limit"
+    assert verdict_of(*reversed(ATTACKS["memory-bomb"]), rw).reason == "memory limit"
 
 
 # ---- parallelism -------------------------------------------------------------------------------
@@ -315,5 +313,5 @@ def test_a_hostile_program_does_not_hurt_its_neighbours_in_the_batch():
 
 def test_shadowed_builtins_reach_no_test_case():
     partial = make_code_tests(partial=True, timeout_s=LIMIT_S)
-    v, _ = verdict_of(ATTACKS["redefine-builtins-and-assertionerror"][1], STMT, partial)
+    v = verdict_of(ATTACKS["redefine-builtins-and-assertionerror"][1], STMT, partial)
     assert v.score == 0.0 and v.reason.startswith("passed 0/3; ")

@@ -1,7 +1,6 @@
 """math_accuracy against wrong or hedged answers dressed in the forms it reads (units, sentences, cut
 points, hidden markers, LaTeX that renders otherwise, rounding, labels) and the right answers in the
 same forms. Every attack scores 0, every right answer 1, no input raises or costs the worker's limit."""
-import time
 
 import pytest
 
@@ -163,13 +162,20 @@ def test_units_have_dimensions_scales_and_powers():
     assert clean("24 \\text{ million}").prose == "million"
 
 
-def test_pathological_exponents_are_refused_in_milliseconds():
+def test_pathological_exponents_are_refused_before_any_comparison(monkeypatch):
+    """Such a value costs the symbolic comparison its whole time limit: it is refused by reading the text
+    alone, so no comparison (exact, form or symbolic) is ever started for it."""
+    import rlvr.rewards.maths.accuracy as accuracy
+
+    compared = []
+    real = accuracy._equal
+    monkeypatch.setattr(accuracy, "_equal", lambda a, g, budget: compared.append(a) or real(a, g, budget))
     for text in ("\\boxed{9^{9^{9^{9}}}}", "\\boxed{1e999999999}", "\\boxed{x^{10^{12}}}", "\\boxed{7^{7^{7^{7}}}}",
                  "\\boxed{99999999!}"):
-        t = time.perf_counter()
         v = math_accuracy.verdict(text, "3")
-        assert time.perf_counter() - t < 0.5 and v.score == 0.0
+        assert v.score == 0.0 and compared == [], (text, compared)
         assert v.reason == "an exponent over 100000 or a factorial over 10000: too large to compare"
+    assert math_accuracy.verdict("\\boxed{9^{2}}", "81").score == 1.0 and compared == ["9^{2}"]  # the count counts
     assert not huge_power("2^{2^{3}}") and not huge_power("e^{-x^2}") and huge_power("10^{100001}")
 
 

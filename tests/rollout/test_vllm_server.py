@@ -217,7 +217,7 @@ def test_one_step_off_samples_from_the_server_while_the_trainer_updates(server, 
 
 
 def test_a_server_killed_mid_run_is_named_and_the_steps_done_are_kept(server, tmp_path):
-    """The server dies while a run without a checkpoint due (train.save_every=0) is at step 2 or so: the run stops
+    """The server dies while a run without a checkpoint due (train.save_every=100) is at step 2 or so: the run stops
     naming the server, with the steps it finished checkpointed and resumable (the resume, the server still dead,
     stops the same way with nothing changed). Small batches: the steps, not the prefill, are what is tested. Last in
     the module: it kills the server."""
@@ -225,7 +225,7 @@ def test_a_server_killed_mid_run_is_named_and_the_steps_done_are_kept(server, tm
     out = tmp_path / "run"
     with open(tmp_path / "stderr", "w+") as err:
         small = ["--rollout.prompts_per_step=2", "--rollout.group_size=4"]
-        run = subprocess.Popen(train_command(out, url, model, "--train.steps=8", "--train.save_every=0", *small),
+        run = subprocess.Popen(train_command(out, url, model, "--train.steps=8", "--train.save_every=100", *small),
                                stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
         deadline = time.monotonic() + 600

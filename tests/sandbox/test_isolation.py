@@ -9,7 +9,6 @@ import socket
 import subprocess
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from rlvr.sandbox.run import Sandbox, run_harness
 from tests.conftest import python_block
 
 LIMIT_S = 1.0
-SLACK_S = 2.5          # process start-up and teardown on a loaded 2-core machine
 reward = make_code_tests(timeout_s=LIMIT_S)
 
 
@@ -91,12 +89,10 @@ def reach_attacks(tmp_path: Path, port: int) -> dict:
                                   "connect-host-port", "connect-internet"])
 def test_host_files_and_network_are_out_of_reach(name, tmp_path, listener):
     src, would_print = reach_attacks(tmp_path, listener.getsockname()[1])[name]
-    t = time.monotonic()
     spec = {"kind": "stdio", "cases": [{"stdin": "", "stdout": would_print}]}
     v = reward.verdicts([python_block(src)], tests=[spec])[0]
-    elapsed = time.monotonic() - t
+    # crashed: refused at once, by the program's own error (a connect left waiting would end "timed out")
     assert v.score == 0.0 and v.reason.startswith("crashed: "), v.reason
-    assert elapsed < LIMIT_S + SLACK_S
     with pytest.raises(BlockingIOError):
         listener.accept()   # nothing ever reached the host's port
     assert not Path("/pwned").exists()

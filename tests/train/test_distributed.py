@@ -148,12 +148,12 @@ def test_metrics_over_ranks(ranks):
 
 def test_combine_metrics_rules():
     a = {"loss": 1.0, "ratio/min": 0.9, "ratio/max": 1.1, "tokens/generated": 10, "dynamic/dropped_groups": 1,
-         "reward/mean": 0.0, "x": None}
+         "reward/mean": 0.0, "grad_norm": None}
     b = {"loss": 1.0, "ratio/min": 0.8, "ratio/max": 1.3, "tokens/generated": 5, "dynamic/dropped_groups": 2,
-         "reward/mean": 1.0, "x": 2.0}
+         "reward/mean": 1.0, "grad_norm": 2.0}
     m = dd.combine_metrics([a, b, {"completions": 4}], [1.0, 3.0, 4.0])
     assert m == {"loss": 1.0, "ratio/min": 0.8, "ratio/max": 1.3, "tokens/generated": 15,
-                 "dynamic/dropped_groups": 3, "reward/mean": 0.75, "x": 2.0, "completions": 4}
+                 "dynamic/dropped_groups": 3, "reward/mean": 0.75, "grad_norm": 2.0, "completions": 4}
 
 
 def test_shard_groups():
