@@ -210,6 +210,8 @@ CPU_UNOBSERVABLE = {
     "sft.batch_size": "rlvr sft only (tests/train/test_sft.py)",
     **{f"rollout.vllm.{k}": "vLLM only, not installed here (tests/rollout/test_vllm_engine.py, test_vllm_gpu.py)"
        for k in ("kv_cache_gib", "max_model_len", "weight_push", "weights_dir", "timeout_s")},
+    "rollout.vllm.sync": "vLLM only, not installed here (tests/rollout/test_vllm_lora.py and test_vllm_lora_server.py "
+                         "push adapters and merged weights to real vLLM; tests/rollout/test_weights.py resolves it)",
     "log.project": "read by wandb and trackio only, neither installed here (tensorboard writes into the run "
                    "directory: RUN checks log.trackers)",
 }
