@@ -13,6 +13,12 @@ Pushing weights (rank 0 under torchrun; every rank gathers, since an FSDP gather
   written as safetensors under rollout.vllm.weights_dir (a new directory per version, renamed into place
   whole), and each server reloads them in place: `POST /collective_rpc {"method": "reload_weights",
   "kwargs": {"weights_path": DIR}}` (needs VLLM_SERVER_DEV_MODE=1).
+- adapters (rollout.vllm.sync resolved to adapters: LoRA, model.lora.r > 0): the policy's LoRA adapter alone in
+  PEFT's format under rollout.vllm.weights_dir (a new directory per version, renamed into place whole), loaded by
+  each server under the version's name (`POST /v1/load_lora_adapter`: servers started with --enable-lora and
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), which every later completion request names as its model; the previous
+  version unloaded. The base each server holds is the one it started with (a server whose base a merged push
+  overwrote is refused at the first contact).
 - `nccl` (servers on GPUs): vLLM's own weight-transfer API (`/init_weight_transfer_engine`,
   `/update_weights`, ...: vllm.distributed.weight_transfer), broadcast from the trainer's GPU into each
   server's. Written against vLLM 0.32's API and NOT tested here (no GPU); docs/vllm.md says how to run it.
