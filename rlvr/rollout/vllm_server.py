@@ -166,12 +166,16 @@ def check_server_config(url: str, config: dict) -> None:
                           "--no-enable-chunked-prefill --max-num-batched-tokens N (N at least --max-model-len)")
 
 
-def check_lora_server(url: str, config: dict, rank: int) -> None:
+def check_lora_server(url: str, config: dict, rank: int, env: dict | None = None) -> None:
     """Refuse, before anything is pushed, a server that cannot take adapters of `rank` (config: its vllm_config
-    as /server_info shows it)."""
+    as /server_info shows it; env: its VLLM_ variables there, where this vLLM lists them)."""
     lora = config.get("lora_config")
     if not lora:
         raise ServerError(f"vLLM server {url} runs without LoRA, and {LORA_HINT}")
+    loading = (env or {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+    if loading is not None and str(loading).lower() not in ("true", "1"):
+        raise ServerError(f"vLLM server {url} cannot load adapters while it runs (VLLM_ALLOW_RUNTIME_LORA_UPDATING is "
+                          f"not set), and {LORA_HINT}")
     held = int(lora.get("max_lora_rank") or 0)
     if held < rank:
         raise ServerError(f"vLLM server {url} takes LoRA ranks up to {held} (--max-lora-rank), and the trainer's "
@@ -242,7 +246,7 @@ class VllmServerEngine:
         info = call(url, "/server_info?config_format=json", timeout=self.timeout, what="reading its settings")
         check_server_config(url, info.get("vllm_config", {}))
         if self.adapters_rank:
-            check_lora_server(url, info.get("vllm_config", {}), self.adapters_rank)
+            check_lora_server(url, info.get("vllm_config", {}), self.adapters_rank, info.get("vllm_env"))
             held = self.version_of(url)
             if held != "default" and not held.startswith(ADAPTER_VERSION):
                 raise ServerError(f"vLLM server {url} holds pushed weights (version {held!r}), not the model it "
