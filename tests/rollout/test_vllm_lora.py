@@ -19,7 +19,7 @@ from tests.rollout.test_vllm_real import TEMPERATURE, mismatch  # noqa: E402
 RANK = 8
 
 
-def move_adapters(policy, seed: int, std: float = 0.02) -> None:
+def move_adapters(policy, seed: int, std: float = 0.05) -> None:
     """LoRA's B starts at zero (the adapter changes nothing): draw it, so the adapter's effect is seen."""
     torch.manual_seed(seed)
     with torch.no_grad():
