@@ -1,7 +1,11 @@
 # make demo: set up, then train on the built-in defaults (configs/demo.yaml, run dir runs/demo, replaced by
 # each make demo: the demo owns that directory)
-# make test: set up (system packages where the machine allows it, then the venv), then run the whole test suite
-# make test-fast: the suite less the tests marked slow (whole runs, training CLI calls): about a minute
+# make test: set up (system packages where the machine allows it, then the venv), then run the whole test suite,
+# printing its 30 slowest tests (what CI runs)
+# make test-fast: the fast tier, the suite less the tests marked slow (each over ~1.5 s measured:
+# tests/slow_tests.txt): about 1.5 minutes on an idle 2-core machine (200 s of test time measured at load 4-8)
+# make demo-overlap: the demo trained one step off (bench/overlap_demo.py), minutes: the suite checks the overlap
+# on tiny-random
 # make golden: regenerate tests/golden/trace.json (the per-step metrics tests/golden/test_golden.py holds
 #   bit for bit); a commit that moves it says why
 # make vllm: the second venv (.venv-vllm) with vLLM's CPU build, where make test runs the tests marked vllm
@@ -13,7 +17,7 @@ STAMP := $(VENV)/.rlvr-installed
 PEERS := $(VENV)/peers
 PEERS_STAMP := $(PEERS)/.rlvr-peers
 
-.PHONY: setup system peers vllm demo test test-fast golden smoke clean
+.PHONY: setup system peers vllm demo demo-overlap test test-fast golden smoke clean
 
 # What the tests need from the system: bubblewrap (the code verifier's sandbox), g++ and the Python headers
 # (torch.compile builds the compiled decode layers). Installed with apt-get as root or with passwordless sudo;
@@ -83,16 +87,19 @@ vllm: $(VLLM_STAMP)
 demo: setup
 	$(PY) -m rlvr train configs/demo.yaml --train.overwrite=true
 
+demo-overlap: setup
+	$(PY) bench/overlap_demo.py
+
 # two runs: the suite in the main venv (where the tests marked vllm skip: no vLLM there), then those tests
 # in the vLLM venv, against the real engine and real vLLM servers (their files only: the venv lacks the
 # packages other test modules import)
 VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py tests/rollout/test_vllm_lora.py
 test: system setup peers vllm
-	$(PY) -m pytest -q
-	$(VLLM_PY) -m pytest -q -m vllm $(VLLM_TESTS)
+	$(PY) -m pytest -q --durations=30
+	$(VLLM_PY) -m pytest -q -m vllm --durations=30 $(VLLM_TESTS)
 
 test-fast: setup peers
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 golden: setup
 	$(PY) -m tests.golden.runs --write

@@ -24,10 +24,7 @@ try:
     _load = os.getloadavg()[0]
 except OSError:  # no load average (not Unix): the default wait
     _load = 0.0
-_wait = openmp_wait(_load, os.cpu_count() or 1)
-# what rlvr set itself, not the user: a child `rlvr train` (rlvr train --seeds) decides it at its own start
-SET_HERE = tuple(k for k in _wait if k not in os.environ)
-for _key, _value in _wait.items():
+for _key, _value in openmp_wait(_load, os.cpu_count() or 1).items():
     os.environ.setdefault(_key, _value)
 # torchao (model.quantize=nf4, optimizer.state=8bit; peft imports it wherever it is installed) logs a warning
 # for each of its optional GPU kernels that did not load: on a CPU, every one, on every import

@@ -1,6 +1,7 @@
 import os
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +73,22 @@ def returns_within(seconds: float, fn, *args, **kwargs):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: the test runs on CUDA (skipped where torch sees no GPU)")
+
+
+# The slow tier by measured cost, not by folder: tests/slow_tests.txt names each test function with a case over
+# ~1.5 s on a 2-core machine (bench/suite.py --write-slow makes it from a --durations=0 log of the suite), and
+# the shared fixtures that train a run ("fixture NAME"): a test that asks for one is slow however short its own
+# part, since the run's cost falls on whichever of its users the tier runs first
+SLOW_LINES = [line.split() for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+SLOW_TESTS = {words[0] for words in SLOW_LINES if words[0] != "fixture"}
+SLOW_FIXTURES = {words[1] for words in SLOW_LINES if words[0] == "fixture"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

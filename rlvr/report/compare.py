@@ -79,10 +79,12 @@ def load(path: str | Path, name: str | None = None) -> Group:
     runs = []
     for seed in group["seeds"]:
         run = seed_dir(path, seed)
-        if not (run / "summary.json").is_file():
-            raise RlvrError(f"{run}: seed {seed} of the group {path} has not finished (no summary.json): "
-                            f"continue the group with `rlvr train --resume {path}`")
-        runs.append(load_run(run))
+        loaded = load_run(run) if (run / "metrics.jsonl").is_file() else None
+        if loaded is None or not loaded.summary or loaded.summary.get("interrupted"):
+            raise RlvrError(f"{run}: seed {seed} of the group {path} has not finished ("
+                            + ("no summary.json" if loaded is None or not loaded.summary else "it was stopped")
+                            + f"): continue the group with `rlvr train --resume {path}`")
+        runs.append(loaded)
     return Group(name=name or path.name, path=path, runs=runs)
 
 
@@ -155,18 +157,18 @@ def final_grades(run: RunData) -> dict[str, tuple[list[str], list[float]]]:
     return out
 
 
-def group_grades(g: Group, split: str) -> tuple[list[str], list[list[float]]] | str:
+def group_grades(g: Group, split: str, label: str) -> tuple[list[str], list[list[float]]] | str:
     """(the problems, [seeds][problems] grades) of a group on a split, or why there are none."""
     per_run = [final_grades(r) for r in g.runs]
     missing = [r.path for r, grades in zip(g.runs, per_run) if split not in grades]
     if missing:
         why = ("no eval_after.jsonl (a run with eval.after=false, or stopped before its end)"
-               if not (missing[0] / "eval_after.jsonl").is_file() else f"no {split} problems in its eval_after.jsonl")
+               if not (missing[0] / "eval_after.jsonl").is_file() else f"no {label} problems in its eval_after.jsonl")
         return f"{missing[0]}: {why}"
     questions = per_run[0][split][0]
     for r, grades in zip(g.runs[1:], per_run[1:]):
         if grades[split][0] != questions:
-            return f"{g.runs[0].path} and {r.path} were evaluated on different {split} problems"
+            return f"{g.runs[0].path} and {r.path} were evaluated on different {label} problems"
     return questions, [grades[split][1] for grades in per_run]
 
 
@@ -174,7 +176,7 @@ def accuracy(groups: list[Group]) -> list[SplitAccuracy]:
     """Each split's SplitAccuracy (those that no group was evaluated on left out)."""
     out = []
     for split, label in SPLITS:
-        found = {g.name: group_grades(g, split) for g in groups}
+        found = {g.name: group_grades(g, split, label) for g in groups}
         if all(isinstance(v, str) for v in found.values()):
             continue
         notes = [f"{name}: {v}" for name, v in found.items() if isinstance(v, str)]
@@ -220,8 +222,8 @@ def accuracy_lines(table: list[SplitAccuracy], first: str) -> list[str]:
             (name, s), = a.spreads.items()
             lines.append(f"{a.label}, {name}: {describe_spread(s)}")
         for name, d in a.differences.items():
-            lines.append(f"{a.label}, {name} against {first}: {verdict(d)} (paired bootstrap over {d.problems} "
-                         f"problems and {d.seeds_b} + {d.seeds_a} seeds)")
+            how = f"paired bootstrap over {d.problems} problems and {d.seeds_b} + {d.seeds_a} seeds"
+            lines.append(f"{a.label}, {name} against {first}: {verdict(d, how)}")
         lines += [f"{a.label}: {note}" for note in a.notes]
     return lines
 

@@ -97,15 +97,16 @@ def points(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-def verdict(d: Difference) -> str:
-    """The difference in words: 'beyond seed noise: +12.5 points, 95% interval [+6.2, +18.8]'. With one seed
-    on a side only the problems were resampled, and the words say so."""
+def verdict(d: Difference, how: str = "") -> str:
+    """The difference in words: 'beyond seed noise: +12.5 points, 95% interval [+6.2, +18.8]', then in brackets
+    `how` it was measured and, with one seed on a side (only the problems resampled), that the seed noise is not."""
     noise = "seed noise" if d.seed_noise_measured else "problem noise"
     words = f"{'beyond' if d.beyond else 'within'} {noise}: {points(d.diff)} points, " \
             f"{100 * d.level:g}% interval [{points(d.low)}, {points(d.high)}]"
+    said = [how] if how else []
     if not d.seed_noise_measured:
-        words += " (no seed spread: one run on a side, so only the problems were resampled; --seeds measures it)"
-    return words
+        said.append("no seed spread: one run on a side, so only the problems were resampled; --seeds measures it")
+    return words + (f" ({'; '.join(said)})" if said else "")
 
 
 def describe_spread(s: Spread) -> str:

@@ -32,6 +32,7 @@ from rlvr.io import atomic_write_json
 from rlvr.report.console import say
 from rlvr.report.group import GROUP, KIND, seed_dir
 
+
 def parse_seeds(text: str) -> list[int]:
     """'0,1,2' -> [0, 1, 2]; 'A-B' (inclusive) -> A..B; refuses what is not a list of distinct whole numbers >= 0."""
     seeds: list[int] = []
@@ -79,10 +80,7 @@ def run_seed(command: list[str], cwd: str) -> tuple[int, bool]:
     reaches the seed's process from the terminal itself (one process group), which then stops after its step
     and writes its checkpoint: this process only waits for it, rather than being interrupted and killing it
     mid-write. A SIGTERM sent to this process alone is passed on."""
-    import rlvr
-
-    env = {k: v for k, v in os.environ.items() if k not in rlvr.SET_HERE}  # the user's, as a run alone gets it
-    proc = subprocess.Popen(command, cwd=cwd, env=env)
+    proc = subprocess.Popen(command, cwd=cwd)
     asked: list[int] = []
 
     def stop(signum, frame):
@@ -125,7 +123,7 @@ def run_group(config: str | None, overrides: list[str], seeds: list[int], out: P
             say(f"seed {seed} " + (f"failed (exit {code}; its messages are above)" if code else "was stopped")
                 + f"; seed(s) {', '.join(map(str, left))} of {out} are not finished: continue the group with "
                 f"`rlvr train --resume {out}`")
-            return code or 130
+            return code if code > 0 else 130  # stopped by a signal (the seed's own exit, or its death by one)
         if not keep_weights:
             drop_weights(run)
     from rlvr.report.compare import accuracy, accuracy_lines, load

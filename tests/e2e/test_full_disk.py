@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints
+from tests.e2e.conftest import at_step
 from tests.e2e.test_resume import RUN, read_jsonl, same_run
 from tests.e2e.test_run_faults import learning_run
 
@@ -88,18 +88,16 @@ def test_a_full_disk_at_start_is_one_line_and_the_same_start_works_with_space(di
     assert main(["train", *RUN, "--train.steps=2", "--train.overwrite=true", f"--train.out={out}"]) == 0
 
 
-def test_a_disk_that_fills_during_the_run_stops_it_and_it_resumes_value_for_value(disk, learning, learning_alone):
-    out = disk.path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *learning, "--train.save_every=1",
-                             "--train.keep_checkpoints=6", f"--train.out={out}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (out / "checkpoints" / "step_000002.pt").exists():
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.005)
-    filler = fill(disk)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
+def test_a_disk_that_fills_during_the_run_stops_it_and_it_resumes_value_for_value(disk, learning, learning_alone,
+                                                                                   capsys):
+    """The disk fills as step 3 begins, its checkpoints of steps 1 and 2 written: a later write fails."""
+    out, filled = disk.path / "run", []
+    capsys.readouterr()
+    with at_step(3, lambda: filled.append(fill(disk))):
+        code = main(["train", *learning, "--train.save_every=1", "--train.keep_checkpoints=6", f"--train.out={out}"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(filled) == 1, err
+    (filler,) = filled
     line = error_lines(err)
     assert len(line) == 1 and "Traceback" not in err, err
     assert line[0].startswith(f"rlvr: error: cannot write {out}/") and ": the disk is full; the checkpoints up to " in line[0]

@@ -3,6 +3,7 @@ import json
 
 from rlvr.cli import main
 
+from tests.e2e.conftest import copy_run
 from tests.e2e.test_tiny_run import SMOKE
 
 
@@ -36,9 +37,8 @@ def test_tiny_max_new_tokens_fires_truncation(tmp_path, capsys):
     assert "truncation" in (out / "report.html").read_text()
 
 
-def test_report_command(tmp_path, capsys):
-    out = tmp_path / "r"
-    assert main(["train", *SMOKE, f"--train.out={out}"]) == 0
+def test_report_command(trained, tmp_path, capsys):
+    out = copy_run(trained(*SMOKE), tmp_path / "r")  # test_tiny_run's smoke run
     (out / "report.html").unlink()
     assert main(["report", str(out)]) == 0
     assert (out / "report.html").is_file()

@@ -118,16 +118,3 @@ def test_a_steps_metrics_read_the_prompt_sampler_as_its_own_batch_left_it(tmp_pa
     for row in rows:
         assert {k: v for k, v in row.items() if k.startswith("curriculum/")} == seen[row["step"]], row["step"]
 
-
-@pytest.mark.slow
-def test_one_step_off_learns_the_demo_as_the_synchronous_run_does(tmp_path):
-    """configs/demo.yaml one step off: held-out within the synchronous demo's range (16% -> 64-74% over six
-    clean-clone runs, README); measured 16% -> 64% (OOD 0% -> 6%) on a loaded 2-core machine."""
-    demo = str(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml")
-    out = tmp_path / "demo"
-    assert main(["train", demo, OFF, f"--train.out={out}", "--train.samples_every=0"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["heldout_accuracy_before"] < 0.3
-    assert summary["heldout_accuracy_after"] >= 0.55, summary  # the synchronous demo's low end, less a margin
-    lags = [m["rollout/policy_lag"] for m in read_jsonl(out / "metrics.jsonl")]
-    assert lags == [0] + [1] * (len(lags) - 1)

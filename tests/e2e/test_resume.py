@@ -1,4 +1,5 @@
-"""Exact resume: a run killed with SIGKILL and resumed ends with the metrics of the run left alone."""
+"""Exact resume: a run killed (one real SIGKILL, the other kills raised in the run's own process) and resumed
+ends with the metrics of the run left alone."""
 import json
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints, save_checkpoint, truncate_jsonl
+from tests.e2e.conftest import copy_run, crashed
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -29,11 +31,11 @@ def untimed(rows):
             for r in rows]
 
 
-@pytest.fixture(scope="module")
-def alone(tmp_path_factory):
-    out = tmp_path_factory.mktemp("alone") / "run"
-    assert main(["train", *RUN, f"--train.out={out}"]) == 0
-    return out
+@pytest.fixture
+def alone(learning_alone):
+    """RUN with a reward that varies within groups, left alone (tests/e2e/conftest.py: one run, shared with
+    test_run_faults and test_full_disk): the weights move from step 1, so a resume that lost any state shows."""
+    return learning_alone
 
 
 def same_run(a, b):
@@ -59,10 +61,22 @@ def killed_after(args: list[str], out: Path, lines: int) -> None:
     proc.wait()
 
 
-@pytest.mark.parametrize("kill_after_lines", [1, 3, 5])
-def test_sigkill_then_resume_matches_the_run_left_alone(alone, tmp_path, kill_after_lines):
+def test_sigkill_then_resume_matches_the_run_left_alone(alone, learning, tmp_path):
+    """A real SIGKILL, wherever step 4 stands (its lock file left behind, a write perhaps cut short):
+    resumed from step 2's checkpoint."""
     out = tmp_path / "run"
-    killed_after(RUN, out, kill_after_lines)
+    killed_after(learning, out, 3)
+    assert main(["train", "--resume", str(out)]) == 0
+    same_run(alone, out)
+    steps = [m["step"] for m in read_jsonl(out / "metrics.jsonl")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("step", [2, 6])  # before the first checkpoint (from step 0), after step 4's
+def test_a_kill_then_resume_matches_the_run_left_alone(alone, learning, tmp_path, step):
+    out = crashed(learning, tmp_path / "run", step)
+    assert len(read_jsonl(out / "metrics.jsonl")) == step - 1
+    assert [p.name for p in checkpoints(out)] == ([] if step == 2 else ["step_000002.pt", "step_000004.pt"])
     assert main(["train", "--resume", str(out)]) == 0
     same_run(alone, out)
     steps = [m["step"] for m in read_jsonl(out / "metrics.jsonl")]
@@ -81,8 +95,7 @@ def test_adaptive_entropy_resumes_value_for_value(tmp_path):
     assert main(["train", *RUN, *ADAPTIVE, f"--train.out={alone_out}"]) == 0
     coefs = [m["entropy/coef"] for m in read_jsonl(alone_out / "metrics.jsonl")]
     assert coefs[0] == 0.0 and coefs[1:] == pytest.approx([0.015, 0.02, 0.025, 0.03, 0.035])
-    out = tmp_path / "run"
-    killed_after([*RUN, *ADAPTIVE], out, 3)
+    out = crashed([*RUN, *ADAPTIVE], tmp_path / "run", 4)
     assert [p.name for p in checkpoints(out)] == ["step_000002.pt"]  # it resumes from step 2
     assert main(["train", "--resume", str(out)]) == 0
     same_run(alone_out, out)
@@ -100,8 +113,7 @@ def test_fp32_masters_resume_exactly(tmp_path, kind):
     bf16 = [*learning_run(tmp_path), kind]
     alone_out = tmp_path / "alone"
     assert main(["train", *bf16, f"--train.out={alone_out}"]) == 0
-    out = tmp_path / "run"
-    killed_after(bf16, out, 3)
+    out = crashed(bf16, tmp_path / "run", 4)
     (ckpt,) = checkpoints(out)
     import torch
 
@@ -114,9 +126,9 @@ def test_fp32_masters_resume_exactly(tmp_path, kind):
     same_run(alone_out, out)
 
 
-def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
+def test_sigterm_writes_a_checkpoint_and_exits_0(alone, learning, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=100",
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *learning, "--train.save_every=100",
                              f"--train.out={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     metrics = out / "metrics.jsonl"
@@ -134,11 +146,11 @@ def test_sigterm_writes_a_checkpoint_and_exits_0(alone, tmp_path):
     same_run(alone, out)
 
 
-def test_save_every_0_writes_no_checkpoint_at_all(alone, tmp_path, capsys):
+def test_save_every_0_writes_no_checkpoint_at_all(alone, learning, tmp_path, capsys):
     """train.save_every=0 is TRL's save_strategy="no": no checkpoint, not even at the end (a sweep of SmolLM2
     runs kept 1.7 GB each); the run is the same, final/ is written, and a resume says what it can and cannot do."""
     out = tmp_path / "run"
-    assert main(["train", *RUN, "--train.save_every=0", f"--train.out={out}"]) == 0
+    assert main(["train", *learning, "--train.save_every=0", f"--train.out={out}"]) == 0
     assert not (out / "checkpoints").exists() and (out / "final" / "config.json").is_file()
     same_run(alone, out)
     capsys.readouterr()
@@ -168,9 +180,8 @@ def test_sigterm_with_save_every_0_stops_without_a_checkpoint(tmp_path):
             "be continued") in err and "--resume" not in err
 
 
-def test_resume_extends_a_finished_run(alone, tmp_path):
-    out = tmp_path / "run"
-    assert main(["train", *RUN, "--train.steps=4", f"--train.out={out}"]) == 0
+def test_resume_extends_a_finished_run(stopped_at_4, tmp_path):
+    out = copy_run(stopped_at_4[0], tmp_path / "run")
     assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
 
@@ -207,8 +218,6 @@ def test_truncate_jsonl_drops_later_steps_and_a_torn_line(tmp_path):
 def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monkeypatch):
     """An engine holding its own weights (vLLM) is built, and synced, before the checkpoint is restored;
     the loop must sync it again before the first rollout, or that rollout samples the old weights."""
-    import shutil
-
     import torch
 
     import rlvr.train.assemble as assemble_module
@@ -226,8 +235,7 @@ def test_resume_syncs_the_engine_with_the_restored_weights(alone, tmp_path, monk
 
     monkeypatch.setattr(assemble_module, "make_engine",
                         lambda cfg, policy, out, precision: Recording(policy, make_engine(cfg, policy, out, precision)._generate))
-    out = tmp_path / "run"
-    shutil.copytree(alone, out)
+    out = copy_run(alone, tmp_path / "run")
     assert main(["train", "--resume", str(out), "--train.steps=7"]) == 0
     state = torch.load(checkpoints(out)[0], weights_only=False)  # step 6, where the resume started
     first = calls[:calls.index("generate")]

@@ -19,6 +19,7 @@ import torch
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints
 from rlvr.train.rundir import LOCK
+from tests.e2e.conftest import copy_run
 from tests.e2e.test_resume import RUN, read_jsonl, same_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,23 +44,6 @@ def learning_run(folder: Path) -> list[str]:
 def alone(learning_alone):
     """The learning run left alone (tests/e2e/conftest.py: one run, shared with test_full_disk)."""
     return learning_alone
-
-
-@pytest.fixture(scope="module")
-def stopped_at_4(tmp_path_factory, learning):
-    """The same run ended after step 4: checkpoints at steps 2 and 4, a final evaluation."""
-    out = tmp_path_factory.mktemp("at4") / "run"
-    assert main(["train", *learning, "--train.steps=4", f"--train.out={out}"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert [p.name for p in checkpoints(out)] == ["step_000002.pt", "step_000004.pt"]
-    return out, summary
-
-
-def copy_run(src: Path, dst: Path) -> Path:
-    import shutil
-
-    shutil.copytree(src, dst)
-    return dst
 
 
 def test_sigterm_during_the_first_evaluation_resumes_value_for_value(alone, learning, tmp_path, monkeypatch):
@@ -101,9 +85,8 @@ def test_a_resume_the_checkpoint_cannot_take_leaves_the_run_as_it_was(stopped_at
     assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0  # resumable as it was
 
 
-def test_a_truncated_only_checkpoint_is_refused_with_one_line_and_nothing_changes(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert main(["train", *RUN, "--train.steps=2", f"--train.out={out}"]) == 0
+def test_a_truncated_only_checkpoint_is_refused_with_one_line_and_nothing_changes(trained, tmp_path, capsys):
+    out = copy_run(trained(*RUN, "--train.steps=2"), tmp_path / "run")
     (ckpt,) = checkpoints(out)
     with open(ckpt, "r+b") as f:
         f.truncate(ckpt.stat().st_size // 2)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -44,9 +45,20 @@ def records(out: Path, name: str) -> list[dict]:
 
 
 def same_values(a, b, where: str) -> None:
-    """a == b bit for bit, tensors included, through dicts, lists and tuples."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    """a == b bit for bit, tensors and arrays included, through dicts, lists, tuples and objects' fields (the
+    batch in flight of a checkpoint one step off)."""
+    assert type(a) is type(b), where
+    if isinstance(a, torch.Tensor) and hasattr(a, "__tensor_flatten__"):  # a tensor subclass: NF4's 4-bit weights
+        (names, meta), (names_b, meta_b) = a.__tensor_flatten__(), b.__tensor_flatten__()
+        assert names == names_b and repr(meta) == repr(meta_b), where
+        for name in names:
+            same_values(getattr(a, name), getattr(b, name), f"{where}.{name}")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), where
+    elif hasattr(a, "__dict__") and not isinstance(a, type):
+        same_values(vars(a), vars(b), where)
     elif isinstance(a, dict):
         assert a.keys() == b.keys(), where
         for k in a:

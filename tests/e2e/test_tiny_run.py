@@ -30,10 +30,11 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """The SMOKE run, once: its directory is checked, and a second run must repeat its metrics."""
-    return run(tmp_path_factory.mktemp("smoke"), "a")
+@pytest.fixture
+def smoke_run(trained):
+    """The SMOKE run, once in the session (tests/e2e/conftest.py; test_health_runs reports a copy of it): its
+    directory is checked, and a second run must repeat its metrics."""
+    return trained(*SMOKE)
 
 
 def test_two_steps_write_the_run_directory(smoke_run):

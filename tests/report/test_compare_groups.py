@@ -83,8 +83,9 @@ def test_two_single_runs_say_there_is_no_seed_spread(tmp_path, capsys):
     write_run(tmp_path / "b", 0, [1, 1, 1, 1, 1, 1, 1, 1])
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), f"--out={tmp_path / 'cmp'}"]) == 0
     text = capsys.readouterr().out
-    assert ("held-out, b against a: beyond problem noise: +100.0 points, 95% interval [+100.0, +100.0] (no seed "
-            "spread: one run on a side, so only the problems were resampled; --seeds measures it)") in text
+    assert ("held-out, b against a: beyond problem noise: +100.0 points, 95% interval [+100.0, +100.0] (paired "
+            "bootstrap over 8 problems and 1 + 1 seeds; no seed spread: one run on a side, so only the problems were "
+            "resampled; --seeds measures it)") in text
     row = next(line.split() for line in text.splitlines() if line.startswith("held-out") and " a " in line)
     assert row == ["held-out", "a", "1", "8", "0.0%", "-", "-"]  # no sd, no range with one seed
     data = json.loads((tmp_path / "cmp" / "compare.json").read_text())

@@ -32,6 +32,8 @@ def test_problems_are_resampled():
     assert (d.diff, d.low, d.high) == (0.5, 0.0, 1.0) and not d.beyond
     assert verdict(d) == ("within problem noise: +50.0 points, 95% interval [+0.0, +100.0] (no seed spread: one run "
                           "on a side, so only the problems were resampled; --seeds measures it)")
+    assert verdict(d, "over 2 problems").endswith("[+0.0, +100.0] (over 2 problems; no seed spread: one run on a "
+                                                  "side, so only the problems were resampled; --seeds measures it)")
 
 
 def test_seeds_are_resampled():
