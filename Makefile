@@ -74,7 +74,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PY) -m pip install --quiet torch==2.13.0
 	$(VLLM_PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 	  keep = [d for d in p['dependencies'] if not d.startswith('transformers')]; \
-	  keep += [d for d in p['optional-dependencies']['test'] if d.startswith(('pytest', 'peft'))]; \
+	  keep += [d for d in p['optional-dependencies']['test'] if d.startswith(('pytest', 'peft', 'torchao'))]; \
 	  print('\n'.join(keep))" > $(VLLM_VENV)/rlvr-requirements.txt
 	$(VLLM_PY) -m pip install --quiet torch==2.13.0 $(VLLM_PINS) -r $(VLLM_VENV)/rlvr-requirements.txt
 	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
@@ -93,7 +93,7 @@ demo-overlap: setup
 # two runs: the suite in the main venv (where the tests marked vllm skip: no vLLM there), then those tests
 # in the vLLM venv, against the real engine and real vLLM servers (their files only: the venv lacks the
 # packages other test modules import)
-VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py
+VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py tests/rollout/test_vllm_lora.py
 test: system setup peers vllm
 	$(PY) -m pytest -q --durations=30
 	$(VLLM_PY) -m pytest -q -m vllm --durations=30 $(VLLM_TESTS)

@@ -38,6 +38,11 @@ and on an NF4 base (8x8x512), the 32B shape on an NF4 base (8x4x1024), the large
 48 and 80 GiB (set_per_process_memory_fraction), TRL as shipped with LoRA on the 8B shape; `rlvr plan`
 beside each measured phase, for these rows and every other rlvr row.
 
+vLLM weight sync (--parts sync, not in the default parts: the merged files of the 8B shape are 16 GB to write):
+the trainer's side of one push after an update for the 8B shape in bf16 with LoRA r=16 on every linear layer,
+the adapters alone (rollout.vllm.sync adapters: what each server loads) against the merged weights (sync merged,
+weight_push disk): bytes and seconds of the files written, from the GPU-resident policy.
+
 Before any job, rlvr is probed on the Python its jobs will run (a tiny model sampled and scored on the CPU);
 where it cannot run the script stops with one line. Each measurement is then its own process
 (bench/gpu_children.py) with the GPU to itself, its peak memory its own, killed at its timeout (--timeout,
@@ -118,6 +123,9 @@ def plan(args, work: Path) -> list[Job]:
     model_dir = {m: str(work / "models" / m) for m in built}
     tests = Job(name="CUDA tests", spec={**base, "kind": "tests", "files": CUDA_TESTS})
     jobs = [tests] if "tests" in args.parts else []
+    sync_shape = "tiny-random" if args.smoke else "llama-3.1-8b"  # the 24 GB card's LoRA run: bf16 base, r=16
+    jobs += [Job(name=f"vLLM sync {sync_shape} LoRA r=16", spec={**base, "kind": "sync", "shape": sync_shape,
+                                                               "rank": 16})] if "sync" in args.parts else []
     jobs.append(Job(name="build", spec={**base, "kind": "build", "tokenizer": args.tokenizer and str(args.tokenizer),
                               "models": model_dir}))
     dspec = {**base, "model_dir": model_dir[args.decode_model], "batches": args.decode_batches,
@@ -284,6 +292,18 @@ def decode_table(jobs: list[Job]) -> None:
             if "tokens_per_s" in eng.get(b, {}) and "tokens_per_s" in hf.get(b, {})))
 
 
+def sync_table(jobs: list[Job]) -> None:
+    """--parts sync: the trainer's side of a vLLM push per update, the LoRA adapters alone against the merged
+    weights (bench/gpu_children.py sync_files)."""
+    for job in (j for j in jobs if j.spec["kind"] == "sync" and j.result.get("status") == "ok"):
+        r = job.result
+        print(f"\n{job.name}: push files per update (written under rollout.vllm.weights_dir)")
+        for kind in ("adapters", "merged"):
+            print(f"  {kind:9} {r[kind]['bytes'] / 2**30:9.3f} GiB {r[kind]['s']:8.2f} s")
+        print(f"  merged / adapters: bytes {r['merged']['bytes'] / r['adapters']['bytes']:.0f}x, "
+              f"seconds {r['merged']['s'] / r['adapters']['s']:.0f}x")
+
+
 def check_runtime(env: dict, note: str) -> None:
     """Stop the run, with one line, when rlvr cannot run on the Python it would start its jobs with
     (bench/gpu_children.py's probe: a tiny model sampled and scored on the CPU, a few seconds), rather
@@ -338,7 +358,7 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--wheels", type=Path, help="folder of wheels for TRL (see above)")
     p.add_argument("--models", help="comma-separated of 1.7b, 135m (default both; --smoke: tiny)")
     p.add_argument("--shapes", help="comma-separated PxGxT (default 8x8x128,32x8x256; --smoke: 2x2x8)")
-    p.add_argument("--parts", help="comma-separated of tests (the CUDA tests, first), memory (the 8B and 32B "
+    p.add_argument("--parts", help="comma-separated of tests (the CUDA tests, first), sync (vLLM pushes: 8B LoRA adapters vs merged), memory (the 8B and 32B "
                                    "rows, the largest-fits table, TRL with LoRA), rlvr, trl, decode (default all "
                                    "five on CUDA; memory,rlvr,trl,decode on the CPU)")
     p.add_argument("--decode-batches", help="comma-separated batch sizes (default 64,256; --smoke: 2,4)")
@@ -365,7 +385,7 @@ def arguments() -> argparse.Namespace:
     args.rlvr = [(*spec.partition("=")[::2], True) for spec in args.rlvr] if args.rlvr else VARIANTS
     args.child_device = "cuda" if args.device.startswith("cuda") else args.device
     bad = [m for m in args.models if m not in ("1.7b", "135m", "tiny")] + [
-        x for x in args.parts if x not in ("tests", "memory", "rlvr", "trl", "decode")]
+        x for x in args.parts if x not in ("tests", "memory", "rlvr", "trl", "decode", "sync")]
     if bad or (not args.tokenizer and not smoke):
         raise SystemExit(f"bad --models/--parts {bad}" if bad else "--tokenizer DIR is needed (see --help)")
     return args
@@ -387,6 +407,7 @@ def main() -> None:
         memory_table(jobs)
         steps_table([j for j in jobs if not is_memory(j)])
         decode_table(jobs)
+        sync_table(jobs)
         skipped = [f"{j.name} ({j.result['why']})" for j in jobs
                    if j.result.get("status") == "skipped" and j.needs == "ok"]
         print("skipped: " + ("; ".join(skipped) if skipped else "nothing"))

@@ -334,7 +334,33 @@ def cuda_tests(job: dict) -> dict:
     return {"exit": int(code), **count.outcomes, "failed_tests": count.failed}
 
 
-KINDS = {"probe": probe, "tests": cuda_tests, "build": build, "rlvr": rlvr_steps, "trl": trl_steps,
+def sync_files(job: dict) -> dict:
+    """One vLLM push's files for job["shape"] with LoRA r=job["rank"] on every linear layer of a bf16 base on the
+    device: the adapters alone (write_adapter) and the merged weights (policy_weight_items, write_weights), each
+    written once (bytes, seconds; the adapters first, so the merged write finds safetensors loaded)."""
+    import shutil
+
+    from rlvr.config import LoraConfig
+    from rlvr.models import apply_lora, random_shape, tiny_random
+    from rlvr.rollout.vllm_server import write_weights
+    from rlvr.rollout.weights import dir_bytes, policy_weight_items, write_adapter
+
+    device = torch.device(job["device"])
+    model = tiny_random()[0].to(device) if job["shape"] == "tiny-random" else \
+        random_shape(job["shape"], "bfloat16", device)[0]
+    policy = apply_lora(model, LoraConfig(r=job["rank"], target_modules="all-linear"))
+    work = Path(job["work"]) / "sync"
+    out = {}
+    for kind, write in (("adapters", lambda d: write_adapter(policy, d)),
+                        ("merged", lambda d: write_weights(policy_weight_items(policy), d))):
+        t0 = time.perf_counter()
+        written = write(work / kind)
+        out[kind] = {"s": time.perf_counter() - t0, "bytes": dir_bytes(written)}
+        shutil.rmtree(written)
+    return out
+
+
+KINDS = {"sync": sync_files, "probe": probe, "tests": cuda_tests, "build": build, "rlvr": rlvr_steps, "trl": trl_steps,
          "generate": decode, "engine": decode}
 
 if __name__ == "__main__":

@@ -265,7 +265,7 @@ def cmd_plan(argv: list[str]) -> int:
     budget = parse_size(args.memory) if args.memory else None
     device = args.device or plan_device(cfg.train.device, budget is not None)
     plan = plan_of(cfg, device, args.prompt_tokens)
-    print(report(plan, budget) + unplanned(cfg))
+    print(report(plan, budget) + unplanned(cfg, device))
     return 1 if budget is not None and plan.peak > budget else 0
 
 

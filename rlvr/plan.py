@@ -111,6 +111,10 @@ class PlanSettings:
     micro_batch_prompts: int = 4
     checkpointing: bool = False
     packed: bool = False  # train.packed: a row per group, its prompt once, under its [tokens, tokens] mask (sdpa)
+    vllm: str = "none"  # colocated vLLM's copy: none, merged (the whole model) or adapters (its base, and a LoRA slot)
+    vllm_dtype: str = "bfloat16"  # the dtype vLLM holds its base in (the model's own under nf4)
+    vllm_kv: float = 0.0  # colocated vLLM's KV cache in bytes where a setting sizes it (kv_cache_gib, 1 GiB on a CPU)
+    vllm_sleeps: bool = True  # freed while the trainer updates (sleep mode: GPU only)
 
     @staticmethod
     def of(cfg, device: str, stored_dtype: str | None = None, prompt_tokens: int = 128) -> "PlanSettings":
@@ -129,7 +133,17 @@ class PlanSettings:
         copy = engine_weights(cfg.rollout, dev, precision, dtype == "float32" and cfg.model.quantize == "none")
         ref = "none" if cfg.algo.beta <= 0 else "adapters_off" if lora else (
             "bf16_copy" if reference_in_bf16(cfg.algo, precision) else "copy")
-        return PlanSettings(device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
+        v = cfg.rollout.vllm
+        colocated = cfg.rollout.engine == "vllm" and not v.server_url
+        targets = ALL_LINEAR if cfg.model.lora.target_modules == "all-linear" else cfg.model.lora.target_modules
+        # as rollout.vllm.sync resolves (rlvr/rollout/weights.py): adapters unless merged is asked for, or the
+        # adapters sit on the head or the embeddings
+        adapters = lora and v.sync != "merged" and not {"lm_head", "embed_tokens"} & set(targets)
+        kv = v.kv_cache_gib * GIB if v.kv_cache_gib else (GIB if device == "cpu" else 0.0)
+        return PlanSettings(vllm=("adapters" if adapters else "merged") if colocated else "none",
+                        vllm_dtype="bfloat16" if precision == "bf16" else dtype, vllm_kv=kv,
+                        vllm_sleeps=v.sleep and device == "cuda",
+                        device=device, dtype=dtype, quantize=cfg.model.quantize, lora_r=cfg.model.lora.r,
                         lora_targets=tuple(ALL_LINEAR if cfg.model.lora.target_modules == "all-linear"
                                            else cfg.model.lora.target_modules), precision=precision, rollout_copy=copy,
                         named_copy=copy in ("bf16", "int8") and cfg.rollout.weights != "auto",
@@ -176,7 +190,10 @@ def estimate(shape: Shape, s: PlanSettings) -> Plan:
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * rows * (s.prompt_tokens + s.new_tokens) * compute
     logits = LOGIT_COPIES["rollout"] * rows * shape.vocab * 4
     plan = Plan(shape=shape, settings=s)
-    plan.rollout = {**held, "kv_cache": kv, "logits": logits, "activations": 0.0}
+    vllm = vllm_bytes(shape, s)
+    if s.vllm != "none":  # vLLM samples with its own cache and logits; the trainer's engine holds neither
+        kv, logits = 0.0, 0.0
+    plan.rollout = {**held, "kv_cache": kv, "logits": logits, "activations": 0.0, **vllm}
     # the update: one micro-batch's forward and backward on top of what is held
     mb = min(s.micro_batch_prompts, s.prompts)
     # without checkpointing a group's prompt runs once; with it, once per row unless packed (rlvr/train/packed.py)
@@ -202,8 +219,25 @@ def estimate(shape: Shape, s: PlanSettings) -> Plan:
             {"gradients": grads, "activations": layer, "logits": 0.0}
     else:
         parts = {"gradients": 0.0, "activations": activations, "logits": head}
-    plan.update = {**held, **parts, "kv_cache": 0.0}
+    plan.update = {**held, **parts, "kv_cache": 0.0,
+                   **({k: 0.0 for k in vllm} if s.vllm_sleeps else vllm)}  # asleep: its GPU memory is freed
     return plan
+
+
+def vllm_bytes(shape: Shape, s: PlanSettings) -> dict[str, float]:
+    """Colocated vLLM's memory: its copy of the model (merged: every weight; adapters: the base once, in the model's
+    own dtype even where the trainer's is nf4, and one LoRA slot of vLLM's max_lora_rank), and its KV cache where a
+    setting sizes it; empty without colocated vLLM."""
+    if s.vllm == "none":
+        return {}
+    w = BYTES[s.vllm_dtype]
+    weights = shape.params * w
+    if s.vllm == "adapters":
+        from rlvr.rollout.weights import vllm_lora_rank
+
+        rank = vllm_lora_rank(s.lora_r)
+        weights += shape.layers * sum(rank * (a + b) for n, (a, b) in shape.linear().items() if n in s.lora_targets) * w
+    return {"vllm_weights": weights, "vllm_kv": s.vllm_kv}
 
 
 def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
@@ -211,16 +245,16 @@ def plan_of(cfg, device: str, prompt_tokens: int = 128) -> Plan:
     return estimate(shape_of(cfg.model.name), PlanSettings.of(cfg, device, stored_dtype(cfg.model.name), prompt_tokens))
 
 
-def unplanned(cfg) -> str:
-    """A line saying what of the run the plan leaves out, where something is: colocated vLLM's own memory
-    (its copy of the weights, its KV cache), which vLLM sizes and holds itself; else empty."""
-    if cfg.rollout.engine != "vllm" or cfg.rollout.vllm.server_url:
+def unplanned(cfg, device: str = "cuda") -> str:
+    """A line saying what of the run the plan leaves out, where something is: colocated vLLM's KV cache on a GPU
+    when rollout.vllm.kv_cache_gib does not size it (vLLM then takes gpu_memory_utilization's share of the card,
+    its weights included); else empty. Its copy of the weights, and a cache a setting sizes, are counted."""
+    v = cfg.rollout.vllm
+    if cfg.rollout.engine != "vllm" or v.server_url or v.kv_cache_gib or device == "cpu":
         return ""
-    cache = (f"rollout.vllm.kv_cache_gib={cfg.rollout.vllm.kv_cache_gib}" if cfg.rollout.vllm.kv_cache_gib else
-             f"on a GPU rollout.vllm.gpu_memory_utilization={cfg.rollout.vllm.gpu_memory_utilization} of the card, "
-             "1 GiB on the CPU")
-    return (f"\nnot counted: colocated vLLM's own copy of the weights and its KV cache ({cache}), which vLLM "
-            "holds in this process beside the plan's peak")
+    return (f"\nnot counted: colocated vLLM's KV cache: vLLM takes rollout.vllm.gpu_memory_utilization="
+            f"{v.gpu_memory_utilization} of the card for its weights and cache (set rollout.vllm.kv_cache_gib to "
+            "size the cache, and the plan counts it)")
 
 
 def first_lines(cfg, device: str, questions: list[str], card: float | None = None) -> str:
@@ -234,11 +268,11 @@ def first_lines(cfg, device: str, questions: list[str], card: float | None = Non
     except RlvrError as e:  # a Hub name not in the cache, a model family it does not know: the run goes on
         return f"memory plan: none ({e})"
     if device == "cuda":
-        return report(plan, card) + unplanned(cfg)
+        return report(plan, card) + unplanned(cfg, device)
     phases = {phase: sum(parts.values()) for phase, parts in (("rollout", plan.rollout), ("update", plan.update))}
     return (f"memory plan: peak {size(plan.peak)} on the CPU (rollout {size(phases['rollout'])}, update "
             f"{size(phases['update'])}); by component: rlvr plan CONFIG, with this run's config and overrides"
-            + unplanned(cfg))
+            + unplanned(cfg, device))
 
 
 def size(n: float) -> str:
@@ -427,6 +461,7 @@ def report(plan: Plan, budget: float | None = None) -> str:
     s, shape = plan.settings, plan.shape
     comps = ["weights", "gradients", "optimizer", "activations", "logits", "kv_cache"]
     comps += ["process"] if "process" in plan.rollout else []  # the CPU's resident set beyond tensors
+    comps += ["vllm_weights", "vllm_kv"] if "vllm_weights" in plan.rollout else []  # colocated vLLM
     size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
     lines = [f"memory plan: {shape.name} ({size} parameters) on {s.device}, weights "
              f"{'nf4' if s.quantize == 'nf4' else s.dtype}, " + (f"LoRA r={s.lora_r}" if s.lora_r else "full fine-tuning")

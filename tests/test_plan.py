@@ -272,22 +272,38 @@ def test_the_memory_figures_docs_gpu_md_quotes(capsys):
         assert max(peaks, key=float) == figure, argv
 
 
-def test_the_plan_says_it_leaves_out_colocated_vllm(capsys):
-    """Colocated vLLM sizes and holds its own weights and KV cache in the trainer's process: the plan does
-    not count them, and says so (in rlvr plan and in rlvr train's first line), naming the setting that sizes
-    the cache; vLLM servers hold theirs elsewhere, and the defaults' plan has no such line."""
+def test_colocated_vllm_is_counted_its_base_once_and_a_lora_slot_with_adapters(capsys):
+    """Colocated vLLM's copy of the model is counted in the rollout (and in the update where it cannot sleep: the
+    CPU), with adapters its base once in the dtype it loads (the model's own under nf4) and one LoRA slot of vLLM's
+    rank; its KV cache where a setting sizes it, and a line naming what is left out where a share of the GPU
+    does; servers hold theirs elsewhere."""
     from rlvr.config import build_config
-    from rlvr.plan import first_lines
+    from rlvr.plan import first_lines, plan_of
 
-    assert main(["plan", SMOKE, "--rollout.engine=vllm", "--rollout.vllm.kv_cache_gib=2"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
-        "not counted: colocated vLLM's own copy of the weights and its KV cache (rollout.vllm.kv_cache_gib=2.0), "
-        "which vLLM holds in this process beside the plan's peak")
-    cfg = build_config(SMOKE, ["--rollout.engine=vllm"])
-    assert "not counted: colocated vLLM's own" in first_lines(cfg, "cpu", ["What is 1 + 1?"])
+    smol = ["--model.name=smollm2-135m-instruct", "--rollout.engine=vllm", "--rollout.vllm.kv_cache_gib=2"]
+    shape = shape_of("smollm2-135m-instruct")
+    merged = plan_of(build_config(SMOKE, smol), "cpu")
+    assert merged.rollout["vllm_weights"] == merged.update["vllm_weights"] == shape.params * 4  # fp32, no sleep
+    assert merged.rollout["vllm_kv"] == 2 * GIB and merged.rollout["kv_cache"] == 0
+    lora = plan_of(build_config(SMOKE, [*smol, "--model.lora.r=12"]), "cpu")
+    # r=12 served at vLLM's rank 16; q, k, v, o of SmolLM2 (576 wide, k and v 192): 16 x (1152 + 768 + 768 + 1152)
+    assert lora.rollout["vllm_weights"] == shape.params * 4 + 30 * 16 * 3840 * 4
+    merged_lora = plan_of(build_config(SMOKE, [*smol, "--model.lora.r=12", "--rollout.vllm.sync=merged"]), "cpu")
+    assert merged_lora.rollout["vllm_weights"] == shape.params * 4
+    qlora = plan_of(build_config(SMOKE, [*smol, "--model.lora.r=16", "--model.quantize=nf4"]), "cuda")
+    # on CUDA under bf16 autocast vLLM holds the base in bf16, not 4-bit; asleep while the trainer updates
+    assert qlora.rollout["vllm_weights"] == shape.params * 2 + 30 * 16 * 3840 * 2
+    assert qlora.update["vllm_weights"] == qlora.update["vllm_kv"] == 0
+    assert main(["plan", SMOKE, *smol, "--model.lora.r=12"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm_weights" in out.splitlines()[1] and "not counted" not in out
+    share = build_config(SMOKE, ["--rollout.engine=vllm"])
+    assert "not counted: colocated vLLM's KV cache: vLLM takes rollout.vllm.gpu_memory_utilization=0.3" in \
+        first_lines(share, "cuda", ["What is 1 + 1?"])
+    assert "not counted" not in first_lines(share, "cpu", ["What is 1 + 1?"])  # 1 GiB there, counted
     served = build_config(SMOKE, ["--rollout.engine=vllm", "--rollout.vllm.server_url=http://127.0.0.1:8000"])
-    assert "not counted" not in first_lines(served, "cpu", ["What is 1 + 1?"])
-    assert main(["plan", SMOKE]) == 0 and "not counted" not in capsys.readouterr().out
+    assert "vllm" not in plan_of(served, "cpu").rollout and "not counted" not in first_lines(served, "cuda", ["x"])
+    assert main(["plan", SMOKE]) == 0 and "vllm" not in capsys.readouterr().out
 
 
 def test_an_8b_lora_plan_on_a_24_gib_card_tries_a_bf16_base_before_4_bits(capsys):

@@ -12,6 +12,10 @@ updates, vLLM sleeps at level 2 (KV cache and weights freed, nothing copied to t
 sync after the update rewrites every weight anyway; the CPU platform has no sleep mode (vLLM refuses
 enable_sleep_mode there), so rollout.vllm.sleep is not applied on it.
 
+With LoRA (rollout.vllm.sync resolved to adapters: rlvr/rollout/weights.py resolve_sync) vLLM starts with
+enable_lora and keeps the base it loaded from model.name; each sync writes the adapter in PEFT's format to a new
+directory and loads it as a LoRARequest of a new id, which every later generate names (the old id removed).
+
 Sampling (generate) and pushing weights (sync_weights) are separate steps, and the engine counts the
 pushes (`weights_version`), so a caller can sample from one version while it prepares the next.
 Server mode (rollout.vllm.server_url: vLLM in processes of its own) is rlvr/rollout/vllm_server.py.

@@ -13,6 +13,12 @@ Pushing weights (rank 0 under torchrun; every rank gathers, since an FSDP gather
   written as safetensors under rollout.vllm.weights_dir (a new directory per version, renamed into place
   whole), and each server reloads them in place: `POST /collective_rpc {"method": "reload_weights",
   "kwargs": {"weights_path": DIR}}` (needs VLLM_SERVER_DEV_MODE=1).
+- adapters (rollout.vllm.sync resolved to adapters: LoRA, model.lora.r > 0): the policy's LoRA adapter alone in
+  PEFT's format under rollout.vllm.weights_dir (a new directory per version, renamed into place whole), loaded by
+  each server under the version's name (`POST /v1/load_lora_adapter`: servers started with --enable-lora and
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), which every later completion request names as its model; the previous
+  version unloaded. The base each server holds is the one it started with (a server whose base a merged push
+  overwrote is refused at the first contact).
 - `nccl` (servers on GPUs): vLLM's own weight-transfer API (`/init_weight_transfer_engine`,
   `/update_weights`, ...: vllm.distributed.weight_transfer), broadcast from the trainer's GPU into each
   server's. Written against vLLM 0.32's API and NOT tested here (no GPU); docs/vllm.md says how to run it.
@@ -160,12 +166,16 @@ def check_server_config(url: str, config: dict) -> None:
                           "--no-enable-chunked-prefill --max-num-batched-tokens N (N at least --max-model-len)")
 
 
-def check_lora_server(url: str, config: dict, rank: int) -> None:
+def check_lora_server(url: str, config: dict, rank: int, env: dict | None = None) -> None:
     """Refuse, before anything is pushed, a server that cannot take adapters of `rank` (config: its vllm_config
-    as /server_info shows it)."""
+    as /server_info shows it; env: its VLLM_ variables there, where this vLLM lists them)."""
     lora = config.get("lora_config")
     if not lora:
         raise ServerError(f"vLLM server {url} runs without LoRA, and {LORA_HINT}")
+    loading = (env or {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+    if loading is not None and str(loading).lower() not in ("true", "1"):
+        raise ServerError(f"vLLM server {url} cannot load adapters while it runs (VLLM_ALLOW_RUNTIME_LORA_UPDATING is "
+                          f"not set), and {LORA_HINT}")
     held = int(lora.get("max_lora_rank") or 0)
     if held < rank:
         raise ServerError(f"vLLM server {url} takes LoRA ranks up to {held} (--max-lora-rank), and the trainer's "
@@ -236,7 +246,7 @@ class VllmServerEngine:
         info = call(url, "/server_info?config_format=json", timeout=self.timeout, what="reading its settings")
         check_server_config(url, info.get("vllm_config", {}))
         if self.adapters_rank:
-            check_lora_server(url, info.get("vllm_config", {}), self.adapters_rank)
+            check_lora_server(url, info.get("vllm_config", {}), self.adapters_rank, info.get("vllm_env"))
             held = self.version_of(url)
             if held != "default" and not held.startswith(ADAPTER_VERSION):
                 raise ServerError(f"vLLM server {url} holds pushed weights (version {held!r}), not the model it "

@@ -5,6 +5,7 @@ checkpointed.
 
 Runs in the vLLM venv (`make vllm`; `make test` runs `pytest -m vllm` there): skipped where vllm is not installed.
 """
+import contextlib
 import importlib.util
 import json
 import os
@@ -45,21 +46,22 @@ def server_command(model: Path, port: int) -> list[str]:
             "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """(url, model directory, the server process, its log); stopped at the end of the module."""
+@contextlib.contextmanager
+def running_server(root: Path, *extra: str, env: dict | None = None):
+    """A vLLM server of small_model_dir's model started under `root` (extra: more flags, env: more variables):
+    (url, model directory, the server process, its log), stopped on leaving."""
     from tests.rollout.test_vllm_real import small_model_dir
 
-    root = tmp_path_factory.mktemp("server")
     model = small_model_dir(root / "model")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = root / "server.log"
     # one thread: the trainer runs beside it on the same cores (vLLM's OpenMP threads spin while they wait)
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           **(env or {})}
     with open(log, "w") as sink:
-        proc = subprocess.Popen(server_command(model, port), stdout=sink, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen([*server_command(model, port), *extra], stdout=sink, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
     deadline = time.monotonic() + STARTUP_S
     try:
         while True:
@@ -83,6 +85,13 @@ def server(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """(url, model directory, the server process, its log); stopped at the end of the module."""
+    with running_server(tmp_path_factory.mktemp("server")) as running:
+        yield running
 
 
 def trainer_logprobs(policy, rollout, temperature):
@@ -111,8 +120,9 @@ def test_pushed_weights_reach_the_server(server, tmp_path):
     trainer = generate(policy, prompts, seeds=[1, 2], **greedy).completion_ids
     before = engine.generate(prompts, seeds=[1, 2], **greedy).completion_ids
     assert not torch.equal(before, trainer)  # the server's own weights
-    assert engine.sync_weights(policy) == len(policy.state_dict())
+    pushed = engine.sync_weights(policy)
     assert call(url, "/weight_info", timeout=10, what="")["weight_version"] == f"{engine.tag}-1"
+    assert pushed == (tmp_path / "w" / f"{engine.tag}-1" / "model.safetensors").stat().st_size  # rollout/sync_bytes
     assert [p.name for p in (tmp_path / "w").iterdir()] == [f"{engine.tag}-1"]  # the killed run's removed
     assert torch.equal(engine.generate(prompts, seeds=[1, 2], **greedy).completion_ids, trainer)
     sampled = engine.generate(prompts, seeds=[3, 4], **{**greedy, "group_size": 4, "temperature": 1.0})

@@ -278,3 +278,18 @@ def test_the_run_directorys_weights_keep_only_the_newest_and_a_shared_directory_
     assert [p.name for p in (run_dir / "vllm-weights").iterdir()] == [f"{engine.tag}-1"]
     engine = vs.make_server_engine(engine_settings(build_config(None, [*args, f"--rollout.vllm.weights_dir={shared}"])), tiny[0], run_dir)
     assert sorted(p.name for p in shared.iterdir()) == [".0123abcd-8-tmp", "0123abcd-7", f"{engine.tag}-1"]
+
+
+def test_a_server_that_cannot_take_the_adapters_is_refused_naming_the_flag():
+    url = "http://127.0.0.1:9"
+    lora = {"lora_config": {"max_lora_rank": 16}}
+    with pytest.raises(vs.ServerError, match=f"vLLM server {url} runs without LoRA, and with LoRA rlvr pushes the "
+                                             "adapters alone: start the server with --enable-lora"):
+        vs.check_lora_server(url, {"lora_config": None}, 8)
+    with pytest.raises(vs.ServerError, match=f"vLLM server {url} takes LoRA ranks up to 16 .*adapters have rank 20: "
+                                             "restart it with --max-lora-rank 32"):
+        vs.check_lora_server(url, lora, 20)
+    with pytest.raises(vs.ServerError, match="cannot load adapters while it runs .VLLM_ALLOW_RUNTIME_LORA_UPDATING"):
+        vs.check_lora_server(url, lora, 16, {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": False})
+    vs.check_lora_server(url, lora, 16, {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": True})
+    vs.check_lora_server(url, lora, 9, {})  # a vLLM that does not list it: the first push tells
