@@ -93,7 +93,8 @@ demo-overlap: setup
 # two runs: the suite in the main venv (where the tests marked vllm skip: no vLLM there), then those tests
 # in the vLLM venv, against the real engine and real vLLM servers (their files only: the venv lacks the
 # packages other test modules import)
-VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py tests/rollout/test_vllm_lora.py
+VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py tests/rollout/test_vllm_lora.py \
+  tests/rollout/test_vllm_lora_server.py
 test: system setup peers vllm
 	$(PY) -m pytest -q --durations=30
 	$(VLLM_PY) -m pytest -q -m vllm --durations=30 $(VLLM_TESTS)
