@@ -17,6 +17,7 @@ default 2.0, the tokens the sampler correction truncates.
 from __future__ import annotations
 
 import argparse
+import shutil
 import json
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ from rlvr.rollout.vllm_engine import make_vllm_engine
 from rlvr.rollout.vllm_server import write_weights
 from rlvr.rollout.weights import dir_bytes, policy_weight_items, write_adapter
 from rlvr.train.forward import completion_logprobs
+from rlvr.train.settings import engine_settings
 
 QUESTIONS = ["What is 7 + 5?", "Name a colour.", "What is 12 * 3?", "Spell 'cat' backwards.",
              "What is the capital of France?", "Is 17 prime?", "What is 100 - 37?", "Say hello in Spanish."]
@@ -66,10 +68,18 @@ def one_kind(args) -> None:
               f"--model.lora.target_modules={args.targets}", "--rollout.vllm.max_model_len=512",
               "--rollout.vllm.kv_cache_gib=0.25"]
     work = Path(tempfile.mkdtemp(prefix="rlvr-vllm-lora-"))
+    try:  # the merged pushes' files are GBs: never left behind
+        _one_kind(args, common, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _one_kind(args, common: list[str], work: Path) -> None:
     policy, tok = load_model("smollm2-135m-instruct")
     policy = apply_lora(policy, build_config(None, common).model.lora).eval()
     move(policy, 0)
-    engine = make_vllm_engine(build_config(None, [*common, f"--rollout.vllm.sync={args.kind}"]), policy, work)
+    engine = make_vllm_engine(engine_settings(build_config(None, [*common, f"--rollout.vllm.sync={args.kind}"])), policy,
+                              work)
     pushed = []
     for i in range(args.syncs):
         move(policy, i + 1)

@@ -33,6 +33,7 @@ def colocated(tmp_path_factory):
     from rlvr.config import build_config
     from rlvr.models import apply_lora, load_model, stop_token_ids
     from rlvr.rollout.vllm_engine import make_vllm_engine
+    from rlvr.train.settings import engine_settings
 
     cfg = build_config(None, ["--model.name=smollm2-135m-instruct", "--rollout.engine=vllm", f"--model.lora.r={RANK}",
                               "--model.lora.target_modules=all-linear", "--rollout.vllm.max_model_len=384",
@@ -43,7 +44,7 @@ def colocated(tmp_path_factory):
     policy.eval()
     torch.set_num_threads(1)  # and so vLLM's OpenMP threads (test_vllm_real.py says why)
     workdir = tmp_path_factory.mktemp("vllm")
-    engine = make_vllm_engine(cfg, policy, workdir)
+    engine = make_vllm_engine(engine_settings(cfg), policy, workdir)
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
                for q in ("What is 7 + 5?", "Name a colour.")]
     prompts = [list(p["input_ids"] if hasattr(p, "keys") else p) for p in prompts]

@@ -25,7 +25,7 @@ from rlvr.train.assemble import models_of
 from rlvr.train.checkpoint import checkpoint_state, restore_checkpoint
 from rlvr.train.distributed import Dist
 from rlvr.train.optim import current_lr
-from rlvr.train.settings import Settings
+from rlvr.train.settings import Settings, engine_settings
 from rlvr.train.state import Data, Progress, Run
 from rlvr.train.step import collect, learn
 from rlvr.train.update import EntropyState
@@ -60,7 +60,7 @@ def build_run(world, cfg, out) -> Run:
     data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt),
                 rewards=rewards_of(cfg), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
     models = models_of(cfg, policy, tok, Dist(), precision)
-    return Run(settings=settings, models=models, data=data, engine=make_engine(cfg, models.policy, out), out=out)
+    return Run(settings=settings, models=models, data=data, engine=make_engine(engine_settings(cfg), models.policy, out), out=out)
 
 
 def checkpoint_of(world, context, tmp_path) -> tuple[dict, str]:
