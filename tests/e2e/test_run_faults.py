@@ -133,7 +133,7 @@ def test_the_honest_resume_reads_no_damage_and_extends_a_finished_run_once(alone
     assert main(["train", "--resume", str(out), "--train.steps=6"]) == 0
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("note:")] == [  # no damaged checkpoint
-        "note: resuming with settings changed from the run's config.yaml: train.steps=6 (was 4)"]
+        "note: resuming with settings changed from the run's config.yaml: train.steps=6 (was 4); they apply from the next step"]
     assert f"{out}: removed 2 temporary file(s) of writes cut short" in err
     assert not tmp.exists() and not (out / ".config.yaml.abcd1234").exists()
     assert len((out / "eval_after.jsonl").read_text().splitlines()) == n_eval  # not appended twice
