@@ -170,11 +170,12 @@ def test_a_baseline_that_cannot_load_keeps_the_models_results(tmp_path, capsys):
     out = tmp_path / "ev"
     (out).mkdir()
     (out / "baseline_samples.jsonl").write_text('{"task": "from an earlier eval"}\n')
-    rc = main(["eval", "--model", "tiny-random", "--baseline", "no-such-model", "--task", "arithmetic", "--n", "3",
-               "--k", "1", "--max-new-tokens", "4", "--out", str(out)])
+    # a Hub name passes the check of names made before anything runs; offline and uncached, it fails to load
+    rc = main(["eval", "--model", "tiny-random", "--baseline", "no-such-org/no-such-model", "--task", "arithmetic",
+               "--n", "3", "--k", "1", "--max-new-tokens", "4", "--out", str(out)])
     assert rc == 2
     err = capsys.readouterr().err
-    assert err.startswith("rlvr: error: baseline no-such-model: unknown model 'no-such-model'")
+    assert err.startswith("rlvr: error: baseline no-such-org/no-such-model: "), err
     assert err.rstrip().endswith(f"(this model's results are written: {out / 'eval.json'})")
     doc = json.loads((out / "eval.json").read_text())
     assert (doc["model"], doc["n"]) == ("tiny-random", 3) and "baseline" not in doc["tasks"]["arithmetic"]
@@ -184,10 +185,11 @@ def test_a_baseline_that_cannot_load_keeps_the_models_results(tmp_path, capsys):
 
 def test_every_tasks_data_is_read_before_a_model_loads(tmp_path, capsys):
     """`rlvr eval --task arithmetic --task bad.jsonl`: the bad line of the second task stops the command before
-    any model loads (here: before 'no-such-model' is even looked up), not after the first task was evaluated."""
+    any model loads (here: before the uncached Hub name 'no-such-org/no-such-model' is looked up), not after the
+    first task was evaluated."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n{"prompt": "What is 2 + 2?", "answer": }\n')
-    rc = main(["eval", "--model", "no-such-model", "--task", "arithmetic", "--task", str(bad), "--n", "2",
+    rc = main(["eval", "--model", "no-such-org/no-such-model", "--task", "arithmetic", "--task", str(bad), "--n", "2",
                "--out", str(tmp_path / "ev")])
     assert rc == 2
     assert f"{bad} line 2: not valid JSON" in capsys.readouterr().err
