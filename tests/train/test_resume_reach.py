@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from rlvr.config import to_yaml
+from rlvr.config import to_dict, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.envs.episodes import make_spec
 from rlvr.errors import RlvrError
@@ -58,7 +58,7 @@ def build_run(world, cfg, out) -> Run:
     precision = resolve_precision(cfg.train.mixed_precision, torch.device("cpu"))
     settings = Settings.of(cfg, stop_ids=stop_token_ids(policy, tok), pad_id=tok.pad_token_id, precision=precision)
     data = Data(splits=splits, env=make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt),
-                rewards=rewards_of(cfg), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
+                rewards=rewards_of(cfg.rewards, cfg.rollout.max_new_tokens), sampler=build_sampler(cfg.curriculum, splits.train, cfg.train.seed))
     models = models_of(cfg, policy, tok, Dist(), precision)
     return Run(settings=settings, models=models, data=data, engine=make_engine(engine_settings(cfg), models.policy, out), out=out)
 
@@ -93,7 +93,7 @@ def resumed(world, context, changes, phase, tmp_path):
     torch.manual_seed(0)
     run = build_run(world, cfg, out)
     try:
-        p = restore_checkpoint(run, copy.deepcopy(state), out / "step_000001.pt", cfg)
+        p = restore_checkpoint(run, copy.deepcopy(state), out / "step_000001.pt", to_dict(cfg))
     except RlvrError as e:
         return "refused: " + str(e)
     if phase == "rollout":
