@@ -1,7 +1,7 @@
 """A run's checkpoint files as files: where they are (RUN_DIR/checkpoints/step_N.pt), which are there, whether
 one is whole (its sha256 beside it) and reading one. Kept apart from rlvr/train/checkpoint.py (what a
-checkpoint holds, writing and restoring it) so that loading a checkpoint as a model (rlvr/models.py) needs
-nothing of the trainer."""
+checkpoint holds, writing and restoring it) so that loading a checkpoint as a model (rlvr/models/loading.py)
+needs nothing of the trainer."""
 from __future__ import annotations
 
 import hashlib

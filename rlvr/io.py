@@ -93,7 +93,7 @@ def _save_peft(model, path: Path, base: str | None = None) -> None:
 def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = None) -> None:
     """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash. `base`:
     a LoRA adapter's base model (_save_peft)."""
-    from rlvr.models import is_peft  # here, not at the top: reading a run (rlvr report, compare) needs no torch
+    from rlvr.models.lora import is_peft  # here, not at the top: reading a run (rlvr report, compare) needs no torch
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

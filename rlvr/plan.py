@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rlvr.errors import RlvrError
 from rlvr.hub import cached_config, hf_cache_dir, is_hub_name
-from rlvr.models import SHAPES
+from rlvr.models.tiny import SHAPES
 
 GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2}
@@ -122,7 +122,7 @@ class PlanSettings:
         import torch
 
         from rlvr.device import resolve_precision
-        from rlvr.models import weight_dtype
+        from rlvr.models.dtypes import weight_dtype
         from rlvr.rollout.engines import engine_weights
         from rlvr.train.forward import reference_in_bf16
 
@@ -282,7 +282,8 @@ def size(n: float) -> str:
 
 def stored_dtype(name: str) -> str | None:
     """The dtype model.name's checkpoint is stored in, where its config says (model.dtype auto reads it)."""
-    from rlvr.models import RANDOM, checkpoint_dtype
+    from rlvr.models.dtypes import checkpoint_dtype
+    from rlvr.models.tiny import RANDOM
 
     name = name.removeprefix(RANDOM)  # random:SHAPE loads as the shipped shape's config says
     shipped = SHAPES / f"{name.lower()}.json"
@@ -312,14 +313,16 @@ def _run_model(path: Path) -> str | None:
 def shape_of(name: str) -> Shape:
     """The shape of model.name (a shipped shape, a built-in, or a local directory's config.json), or of a
     shipped shape's name (rlvr/shapes/NAME.json), with or without random: (its random weights have its shape)."""
-    from rlvr.models import BUILTINS, RANDOM, SMOLLM2, TINY
+    from rlvr.models.gguf import SMOLLM2
+    from rlvr.models.loading import BUILTINS
+    from rlvr.models.tiny import RANDOM, TINY
 
     name = name.removeprefix(RANDOM)
     shipped = SHAPES / f"{name.lower()}.json"
     if shipped.is_file():
         return _from_config(json.loads(shipped.read_text()), name)
     if name == TINY:
-        from rlvr.models import tiny_config
+        from rlvr.models.tiny import tiny_config
 
         return _from_config(tiny_config().to_dict(), name)
     if name == SMOLLM2:  # its public config, the same numbers as the converted model's

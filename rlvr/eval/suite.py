@@ -199,7 +199,7 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     into `out`."""
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.eval.grader import choose_grader
-    from rlvr.models import check_model_name, load_model, stop_token_ids
+    from rlvr.models.loading import check_model_name, load_model, stop_token_ids
     from rlvr.rewards import rewards_of
     from rlvr.rollout.engines import graph_decode
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rlvr.models import unwrap
+from rlvr.models.lora import unwrap
 from rlvr.rollout import lean
 from rlvr.rollout.sampling import sample_next
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.models import unwrap
+from rlvr.models.lora import unwrap
 from rlvr.rollout.quant import Bf16Linear, Int8Linear, FusedSlice, bf16_linear, int8_linear
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlvr.errors import RlvrError
-from rlvr.models import unwrap
+from rlvr.models.lora import unwrap
 from rlvr.rollout.weights import policy_weight_items
 
 QMAX = 127  # symmetric int8: -128 is never used, so q and -q are both representable

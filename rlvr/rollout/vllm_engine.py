@@ -52,7 +52,9 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.models import SMOLLM2, TINY, prepare_smollm2, tiny_random, unwrap
+from rlvr.models.gguf import SMOLLM2, prepare_smollm2
+from rlvr.models.lora import unwrap
+from rlvr.models.tiny import TINY, tiny_random
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.weights import (adapter_rank, dir_bytes, policy_weight_items, resolve_sync, vllm_lora_rank,

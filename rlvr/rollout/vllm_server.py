@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.models import unwrap
+from rlvr.models.lora import unwrap
 from rlvr.rollout.builtin import RecomputeSession
 from rlvr.rollout.decoding import Rollout
 from rlvr.rollout.vllm_engine import outputs_to_rollout

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.models import is_peft, unwrap
+from rlvr.models.lora import is_peft, unwrap
 
 # Wrapper prefixes: DDP (module.), torch.compile (_orig_mod.), FSDP1 and activation checkpointing.
 _WRAPPERS = re.compile(r"(^|\.)(module|_orig_mod|_fsdp_wrapped_module|_checkpoint_wrapped_module)\.")

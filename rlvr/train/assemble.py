@@ -11,7 +11,9 @@ import torch
 from rlvr.config import Config, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.models import apply_lora, check_model_name, enable_gradient_checkpointing, load_model, stop_token_ids
+from rlvr.models.checkpointing import enable_gradient_checkpointing
+from rlvr.models.loading import check_model_name, load_model, stop_token_ids
+from rlvr.models.lora import apply_lora
 from rlvr.plan import first_lines
 from rlvr.report.console import say
 from rlvr.report.trackers import check_trackers, open_trackers

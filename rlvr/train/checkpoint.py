@@ -27,7 +27,7 @@ from rlvr.errors import RlvrError
 from rlvr.report.console import say
 from rlvr.io import atomic_save_model, atomic_write_text
 from rlvr.report.sinks import jsonl_records
-from rlvr.models import base_model_path, load_model
+from rlvr.models.loading import base_model_path, load_model
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.settings import weight_settings
 from rlvr.train.state import Progress, Run

@@ -34,7 +34,8 @@ from transformers import DynamicCache
 
 from rlvr.algo.masks import present_tokens, row_widths
 from rlvr.device import autocast
-from rlvr.models import checkpointing_active, is_peft, unwrap
+from rlvr.models.checkpointing import checkpointing_active
+from rlvr.models.lora import is_peft, unwrap
 from rlvr.rollout.decoding import left_pad, positions_from_mask, prefill
 from rlvr.rollout.kvcache import cache_arg, cache_out
 from rlvr.train.head import token_logprobs

@@ -30,7 +30,7 @@ import torch
 
 from rlvr.algo.masks import row_widths
 from rlvr.errors import RlvrError
-from rlvr.models import unwrap
+from rlvr.models.lora import unwrap
 
 MASKED_ATTENTION = ("sdpa", "eager")  # attention implementations that take a 4D mask as given
 

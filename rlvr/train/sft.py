@@ -29,7 +29,7 @@ import yaml
 from rlvr.config import Config, to_yaml
 from rlvr.device import autocast, of_model, resolve_device, resolve_precision
 from rlvr.errors import RlvrError
-from rlvr.models import load_model, stop_token_ids
+from rlvr.models.loading import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.io import atomic_save_model, atomic_write_json
 from rlvr.report.sinks import JsonlWriter

@@ -11,7 +11,7 @@ from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus, entropy_
                        value_loss)
 from rlvr.algo.objectives import NoKnobs, objective
 from rlvr.config import AlgoConfig, OptimizerConfig
-from rlvr.models import seeded_dropouts
+from rlvr.models.lora import seeded_dropouts
 from rlvr.train import distributed as dd
 from rlvr.report import schema
 from rlvr.train.batch import Batch
