@@ -340,9 +340,9 @@ def test_the_old_tis_cap_key_is_an_error_naming_the_new_one(tmp_path):
     (["--rollout.tis_cap=4"], 4.0),
 ])
 def test_tis_cap_resolution(overrides, cap):
-    from rlvr.train.settings import update_settings
+    from rlvr.rollout.engines import tis_cap_of
 
-    assert update_settings(build_config(None, overrides), pad_id=0, precision="no").tis_cap == cap
+    assert tis_cap_of(build_config(None, overrides).rollout) == cap
 
 
 def test_a_written_config_round_trips_its_tis_cap(tmp_path):

@@ -178,15 +178,15 @@ def learn_observable(world, overrides) -> Learned:
             hooks.append(m.register_forward_pre_hook(embedded))
         elif isinstance(m, torch.nn.Linear):
             hooks.append(m.register_forward_hook(computed))
-    rows, lrs, states, a = [], [], [weights()], settings.update.algo
-    entropy = EntropyState(a.entropy_coef)  # the adaptive entropy controller's state, carried as the loop does
+    rows, lrs, states, e = [], [], [weights()], settings.update.entropy
+    entropy = EntropyState(e.coef)  # the adaptive entropy controller's state, carried as the loop does
     try:
         for step in (1, 2):
             lrs.append(current_lr(models.scheduler))
             with torch.autograd.graph.saved_tensors_hooks(saved, lambda t: t):
                 update, adv = learn(run, copy.deepcopy(collected), step, entropy)
-            if a.adaptive_entropy:
-                entropy = entropy.after(a, update["entropy/watched_mean"])
+            if e.adaptive:
+                entropy = entropy.after(e, update["entropy/watched_mean"])
             rows.append({**update, **adv})
             states.append(weights())
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlvr.config import Config, to_yaml
+from rlvr.config import Config, to_dict, to_yaml
 from rlvr.device import resolve_precision
 from rlvr.errors import RlvrError
 from rlvr.models.checkpointing import enable_gradient_checkpointing
@@ -144,7 +144,7 @@ def claim_run_dir(cfg: Config, fresh: bool, log: LogSettings) -> list:
     first clears an earlier run's records) and rows given in memory (rlvr.fit) saved as the files config.yaml
     names. Returns the trackers."""
     out = Path(cfg.train.out)
-    trackers = open_trackers(list(log.trackers), out, log.project, log.config)
+    trackers = open_trackers(list(log.trackers), out, log.project, to_dict(cfg))  # the run's record: every key
     prepare_run_dir(out, to_yaml(cfg), fresh)
     save_rows(out)
     return trackers

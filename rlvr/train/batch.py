@@ -11,9 +11,37 @@ from dataclasses import dataclass, replace
 import torch
 
 from rlvr.algo import drop_nonfinite, estimate_advantages, kl_estimate, present_tokens, split_beta
-from rlvr.config import AlgoConfig
 from rlvr.train.forward import completion_forward
 from rlvr.train.state import Collected, Run
+
+
+@dataclass(frozen=True, kw_only=True)
+class KLSettings:
+    """The KL term to the reference: its coefficient, where it goes (the loss, or the reward before the
+    advantages), how it is estimated."""
+
+    beta: float  # algo.beta (0: no KL term, no reference)
+    kl_in: str  # algo.kl_in: "loss" or "reward"
+    estimator: str  # algo.kl_estimator: k1, k2 or k3
+
+    @property
+    def loss_beta(self) -> float:
+        return split_beta(self.beta, self.kl_in)[0]
+
+    @property
+    def reward_beta(self) -> float:
+        return split_beta(self.beta, self.kl_in)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvantageSettings:
+    """How a batch's advantages are estimated (rlvr.algo.estimate_advantages's arguments)."""
+
+    estimator: str  # algo.adv_estimator
+    scale: str  # algo.adv_scale
+    eps: float  # algo.adv_eps
+    gamma: float  # algo.gamma
+    lam: float  # algo.lam
 
 
 @dataclass(kw_only=True)
@@ -37,10 +65,10 @@ class Batch:
         return present_tokens(self.completion_mask, self.env_mask)
 
 
-def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, mask: torch.Tensor,
-                       logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
+def compute_advantages(a: AdvantageSettings, kl: KLSettings, rewards: torch.Tensor, group_size: int,
+                       mask: torch.Tensor, logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
                        values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
-    """algo.adv_estimator's advantages (rlvr.algo.estimate_advantages) with the algo section's knobs;
+    """algo.adv_estimator's advantages (rlvr.algo.estimate_advantages) with its knobs (`a`);
     rewards [B] (one per completion); mask, logp, ref_logp, values [B, T].
 
     Returns (advantages [B] or [B, T], returns [B, T] for a critic or None, metrics). With
@@ -48,21 +76,21 @@ def compute_advantages(a: AlgoConfig, rewards: torch.Tensor, group_size: int, ma
     """
     metrics = {}
     token_r = torch.zeros_like(mask)  # [B, T]
-    beta = split_beta(a.beta, a.kl_in)[1]
+    beta = kl.reward_beta
     if beta > 0 and ref_logp is not None:
-        kl = kl_estimate(logp, ref_logp, a.kl_estimator) * mask  # [B, T]
-        token_r = -beta * kl
-        metrics["kl_reward"] = float(kl.sum() / mask.sum().clamp(min=1))
-    adv, returns = estimate_advantages(a.adv_estimator, rewards, token_r, mask, group_size, a.adv_scale, a.adv_eps,
-                                       a.gamma, a.lam, values)
+        kl_tokens = kl_estimate(logp, ref_logp, kl.estimator) * mask  # [B, T]
+        token_r = -beta * kl_tokens
+        metrics["kl_reward"] = float(kl_tokens.sum() / mask.sum().clamp(min=1))
+    adv, returns = estimate_advantages(a.estimator, rewards, token_r, mask, group_size, a.scale, a.eps, a.gamma, a.lam,
+                                       values)
     return adv, returns, metrics
 
 
 def make_batch(run: Run, c: Collected) -> tuple[Batch, dict]:
     """The collected batch on the device, its rewards, and the tokens it trains on: algo.mask_truncated
     leaves out truncated completions, and a token whose sampler log-prob is not finite stays context only."""
-    a, r = run.settings.update.algo, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
-    mask = r.completion_mask * (~r.truncated).float()[:, None] if a.mask_truncated else r.completion_mask
+    s, r = run.settings.update, c.rollout.to(run.dist.device)  # the batch's one host-to-device crossing
+    mask = r.completion_mask * (~r.truncated).float()[:, None] if s.mask_truncated else r.completion_mask
     sampler_logp, env_mask, metrics = r.sampler_logp, r.env_mask, {}
     if sampler_logp is not None:  # a -inf sampler log-prob would make an inf importance ratio: not trained on
         mask, env_mask, sampler_logp, dropped = drop_nonfinite(sampler_logp, mask, env_mask)
@@ -78,7 +106,7 @@ def old_policy_forward(run: Run, batch: Batch) -> tuple[torch.Tensor | None, tor
     reward (it compares them with the reference's) or a critic (PPO's values) needs them; (None, None)
     otherwise. fp32, without gradient: rlvr.train.forward.reference_precision."""
     s, m = run.settings.update, run.models
-    if not ((s.algo.kl_in == "reward" and m.ref is not None) or m.critic is not None):
+    if not ((s.kl.kl_in == "reward" and m.ref is not None) or m.critic is not None):
         return None, None
     # the KL in the reward compares the trainer's log-probs with the reference's: the sampler's
     # (rollout.weights bf16/int8, vLLM) differ by ~0.06 nats a token, a hidden length penalty
@@ -89,11 +117,11 @@ def old_policy_forward(run: Run, batch: Batch) -> tuple[torch.Tensor | None, tor
     return out.logp, values
 
 
-def with_advantages(a: AlgoConfig, batch: Batch, logp: torch.Tensor | None = None,
+def with_advantages(a: AdvantageSettings, kl: KLSettings, batch: Batch, logp: torch.Tensor | None = None,
                     ref_logp: torch.Tensor | None = None, values: torch.Tensor | None = None
                     ) -> tuple[Batch, dict]:
     """The batch with its advantages (and value targets for PPO), whitened over trained tokens; logp,
     values: old_policy_forward's; ref_logp: the reference's (the KL in the reward)."""
-    adv, returns, metrics = compute_advantages(a, batch.rewards, batch.group_size, batch.completion_mask, logp,
-                                               ref_logp if a.kl_in == "reward" else None, values)
+    adv, returns, metrics = compute_advantages(a, kl, batch.rewards, batch.group_size, batch.completion_mask, logp,
+                                               ref_logp if kl.kl_in == "reward" else None, values)
     return replace(batch, advantages=adv, returns=returns, old_values=values), metrics

@@ -326,8 +326,8 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
                 if s.checkpoint.every:
                     try_checkpoint(run, p, clock(), rollouts.state())
                 break
-            a = s.update.algo
-            entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
+            e = s.update.entropy
+            entropy = EntropyState(e.coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
             try:
                 m, collected = train_step(run, step, rollouts, entropy)
             except RolloutError as e:  # the policy is as step p.step left it: keep what was done
@@ -339,8 +339,8 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
                 if s.checkpoint.every and p.step > 0 and latest_checkpoint(run.out) != checkpoint_path(run.out, p.step):
                     try_checkpoint(run, p, clock(), rollouts.state())
                 break
-            if a.adaptive_entropy:  # the controller's next state, carried and checkpointed in p
-                entropy = entropy.after(a, m["entropy/watched_mean"])
+            if e.adaptive:  # the controller's next state, carried and checkpointed in p
+                entropy = entropy.after(e, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
             asked = run_callbacks(callbacks, step, m) if callbacks else None  # their metrics join the row
             log_step(run, p, out, step, m, collected)

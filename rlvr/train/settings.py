@@ -1,7 +1,7 @@
-"""Each phase's settings, built once from the config (`Settings.of`, the one place that reads it), so a
-phase's signature says what it depends on and no phase reads the whole config. Frozen: a run's settings
-do not change after it starts (the adaptive entropy coefficient is state the update carries, not a
-setting)."""
+"""Each phase's settings, built once from the config (`Settings.of`, the one place a phase's settings are
+read from it), so a phase's signature says what it depends on and no phase reads the whole config: a
+settings object holds typed values, never a section of the config. Frozen: a run's settings do not change
+after it starts (the adaptive entropy coefficient is state the update carries, not a setting)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,11 +9,13 @@ from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, to_dict
+from rlvr.algo.objectives import objective
+from rlvr.config import AlgoConfig, Config, to_dict
 from rlvr.device import Determinism, determinism
 from rlvr.rollout.engines import EngineSettings, tis_cap_of
 from rlvr.rollout.sampling import SamplingSettings
-from rlvr.train.update import UpdateSettings
+from rlvr.train.batch import AdvantageSettings, KLSettings
+from rlvr.train.update import EntropySettings, UpdateSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +83,6 @@ class LogSettings:
     samples_every: int  # train.samples_every: console samples
     trackers: tuple[str, ...]
     project: str
-    config: dict  # the whole config as plain values, for the trackers' run record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,17 +114,44 @@ class Settings:
             checkpoint=CheckpointSettings(out=out, every=t.save_every, keep=t.keep_checkpoints,
                                           model_name=cfg.model.name, model_dtype=cfg.model.dtype,
                                           weights=weight_settings(to_dict(cfg))),
-            log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project,
-                            config=to_dict(cfg)))
+            log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project))
 
 
 def update_settings(cfg: Config, pad_id: int, precision: str) -> UpdateSettings:
     """The update's settings of cfg; `precision` is train.mixed_precision resolved for the run's device
     (rlvr.device.resolve_precision: "bf16" or "no")."""
-    r = cfg.rollout
-    return UpdateSettings(algo=cfg.algo, pad_id=pad_id, temperature=r.temperature, mixed_precision=precision,
-                          tis_cap=tis_cap_of(r), max_new_tokens=r.max_new_tokens, optimizer=cfg.optimizer,
-                          lm_head=cfg.train.lm_head, packed=cfg.train.packed)
+    a, r, o = cfg.algo, cfg.rollout, cfg.optimizer
+    return UpdateSettings(
+        pad_id=pad_id, temperature=r.temperature, mixed_precision=precision, lm_head=cfg.train.lm_head,
+        packed=cfg.train.packed, mask_truncated=a.mask_truncated, advantages=advantage_settings(a), kl=kl_settings(a),
+        policy_loss=a.policy_loss, objective_knobs=objective(a.policy_loss).knobs_from(a), clip_low=a.clip_low,
+        clip_high=a.clip_high, dual_clip=a.dual_clip, ratio_level=a.ratio_level, aggregation=a.aggregation,
+        norm_length=a.norm_length or r.max_new_tokens, sampler=sampler_correction(a, tis_cap_of(r)),
+        off_policy_mask_threshold=a.off_policy_mask_threshold, top_entropy_quantile=a.top_entropy_quantile,
+        entropy=EntropySettings(coef=a.entropy_coef, adaptive=a.adaptive_entropy, target=a.entropy_target,
+                                coef_delta=a.entropy_coef_delta, coef_min=a.entropy_coef_min,
+                                coef_max=a.entropy_coef_max),
+        value_coef=a.value_coef, value_clip=a.value_clip, iterations=a.iterations, max_grad_norm=o.max_grad_norm,
+        micro_batch_prompts=o.micro_batch_prompts, micro_batch_tokens=o.micro_batch_tokens,
+        ref_sync_every=a.ref_sync_every, ref_mixup=a.ref_mixup)
+
+
+def advantage_settings(a: AlgoConfig) -> AdvantageSettings:
+    """How the advantages are estimated, from the algo section."""
+    return AdvantageSettings(estimator=a.adv_estimator, scale=a.adv_scale, eps=a.adv_eps, gamma=a.gamma, lam=a.lam)
+
+
+def kl_settings(a: AlgoConfig) -> KLSettings:
+    """The KL term to the reference, from the algo section."""
+    return KLSettings(beta=a.beta, kl_in=a.kl_in, estimator=a.kl_estimator)
+
+
+def sampler_correction(a: AlgoConfig, tis_cap: float) -> tuple[str, float, float | None]:
+    """(mode, C_min, C_max) of the sampler correction: algo.sampler_correction, whose auto is `tis_cap`
+    (rollout.tis_cap as resolved: rlvr.rollout.engines.tis_cap_of): token_truncate at the cap, or off."""
+    if a.sampler_correction == "auto":
+        return ("token_truncate", 0.0, tis_cap) if tis_cap > 0 else ("off", 0.0, None)
+    return a.sampler_correction, a.sampler_c_min, a.sampler_c_max
 
 
 def engine_settings(cfg: Config) -> EngineSettings:

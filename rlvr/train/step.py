@@ -134,12 +134,12 @@ def learn(run: Run, collected: Collected, step: int, entropy: EntropyState | Non
     # KL in the reward or a critic), then one forward + backward per micro-batch and algo.iterations
     ref_logp = reference_forward(m.ref, batch, s)                         # 5. reference forward
     old_logp, values = old_policy_forward(run, batch)                     # 6. old-policy forward
-    batch, adv_metrics = with_advantages(s.algo, batch, old_logp, ref_logp, values)  # 7. advantages
+    batch, adv_metrics = with_advantages(s.advantages, s.kl, batch, old_logp, ref_logp, values)  # 7. advantages
     update = policy_update(m.policy, m.optimizer, batch, s, ref_logp, m.critic, run.dist, entropy,  # 8.
                            seed=update_seed(run.settings.rollout.seed, step, run.dist.rank))
     m.scheduler.step()
-    if m.ref is not None and s.algo.ref_sync_every and step % s.algo.ref_sync_every == 0:
-        m.ref.sync(m.policy, s.algo.ref_mixup)
+    if m.ref is not None and s.ref_sync_every and step % s.ref_sync_every == 0:
+        m.ref.sync(m.policy, s.ref_mixup)
     return update, {**adv_metrics, **crossed}
 
 

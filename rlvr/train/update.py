@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from rlvr.algo import (adaptive_entropy_coef, aggregate, entropy_bonus, entropy_bonus_coef, high_entropy_mask,
-                       kl_estimate, loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, split_beta,
-                       value_loss)
-from rlvr.algo.objectives import NoKnobs, objective
-from rlvr.config import AlgoConfig, OptimizerConfig
+                       kl_estimate, loss_units, off_policy_mask, policy_loss, row_widths, sampler_weights, value_loss)
+from rlvr.algo.objectives import NoKnobs
 from rlvr.models.lora import seeded_dropouts
 from rlvr.train import distributed as dd
 from rlvr.report import schema
-from rlvr.train.batch import Batch
+from rlvr.train.batch import AdvantageSettings, Batch, KLSettings
 from rlvr.device import autocast
 from rlvr.train.forward import MAX_BUCKETS, Reference, completion_forward, reference_logprobs, reference_precision
 from rlvr.train.head import use_fused_head
@@ -28,6 +26,18 @@ WEIGHT_TOKEN_COUNTS = schema.names(schema.TOKEN_SHARE)
 WEIGHT_SEQ_COUNTS = schema.names(schema.SEQ_SHARE)
 
 
+@dataclass(frozen=True, kw_only=True)
+class EntropySettings:
+    """The entropy bonus's coefficient, fixed or under algo.adaptive_entropy's controller."""
+
+    coef: float  # algo.entropy_coef: the bonus's coefficient (adaptive: the controller's start)
+    adaptive: bool  # algo.adaptive_entropy
+    target: float  # algo.entropy_target
+    coef_delta: float  # algo.entropy_coef_delta
+    coef_min: float  # algo.entropy_coef_min
+    coef_max: float  # algo.entropy_coef_max
+
+
 @dataclass(frozen=True)
 class EntropyState:
     """The entropy bonus's coefficient between steps under algo.adaptive_entropy (Skywork-OR1's controller,
@@ -38,66 +48,63 @@ class EntropyState:
     coef: float
     last_entropy: float = math.inf  # the mean entropy of the last step's watched tokens (none yet: inf)
 
-    def applied(self, a: AlgoConfig) -> float:
+    def applied(self, e: EntropySettings) -> float:
         """The coefficient of this step's bonus."""
-        if not a.adaptive_entropy:
-            return a.entropy_coef
-        return entropy_bonus_coef(self.coef, self.last_entropy, a.entropy_target)
+        if not e.adaptive:
+            return e.coef
+        return entropy_bonus_coef(self.coef, self.last_entropy, e.target)
 
-    def after(self, a: AlgoConfig, entropy: float) -> EntropyState:
+    def after(self, e: EntropySettings, entropy: float) -> EntropyState:
         """The state after a step whose watched tokens' mean entropy was `entropy`."""
-        if not a.adaptive_entropy:
+        if not e.adaptive:
             return self
-        return EntropyState(adaptive_entropy_coef(self.coef, entropy, a.entropy_target, a.entropy_coef_delta,
-                                                  a.entropy_coef_min, a.entropy_coef_max), entropy)
+        return EntropyState(adaptive_entropy_coef(self.coef, entropy, e.target, e.coef_delta, e.coef_min, e.coef_max),
+                            entropy)
 
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateSettings:
-    """The algo and optimizer sections as configured, and what the rest of the run fixes for the update.
-    Built from a run's config by rlvr.train.settings.update_settings (tests too), so a section the config
-    holds cannot be left out."""
+    """What learning from a step's batch reads (rlvr.train.step.learn: the batch, the forwards before the
+    update, the advantages, policy_update, the reference's sync), each setting once, as a typed value.
+    Built from a run's config by rlvr.train.settings.update_settings (tests too): no field has a default,
+    so none can be left out."""
 
-    algo: AlgoConfig
-    pad_id: int
-    temperature: float = 1.0  # rollout.temperature: training log-probs are tempered like the samples
-    mixed_precision: str = "no"  # train.mixed_precision; bf16 autocasts the policy and reference forwards
-    tis_cap: float = 0.0  # rollout.tis_cap as resolved by tis_cap_of
-    max_new_tokens: int | None = None  # rollout.max_new_tokens: seq-mean-token-sum-norm's default divisor
-    # (None and no algo.norm_length: each batch's own width, which differs between ranks: one process only)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # gradient clip and micro-batching
-    lm_head: str = "auto"  # train.lm_head: how the update's forward scores tokens (head.use_fused_head)
-    packed: bool = False  # train.packed: the update's forwards padding-free (rlvr/train/packed.py)
-
-    @property
-    def sampler(self) -> tuple[str, float, float | None]:
-        """(mode, C_min, C_max) of the sampler correction: algo.sampler_correction, whose auto is
-        rollout.tis_cap as resolved (token_truncate at the cap, or off)."""
-        a = self.algo
-        if a.sampler_correction == "auto":
-            return ("token_truncate", 0.0, self.tis_cap) if self.tis_cap > 0 else ("off", 0.0, None)
-        return a.sampler_correction, a.sampler_c_min, a.sampler_c_max
-
-    @property
-    def objective_knobs(self) -> NoKnobs:
-        """algo.policy_loss's knobs as configured: every one read from the algo section (the registry's
-        Objective.knobs_from), none left at a default."""
-        return objective(self.algo.policy_loss).knobs_from(self.algo)
-
-    @property
-    def loss_beta(self) -> float:
-        return split_beta(self.algo.beta, self.algo.kl_in)[0]
-
-    @property
-    def norm_length(self) -> int | None:
-        """algo.norm_length, else rollout.max_new_tokens, else (None) the batch's width."""
-        return self.algo.norm_length or self.max_new_tokens
+    pad_id: int  # the tokenizer's
+    temperature: float  # rollout.temperature: training log-probs are tempered like the samples
+    mixed_precision: str  # train.mixed_precision resolved; bf16 autocasts the policy and reference forwards
+    lm_head: str  # train.lm_head: how the update's forward scores tokens (head.use_fused_head)
+    packed: bool  # train.packed: the update's forwards padding-free (rlvr/train/packed.py)
+    mask_truncated: bool  # algo.mask_truncated: truncated completions left out of the batch's trained tokens
+    advantages: AdvantageSettings  # algo.adv_estimator and its knobs
+    kl: KLSettings  # algo.beta, algo.kl_in, algo.kl_estimator
+    policy_loss: str  # algo.policy_loss: the registry's objective
+    objective_knobs: NoKnobs  # its knobs as configured: every one read from the algo section (Objective.knobs_from)
+    clip_low: float  # algo.clip_low, algo.clip_high, algo.dual_clip: the clipped surrogate's bounds
+    clip_high: float
+    dual_clip: float | None
+    ratio_level: str  # algo.ratio_level
+    aggregation: str  # algo.aggregation
+    norm_length: int  # algo.norm_length, else rollout.max_new_tokens: seq-mean-token-sum-norm's divisor
+    # (mode, C_min, C_max) of the sampler correction: algo.sampler_correction, whose auto is rollout.tis_cap as
+    # resolved (rlvr.rollout.engines.tis_cap_of): token_truncate at the cap, or off
+    sampler: tuple[str, float, float | None]
+    off_policy_mask_threshold: float | None  # algo.off_policy_mask_threshold
+    top_entropy_quantile: float  # algo.top_entropy_quantile
+    entropy: EntropySettings  # the entropy bonus and its adaptive controller
+    value_coef: float  # algo.value_coef, algo.value_clip: PPO's value loss
+    value_clip: float
+    iterations: int  # algo.iterations: optimizer steps per batch
+    max_grad_norm: float  # optimizer.max_grad_norm (0: no clip)
+    micro_batch_prompts: int  # optimizer.micro_batch_prompts, optimizer.micro_batch_tokens
+    micro_batch_tokens: int
+    ref_sync_every: int  # algo.ref_sync_every, algo.ref_mixup: the reference moved toward the policy
+    ref_mixup: float
 
 
 def micro_batches(batch: Batch, s: UpdateSettings) -> list[tuple[list[list[int]], slice, int]]:
     """The update's micro-batches (optimizer.micro_batch_prompts, optimizer.micro_batch_tokens): see
     _micro_batches."""
-    return _micro_batches(batch, s.optimizer.micro_batch_prompts, s.optimizer.micro_batch_tokens, s.packed)
+    return _micro_batches(batch, s.micro_batch_prompts, s.micro_batch_tokens, s.packed)
 
 
 def _micro_batches(batch: Batch, prompts_per_mb: int, tokens_per_mb: int = 0, packed: bool = False
@@ -143,12 +150,12 @@ def reference_forward(ref: Reference | None, batch: Batch, s: UpdateSettings) ->
     without one (no reference, or beta 0). The KL in the loss is compared with the update's forwards, so
     the reference runs over the same micro-batches, trimmed to the same widths; the KL in the reward with
     old_policy_forward's, over the whole batch. Its precision: rlvr.train.forward.reference_precision."""
-    a = s.algo
-    if ref is None or a.beta <= 0:
+    kl = s.kl
+    if ref is None or kl.beta <= 0:
         return None
     ids, mask = batch.completion_ids, batch.completion_mask
-    pieces = micro_batches(batch, s) if a.kl_in == "loss" else [(batch.prompts, slice(None), ids.shape[1])]
-    precision = reference_precision(a.kl_in, s.mixed_precision)
+    pieces = micro_batches(batch, s) if kl.kl_in == "loss" else [(batch.prompts, slice(None), ids.shape[1])]
+    precision = reference_precision(kl.kl_in, s.mixed_precision)
     out = torch.zeros(ids.shape, device=ids.device)
     for prompts, sl, w in pieces:
         out[sl, :w] = reference_logprobs(ref, prompts, ids[sl, :w], mask[sl, :w], batch.group_size, s.pad_id,
@@ -161,19 +168,19 @@ def _token_weights(batch: Batch, s: UpdateSettings, sl: slice, w: int, logp, old
     """(sampler weights [b, w] or None, 0/1 token selection [b, w] or None, the high-entropy selection
     alone [b, w] or None, metric counts): the sampler correction against batch.sampler_logp, the
     off-policy sequence mask, the high-entropy selection."""
-    a, (mode, c_min, c_max) = s.algo, s.sampler
+    mode, c_min, c_max = s.sampler
     sampler_logp = batch.sampler_logp[sl, :w] if batch.sampler_logp is not None else None
     n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum()
     counts, sampler_w, keep, chosen = {}, None, None, None
     if mode != "off" and sampler_logp is not None:  # the sampler (e.g. vLLM) is not exactly the trainer
         sampler_w, stats = sampler_weights(old, sampler_logp, mask, mode, c_min, c_max)
         counts = {k: stats[k] * (n_seq if k in WEIGHT_SEQ_COUNTS else n_tok) for k in stats}
-    if a.off_policy_mask_threshold is not None:
+    if s.off_policy_mask_threshold is not None:
         behaviour = sampler_logp if sampler_logp is not None else old
-        keep = off_policy_mask(logp, behaviour, adv, mask, a.off_policy_mask_threshold).expand_as(mask)  # [b, w]
+        keep = off_policy_mask(logp, behaviour, adv, mask, s.off_policy_mask_threshold).expand_as(mask)  # [b, w]
         counts["off_policy/masked_seq_frac"] = ((keep == 0) & mask.bool()).any(-1).sum()
-    if a.top_entropy_quantile < 1:
-        chosen = high_entropy_mask(entropy, mask, a.top_entropy_quantile).to(mask.dtype)  # [b, w]
+    if s.top_entropy_quantile < 1:
+        chosen = high_entropy_mask(entropy, mask, s.top_entropy_quantile).to(mask.dtype)  # [b, w]
         keep = chosen if keep is None else keep * chosen
         counts["entropy/selected_frac"] = chosen.sum()
     return sampler_w, keep, chosen, counts
@@ -192,7 +199,7 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     loss, sums: token-weighted sums of the metrics, extremes: ratio min and max). coef: the entropy bonus's;
     generator: the objective's draws (Clip-Cov's picks)."""
     prompts, sl, w = mb
-    a, norm = s.algo, s.norm_length or batch.completion_ids.shape[1]
+    norm = s.norm_length or batch.completion_ids.shape[1]
     mask = batch.completion_mask[sl, :w]  # [b, w]
     device = batch.completion_ids.device
     with autocast(device, s.mixed_precision):
@@ -206,8 +213,8 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     adv = _cut(batch.advantages, sl, w)
     sampler_w, keep, chosen, counts = _token_weights(batch, s, sl, w, logp, old, adv, mask, out.entropy)
     policy_units = units["policy"]
-    loss, stats = policy_loss(logp, old, adv, mask, a.clip_low, a.clip_high, a.dual_clip, a.ratio_level,
-                              a.aggregation, norm, policy_units, objective=a.policy_loss, sampler_w=sampler_w,
+    loss, stats = policy_loss(logp, old, adv, mask, s.clip_low, s.clip_high, s.dual_clip, s.ratio_level,
+                              s.aggregation, norm, policy_units, objective=s.policy_loss, sampler_w=sampler_w,
                               keep=keep, params=s.objective_knobs, generator=generator)
     n_tok = mask.sum()  # sums stay tensors: the host reads them once per pass (_backward)
     sums = {**{k: stats[k] * n_tok for k in TOKEN_MEANS}, **counts}
@@ -217,15 +224,15 @@ def _micro_loss(policy, batch: Batch, s: UpdateSettings, mb, old_logp, ref_logp,
     sums["entropy"] = (out.entropy.detach() * mask).sum()
     sums["entropy/trained_sum"], sums["entropy/trained_n"] = (out.entropy.detach() * watched).sum(), watched.sum()
     if ref_logp is not None:
-        kl = kl_estimate(logp, ref_logp, a.kl_estimator)  # [b, w]
-        loss = loss + s.loss_beta * aggregate(kl, mask, a.aggregation, norm, policy_units)
+        kl = kl_estimate(logp, ref_logp, s.kl.estimator)  # [b, w]
+        loss = loss + s.kl.loss_beta * aggregate(kl, mask, s.aggregation, norm, policy_units)
         sums["kl"] = (kl.detach() * mask).sum()
     if coef != 0:
-        loss = loss - coef * entropy_bonus(out.entropy, mask, chosen, a.aggregation, norm, policy_units)
+        loss = loss - coef * entropy_bonus(out.entropy, mask, chosen, s.aggregation, norm, policy_units)
     if values is not None:  # a token mean over the whole batch, whatever the policy's aggregation
-        v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, a.value_clip,
+        v_loss = value_loss(values, _cut(batch.old_values, sl, w), _cut(batch.returns, sl, w), mask, s.value_clip,
                             units["tokens"])
-        loss = loss + a.value_coef * v_loss
+        loss = loss + s.value_coef * v_loss
         sums["value_loss"] = v_loss.detach()  # already a share of the batch's mean
     real = n_tok > 0  # a micro-batch without real tokens has no ratio extremes
     extremes = {"ratio/min": torch.where(real, stats["ratio/min"], math.inf),
@@ -249,12 +256,12 @@ def _batch_units(mask: torch.Tensor, aggregation: str, dist: dd.Dist) -> dict[st
 
 def _weight_metrics(sums: dict, units: dict, s: UpdateSettings, sampled: bool) -> dict[str, float]:
     """The token weights' metrics that this run's settings produce, as shares of real tokens / sequences."""
-    a, on = s.algo, []
+    on = []
     if sampled and s.sampler[0] != "off":
         on += [k for k in (*WEIGHT_TOKEN_COUNTS, *WEIGHT_SEQ_COUNTS) if k.startswith("sampler/")]
-    if a.off_policy_mask_threshold is not None:
+    if s.off_policy_mask_threshold is not None:
         on.append("off_policy/masked_seq_frac")
-    if a.top_entropy_quantile < 1:
+    if s.top_entropy_quantile < 1:
         on.append("entropy/selected_frac")
     return {k: sums[k] / max(units["seqs" if k in WEIGHT_SEQ_COUNTS else "tokens"], 1.0) for k in on}
 
@@ -367,12 +374,10 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     `seed` (rlvr.rollout.sampling.update_seed), never from the global RNG, which a collecting thread may be
     drawing from meanwhile (rollout.overlap=one_step_off with the HF engine).
     """
-    a = s.algo
-    o = s.optimizer
-    coef = (entropy or EntropyState(a.entropy_coef)).applied(a)
+    coef = (entropy or EntropyState(s.entropy.coef)).applied(s.entropy)
     mbs = micro_batches(batch, s)
-    units = _batch_units(batch.completion_mask, a.aggregation, dist)
-    want_ref = s.loss_beta > 0 and ref_logp is not None
+    units = _batch_units(batch.completion_mask, s.aggregation, dist)
+    want_ref = s.kl.loss_beta > 0 and ref_logp is not None
     ref_logp = [ref_logp[sl, :w] if want_ref else None for _, sl, w in mbs]
     old_logp: list[torch.Tensor | None] = [None] * len(mbs)
     untrained = _untrained(batch, mbs)
@@ -381,12 +386,12 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     generator = torch.Generator().manual_seed(seed)  # host-side: Clip-Cov draws its picks on the host
     metrics: dict[str, float] = {}
     skipped = undone = 0
-    for it in range(a.iterations):
+    for it in range(s.iterations):
         optimizer.zero_grad(set_to_none=True)
         sums, low, high, peak = _backward(policy, batch, s, mbs, old_logp, ref_logp, critic, units, it == 0,
                                           untrained, coef, generator)
         dd.allreduce_gradients(params, dist)
-        limit = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
+        limit = s.max_grad_norm if s.max_grad_norm > 0 else math.inf
         grad_norm = (dd.clip_grad_norm(params, limit, dist) if dist.enabled
                      else float(torch.nn.utils.clip_grad_norm_(params, limit)))
         # global sums before the finite check, so every rank makes the same decision
@@ -411,7 +416,7 @@ def policy_update(policy, optimizer, batch: Batch, s: UpdateSettings, ref_logp: 
     metrics["micro_batches"] = len(mbs)  # forward/backward passes per iteration on this rank
     # of them, those with no trained token, whose backward was skipped (all of them: the step trained nothing)
     metrics["untrained_micro_batches"] = sum(untrained)
-    if a.adaptive_entropy or a.entropy_coef != 0:
+    if s.entropy.adaptive or s.entropy.coef != 0:
         metrics["entropy/coef"] = coef  # the coefficient this step applied
         metrics["entropy/watched_mean"] = sums["entropy/trained_sum"] / max(sums["entropy/trained_n"], 1.0)
     optimizer.zero_grad(set_to_none=True)

@@ -10,6 +10,7 @@ import torch
 from rlvr.algo import sampler_weights, tis_weights
 from rlvr.config import AlgoConfig
 from rlvr.train.batch import compute_advantages
+from rlvr.train.settings import advantage_settings, kl_settings
 from tests.compat.peers import verl
 
 GROUPS = [(2, 2), (4, 8), (16, 5)]  # (prompts, group size)
@@ -30,7 +31,8 @@ def batch(p, g, seed, binary=False):
 
 
 def mine(estimator, rewards, mask, g, **kw):
-    adv, _, _ = compute_advantages(AlgoConfig(adv_estimator=estimator, **kw), rewards.clone(), g, mask)
+    a = AlgoConfig(adv_estimator=estimator, **kw)
+    adv, _, _ = compute_advantages(advantage_settings(a), kl_settings(a), rewards.clone(), g, mask)
     return adv[:, None] * mask if adv.dim() == 1 else adv  # verl's shape: [B, T], 0 off the mask
 
 

@@ -5,6 +5,7 @@ import torch
 
 from rlvr.config import AlgoConfig
 from rlvr.train.batch import compute_advantages
+from rlvr.train.settings import advantage_settings, kl_settings
 
 G = 2
 REWARDS = torch.tensor([1.0, 0.0, 2.0, 0.0])  # [B]: groups [1, 0] and [2, 0]
@@ -21,7 +22,8 @@ LOGP = torch.tensor([[0.2, 0.1, 0.0],
 
 
 def advantages(values=None, logp=None, ref_logp=None, **knobs):
-    return compute_advantages(AlgoConfig(**knobs), REWARDS, G, MASK, logp, ref_logp, values)
+    a = AlgoConfig(**knobs)
+    return compute_advantages(advantage_settings(a), kl_settings(a), REWARDS, G, MASK, logp, ref_logp, values)
 
 
 def close(got, want):

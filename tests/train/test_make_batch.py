@@ -37,7 +37,7 @@ def test_kl_reward_is_zero_at_equal_weights_with_int8_rollouts(tmp_path, preset)
     batch, _ = make_batch(run, c)
     ref_logp = reference_forward(run.models.ref, batch, s)
     logp, values = old_policy_forward(run, batch)
-    _, metrics = with_advantages(s.algo, batch, logp, ref_logp, values)
+    _, metrics = with_advantages(s.advantages, s.kl, batch, logp, ref_logp, values)
     assert metrics["kl_reward"] == 0.0
 
 
@@ -75,7 +75,7 @@ def test_a_minus_inf_sampler_logprob_leaves_the_loss_and_is_counted(tmp_path):
     c.rollout.sampler_logp[0, 0] = -math.inf
     c.rollout.sampler_logp[4, 1] = math.nan
     batch, metrics = make_batch(run, c)
-    batch, _ = with_advantages(run.settings.update.algo, batch)
+    batch, _ = with_advantages(run.settings.update.advantages, run.settings.update.kl, batch)
     assert metrics["rollout/nonfinite_logp_tokens"] == 2
     assert float(batch.completion_mask.sum()) == float(mask.sum()) - 2
     assert batch.completion_mask[0, 0] == 0 and batch.env_mask[0, 0] == 1  # still attended to, not scored

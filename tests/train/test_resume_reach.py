@@ -74,7 +74,7 @@ def checkpoint_of(world, context, tmp_path) -> tuple[dict, str]:
         update, _ = learn(run, copy.deepcopy(world[4]), 1, entropy)
         p = Progress(step=1)
         if cfg.algo.adaptive_entropy:
-            entropy = entropy.after(cfg.algo, update["entropy/watched_mean"])
+            entropy = entropy.after(run.settings.update.entropy, update["entropy/watched_mean"])
             p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
         run.data.sampler.next(cfg.rollout.prompts_per_step, 1)
         CHECKPOINTS[context] = (checkpoint_state(run, p, 0.0), to_yaml(cfg))
@@ -103,8 +103,8 @@ def resumed(world, context, changes, phase, tmp_path):
             return "stopped: " + str(e)
         return [(c.texts, sorted(c.scores.per_function.items()), c.rollout.prompt_ids,
                  [round(float(x), 6) for x in c.rollout.sampler_logp.flatten()]) for c in batches]
-    a = run.settings.update.algo
-    entropy = EntropyState(a.entropy_coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
+    e = run.settings.update.entropy
+    entropy = EntropyState(e.coef if p.entropy_coef is None else p.entropy_coef, p.last_entropy)
     lr = current_lr(run.models.scheduler)
     update, adv = learn(run, copy.deepcopy(world[4]), 2, entropy)
     metrics = sorted((k, round(v, 10) if isinstance(v, float) else v) for k, v in {**update, **adv}.items())
@@ -112,8 +112,8 @@ def resumed(world, context, changes, phase, tmp_path):
     held = [m.policy, m.critic, m.ref.model if m.ref is not None else None]  # the reference's sync too
     weights = [round(sum(float(w.detach().double().abs().sum()) for w in x.parameters()), 10) if x else None
                for x in held]
-    after = entropy.after(a, update["entropy/watched_mean"]).coef if a.adaptive_entropy else None  # its next state
-    return metrics, weights, lr, current_lr(run.models.scheduler), entropy.applied(a), after
+    after = entropy.after(e, update["entropy/watched_mean"]).coef if e.adaptive else None  # its next state
+    return metrics, weights, lr, current_lr(run.models.scheduler), entropy.applied(e), after
 
 
 def check_resume(table, key, phase, world, tmp_path):

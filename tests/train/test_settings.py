@@ -1,6 +1,7 @@
 """The config is read by the commands and the few builders docs/DESIGN.md names (rlvr/train/settings.py above
 all): no function below them takes the Config, so each phase's and engine's signature says what it depends on."""
 import ast
+import dataclasses
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,3 +65,53 @@ def test_the_check_finds_a_function_that_takes_it(tmp_path):
     (tmp_path / "rlvr" / "train" / "settings.py").write_text("def update_settings(cfg): ...\ndef other(cfg): ...\n")
     assert config_takers(tmp_path) == ["rlvr/rollout/engines.py:make_engine", "rlvr/rollout/engines.py:typed",
                                        "rlvr/rollout/engines.py:quoted", "rlvr/train/settings.py:other"]
+
+
+def config_types(value, seen: set | None = None) -> set[type]:
+    """The dataclass types of a config: the Config and every section and subsection it holds."""
+    seen = set() if seen is None else seen
+    if dataclasses.is_dataclass(value) and type(value) not in seen:
+        seen.add(type(value))
+        for f in dataclasses.fields(value):
+            config_types(getattr(value, f.name), seen)
+    return seen
+
+
+def config_held(value, kinds: set[type], sections: set[str], where: str = "settings") -> list[str]:
+    """Where in `value` (a settings object, walked through its dataclasses, tuples and dicts) a config section,
+    the Config itself, or a dict of plain values keyed by section names (a whole config as to_dict makes it) is
+    held."""
+    if type(value) in kinds:
+        return [f"{where}: {type(value).__name__}"]
+    if isinstance(value, dict) and sections & set(value):
+        return [f"{where}: a dict of the config's sections {sorted(sections & set(value))}"]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [m for f in dataclasses.fields(value) for m in config_held(getattr(value, f.name), kinds, sections,
+                                                                           f"{where}.{f.name}")]
+    if isinstance(value, (tuple, list)):
+        return [m for i, v in enumerate(value) for m in config_held(v, kinds, sections, f"{where}[{i}]")]
+    return []
+
+
+def test_no_phase_is_given_a_config_section_or_the_whole_config():
+    """Each phase's settings hold the typed values it reads, each once: never a section of the config (the
+    update once held the algo and optimizer sections whole) nor the config itself (the trackers' record of it
+    once rode in the log settings as a dict; the builder that takes the Config gives it to the trackers)."""
+    from rlvr.config import build_config
+    from rlvr.train.settings import Settings
+
+    cfg = build_config(None, ["--algo.beta=0.04", "--rollout.weights=int8"])
+    kinds, sections = config_types(cfg), {f.name for f in dataclasses.fields(cfg)}
+    settings = Settings.of(cfg, stop_ids=[1], pad_id=0, precision="no")
+    assert config_held(settings, kinds, sections) == []
+
+    @dataclasses.dataclass
+    class Planted:
+        algo: object
+        record: dict
+        parts: tuple
+
+    planted = Planted(algo=cfg.algo, record={"rollout": {}, "seed": 0}, parts=(1, cfg.optimizer))
+    assert config_held(planted, kinds, sections) == ["settings.algo: AlgoConfig",
+                                                     "settings.record: a dict of the config's sections ['rollout']",
+                                                     "settings.parts[1]: OptimizerConfig"]

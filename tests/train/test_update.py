@@ -291,9 +291,9 @@ def test_adaptive_entropy_raises_the_coefficient_below_the_target(tiny):
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: only the coefficient moves
     state = EntropyState(0.01)
     first = policy_update(model, opt, batch, s, entropy=state)
-    state = state.after(s.algo, first["entropy/watched_mean"])
+    state = state.after(s.entropy, first["entropy/watched_mean"])
     second = policy_update(model, opt, batch, s, entropy=state)
-    state = state.after(s.algo, second["entropy/watched_mean"])
+    state = state.after(s.entropy, second["entropy/watched_mean"])
     # no entropy measured before the first step: no bonus; then the entropy (< 100 nats) is below target
     assert first["entropy/coef"] == 0.0 and abs(second["entropy/coef"] - 0.015) < 1e-9
     assert abs(state.coef - 0.02) < 1e-9 and state.last_entropy == second["entropy/watched_mean"]
