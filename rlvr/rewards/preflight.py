@@ -207,7 +207,7 @@ def check_gold_answers(rewards: list[RewardFunction], splits, columns: dict[str,
     for rf in rewards:
         if rf.reward is not None and "answer" in rf.reward.columns:
             check_gold(problems, rf.name, columns.get("answer", "answer"))
-    if any("tests" in getattr(rf.fn, "columns", ()) for rf in rewards):
+    if any(rf.reward is not None and "tests" in rf.reward.columns for rf in rewards):
         check_test_modules(problems)
     warnings = maths_gold_note(problems) if any(rf.fn is math_accuracy for rf in rewards) else []
     bare = sum(1 for p in splits.heldout + splits.ood if not p.answer and not p.tests)

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.cli import main
+from tests.conftest import read_jsonl
 
 pytestmark = pytest.mark.slow  # every test here trains (each group's seeds in processes of their own)
 
@@ -31,10 +32,6 @@ eval: {max_new_tokens: 8}
 optimizer: {lr: 1.0e-2}
 train: {steps: 3, threads: 1, save_every: 0, samples_every: 0}
 """
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def untimed(rows):
