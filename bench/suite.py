@@ -7,12 +7,11 @@
 
 The tier runs as make test runs it, on two workers (pytest-xdist), so its wall clock is about half its test
 time on two idle cores. A test's time is its setup, call and teardown together, as pytest's --durations=0
-prints them (a module or
-session fixture's cost falls on the first test that asks for it). The tiers are the markers' (pyproject.toml):
-the fast tier is every test not marked `slow`; `slow` is whatever measured over --slow-above seconds
-(tests/slow_tests.txt, written by --write-slow from a log of the whole suite, plus the tests that carry
-@pytest.mark.slow themselves). The figures are this machine's at its load when measured: compare only runs
-made at the same time.
+prints them (a module or session fixture's cost falls on the first test that asks for it). The tiers are the
+markers' (pyproject.toml): the fast tier is every test not marked `slow`; `slow` is whatever measured over
+--slow-above seconds (tests/slow_tests.txt, written by --write-slow from a log of the whole suite, plus the
+tests that carry @pytest.mark.slow themselves). The figures are this machine's at its load when measured:
+compare only runs made at the same time.
 """
 from __future__ import annotations
 
