@@ -95,12 +95,16 @@ demo-overlap: setup
 # packages other test modules import)
 VLLM_TESTS := tests/rollout/test_vllm_real.py tests/rollout/test_vllm_server.py tests/rollout/test_vllm_lora.py \
   tests/rollout/test_vllm_lora_server.py
+# The main venv's run on TEST_WORKERS processes (pytest-xdist): a file's tests on one worker, the files longest
+# first (tests/conftest.py: longest_files_first)
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 test: system setup peers vllm
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q $(XDIST) --durations=30
 	$(VLLM_PY) -m pytest -q -m vllm --durations=30 $(VLLM_TESTS)
 
 test-fast: setup peers
-	$(PY) -m pytest -q -m "not slow" --durations=10
+	$(PY) -m pytest -q $(XDIST) -m "not slow" --durations=10
 
 golden: setup
 	$(PY) -m tests.golden.runs --write

@@ -79,6 +79,8 @@ def returns_within(seconds: float, fn, *args, **kwargs):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: the test runs on CUDA (skipped where torch sees no GPU)")
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.loadscopereorder = False  # the files' order is longest_files_first's
 
 
 # The slow tier by measured cost, not by folder: tests/slow_tests.txt names each test function with a case over
@@ -87,14 +89,31 @@ def pytest_configure(config):
 # part, since the run's cost falls on whichever of its users the tier runs first
 SLOW_LINES = [line.split() for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
               if line.strip() and not line.startswith("#")]
-SLOW_TESTS = {words[0] for words in SLOW_LINES if words[0] != "fixture"}
+SLOW_TESTS = {words[0]: float(words[1]) if words[1:2] and words[1].replace(".", "", 1).isdigit() else 1.5
+              for words in SLOW_LINES if words[0] != "fixture"}  # test -> seconds (over 1.5 where unsaid)
 SLOW_FIXTURES = {words[1] for words in SLOW_LINES if words[0] == "fixture"}
+FAST_TEST_S = 0.2  # what a test not in slow_tests.txt costs, near enough to order the groups
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[", 1)[0] in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = longest_files_first(items)
+
+
+def longest_files_first(items: list) -> list:
+    """The items file by file, the files in order of their cost (slow_tests.txt's seconds): make test runs
+    two workers (pytest-xdist, --dist loadfile: a file's tests on one worker, its module fixtures made once)
+    that take the files in this order, so that no long file starts last while the other worker has nothing
+    left. Both workers collect the same order, as xdist requires."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    cost = {f: sum(SLOW_TESTS.get(i.nodeid.split("[", 1)[0], FAST_TEST_S) for i in tests)
+            for f, tests in files.items()}
+    return [item for f in sorted(files, key=lambda f: -cost[f]) for item in files[f]]  # stable on ties
 
 
 @pytest.fixture(autouse=True)

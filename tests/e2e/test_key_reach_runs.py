@@ -1,7 +1,7 @@
 """The keys whose effect only a whole run shows (files, steps, checkpoints, evaluations, the process):
 two short tiny-random runs through the command line, one at the defaults and one with all of these
 changed, each key judged by an observable no other key of the changed run moves. The rest of the keys
-are checked phase by phase in tests/test_key_reach.py, which holds the table of every key."""
+are checked phase by phase in tests/key_reach/ (tests/key_reach/test_every_key.py: every key has one check)."""
 import json
 
 import torch

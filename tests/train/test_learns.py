@@ -14,7 +14,7 @@ would add time, not checks. The negative control is the same run with the reward
 group advantages are centred and scaled, so that flips the sign of every advantage, and the share must not
 rise. Beside them, the two ways of training whose data path differs from the default's: rollouts one step
 off, and bf16 weights over fp32 masters (packed forwards give the default's values within rounding:
-tests/test_key_reach.py)."""
+tests/key_reach/)."""
 import json
 
 import pytest

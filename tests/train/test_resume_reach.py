@@ -1,6 +1,6 @@
 """A resume takes every setting it accepts as changed from the next step, or refuses it with the reason.
 
-tests/test_key_reach.py shows each key of the update and the rollout phases moving what that phase
+tests/key_reach/ shows each key of the update and the rollout phases moving what that phase
 produces; here the same keys are changed at a resume instead: a run under the check's context learns a
 step and is checkpointed, then is restored (restore_checkpoint, as `rlvr train --resume` restores it) under
 the context with the key changed, and its next step (the update, or the next batch's collection) must
@@ -30,7 +30,9 @@ from rlvr.train.state import Data, Progress, Run
 from rlvr.train.step import collect, learn
 from rlvr.train.update import EntropyState
 
-from tests.test_key_reach import LEARN, ROLLOUT, _arg, _cfg, batch_world, one_thread  # noqa: F401 (fixtures)
+from tests.key_reach.harness import _arg, _cfg, batch_world, one_thread  # noqa: F401 (fixtures)
+from tests.key_reach.test_rollout_keys import ROLLOUT
+from tests.key_reach.test_update_keys import LEARN
 
 # key -> what the refusal says: under another value the checkpoint's weights are another model
 REFUSED = {
@@ -42,7 +44,7 @@ REFUSED = {
     # the optimizer's saved state is in the other form (fp32 moments against 8-bit blocks): it cannot load
     "optimizer.state": "optimizer.state=8bit",
 }
-# checks whose context differs from tests/test_key_reach.py's: key -> (value, context)
+# checks whose context differs from tests/key_reach/'s: key -> (value, context)
 CONTEXT = {
     # the batches after the checkpoint have no completion that ends before rollout.max_new_tokens (6), and
     # any buffer gives such a completion the whole penalty: longer completions, some ending earlier
