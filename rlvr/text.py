@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 
 from tqdm import tqdm
 
@@ -18,6 +19,11 @@ def clean_reason(text: str, limit: int = MAX_REASON_CHARS) -> str:
     if not text.isprintable():
         text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def traceback_text(error: BaseException) -> str:
+    """An exception's traceback, each line printable: its message may quote model text."""
+    return "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
 
 
 def as_text(value):

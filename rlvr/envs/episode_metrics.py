@@ -70,6 +70,11 @@ def episode_metrics(episodes: list[dict]) -> dict[str, float]:
     return m
 
 
+def first_error(episodes: list[dict]) -> str | None:
+    """The first environment error of a step's episodes (an env_error episode's "error"), None for none."""
+    return next((ep["error"] for ep in episodes if ep.get("error")), None)
+
+
 def _count(episode: dict, source: str) -> int:
     return sum(1 for t in episode["turns"] if t["source"] == source)
 

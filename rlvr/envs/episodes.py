@@ -12,6 +12,8 @@ the final model turn's text (what reward functions score) and a record of every 
 from __future__ import annotations
 
 import importlib
+import sys
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -282,15 +284,37 @@ def _step_all(spec: EnvSpec, pending: list[tuple[Environment, str | None]]) -> l
 def _step(env: Environment, text: str) -> Reply:
     """env.step(text), where a step that raises on the model's text, or answers with anything but a Reply
     of text, ends that episode alone (end env_error, the error in its record), never the run."""
-    name = type(env).__name__
     try:
         reply = env.step(text)
     except Exception as e:  # noqa: BLE001 - what the model's text makes the environment do is this episode's
-        return Reply(done=True, error=f"{name}.step raised {type(e).__name__}: {e}")
+        return Reply(done=True, error=step_error(env, e))
+    wrong = step_error(env, reply=reply)
+    return Reply(done=True, error=wrong) if wrong else reply
+
+
+def step_error(env: Environment, error: BaseException | None = None, reply=None) -> str:
+    """What went wrong with a step of `env`: it raised `error` (said with the file and line it was raised
+    at), or answered with `reply`, which is not a Reply of text; "" when neither."""
+    name = type(env).__name__
+    if error is not None:
+        return f"{name}.step raised {type(error).__name__}: {error} ({raised_in(error, env)})"
     if not isinstance(reply, Reply) or not isinstance(reply.text, str):
         what = type(reply.text if isinstance(reply, Reply) else reply).__name__
-        return Reply(done=True, error=f"{name}.step answered with {what}, not a Reply of text")
-    return reply
+        return f"{name}.step answered with {what}, not a Reply of text"
+    return ""
+
+
+def raised_in(error: BaseException, env) -> str:
+    """'FILE, line N, in FUNCTION' of the innermost frame of `error` in the environment's own file (a TRL-style
+    class's, run by ToolEnv): where its code made the call that raised inside a library or rlvr (a Reply
+    built wrongly), else (or with no environment) where it was raised."""
+    owner = getattr(env, "obj", None) or env
+    home = getattr(sys.modules.get(type(owner).__module__), "__file__", None) if env is not None else None
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "no traceback"
+    f = ([f for f in frames if f.filename == home] or frames)[-1]
+    return f"{f.filename}, line {f.lineno}, in {f.name}"
 
 
 def _answer(spec: EnvSpec, row: _Row, t, reply, last: bool) -> list[int] | None:

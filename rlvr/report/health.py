@@ -14,7 +14,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from rlvr.errors import RlvrError
 from rlvr.report.console import say
+from rlvr.text import clean_reason
 from rlvr.rewards.base import strict_rewards
 from rlvr.report.schema import reward_metric, reward_of
 
@@ -43,6 +45,11 @@ class Finding:
     rule: str
     message: str
     evidence: dict
+    stop: bool = False  # the run can learn nothing as it is: HealthMonitor.report stops it (HealthStop)
+
+
+class HealthStop(RlvrError):
+    """A finding that stops the run (Finding.stop), its message as the error."""
 
 
 def _recent(history: list[dict], key: str, n: int) -> list[float] | None:
@@ -346,21 +353,55 @@ def tool_errors(history, evals, window: int = 3, rate: float = 0.5, min_calls: i
                    evidence={"env/tool_errors_frac": vals, "calls": calls})
 
 
+@dataclass
+class Noted:
+    """What a run's records said that no metric holds, for the rules that say it (HealthMonitor.note)."""
+
+    env_error: str = ""  # the run's first environment error (an episode record's "error")
+
+
+def env_errors(history, evals, noted: Noted | None = None, most: float = 0.5) -> Finding | None:
+    """Multi-turn: more than `most` of a step's episodes ended with the environment's step raising or
+    answering with no Reply (env/end/env_error_frac), said with the run's first such error (`noted`). Every episode of the run's first step: the run
+    stops, the environment answering none of this model's turns (the preflight, rlvr/envs/preflight.py,
+    stops one that fails on the reference answers too; this one fails on what the model writes)."""
+    rows = [h for h in history if h.get("env/end/env_error_frac") is not None]
+    if not rows or rows[-1]["env/end/env_error_frac"] <= most:
+        return None
+    frac, step = rows[-1]["env/end/env_error_frac"], rows[-1]["step"]
+    first = clean_reason(noted.env_error) if noted else ""  # it may quote the model's text: an error is not escaped
+    stop = frac == 1.0 and len(rows) == 1
+    what = (f"every episode of step {step} ended with an environment error (env/end/env_error_frac 1.0), so the "
+            "run stops: nothing would be learned" if stop else f"{100 * frac:.0f}% of the episodes of step {step} "
+            "ended with an environment error (env/end/env_error_frac), each at that turn")
+    return Finding(step=step, rule="env_errors", stop=stop, evidence={"env/end/env_error_frac": frac},
+                   message=f"{what}. {f'The first: {first}. ' if first else ''}Make the environment's step answer "
+                   "any text the model writes with a Reply (a turn it cannot read too); samples.jsonl holds each "
+                   "episode's error.")
+
+
 RULES: list[Callable] = [no_learning_signal, truncation, length_trend, reward_hacking, skill_regression, no_transfer,
                          kl_blowup, ratio_blowup, entropy_collapse, non_finite, reward_errors, special_casing,
-                         tool_use_collapse, tool_errors]
+                         tool_use_collapse, tool_errors, env_errors]
 
 
-def rules_for(names: RewardNames) -> list[Callable]:
-    """RULES, those that read a reward's metric told the run's reward names."""
-    return [functools.partial(rule, names=names) if rule is reward_hacking else rule for rule in RULES]
+def rules_for(names: RewardNames, noted: Noted | None = None) -> list[Callable]:
+    """RULES, those that read a reward's metric told the run's reward names, env_errors what the run noted."""
+    bound = {reward_hacking: {"names": names}, env_errors: {"noted": noted}}
+    return [functools.partial(rule, **bound[rule]) if rule in bound else rule for rule in RULES]
 
 
 class HealthMonitor:
-    """Runs every rule after each step; each rule fires once per run."""
+    """Runs every rule after each step; each rule fires once per run. `noted`: what the run's records said
+    that no metric holds (note), for the rules that say it."""
 
     def __init__(self, rules: list[Callable] | None = None, names: RewardNames = RewardNames()):
-        self.rules, self.fired, self.findings = rules if rules is not None else rules_for(names), set(), []
+        self.noted = Noted()
+        self.rules, self.fired, self.findings = rules if rules is not None else rules_for(names, self.noted), set(), []
+
+    def note(self, env_error: str | None) -> None:
+        """A step's first environment error (rlvr.envs.episode_metrics.first_error); the run's first is kept."""
+        self.noted.env_error = self.noted.env_error or env_error or ""
 
     def check(self, history: list[dict], evals: list[dict]) -> list[Finding]:
         new = []
@@ -373,11 +414,19 @@ class HealthMonitor:
         return new
 
     def report(self, history: list[dict], evals: list[dict], sink, when: str = "") -> None:
-        """check(), then write each new finding to `sink` (health.jsonl) and say it on the console."""
+        """check(), then write each new finding to `sink` (health.jsonl) and say it on the console; a finding
+        that stops the run is raised instead of said (HealthStop), once the others are written."""
+        stop = None
         for f in self.check(history, evals):
             sink.write(as_record(f))
-            say(f"health [{f.rule}] {when or f'at step {f.step}'}: {f.message}")
+            if f.stop:
+                stop = stop or f
+            else:
+                say(f"health [{f.rule}] {when or f'at step {f.step}'}: {f.message}")
+        if stop is not None:
+            raise HealthStop(f"health [{stop.rule}] at step {stop.step}: {stop.message}")
 
 
 def as_record(f: Finding) -> dict:
-    return asdict(f)
+    """A finding as health.jsonl's line; `stop` only where it stopped the run."""
+    return {k: v for k, v in asdict(f).items() if k != "stop" or v}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -14,7 +13,7 @@ from rlvr.rewards.call import (CallTimedOut, Reward, RewardLog, Verdict, as_scor
                                run_all)
 from rlvr.rewards.verl import VERL_PREFIX, from_compute_score
 from rlvr.io import load_callable
-from rlvr.text import as_text, clean_reason  # noqa: F401 - clean_reason: rewards.base's too
+from rlvr.text import as_text, clean_reason, traceback_text  # noqa: F401 - clean_reason: rewards.base's too
 
 
 PYTHON_PREFIX = "python:"  # names a callable handed to rlvr.fit (by its __name__): config.yaml cannot hold it
@@ -270,17 +269,12 @@ def _each_row(rf: RewardFunction, completions: list, columns: dict[str, list], s
     return [_outcome(out, 1) for out in outs]
 
 
-def _trace(error: BaseException) -> str:
-    # the exception's message may quote model text: each line printable, the lines kept
-    return "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
-
-
 def _stop(rf: RewardFunction, error: BaseException, origin: str, completion) -> RewardFunctionError:
     where = f" ({defined_at(rf)})" if rf.user else ""
     return RewardFunctionError(
         f"reward function '{rf.name}'{where} raised on every completion of the batch, so the run stops (a broken "
         f"reward would look like a run that learned nothing). First row: {origin}; completion "
-        f"{clean_reason(completion_text(completion), 200)!r}.\n{_trace(error)}")
+        f"{clean_reason(completion_text(completion), 200)!r}.\n{traceback_text(error)}")
 
 
 def failure_reason(error: BaseException) -> str:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import inspect
 import re
-import traceback
 from dataclasses import dataclass, field
 
 from rlvr.errors import RlvrError
 from rlvr.rewards.base import RewardFunction, Scores, score_batch
-from rlvr.text import clean_reason
+from rlvr.text import clean_reason, traceback_text
 from rlvr.rewards.call import NOT_APPLICABLE, RESERVED, CallTimedOut, TrainerState, as_chat, dataset_columns
 from rlvr.rewards.verl import VERL_PREFIX
 from rlvr.rewards.maths.accuracy import math_accuracy, math_accuracy_verdict
@@ -112,11 +111,6 @@ def _first_line(error: BaseException) -> str:
     return clean_reason(f"{type(error).__name__}: {error}", 400)
 
 
-def _trace(error: BaseException) -> str:
-    """The traceback, each line printable (an exception message may quote model text)."""
-    return "\n".join(clean_reason(line, 2000) for line in "".join(traceback.format_exception(error)).splitlines())
-
-
 def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tuple[str, ...] = ()) -> Preflight:
     """Call each reward (those an episode feeds excepted) on up to ROWS problems with a reference
     answer, one reward at a time. `strict`: rewards that check correctness, which must pay for some
@@ -136,7 +130,7 @@ def preflight(rewards: list[RewardFunction], problems: list[Problem], strict: tu
         if bad:
             fix = diagnose(rf, errors[0], visible, chat=bool(rows[0][0].messages))
             # a bug inside it, or a KeyError that may be one (a dict of its own, not a column): where
-            trace = f"\n{_trace(errors[0])}" if fix.endswith(GENERIC) or isinstance(errors[0], KeyError) else ""
+            trace = f"\n{traceback_text(errors[0])}" if fix.endswith(GENERIC) or isinstance(errors[0], KeyError) else ""
             out.failed[rf.name] = (bad, f"{_first_line(errors[0])}. Likely fix: {fix}{trace}")
         elif rf.name in strict and all(r == NOT_APPLICABLE for r in scores.reasons[rf.name]):
             out.not_applicable.append(rf.name)

@@ -15,6 +15,9 @@ validated where the code reward loads (rlvr.rewards.preflight.check_test_modules
   when the prompt is HumanEval's code (a signature and docstring), its imports and helpers go before the
   check and into the sandbox as the prelude, as for task.name=humaneval.
 JSON text of any of these is decoded first.
+
+A row's reference solution is made the answer its prompt asks for (`reference_reply`): one ```python block, as
+task.name=humaneval and pyfunc give theirs, since the code reward runs a completion's last fenced block.
 """
 from __future__ import annotations
 
@@ -128,3 +131,29 @@ def dataset_tests(value, row: dict, prompt: str) -> tuple[str, str]:
     if isinstance(row.get("entry_point"), str) and "entry_point" not in spec and spec.get("kind") == "assert":
         spec = {**spec, "entry_point": row["entry_point"]}  # a function named like a builtin stays the candidate's
     return json.dumps(spec), extra
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
+
+
+def reference_reply(solution: str, prompt: str, spec: str) -> str:
+    """A code row's reference solution as the answer the prompt asks for, one ```python block: what the
+    preflight, `rlvr audit`, few-shot turns and `rlvr sft` take as a right completion. A bare program (MBPP's
+    `code`) is fenced; APPS/TACO's `solutions`, JSON text of a list of programs, gives its first; HumanEval's
+    `canonical_solution`, the body of the function the prompt's code begins, is that code and the body (as
+    HumanEval's own harness runs prompt + completion). A solution that has a fence already is as it is.
+    `spec`: the row's tests spec (JSON text), whose entry_point names the function."""
+    if "```" in solution:
+        return solution
+    listed = _decoded(solution)
+    if isinstance(listed, list) and listed and all(isinstance(s, str) for s in listed):
+        return reference_reply(listed[0], prompt, spec)
+    entry = json.loads(spec).get("entry_point")
+    if entry and not _defines(solution, entry) and _defines(prompt + solution, entry):
+        solution = prompt + solution
+    return "```python\n" + solution.strip("\n").rstrip() + "\n```"

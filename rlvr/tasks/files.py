@@ -10,7 +10,7 @@ import random
 
 from rlvr.errors import RlvrError
 from rlvr.tasks.base import HELDOUT_SIZE, Problem, Splits, as_text
-from rlvr.tasks.code_forms import dataset_tests
+from rlvr.tasks.code_forms import dataset_tests, reference_reply
 from rlvr.tasks.readers import read_rows, source_label
 
 KEYS = ("prompt", "answer", "tests", "difficulty", "solution")
@@ -117,10 +117,11 @@ def to_problem(row: dict, columns: dict[str, str], where: str, fence: str = "") 
     on the problem for the reward functions and an environment's reset, but one named `prompt`: rewards get
     the prompt as `prompts`, as TRL passes it; a prompt read from another column (task.columns.prompt=
     question) is also passed under that column's own name, since a reward written for the data asks for it.
-    A row with tests (any form of rlvr.tasks.code_forms) gets `fence` added to its prompt (_tests). A whole
+    A row with tests (any form of rlvr.tasks.code_forms) gets `fence` added to its prompt (_tests), and its
+    solution is made the fenced answer that prompt asks for (rlvr.tasks.code_forms.reference_reply). A whole
     conversation read from a column other than `prompt` (a chat dataset's `messages`) is prompted up to its
     last user turn, and its closing assistant turn is the row's solution unless a solution column gives one."""
-    values, messages, reply = {}, (), ""
+    values, messages, reply, asked = {}, (), "", ""
     for key in KEYS:
         col = gold_column(row, columns) if key == "answer" else columns.get(key, key)
         value = _value(row, key, col, columns, where)
@@ -129,10 +130,13 @@ def to_problem(row: dict, columns: dict[str, str], where: str, fence: str = "") 
             # conversation under another name (`messages`) ends with its reference reply
             messages, value, reply = chat_prompt(value, where, reply_ok=col != "prompt")
         if key == "tests" and value is not None:
+            asked = values["prompt"]  # the prompt's own text (HumanEval's code), before what _tests adds
             values[key], values["prompt"] = _tests(value, row, values["prompt"], col, where, fence)
             continue
         values[key] = "" if value is None else _text(value, key, where)
     values["solution"] = values["solution"] or reply
+    if values["tests"] and values["solution"]:  # graded, shown and taught as the answer the prompt asks for
+        values["solution"] = reference_reply(values["solution"], asked, values["tests"])
     rest = {k: v for k, v in row.items() if k != "prompt"}
     return Problem(question=values["prompt"], answer=values["answer"], difficulty=values["difficulty"],
                    tests=values["tests"], solution=values["solution"],

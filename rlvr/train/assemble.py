@@ -23,6 +23,7 @@ from rlvr.rewards.base import RewardFunction, strict_rewards
 from rlvr.rewards.preflight import check_gold_answers, check_rewards
 from rlvr.rollout.engines import make_engine
 from rlvr.envs.episodes import make_spec
+from rlvr.envs.preflight import check_environment
 from rlvr.tasks import build_splits
 from rlvr.tasks.readers import save_rows
 from rlvr.tasks.curriculum import build_sampler
@@ -171,6 +172,8 @@ def setup(cfg: Config, fresh: bool = True, d: Dist = Dist(), given: dict | None 
     models = models_of(cfg, policy, tok, d, precision)
     context = getattr(policy.config, "max_position_embeddings", None)
     env = make_spec(cfg.env, tok, splits.few_shot, cfg.task.system_prompt, context)
+    for warning in check_environment(env, splits.train or splits.heldout, cfg.env.name):  # one that cannot run stops here
+        say(f"warning: {warning}")
     within_context(splits, env, tok, context,
                    {"train": cfg.rollout.max_new_tokens, "heldout": cfg.eval.max_new_tokens, "ood": cfg.eval.max_new_tokens})
     sampler = build_sampler(cfg.curriculum, splits.train, cfg.train.seed)

@@ -21,9 +21,10 @@ import torch
 from rlvr.config import Config, to_dict
 from rlvr.config.paths import anchored
 from rlvr.device import determinism_applied
+from rlvr.envs.episode_metrics import first_error
 from rlvr.report.console import (before_after_table, format_samples, live_postfix, overlap_line, progress, say,
                                  set_quiet)
-from rlvr.report.health import HealthMonitor, RewardNames
+from rlvr.report.health import HealthMonitor, HealthStop, RewardNames
 from rlvr.report.html import write_report
 from rlvr.io import atomic_write_json
 from rlvr.report.sinks import JsonlWriter, NullWriter
@@ -137,15 +138,17 @@ def start(cfg: Config, resume: bool, d: Dist, given: dict | None = None) -> tupl
 
 
 def log_step(run: Run, p: Progress, out: Outputs, step: int, m: dict, collected: Collected) -> None:
-    """The step's metrics row to metrics.jsonl, trackers and health rules; its samples to samples.jsonl."""
+    """The step's metrics row to metrics.jsonl and trackers, its samples to samples.jsonl, then the health rules
+    (a finding that ends the run raises HealthStop with the step's records written)."""
     out.metrics.write(m)
     for t in out.trackers:
         t.log(step, m)
     p.history.append(m)
-    out.monitor.report(p.history, p.eval_rows, out.health)
     records = sample_records(step, collected, run.data.rewards)
     for rec in records:
         out.samples.write(rec)
+    out.monitor.note(first_error(collected.episodes))  # a rule says the run's first environment error
+    out.monitor.report(p.history, p.eval_rows, out.health)
     every = run.settings.log.samples_every
     if every and step % every == 0:
         say(format_samples(step, records, run.settings.rollout.group_size))
@@ -343,7 +346,10 @@ def _train(cfg: Config, resume: bool, stop: StopOnSignal, d: Dist, given: dict |
                 entropy = entropy.after(e, m["entropy/watched_mean"])
                 p.entropy_coef, p.last_entropy = entropy.coef, entropy.last_entropy
             asked = run_callbacks(callbacks, step, m) if callbacks else None  # their metrics join the row
-            log_step(run, p, out, step, m, collected)
+            try:
+                log_step(run, p, out, step, m, collected)
+            except HealthStop as e:  # this step's records are written; the steps before it are kept
+                raise HealthStop(f"{e} {save_before_stopping(run, p, clock(), rollouts)}") from None
             if s.eval.every and step % s.eval.every == 0 and step != s.steps:
                 evaluate_mid(run, p, out, step, clock)
             bar.set_postfix(live_postfix(m, p.eval_rows))

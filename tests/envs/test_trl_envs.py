@@ -2,6 +2,7 @@
 tool functions), loaded from a .py file through the config as `rlvr train` loads them: whatever one of
 them does is that episode's failure, never the run's."""
 import json
+from pathlib import Path
 
 from rlvr.config import EnvConfig
 from rlvr.envs.episodes import make_spec
@@ -274,14 +275,16 @@ def test_an_environment_step_that_raises_ends_its_episode_only(tiny):
                                 pad_id=tok.pad_token_id)   # every turn stops at its first token
     ep = run_episodes(builtin_engine(model), spec, problems, group_size=1, sampling=sampling, seeds=[1, 2, 3])
     assert [rec["end"] for rec in ep.records] == ["env_error", "env_error", "done"]
-    assert [rec.get("error") for rec in ep.records] == ["Fragile.step raised ValueError: cannot parse \x1b[2J",
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if 'raise ValueError("cannot parse' in text)
+    raised = f"({__file__}, line {line}, in step)"   # where the step raised
+    assert [rec.get("error") for rec in ep.records] == [f"Fragile.step raised ValueError: cannot parse \x1b[2J {raised}",
                                                         "Fragile.step answered with str, not a Reply of text", None]
     assert episode_metrics(ep.records)["env/end/env_error_frac"] == 2 / 3
     from rlvr.report.html import _episode_html
 
     page = _episode_html(ep.records[0])
     assert "ended: env_error (the environment&#x27;s step raised" in page
-    assert ": Fragile.step raised ValueError: cannot parse \x1b[2J</div>" in page
+    assert f": Fragile.step raised ValueError: cannot parse \x1b[2J {raised}</div>" in page
 
 
 BROKEN_TOOLS = '''

@@ -3,7 +3,9 @@ import pytest
 
 from rlvr.config import build_config
 from rlvr.eval.grader import choose_grader
-from rlvr.report.health import (RULES, HealthMonitor, RewardNames, entropy_collapse, kl_blowup, length_trend,
+from rlvr.envs.episode_metrics import first_error
+from rlvr.report.health import (RULES, HealthMonitor, HealthStop, Noted, RewardNames, entropy_collapse, env_errors,
+                                kl_blowup, length_trend,
                                 no_learning_signal, no_transfer, non_finite, ratio_blowup, reward_errors, reward_hacking,
                                 skill_regression, special_casing, tool_errors, tool_use_collapse, truncation)
 from rlvr.rewards import rewards_of
@@ -271,7 +273,48 @@ def test_tool_errors_quiet_at_the_boundaries():
 
 
 def test_tool_rules_are_in_the_monitor():
-    assert tool_use_collapse in RULES and tool_errors in RULES
+    assert tool_use_collapse in RULES and tool_errors in RULES and env_errors in RULES
+
+
+BROKEN = "Broken.step raised IndexError: list index out of range (/work/envs.py, line 9, in step)"
+
+
+def test_env_errors_says_a_rate_that_ends_most_episodes_with_the_first_error():
+    f = env_errors(stream(env__end__env_error_frac=[0.0, 0.25, 0.75]), [], Noted(env_error=BROKEN))
+    assert (f.rule, f.step, f.stop, f.evidence) == ("env_errors", 3, False, {"env/end/env_error_frac": 0.75})
+    assert f.message.startswith("75% of the episodes of step 3 ended with an environment error")
+    assert f"The first: {BROKEN}. Make the environment's step answer" in f.message
+    # every episode of a later step is said, not stopped: the run's first steps ran
+    assert env_errors(stream(env__end__env_error_frac=[0.0, 1.0]), [], Noted(env_error=BROKEN)).stop is False
+    assert "The first" not in env_errors(stream(env__end__env_error_frac=[0.6]), []).message  # no text noted
+
+
+def test_env_errors_quiet_at_half_or_less_and_without_episodes():
+    assert env_errors(stream(env__end__env_error_frac=[0.5]), [], Noted(env_error=BROKEN)) is None   # half is not most
+    assert env_errors(stream(env__end__env_error_frac=[1.0, 0.5]), []) is None   # the last step decides
+    assert env_errors(stream(reward__mean=[0.1, 0.2]), []) is None   # single-turn: no env keys
+
+
+def test_every_episode_of_the_first_step_failing_stops_the_run(tmp_path):
+    """The finding is written to health.jsonl with "stop": true and raised (HealthStop), not said; the rule's
+    text is the run's first environment error, noted from the episodes' records."""
+    from rlvr.report.sinks import JsonlWriter
+    from tests.conftest import read_jsonl
+
+    monitor = HealthMonitor()
+    monitor.note(first_error([{"end": "done"}, {"end": "env_error", "error": BROKEN}, {"end": "env_error", "error": "2"}]))
+    monitor.note(first_error([{"end": "done"}]))
+    monitor.note("the next step's")
+    assert monitor.noted == Noted(env_error=BROKEN)
+    with JsonlWriter(tmp_path / "health.jsonl") as sink, pytest.raises(HealthStop) as stop:
+        monitor.report(stream(env__end__env_error_frac=[1.0]), [], sink)
+    assert str(stop.value) == (
+        "health [env_errors] at step 1: every episode of step 1 ended with an environment error "
+        "(env/end/env_error_frac 1.0), so the run stops: nothing would be learned. The first: "
+        f"{BROKEN}. Make the environment's step answer any text the model writes with a Reply (a turn it cannot "
+        "read too); samples.jsonl holds each episode's error.")
+    (record,) = read_jsonl(tmp_path / "health.jsonl")
+    assert record["rule"] == "env_errors" and record["stop"] is True and record["step"] == 1
 
 
 def test_the_healthy_demo_run_fires_nothing():
