@@ -203,6 +203,7 @@ def eval_parser() -> argparse.ArgumentParser:
         "OUT/samples.jsonl. Task settings come from CONFIG and --section.key=value overrides.")
     parser.add_argument("config", nargs="?", help="YAML config, e.g. RUN_DIR/config.yaml (default: none)")
     parser.add_argument("--model", help="built-in name, Hub name or model directory, e.g. runs/demo/final, "
+                        "a LoRA run's runs/demo/final/adapter (loaded on its base as it was trained on), "
                         "or a run's checkpoint, runs/demo/checkpoints/step_000010.pt (default: model.name)")
     parser.add_argument("--task", action="append", help="task name (default: task.name); give several "
                         "for a transfer table")
@@ -218,13 +219,20 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", metavar="MODEL", help="also evaluate MODEL (e.g. the base model) as the "
                         "model is evaluated, on the same problems with the same samples and seed: its pass@1, "
                         "pass@k and maj@k beside the model's with the change, and which problems the model fixed "
-                        "and broke against it")
+                        "and broke against it. Each model loads as it was saved (a run's final/ as its "
+                        "rlvr_model.json says, another in model.dtype), unquantised unless --model.quantize=nf4 "
+                        "is given here")
     return parser
 
 
 def cmd_eval(argv: list[str]) -> int:
     args, overrides = parse(eval_parser(), argv)  # --task=NAME is this command's; --task.params.digits=2 a config key
-    cfg = build_config(args.config, overrides)
+    # --model.quantize here is how to evaluate, not a run's base: kept from the config's checks for training
+    # (nf4 trains LoRA adapters only), and asked of every model evaluated
+    quantize = [o.split("=", 1)[1].strip("'\"") for o in overrides if o.startswith("--model.quantize=")]
+    cfg = build_config(args.config, [o for o in overrides if not o.startswith("--model.quantize=")])
+    if quantize and quantize[-1] not in ("none", "nf4"):
+        raise RlvrError(f"--model.quantize={quantize[-1]}: one of none, nf4")
     from rlvr.eval.sampled import SampleSettings
     from rlvr.eval.suite import run_eval
 
@@ -233,8 +241,11 @@ def cmd_eval(argv: list[str]) -> int:
                        max_new_tokens=given(args.max_new_tokens, cfg.eval.max_new_tokens),
                        batch_size=given(args.batch_size, cfg.eval.batch_size), seed=args.seed)
     s.check()
+    asked = {"dtype": cfg.model.dtype} if any(o.startswith("--model.dtype=") for o in overrides) else {}
+    if quantize:
+        asked["quantize"] = quantize[-1]
     path = run_eval(cfg, args.model or cfg.model.name, args.task or [cfg.task.name], args.split, args.n, s,
-                    args.out, args.baseline)
+                    args.out, args.baseline, asked)
     print(f"wrote {path}")
     return 0
 

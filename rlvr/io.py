@@ -18,9 +18,12 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rlvr.errors import RlvrError, write_error
+
+if TYPE_CHECKING:
+    from rlvr.saved_model import TrainedFrom
 
 
 def json_safe(value):
@@ -71,12 +74,13 @@ def atomic_write_json(path: str | Path, obj) -> None:
     atomic_write_text(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
-def _save_peft(model, path: Path, base: str | None = None) -> None:
+def _save_peft(model, path: Path, base: str | None = None):
     """A LoRA model: its adapter in path/adapter, and a merged full model in path, so a plain
     transformers load (or --model.name=path) gets the trained weights. The merge runs on a copy, so
     the live model keeps its adapters and training can go on. A 4-bit base is saved dequantised (its
     NF4 values in model.dtype) with the adapter merged in. `base`: the adapter's base_model_name_or_path
-    (rlvr.models.base_model_path), so PeftModel.from_pretrained and the Hub know what it adapts."""
+    (rlvr.models.base_model_path), so PeftModel.from_pretrained and the Hub know what it adapts. Returns
+    the merged model's dtype."""
     import torch
 
     from rlvr.nf4 import dequantized, is_nf4
@@ -87,13 +91,20 @@ def _save_peft(model, path: Path, base: str | None = None) -> None:
         config.write_text(json.dumps({**json.loads(config.read_text()), "base_model_name_or_path": base}, indent=2))
     # a 4-bit base (model.quantize) is copied as its dequantised values, in model.dtype
     plain = {id(p): torch.nn.Parameter(dequantized(p), requires_grad=False) for p in model.parameters() if is_nf4(p)}
-    copy.deepcopy(model, plain).merge_and_unload().save_pretrained(path)
+    merged = copy.deepcopy(model, plain).merge_and_unload()
+    merged.save_pretrained(path)
+    return merged.dtype
 
 
-def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = None) -> None:
-    """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash. `base`:
-    a LoRA adapter's base model (_save_peft)."""
-    from rlvr.models.lora import is_peft  # here, not at the top: reading a run (rlvr report, compare) needs no torch
+def atomic_save_model(model, tokenizer, path: str | Path, trained: TrainedFrom | None = None) -> None:
+    """save_pretrained into a temporary sibling, then swap it in: the old copy survives a crash. `trained`:
+    the base the model was trained from (model.name, dtype, quantize), recorded beside the weights
+    (rlvr.saved_model: rlvr_model.json; a LoRA model's adapter names it as its base and says how to load the
+    pair); None for a model that is its own base."""
+    # here, not at the top: reading a run (rlvr report, compare) needs no torch
+    from rlvr.models.loading import base_model_path
+    from rlvr.models.lora import is_peft
+    from rlvr.saved_model import write_records
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,10 +113,13 @@ def atomic_save_model(model, tokenizer, path: str | Path, base: str | None = Non
         try:
             with _no_progress_bars():
                 if is_peft(model):
-                    _save_peft(model, tmp, base)
+                    dtype = _save_peft(model, tmp, base_model_path(trained.name) if trained else None)
                 else:
                     model.save_pretrained(tmp)
+                    dtype = model.dtype
             tokenizer.save_pretrained(tmp)
+            if trained is not None:
+                write_records(tmp, "merged" if is_peft(model) else "full", dtype, trained)
         except Exception as e:  # noqa: BLE001 - OSError, or safetensors' own error for the same full disk
             if isinstance(e, OSError) or type(e).__name__ == "SafetensorError":
                 raise write_error(path, e) from None

@@ -83,6 +83,16 @@ def dequantized(weight: torch.Tensor) -> torch.Tensor:
     return weight.get_original_weight() if is_nf4(weight) else weight
 
 
+@torch.no_grad()
+def dequantize_base(model: nn.Module) -> None:
+    """Every NF4 weight of `model` replaced by its dequantised values as a plain frozen parameter: the base a
+    LoRA run on a 4-bit base trained its adapters on, in a form they merge into (a run's final/)."""
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            if is_nf4(p):
+                setattr(module, name, nn.Parameter(dequantized(p), requires_grad=False))
+
+
 def weight_bytes(model: nn.Module) -> int:
     """Bytes the model's parameters and buffers hold, an NF4 weight counted by its packed parts."""
     total = 0

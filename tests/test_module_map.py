@@ -49,9 +49,9 @@ def test_importing_the_loop_leaves_the_sandbox_unloaded():
 # Shared types and helpers live low: rlvr/text.py (reasons, console lines), rlvr/io.py (atomic writes,
 # loading a user's callable), rlvr/checkpoint_files.py (a checkpoint read as a model needs no trainer).
 # "rlvr" is the package's own __init__ (rlvr.fit).
-LAYERS = [{"errors", "nf4", "text", "device", "checkpoint_files", "public"}, {"hub"}, {"models"}, {"io"}, {"algo", "sandbox"},
-          {"tasks"}, {"rewards"}, {"rollout"}, {"envs"}, {"report"}, {"config"}, {"eval"}, {"train"}, {"api", "plan"},
-          {"cli_args"}, {"cli", "rlvr", "__main__"}]
+LAYERS = [{"errors", "nf4", "text", "device", "checkpoint_files", "public"}, {"hub"}, {"models"}, {"saved_model"},
+          {"io"}, {"algo", "sandbox"}, {"tasks"}, {"rewards"}, {"rollout"}, {"envs"}, {"report"}, {"config"}, {"eval"},
+          {"train"}, {"api", "plan"}, {"cli_args"}, {"cli", "rlvr", "__main__"}]
 
 
 def package_of(module: str) -> str:

@@ -3,16 +3,20 @@
 eval.json holds the settings, one entry per task under `tasks` (keyed by task name), and, for
 scripts that evaluate one task, the first task's metrics again at the top level:
 
-    {"model": M, "split": "heldout", "k": 4, "samples": 4, "temperature": 1.0, "max_new_tokens": 24,
-     "seed": 0, "task": T1, "pass@1": .., "pass@4": .., "maj@4": .., "n": 50,
+    {"model": M, "loaded": "a full fine-tune, saved in float32: loaded in float32, unquantised",
+     "split": "heldout", "k": 4, "samples": 4, "temperature": 1.0, "max_new_tokens": 24, "seed": 0,
+     "task": T1, "pass@1": .., "pass@4": .., "maj@4": .., "n": 50,
      "per_difficulty": {"d1-n2": {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50}},
      "tasks": {T1: {"pass@1": .., "pass@4": .., "maj@4": .., "n": 50, "per_difficulty": {..}}, T2: ..}}
+
+`loaded` says how M was loaded: as it was saved (rlvr.saved_model.load_as_saved), in 4 bits only where
+--model.quantize asks.
 
 Every task is graded by the run's grader (rlvr.eval.grader: eval.grader, or the user's own correctness
 reward when the config's rewards have one) when it is the config's own task, by the built-in checker
 otherwise; each task's entry names it under "grader". pass@1 is greedy; `format-free@1` is the same greedy completion graded format-free (rlvr.eval.lenient);
 pass@k and maj@k come from the sampled completions (rlvr.eval.estimators). With `--baseline B`, each
-task's entry also holds "baseline": {"model": B, "pass@1", "format-free@1", "pass@k", "maj@k", "n",
+task's entry also holds "baseline": {"model": B, "loaded", "pass@1", "format-free@1", "pass@k", "maj@k", "n",
 "per_difficulty", "grader", "change", "flips", "decomposition"}: B evaluated as the model was (the same
 problems, samples and seed), `change` the model's figure minus B's per metric (did RL narrow pass@k?), and
 the per-problem comparison of B's greedy completions with the model's (rlvr.eval.flips); B's records go to
@@ -165,12 +169,12 @@ def baseline_lines(label: str, summary: dict, base: dict) -> list[str]:
              f"  {base['decomposition']['text']}"])
 
 
-def eval_json(model: str, split: str, s: SampleSettings, summaries: dict[str, dict]) -> dict:
+def eval_json(model: str, loaded: str, split: str, s: SampleSettings, summaries: dict[str, dict]) -> dict:
     """The eval.json document (structure in the module docstring)."""
     first = next(iter(summaries))
-    return {"model": model, "split": split, "k": s.k, "samples": s.samples, "temperature": s.temperature,
-            "max_new_tokens": s.max_new_tokens, "seed": s.seed, "task": first, **summaries[first],
-            "tasks": summaries}
+    return {"model": model, "loaded": loaded, "split": split, "k": s.k, "samples": s.samples,
+            "temperature": s.temperature, "max_new_tokens": s.max_new_tokens, "seed": s.seed, "task": first,
+            **summaries[first], "tasks": summaries}
 
 
 def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]],
@@ -193,18 +197,22 @@ def write_outputs(out: str | Path, doc: dict, records: dict[str, list[dict]],
 
 
 def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, s: SampleSettings, out: str | Path,
-             baseline: str | None = None) -> Path:
+             baseline: str | None = None, asked: dict[str, str] | None = None) -> Path:
     """rlvr eval: `model` on each task of `task_names` (cfg's task settings, graded as a run of cfg grades), the
     table printed, and with `baseline` that model evaluated alike beside it; returns the eval.json written
-    into `out`."""
+    into `out`. Each model loads as it was saved (rlvr.saved_model.load_as_saved: a run's final/ in its stored
+    dtype, never quantised again; any other in model.dtype, unquantised); `asked`: model.dtype and
+    model.quantize where the command line gives them ("dtype", "quantize"), which then apply to both models."""
     from rlvr.device import resolve_device, resolve_precision, sampling_autocast
     from rlvr.eval.grader import choose_grader
-    from rlvr.models.loading import check_model_name, load_model, stop_token_ids
+    from rlvr.models.loading import stop_token_ids
     from rlvr.rewards import rewards_of
     from rlvr.rollout.engines import graph_decode
+    from rlvr.saved_model import check_saved_name, is_adapter_dir, load_as_saved, read_record
 
+    asked = asked or {}
     for name in (model, baseline) if baseline else (model,):  # the models named before the data is read
-        check_model_name(name)
+        check_saved_name(name)
     tasks = task_configs(cfg.task, task_names)
     # every task's problems before any model loads: a bad row or split of the last task stops in seconds,
     # not after the first tasks were evaluated
@@ -213,15 +221,23 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     graders = task_graders(cfg.task, tasks, grader)
     if grader.user:  # the built-in checker is what rlvr eval always used
         print(f"{cfg.task.name}: {grader.line()}", file=sys.stderr)
+    if cfg.model.quantize != "none" and "quantize" not in asked:
+        # a run's config.yaml says how its base was held in training; a model is evaluated as it was saved
+        print(f"note: the config's model.quantize={cfg.model.quantize} is not applied: each model loads as it was "
+              f"saved (a run's final/ is unquantised); --model.quantize={cfg.model.quantize} evaluates them in 4 bits",
+              file=sys.stderr)
     device = resolve_device(cfg.train.device)
     sampling = sampling_autocast(device, resolve_precision(cfg.train.mixed_precision, device))  # as training samples
 
     def loaded(name: str):
-        model, tok = load_model(name, cfg.model.dtype, device, cfg.model.quantize)
+        model, tok, how = load_as_saved(name, device, dtype=asked.get("dtype"), quantize=asked.get("quantize"),
+                                        default_dtype=cfg.model.dtype)
+        if asked or is_adapter_dir(name) or read_record(name):  # else loaded as it always was: nothing to say
+            print(f"{name}: {how}", file=sys.stderr)
         graph_decode(cfg.rollout, model)
-        return model, tok
+        return model, tok, how
 
-    policy, tok = loaded(model)
+    policy, tok, how = loaded(model)
     with sampling:
         results = evaluate_tasks(policy, tok, stop_token_ids(policy, tok), tasks, split, n, s, cfg.env,
                                  graders, problems_of)
@@ -230,19 +246,19 @@ def run_eval(cfg, model: str, task_names: list[str], split: str, n: int | None, 
     records = {label: recs for label, (_, recs) in results.items()}
     # the model's figures are written before the baseline runs: a baseline that cannot load, fails or is
     # stopped loses none of them (eval.json is written again with the baseline's beside them)
-    path = write_outputs(out, eval_json(model, split, s, summaries), records)
+    path = write_outputs(out, eval_json(model, how, split, s, summaries), records)
     if not baseline:
         return path
     del policy  # one model in memory at a time
     try:
-        base_policy, base_tok = loaded(baseline)
+        base_policy, base_tok, base_how = loaded(baseline)
         with sampling:
             compared = compare_to_baseline(base_policy, base_tok, stop_token_ids(base_policy, base_tok),
                                            baseline, tasks, split, n, s, results, cfg.env, graders, problems_of)
     except RlvrError as e:
         raise RlvrError(f"baseline {baseline}: {e} (this model's results are written: {path})") from None
     for label, (base, _) in compared.items():
-        summaries[label]["baseline"] = base
+        summaries[label]["baseline"] = {**base, "loaded": base_how}
         print("\n".join(baseline_lines(label, summaries[label], base)))
-    return write_outputs(out, eval_json(model, split, s, summaries), records,
+    return write_outputs(out, eval_json(model, how, split, s, summaries), records,
                          {label: recs for label, (_, recs) in compared.items()})

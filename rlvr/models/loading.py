@@ -56,6 +56,10 @@ def check_model_name(name: str) -> None:
     if path.is_dir():
         if not (path / "config.json").is_file() and (path / "config.yaml").is_file():
             raise RlvrError(_run_dir_is_no_model(path))
+        if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
+            merged = (f"; the merged model saved with it is {path.parent}"
+                      if (path.parent / "config.json").is_file() else "")
+            raise RlvrError(f"{path} is a LoRA adapter, not a model (rlvr eval loads it on its base){merged}")
         if not (path / "config.json").is_file():
             raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
         return
@@ -87,7 +91,7 @@ def checkpoint_policy(path: Path, dtype: str = "float32", device: torch.device |
 
     import yaml
 
-    from rlvr.nf4 import dequantized, is_nf4
+    from rlvr.nf4 import dequantize_base
     from rlvr.checkpoint_files import load_checkpoint
 
     config = path.parent.parent / "config.yaml"
@@ -110,11 +114,7 @@ def checkpoint_policy(path: Path, dtype: str = "float32", device: torch.device |
         raise RlvrError(f"checkpoint {path} does not fit the model its run's {config} names ({m.name}, "
                         f"model.lora.r={m.lora.r}): {str(e).splitlines()[0]}") from None
     if m.lora.r > 0:
-        with torch.no_grad():
-            for module in model.modules():
-                for pname, p in list(module.named_parameters(recurse=False)):
-                    if is_nf4(p):
-                        setattr(module, pname, torch.nn.Parameter(dequantized(p), requires_grad=False))
+        dequantize_base(model)
         model = model.merge_and_unload()
     model.config._name_or_path = str(path.resolve())  # what it came from (a LoRA adapter on it names it)
     stored = str(next(model.parameters()).dtype).removeprefix("torch.")

@@ -27,7 +27,8 @@ from rlvr.errors import RlvrError
 from rlvr.report.console import say
 from rlvr.io import atomic_save_model, atomic_write_text
 from rlvr.report.sinks import jsonl_records
-from rlvr.models.loading import base_model_path, load_model
+from rlvr.models.loading import load_model
+from rlvr.saved_model import TrainedFrom
 from rlvr.train.distributed import full_state_dict, gather_objects, is_fsdp, load_full_state_dict
 from rlvr.train.settings import weight_settings
 from rlvr.train.state import Progress, Run
@@ -317,15 +318,16 @@ def try_checkpoint(run: Run, p: Progress, train_seconds: float, pending: dict | 
 
 
 def save_final(run: Run) -> None:
-    """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter)."""
-    m = run.models
+    """RUN_DIR/final as a plain Hugging Face model (LoRA: merged, plus the adapter), with the record of its
+    form and base (rlvr.saved_model: what rlvr eval loads it by)."""
+    m, c = run.models, run.settings.checkpoint
+    trained = TrainedFrom(name=c.model_name, dtype=c.model_dtype, quantize=c.model_quantize)
     if not is_fsdp(m.policy):
         if run.dist.is_main:
-            atomic_save_model(m.policy, m.tok, run.out / "final", base_model_path(run.settings.checkpoint.model_name))
+            atomic_save_model(m.policy, m.tok, run.out / "final", trained)
         return
     state = full_state_dict(m.policy, run.dist)  # every rank gathers; rank 0 gets the weights
     if run.dist.is_main:
-        c = run.settings.checkpoint
         plain, _ = load_model(c.model_name, c.model_dtype)
         plain.load_state_dict(state)
-        atomic_save_model(plain, m.tok, run.out / "final")
+        atomic_save_model(plain, m.tok, run.out / "final", trained)

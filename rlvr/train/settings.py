@@ -73,8 +73,9 @@ class CheckpointSettings:
     out: Path  # the run directory (checkpoints/, final/)
     every: int  # train.save_every (0: no checkpoint at all)
     keep: int  # train.keep_checkpoints
-    model_name: str  # model.name and model.dtype: what final/ is loaded back from (LoRA: the base)
+    model_name: str  # model.name, model.dtype and model.quantize: what final/ is loaded back from (LoRA: the base)
     model_dtype: str
+    model_quantize: str
     weights: dict  # WEIGHT_KEYS' values: recorded in each checkpoint, checked by a resume
 
 
@@ -113,6 +114,7 @@ class Settings:
             eval=eval_settings(cfg, stop_ids=stop_ids, pad_id=pad_id, precision=precision),
             checkpoint=CheckpointSettings(out=out, every=t.save_every, keep=t.keep_checkpoints,
                                           model_name=cfg.model.name, model_dtype=cfg.model.dtype,
+                                          model_quantize=cfg.model.quantize,
                                           weights=weight_settings(to_dict(cfg))),
             log=LogSettings(samples_every=t.samples_every, trackers=tuple(cfg.log.trackers), project=cfg.log.project))
 

@@ -32,6 +32,7 @@ from rlvr.errors import RlvrError
 from rlvr.models.loading import load_model, stop_token_ids
 from rlvr.report.console import before_after_table, progress, say
 from rlvr.io import atomic_save_model, atomic_write_json
+from rlvr.saved_model import TrainedFrom
 from rlvr.report.sinks import JsonlWriter
 from rlvr.envs.episodes import make_spec
 from rlvr.eval.grader import choose_grader
@@ -214,7 +215,7 @@ def _locked(cfg: Config, out: Path, then: str, wall_start: float) -> dict:
         summary.update(after)
         if baseline:
             summary.update(flip_summary(baseline, records))
-    atomic_save_model(policy, tok, out / "final")
+    atomic_save_model(policy, tok, out / "final", TrainedFrom(name=cfg.model.name, dtype=cfg.model.dtype))
     summary["wall_seconds"] = time.perf_counter() - wall_start
     atomic_write_json(out / "summary.json", summary)
     say(before_after_table(summary))

@@ -264,29 +264,3 @@ def test_a_run_raises_no_future_warning(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FutureWarning" not in done.stderr
-
-
-def test_lora_final_adapter_names_its_base_and_loads_with_peft(tmp_path):
-    """`rlvr train ... --model.name=BASE_DIR --model.lora.r=4`: final/ is the merged model, and final/adapter/
-    a PEFT directory whose adapter_config.json names BASE_DIR, so PeftModel.from_pretrained(base, adapter)
-    gives the merged model's outputs."""
-    pytest.importorskip("peft")
-    import torch
-    from peft import PeftModel
-
-    from rlvr.models import tiny_random
-    from rlvr.io import atomic_save_model
-
-    base_dir = tmp_path / "base"
-    atomic_save_model(*tiny_random(seed=0), base_dir)
-    out = run(tmp_path, "lora", f"--model.name={base_dir}", "--model.lora.r=4", "--train.steps=2",
-              "--optimizer.lr=1e-2", "--rewards.weights={'tests.e2e.test_tiny_run:varied_reward': 1.0}")
-    config = json.loads((out / "final" / "adapter" / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == str(base_dir.resolve())
-    merged = AutoModelForCausalLM.from_pretrained(out / "final")
-    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"]),
-                                        out / "final" / "adapter")
-    ids = torch.tensor([[5, 9, 13, 2, 7]])
-    with torch.no_grad():
-        assert torch.allclose(merged(ids).logits, adapted(ids).logits, atol=1e-5)
-        assert not torch.allclose(merged(ids).logits, AutoModelForCausalLM.from_pretrained(base_dir)(ids).logits)

@@ -59,6 +59,7 @@ def test_two_processes_write_one_run_directory_that_resumes_in_one(request, tmp_
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 3 and "heldout_accuracy_after" in summary
     AutoModelForCausalLM.from_pretrained(out / "final")
+    assert json.loads((out / "final" / "rlvr_model.json").read_text())["form"] == "full"  # gathered, as one saves it
     assert main(["train", "--resume", str(out), "--train.steps=5"]) == 0  # written by 2, resumed by 1
     assert [(m["step"], m["processes"]) for m in read_jsonl(out / "metrics.jsonl")] == [(1, 2), (2, 2), (3, 2),
                                                                                      (4, 1), (5, 1)]
