@@ -184,11 +184,20 @@ def test_rlvr_plan_reads_a_cached_hub_models_config_alone(cache, capsys):
 
 
 def test_an_uncached_hub_model_with_no_network_says_where_it_looked_and_what_to_do(cache, monkeypatch):
-    # online allowed, but the endpoint answers no one (tests/conftest.py): the download fails at once
+    # online allowed, but the endpoint answers no one (tests/conftest.py): each connection is refused at once.
+    # huggingface_hub retries a refused connection 5 times, sleeping 1, 2, 4, 8 and 8 s between tries (23 s of
+    # waiting); its retries still run here, only its sleeps are recorded instead of slept
+    import types
+
+    import huggingface_hub.utils._http as hf_http
+
+    waits = []
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_http, "time", types.SimpleNamespace(**{**vars(hf_http.time), "sleep": waits.append}))
     with pytest.raises(RlvrError) as e:
         load_model("Qwen/Qwen2.5-7B-Instruct")
+    assert waits  # it retried (and gave up) before the message below, as it would with a network that is down
     assert str(e.value) == (
         f"model 'Qwen/Qwen2.5-7B-Instruct' is not a local path nor in the Hugging Face cache ({cache}), and could "
         "not be downloaded (ConnectError: [Errno 111] Connection refused): download it on a machine that is online "

@@ -65,13 +65,13 @@ def test_a_program_cannot_name_its_own_outcome(spec, src, want):
 
 
 def test_rewording_every_failure_moves_no_outcome(monkeypatch):
-    """Every Failure the sandbox and the program session make, and every case reason, reworded: the
-    outcomes and the metrics stay as they were."""
+    """Every Failure the sandbox and the program session make, and every case reason, reworded: each program
+    keeps the outcome it is named by in FUNCTION_PROGRAMS and STDIO_PROGRAMS, which the first test of this
+    file checks for the same programs under the same specs unreworded."""
     from rlvr.rewards.code import outcomes
 
     reward = make_code_tests(timeout_s=1.0)
     cases = [(spec, src) for spec, programs in (SPECS["function"], SPECS["stdio"]) for src in programs.values()]
-    before = [reward.verdict(completion(src), spec) for spec, src in cases]
     real = outcome_module.Failure
     reworded = lambda kind, why: real(kind, "something happened")   # noqa: E731
     for module in (outcome_module, program_module):
@@ -79,5 +79,5 @@ def test_rewording_every_failure_moves_no_outcome(monkeypatch):
     monkeypatch.setattr(outcomes, "_wrong_answer", lambda *a, **k: "something happened")
     monkeypatch.setattr(outcomes, "_case_reason", lambda case, why, kind: "something happened")
     after = [reward.verdict(completion(src), spec) for spec, src in cases]
-    assert [v.outcome for v in after] == [v.outcome for v in before] == [*FUNCTION_PROGRAMS, *STDIO_PROGRAMS]
+    assert [v.outcome for v in after] == [*FUNCTION_PROGRAMS, *STDIO_PROGRAMS]
     assert {v.reason.split("; ")[-1] for v in after if v.outcome != "passed"} == {"something happened"}
