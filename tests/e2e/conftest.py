@@ -4,6 +4,8 @@ copy (`copy_run`). `crashed` stops a run inside this process as a kill would, so
 need no process of their own (tests/e2e/test_resume.py keeps one real SIGKILL per path)."""
 import contextlib
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,35 @@ def copy_run(src: Path, dst: Path) -> Path:
     """A run directory of one's own to change: dst, a copy of src (a run resumes from wherever it is)."""
     shutil.copytree(src, dst)
     return dst
+
+
+def wait_until(done, proc: subprocess.Popen, what: str, backstop_s: float = 300, stop=None) -> None:
+    """Poll `done()` until it is true while `proc` runs (a run to be signalled or killed once it got somewhere).
+    A hang backstop, never a measure of speed: the test fails naming `what` it waited for when `proc` ended
+    first, or when `backstop_s` passed (far above what a loaded machine needs); `proc` is then stopped with
+    `stop(proc)` (default: killed), so no run is left behind."""
+    deadline = time.monotonic() + backstop_s
+    while not done():
+        ended = proc.poll() is not None
+        if ended or time.monotonic() > deadline:
+            (stop or subprocess.Popen.kill)(proc)
+            proc.wait()
+            err = proc.stderr.read() if proc.stderr and not proc.stderr.closed else ""  # the caller may communicate
+            why = f"the process ended (exit {proc.returncode}) before" if ended else f"{backstop_s:g} s passed without"
+            pytest.fail(f"{why} {what}; its stderr ends:\n{err[-3000:]}", pytrace=False)
+        time.sleep(0.05)
+
+
+def finished(proc: subprocess.Popen, backstop_s: float, what: str, stop=None) -> tuple[int, str]:
+    """(exit status, stderr) of `proc` once it ends; a hang backstop as wait_until's: after `backstop_s` the
+    test fails saying `what` was still running, with its stderr, `proc` stopped with `stop(proc)`."""
+    try:
+        _, err = proc.communicate(timeout=backstop_s)
+    except subprocess.TimeoutExpired:
+        (stop or subprocess.Popen.kill)(proc)
+        err = proc.communicate()[1] or ""
+        pytest.fail(f"{what}: still running after {backstop_s:g} s; its stderr ends:\n{err[-3000:]}", pytrace=False)
+    return proc.returncode, err
 
 
 class Crash(BaseException):

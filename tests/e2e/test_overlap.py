@@ -4,12 +4,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rlvr.cli import main
+from tests.e2e.conftest import wait_until
 from tests.conftest import read_jsonl
 
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -74,16 +74,12 @@ def test_killed_and_resumed_matches_the_run_left_alone(off_alone, tmp_path, kill
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlvr", "train", *RUN, OFF, "--optimizer.lr=1e-2", "--train.save_every=1",
            f"--train.out={out}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpt = out / "checkpoints"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if ckpt.exists() and len(list(ckpt.glob("step_*.pt"))) >= kill_after_lines:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
+    wait_until(lambda: ckpt.exists() and len(list(ckpt.glob("step_*.pt"))) >= kill_after_lines, proc,
+               f"{kill_after_lines} checkpoints were written (the run must still be going to be killed)")
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
     assert main(["train", "--resume", str(out)]) == 0
     for name in ("metrics.jsonl", "samples.jsonl"):
         assert untimed(read_jsonl(out / name)) == untimed(read_jsonl(off_alone / name)), name

@@ -1,10 +1,10 @@
 """Exact resume: a run killed (one real SIGKILL, the other kills raised in the run's own process) and resumed
 ends with the metrics of the run left alone."""
 import json
+import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ import torch
 
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints, save_checkpoint, truncate_jsonl
-from tests.e2e.conftest import copy_run, crashed
+from tests.e2e.conftest import at_step, copy_run, crashed, finished, wait_until
 from tests.conftest import read_jsonl
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
@@ -48,15 +48,12 @@ def killed_after(args: list[str], out: Path, lines: int) -> None:
     """`rlvr train ARGS --train.out=OUT` in a process of its own, SIGKILLed once its metrics.jsonl holds
     `lines` lines (the run must still be going then)."""
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *args, f"--train.out={out}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics, deadline = out / "metrics.jsonl", time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and metrics.read_text().count("\n") >= lines:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= lines, proc,
+               f"{metrics} held {lines} lines (the run must still be going to be killed)")
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
 
 
 def test_sigkill_then_resume_matches_the_run_left_alone(alone, learning, tmp_path):
@@ -125,16 +122,17 @@ def test_fp32_masters_resume_exactly(tmp_path, kind):
 
 
 def test_sigterm_writes_a_checkpoint_and_exits_0(alone, learning, tmp_path):
+    """A real SIGTERM to a process of its own once step 1 is in metrics.jsonl: it finishes its step, writes
+    that step's checkpoint (train.save_every=100: none was due) and exits 0; the resume ends as the run left
+    alone."""
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *learning, "--train.save_every=100",
                              f"--train.out={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
     metrics = out / "metrics.jsonl"
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
-        time.sleep(0.01)
+    wait_until(lambda: metrics.exists() and metrics.read_text(), proc, f"{metrics} held step 1")
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    code, err = finished(proc, 120, "a run sent SIGTERM")
+    assert code == 0, err
     assert "rlvr train --resume" in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] == "SIGTERM"
@@ -160,20 +158,16 @@ def test_save_every_0_writes_no_checkpoint_at_all(alone, learning, tmp_path, cap
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.slow  # a run in a process of its own
-def test_sigterm_with_save_every_0_stops_without_a_checkpoint(tmp_path):
+def test_sigterm_with_save_every_0_stops_without_a_checkpoint(tmp_path, capsys):
+    """A real SIGTERM, sent to this process as step 2 begins (the path to a checkpoint keeps a process of its
+    own above): the step finishes, nothing is checkpointed, and the line says the run cannot be continued."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--train.save_every=0", "--train.steps=500",
-                             f"--train.out={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    metrics = out / "metrics.jsonl"
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    capsys.readouterr()
+    with at_step(2, lambda: os.kill(os.getpid(), signal.SIGTERM)):
+        assert main(["train", *RUN, "--train.save_every=0", "--train.steps=500", f"--train.out={out}"]) == 0
+    err = capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["interrupted"] == "SIGTERM" and not (out / "checkpoints").exists()
+    assert summary["interrupted"] == "SIGTERM" and summary["steps"] == 2 and not (out / "checkpoints").exists()
     assert "SIGTERM: finishing step, then exiting" in err
     assert (f"stopped at step {summary['steps']} by SIGTERM; train.save_every=0 writes no checkpoint, so it cannot "
             "be continued") in err and "--resume" not in err

@@ -1,24 +1,35 @@
-"""`rlvr train` with a user's reward that does more than raise, as the user runs it: a real process, a
-real .py reward file named in rewards.weights. The run goes on where the fault costs a call, or stops
-at once with exit 2 and one line naming the reward; a reward's os.chdir or leftover thread moves nothing
-and keeps nothing alive."""
+"""`rlvr train` with a user's reward that does more than raise, as the user runs it: a real .py reward file
+named in rewards.weights, in a process of its own where the fault could take the process or its exit with it
+(a thread left running, a hang ended by a signal), else in this one. The run goes on where the fault costs a
+call, or stops at once with exit 2 and one line naming the reward; a reward's os.chdir or leftover thread
+moves nothing and keeps nothing alive."""
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
+
+from rlvr.cli import main
+from tests.e2e.conftest import finished, wait_until
 
 RUN = ["--model.name=tiny-random", "--train.steps=1", "--rollout.prompts_per_step=2", "--rollout.group_size=2",
        "--rollout.max_new_tokens=4", "--eval.max_new_tokens=4", "--task.ood_size=0", "--task.heldout_size=2",
        "--train.samples_every=0", "--train.threads=1"]
+WEIGHTS = "--rewards.weights={r.py:f: 1.0, correctness: 1.0}"
 
 
 def train(cwd, reward: str, *extra: str, **popen):
     (cwd / "r.py").write_text(reward)
-    return subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, "--rewards.weights={r.py:f: 1.0, "
-                             "correctness: 1.0}", *extra], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, **popen)
+    return subprocess.Popen([sys.executable, "-m", "rlvr", "train", *RUN, WEIGHTS, *extra], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()}, **popen)
+
+
+def train_here(cwd, monkeypatch, reward: str, *extra: str) -> int:
+    """train's run in this process (in `cwd`, where rewards.weights finds r.py): its exit status."""
+    (cwd / "r.py").write_text(reward)
+    monkeypatch.chdir(cwd)
+    return main(["train", *RUN, WEIGHTS, *extra])
 
 
 MOVES = """
@@ -61,10 +72,10 @@ def f(completions, trainer_state, **kw):
 """
 
 
-def test_sys_exit_on_every_completion_stops_the_run_with_exit_2_naming_the_reward(tmp_path):
-    proc = train(tmp_path, EXITS_IN_TRAINING, f"--train.out={tmp_path / 'run'}")
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2
+def test_sys_exit_on_every_completion_stops_the_run_with_exit_2_naming_the_reward(tmp_path, monkeypatch, capsys):
+    """In this process: a SystemExit that left the run would end the test with it (pytest fails it)."""
+    assert train_here(tmp_path, monkeypatch, EXITS_IN_TRAINING, f"--train.out={tmp_path / 'run'}") == 2
+    err = capsys.readouterr().err
     line = next(x for x in err.splitlines() if x.startswith("rlvr: error:"))
     assert line.startswith(f"rlvr: error: reward function 'r.py:f' ({tmp_path / 'r.py'}:3, function f) raised on "
                            "every completion of the batch, so the run stops")
@@ -85,17 +96,10 @@ def test_sigterm_during_a_hung_reward_stops_the_run_at_once(tmp_path):
     """The run waits on user code when the signal comes: it stops then, the step dropped, rather than after
     rewards.timeout_s (tests/e2e/test_user_code_ends.py holds the checkpoint of the steps done)."""
     proc = train(tmp_path, HANGS_IN_TRAINING, f"--train.out={tmp_path / 'run'}", "--rewards.timeout_s=60")
-    deadline = time.monotonic() + 240
-    while not (tmp_path / "hanging").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read()
+    wait_until((tmp_path / "hanging").exists, proc, "the reward hung")
     proc.send_signal(signal.SIGTERM)
-    try:  # a hang backstop: the reward sleeps an hour
-        _, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the run had not stopped 120 s after SIGTERM while a reward hung")
-    assert proc.returncode == 0, err
+    code, err = finished(proc, 120, "a run sent SIGTERM while a reward hung (it sleeps an hour)")
+    assert code == 0, err
     assert "SIGTERM: stopping now: this step waits on user code" in err
     assert "did not return within rewards.timeout_s" not in err  # not cut by the reward's limit: by the signal
 
@@ -109,11 +113,11 @@ def f(completions, **kw):
 """
 
 
-def test_an_isolated_reward_that_kills_its_process_costs_calls_not_the_run(tmp_path):
-    proc = train(tmp_path, KILLS_ITS_WORKER, f"--train.out={tmp_path / 'run'}", "--rewards.isolate=true",
-                 "--rewards.timeout_s=20")
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+def test_an_isolated_reward_that_kills_its_process_costs_calls_not_the_run(tmp_path, monkeypatch, capsys):
+    """In this process: an os._exit that reached it would end the whole test session, not pass."""
+    code = train_here(tmp_path, monkeypatch, KILLS_ITS_WORKER, f"--train.out={tmp_path / 'run'}",
+                      "--rewards.isolate=true", "--rewards.timeout_s=20")
+    assert code == 0, capsys.readouterr().err
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     # each batch call crashed the worker; each row retried alone in a fresh one scored 1
     assert metrics["reward/r.py:f/mean"] == 1.0 and metrics["reward/r.py:f/errors"] == 0

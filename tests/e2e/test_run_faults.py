@@ -1,8 +1,8 @@
 """What happens to a run directory from outside the model: a stop during the first evaluation, resumes
 that cannot load, damaged checkpoints, two processes on one directory, data that changed, leftovers of
-killed writes, a finished run extended. Each through `rlvr train` itself on real files (processes where
-two must overlap), both ways: the fault handled, the honest run unchanged (resumed = uninterrupted,
-value for value)."""
+killed writes, a finished run extended. Each through `rlvr train` itself on real files (a process of its own
+for a run that must hold the directory while another starts), both ways: the fault handled, the honest run
+unchanged (resumed = uninterrupted, value for value)."""
 import hashlib
 import json
 import math
@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import torch
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints
 from rlvr.train.rundir import LOCK
-from tests.e2e.conftest import copy_run
+from tests.e2e.conftest import copy_run, wait_until
 from tests.e2e.test_resume import RUN, read_jsonl, same_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,30 +143,30 @@ def test_the_honest_resume_reads_no_damage_and_extends_a_finished_run_once(alone
     assert not (out / LOCK).exists()  # released at the end
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline
-        time.sleep(0.01)
+def test_two_trains_into_one_directory_and_a_resume_of_a_running_run_are_refused(tmp_path, capsys, monkeypatch):
+    """The first run in a process of its own, holding the directory; the second start and the resume in this
+    process, as a second command would meet it."""
+    import rlvr.train.grpo as grpo
 
-
-def test_two_trains_into_one_directory_and_a_resume_of_a_running_run_are_refused(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rlvr", "train", *RUN, "--train.steps=1000", "--train.save_every=1",
-           f"--train.out={out}"]
-    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    args = ["train", *RUN, "--train.steps=1000", "--train.save_every=1", f"--train.out={out}"]
+    first = subprocess.Popen([sys.executable, "-m", "rlvr", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
     try:
-        wait_for(out / LOCK, first)
-        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2
-        assert (f"rlvr: error: {out} is in use by another rlvr process (PID {first.pid}), which holds {out / LOCK}"
-                in second.stderr), second.stderr
-        wait_for(out / "config.yaml", first)  # it has loaded and claimed the directory
-        resumed = subprocess.run([sys.executable, "-m", "rlvr", "train", "--resume", str(out)], capture_output=True,
-                                 text=True, timeout=120)
-        assert resumed.returncode == 2 and f"(PID {first.pid})" in resumed.stderr, resumed.stderr
-        assert "Traceback" not in second.stderr + resumed.stderr
+        wait_until((out / LOCK).exists, first, f"the first run took {out / LOCK}")
+        capsys.readouterr()
+        with monkeypatch.context() as here:  # where the lock did not hold, fail at once instead of training on
+            here.setattr(grpo, "train_step", lambda *a, **k: pytest.fail("a start trains beside the running run"))
+            assert main(args) == 2
+            second = capsys.readouterr().err
+            assert (f"rlvr: error: {out} is in use by another rlvr process (PID {first.pid}), which holds "
+                    f"{out / LOCK}" in second), second
+            # it has loaded and claimed the directory
+            wait_until((out / "config.yaml").exists, first, "the first run wrote config.yaml")
+            assert main(["train", "--resume", str(out)]) == 2
+        resumed = capsys.readouterr().err
+        assert f"(PID {first.pid})" in resumed, resumed
+        assert "Traceback" not in second + resumed
     finally:
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=120)

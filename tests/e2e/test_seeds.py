@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from rlvr.cli import main
 from tests.conftest import read_jsonl
+from tests.e2e.conftest import copy_run, finished, wait_until
 
 pytestmark = pytest.mark.slow  # every test here trains (each group's seeds in processes of their own)
 
@@ -111,11 +112,11 @@ def test_one_run_each_takes_a_draw_for_a_change_that_seeds_show_is_none(groups, 
             in capsys.readouterr().out)
 
 
-def test_a_stopped_group_resumes_its_unfinished_seeds(groups, config, tmp_path, capsys):
+def test_a_stopped_group_resumes_its_unfinished_seeds(groups, tmp_path, capsys):
     """A group whose second seed did not finish: `rlvr train --resume GROUP` skips the first and runs the
-    second again from step 0 (train.save_every=0 left it nothing to continue from), as it would have run."""
-    out = tmp_path / "g"
-    assert main(["train", str(config), "--seeds", "0,1", f"--train.out={out}"]) == 0
+    second again from step 0 (train.save_every=0 left it nothing to continue from), as it would have run.
+    The group is a copy of group a (the same command), resumed where it lies now."""
+    out = copy_run(groups / "a", tmp_path / "g")
     before = untimed(read_jsonl(out / "seed-1" / "metrics.jsonl"))
     (out / "seed-1" / "summary.json").unlink()  # as a seed stopped part way leaves it: no summary of its end
     capsys.readouterr()
@@ -131,18 +132,17 @@ def test_sigterm_to_a_group_stops_its_seed_with_a_checkpoint_and_the_group_resum
     seed from its checkpoint and runs the next: the resumed seed's steps are those of the seed run whole."""
     import os
     import signal
-    import time
 
     out, whole = tmp_path / "g", tmp_path / "whole"
     args = [str(config), "--train.steps=12", "--train.save_every=1", "--eval.before=false"]
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "train", *args, "--seeds", "0,1", f"--train.out={out}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    metrics, deadline = out / "seed-0" / "metrics.jsonl", time.time() + 300
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-        time.sleep(0.05)
+    metrics = out / "seed-0" / "metrics.jsonl"
+    wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 2, proc,
+               "seed 0's metrics.jsonl held 2 steps")
     os.kill(proc.pid, signal.SIGTERM)  # the group's process alone, as a scheduler's kill sends it
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-3000:]
+    code, err = finished(proc, 300, "a group sent SIGTERM")
+    assert code == 130, err[-3000:]
     assert "seed 0 was stopped; seed(s) 0, 1 of" in err and f"rlvr train --resume {out}" in err, err[-3000:]
     assert not (out / "seed-1").exists()
     stopped = json.loads((out / "seed-0" / "summary.json").read_text())

@@ -1,12 +1,13 @@
 """torchrun with 2 CPU processes (gloo): one rank writes the run directory, metrics cover the global batch,
-and a checkpoint written by 2 processes resumes in 1."""
+a checkpoint written by 2 processes resumes in 1, and the same command repeats bit for bit. Each launch starts
+three processes (the agent, two ranks), which is most of its cost, so a launch carries every check that can
+read it: the DDP run (ddp_run) and the FSDP run of packed rows (fsdp_packed) are launched once each."""
 import json
 import os
 from pathlib import Path
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 from transformers import AutoModelForCausalLM
@@ -14,6 +15,8 @@ from transformers import AutoModelForCausalLM
 from rlvr.cli import main
 from rlvr.train.checkpoint import checkpoints
 from tests.conftest import read_jsonl
+from tests.e2e.conftest import copy_run, wait_until
+from tests.e2e.test_same_run import same_run
 
 # The old demo's arithmetic task (tiny-random has a character tokenizer; no reasoning-gym needed).
 ARITHMETIC = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic.yaml")
@@ -30,25 +33,36 @@ def torchrun(*args):
     return proc
 
 
+def varied(completions, **kwargs):
+    """Differs within groups on tiny-random (which scores 0 on arithmetic), so the weights move from step 1."""
+    return [float(len(set(c)) % 3) for c in completions]
+
+
+VARIED = "--rewards.weights={'tests.e2e.test_torchrun:varied': 1.0}"
 KL = "--algo.beta=0.04"  # a reference model on each rank as well
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
-    """One torchrun of RUN with a KL term (train.parallel=ddp, the default): the directory two processes
-    write, which one process resumes (copied), and the run one process must repeat (train like one)."""
+    """One torchrun of RUN with a KL term and weights that move (train.parallel=ddp, the default): the
+    directory two processes write, which one process resumes (copied), the run one process must repeat
+    (train like one) and a second launch must repeat bit for bit; and its stderr."""
     out = tmp_path_factory.mktemp("torchrun") / "ddp"
-    return out, torchrun(KL, f"--train.out={out}", "--train.parallel=ddp").stderr
+    return out, torchrun(KL, VARIED, f"--train.out={out}", "--train.parallel=ddp").stderr
+
+
+@pytest.fixture(scope="module")
+def fsdp_packed(tmp_path_factory):
+    """One torchrun of RUN under FSDP with packed rows (each rank one forward call per micro-batch, its
+    placeholder's too, so their collectives pair up) and weights that move; and its stderr."""
+    out = tmp_path_factory.mktemp("torchrun") / "fsdp"
+    return out, torchrun(VARIED, "--train.packed=true", f"--train.out={out}", "--train.parallel=fsdp").stderr
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_two_processes_write_one_run_directory_that_resumes_in_one(request, tmp_path, parallel):
-    out = tmp_path / parallel
-    if parallel == "ddp":
-        written, stderr = request.getfixturevalue("ddp_run")
-        shutil.copytree(written, out)
-    else:
-        stderr = torchrun(f"--train.out={out}", f"--train.parallel={parallel}").stderr
+    written, stderr = request.getfixturevalue({"ddp": "ddp_run", "fsdp": "fsdp_packed"}[parallel])
+    out = copy_run(written, tmp_path / parallel)
     assert stderr.count("eval at step 0") == 1  # one rank prints
     assert stderr.count(f"torchrun: 2 processes (gloo, train.parallel={parallel}, cpu), 1 of the 2 prompts "
                         "per step on each; rank 0 prints and writes") == 1
@@ -77,7 +91,7 @@ def test_two_processes_train_like_one(ddp_run, tmp_path):
     """Sampling is seeded per prompt group (seed, step, group index), so the same config gives
     the same completions, rewards, losses and weights on 1 or 2 processes (to float-summation tolerance)."""
     one, (two, _) = tmp_path / "one", ddp_run
-    assert main(["train", *RUN, KL, f"--train.out={one}"]) == 0
+    assert main(["train", *RUN, KL, VARIED, f"--train.out={one}"]) == 0
     rows_one, rows_two = read_jsonl(one / "metrics.jsonl"), read_jsonl(two / "metrics.jsonl")
     assert len(rows_one) == len(rows_two) == 3
     for a, b in zip(rows_one, rows_two):
@@ -92,9 +106,18 @@ def test_two_processes_train_like_one(ddp_run, tmp_path):
     completions = lambda run: [s["completion"] for s in read_jsonl(run / "samples.jsonl")]
     assert completions(one) == completions(two)
     assert len(set(completions(one))) > 3  # they are sampled, not all alike
+    assert all(row["grad_norm"] > 0 for row in rows_one)  # the weights moved: there were updates to match
 
 
-VARIED = "def varied(completions, **kwargs):\n    return [float(len(set(c)) % 3) for c in completions]\n"
+def test_a_second_torchrun_of_one_command_repeats_it_bit_for_bit(ddp_run, tmp_path):
+    """The same processes, twice (gloo on the CPU): the all-reduce sums the ranks' gradients in the same order,
+    so the records, the last checkpoint and the final weights are the same bit for bit
+    (tests/e2e/test_same_run.py: same_run)."""
+    first, _ = ddp_run
+    again = tmp_path / "again"
+    torchrun(KL, VARIED, f"--train.out={again}", "--train.parallel=ddp")
+    same_run(first, again)
+    assert all(m["processes"] == 2 and m["grad_norm"] > 0 for m in read_jsonl(again / "metrics.jsonl"))
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +125,7 @@ def bf16_one(tmp_path_factory):
     """bf16 weights with fp32 masters in AdamW (rlvr/train/optim.py MasterAdamW), one process, with a reward
     that varies within groups, so the weights move from step 1 (tiny-random scores 0 on arithmetic)."""
     folder = tmp_path_factory.mktemp("bf16")
-    (folder / "varied.py").write_text(VARIED)
-    args = [f"--rewards.weights={{{folder / 'varied.py'}:varied: 1.0}}", "--model.dtype=bfloat16"]
+    args = [VARIED, "--model.dtype=bfloat16"]
     assert main(["train", *RUN, *args, f"--train.out={folder / 'one'}"]) == 0
     return args, folder / "one"
 
@@ -133,15 +155,11 @@ def test_bf16_weights_with_fp32_masters_train_in_two_processes_as_in_one(tmp_pat
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
-def test_packed_forwards_train_in_two_processes_as_padded_in_one(tmp_path):
-    """train.packed under FSDP on 2 processes (each rank one forward call per micro-batch, its placeholder's
-    too, so their collectives pair up): step 1 (sampled from the same weights) has one process's padded
+def test_packed_forwards_train_in_two_processes_as_padded_in_one(fsdp_packed, tmp_path):
+    """train.packed under FSDP on 2 processes: step 1 (sampled from the same weights) has one process's padded
     loss and gradient norm within float-summation tolerance."""
-    (tmp_path / "varied.py").write_text(VARIED)
-    args = [f"--rewards.weights={{{tmp_path / 'varied.py'}:varied: 1.0}}", "--train.save_every=0", "--eval.after=false"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    assert main(["train", *RUN, *args, f"--train.out={one}"]) == 0
-    torchrun(*args, "--train.packed=true", "--train.parallel=fsdp", f"--train.out={two}")
+    one, (two, _) = tmp_path / "one", fsdp_packed
+    assert main(["train", *RUN, VARIED, "--train.save_every=0", "--eval.after=false", f"--train.out={one}"]) == 0
     first_one, first_two = read_jsonl(one / "metrics.jsonl")[0], read_jsonl(two / "metrics.jsonl")[0]
     assert first_one["reward/mean"] == first_two["reward/mean"] and first_one["grad_norm"] > 0
     for key in ("loss", "grad_norm", "entropy"):
@@ -191,20 +209,6 @@ def test_a_node_that_fails_before_joining_stops_the_other_within_the_join_timeou
     assert not out.exists()  # nothing was written before every process had joined
 
 
-SLOW_ONCE = ("import os, time\nslept = []\ndef slow(completions, **kwargs):\n"
-             "    if os.environ['RANK'] == '1' and not slept:  # rank 0 meanwhile waits in a collective\n"
-             "        slept.append(time.sleep(8))\n    return [0.0 for c in completions]\n")
-
-
-def test_collectives_wait_longer_than_the_join_timeout(tmp_path):
-    """The join bound holds for joining only: rank 1's reward takes 8 s the first time while rank 0 waits for
-    it in a collective, longer than train.join_timeout_s=5, and the run goes on (torch's 30 minutes apply)."""
-    (tmp_path / "slow.py").write_text(SLOW_ONCE)
-    torchrun(f"--rewards.weights={{{tmp_path / 'slow.py'}:slow: 1.0}}", "--train.join_timeout_s=5", "--train.steps=1",
-             "--train.save_every=0", "--eval.before=false", "--eval.after=false", f"--train.out={tmp_path / 'run'}")
-    assert [m["step"] for m in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1]
-
-
 def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands(tmp_path):
     """kill -9 of node 1's process after the first checkpoint: node 0's agent does not hear of it, and its
     process, in a collective, stops with one line saying so and naming the newest checkpoint, which is whole."""
@@ -216,10 +220,7 @@ def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands
     args = [*RUN, "--train.steps=500", "--train.save_every=1", "--eval.before=false", f"--train.out={out}"]
     first, second = node(0, 2, *args), node(1, 2, *args)
     try:
-        for _ in range(1200):
-            if (out / "checkpoints" / "step_000001.pt.sha256").exists() or first.poll() is not None:
-                break
-            time.sleep(0.1)
+        wait_until((out / "checkpoints" / "step_000001.pt.sha256").exists, first, "the first checkpoint", stop=stop)
         for worker in psutil.Process(second.pid).children():
             worker.kill()
         second.communicate(timeout=300)
@@ -236,40 +237,47 @@ def test_a_process_killed_mid_run_stops_the_other_node_with_where_the_run_stands
     assert damaged == [] and state["progress"]["step"] >= 1 and not (out / "final").exists()
 
 
-def test_nodes_that_see_different_run_directories_are_refused_on_resume(tmp_path):
+def test_nodes_that_see_different_run_directories_are_refused_on_resume(ddp_run, tmp_path):
     """--resume on every node reads train.out there: a node whose copy has no checkpoint (no shared
-    filesystem) would start from step 0 beside one at step 1, on other prompts and optimizer state."""
-    run, copy = tmp_path / "run", tmp_path / "copy"
-    assert main(["train", *RUN, "--train.steps=1", "--train.save_every=100", "--eval.after=false",
-                 f"--train.out={run}"]) == 0
+    filesystem) would start from step 0 beside one at step 3, on other prompts and optimizer state."""
+    run, copy = copy_run(ddp_run[0], tmp_path / "run"), tmp_path / "copy"
     copy.mkdir()
     shutil.copy(run / "config.yaml", copy / "config.yaml")  # the run directory as another node's disk has it
-    first, second = node(0, 3, "--resume", str(run), "--train.steps=2"), node(1, 3, "--resume", str(copy),
-                                                                               "--train.steps=2")
+    first, second = node(0, 3, "--resume", str(run), "--train.steps=4"), node(1, 3, "--resume", str(copy),
+                                                                               "--train.steps=4")
     try:
         (_, err0), (_, err1) = first.communicate(timeout=300), second.communicate(timeout=300)
     finally:
         for p in (first, second):
             stop(p)
     assert first.returncode != 0 and second.returncode != 0
-    assert ("process 0 of 2 resumes" in err0 and "from step 1, but the processes do not agree (steps 0 to 1): "
+    assert ("process 0 of 2 resumes" in err0 and "from step 3, but the processes do not agree (steps 0 to 3): "
             "every node must see the same run directory" in err0), err0[-3000:]
     assert "process 1 of 2 resumes" in err1 and "from step 0" in err1
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1]  # nothing trained, nothing written
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]  # nothing trained, nothing written
+
+
+SLOW_ONCE = ("import os, time\nslept = []\ndef slow(completions, **kwargs):\n"
+             "    if os.environ['RANK'] == '1' and not slept:  # rank 0 meanwhile waits in a collective\n"
+             "        slept.append(time.sleep(8))\n    return [0.0 for c in completions]\n")
 
 
 def test_sigterm_to_torchrun_checkpoints_and_says_to_resume_under_torchrun(tmp_path):
     """torchrun passes SIGTERM to every process; they agree to stop after the step, rank 0 writes the checkpoint,
-    and the line that says how to continue names torchrun, not a plain `rlvr train --resume` (one process)."""
+    and the line that says how to continue names torchrun, not a plain `rlvr train --resume` (one process).
+    On the way, the join bound holds for joining only: rank 1's reward takes 8 s the first time while rank 0
+    waits for it in a collective, longer than train.join_timeout_s=5, and the run goes on to its first step
+    (torch's 30 minutes apply)."""
     out = tmp_path / "run"
+    (tmp_path / "slow.py").write_text(SLOW_ONCE)
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                              "-m", "rlvr", "train", *RUN, "--train.steps=500", "--train.save_every=1000",
+                             f"--rewards.weights={{{tmp_path / 'slow.py'}:slow: 1.0}}", "--train.join_timeout_s=5",
                              "--eval.before=false", f"--train.out={out}"], stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(1200):
-            if (out / "metrics.jsonl").exists() or proc.poll() is not None:
-                break
-            time.sleep(0.1)
+        metrics = out / "metrics.jsonl"
+        wait_until(lambda: metrics.exists() and metrics.read_text(), proc, "step 1 (after rank 1's 8 s reward)",
+                   stop=stop)
         proc.terminate()
         _, err = proc.communicate(timeout=300)
     finally:
@@ -277,6 +285,7 @@ def test_sigterm_to_torchrun_checkpoints_and_says_to_resume_under_torchrun(tmp_p
     stopped = [line for line in err.splitlines() if line.startswith("stopped at step")]
     assert len(stopped) == 1, err[-3000:]
     step = int(stopped[0].split()[3])
+    assert step >= 1 and read_jsonl(out / "metrics.jsonl")[0]["step"] == 1
     assert stopped[0] == (f"stopped at step {step} by SIGTERM; continue with: torchrun (as before, 2 processes) -m "
                           f"rlvr train --resume {out}")
     assert [c.name for c in checkpoints(out)] == [f"step_{step:06d}.pt"]

@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rlvr.checkpoint_files import checkpoint_path, latest_checkpoint
+from tests.e2e.conftest import finished, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -24,16 +24,6 @@ def rlvr_train(*args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "rlvr", "train", SMOKE, *QUICK, *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
-
-
-def finished(proc: subprocess.Popen, backstop_s: float, what: str) -> tuple[int, str]:
-    try:
-        _, err = proc.communicate(timeout=backstop_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"{what}: still running after {backstop_s:g} s; its stderr:\n{err[-3000:]}")
-    return proc.returncode, err
 
 
 def test_a_reward_calling_os_exit_never_reads_as_success(tmp_path):
@@ -69,12 +59,7 @@ def test_a_signal_stops_a_run_blocked_in_a_reward_and_keeps_the_steps_done(tmp_p
     reward.write_text(HANGS)
     proc = rlvr_train(f"--train.out={out}", "--train.steps=5", "--train.save_every=100",
                       f"--rewards.weights={{'{reward}:hangs_at_step_3': 1.0}}")
-    backstop = time.monotonic() + 300
-    while not (tmp_path / "hanging").exists():
-        if proc.poll() is not None or time.monotonic() > backstop:
-            proc.kill()
-            pytest.fail(f"the reward never reached step 3 (exit {proc.poll()}): {proc.communicate()[1][-3000:]}")
-        time.sleep(0.2)
+    wait_until((tmp_path / "hanging").exists, proc, "the reward hung at step 3")
     proc.send_signal(sig)
     code, err = finished(proc, 120, f"a run blocked in a reward, sent {sig.name}")
     assert code == 0, err[-3000:]
@@ -94,12 +79,7 @@ def test_a_signal_during_the_rewards_first_try_stops_the_start_in_one_line(tmp_p
     reward.write_text(HANGS.replace("trainer_state.global_step >= 2", "True"))
     proc = rlvr_train(f"--train.out={out}", "--train.steps=2",
                       f"--rewards.weights={{'{reward}:hangs_at_step_3': 1.0}}")
-    backstop = time.monotonic() + 300
-    while not (tmp_path / "hanging").exists():
-        if proc.poll() is not None or time.monotonic() > backstop:
-            proc.kill()
-            pytest.fail(f"the reward was never called (exit {proc.poll()}): {proc.communicate()[1][-3000:]}")
-        time.sleep(0.2)
+    wait_until((tmp_path / "hanging").exists, proc, "the reward hung in its first try")
     proc.send_signal(signal.SIGTERM)
     code, err = finished(proc, 120, "a start blocked in a reward's first try, sent SIGTERM")
     assert code == 2, err[-3000:]
