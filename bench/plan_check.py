@@ -1,6 +1,6 @@
 """rlvr plan against the measured peak of each phase, on the CPU at small shapes.
 
-    python bench/plan_check.py [--only NAME] [--steps 2]
+    python bench/plan_check.py [--only NAME] [--steps 2] [--shape 4x8x48]
 
 Each configuration runs in a fresh interpreter: a random-weight model of SmolLM2-135M's shape (rlvr/shapes/
 smollm2-135m.json, with SmolLM2's tokenizer: random weights almost never draw the stop token, so every
@@ -11,6 +11,7 @@ was loaded (Python and the libraries a run imports, peft and torchao included: V
 step, when the optimizer state exists. glibc's mmap threshold is fixed (MALLOC_MMAP_THRESHOLD_), so every tensor of 128 KiB or more
 is its own mapping, handed back when freed: without it glibc raises the threshold after the first large free
 and keeps later tensors' memory in its heap, so a phase's peak would include the phase before it.
+--shape PxGxT sets the work (default 4x8x48); tests/test_plan.py runs each configuration at a smaller one.
 """
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ CONFIGS = {
 }
 SHAPE = (4, 8, 48)  # prompts x group x new tokens
 MMAP_THRESHOLD = 131072
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'4x8x48' -> (4, 8, 48)."""
+    p, g, t = map(int, text.lower().split("x"))
+    return p, g, t
 
 
 def resident_gib(field: str) -> float:
@@ -58,7 +65,7 @@ def random_model(work: Path) -> Path:
     return target
 
 
-def measure(name: str, steps: int, work: Path) -> dict:
+def measure(name: str, steps: int, work: Path, shape: tuple[int, int, int] = SHAPE) -> dict:
     """One configuration in this (fresh) process: the plan and the measured peaks of the last step."""
     from rlvr.config import build_config
     from rlvr.plan import GIB, PlanSettings, estimate, shape_of
@@ -69,7 +76,7 @@ def measure(name: str, steps: int, work: Path) -> dict:
 
     model = random_model(work)
     write_prompts(work / "sums.jsonl", "sums", 0)
-    p, g, t = SHAPE
+    p, g, t = shape
     cfg = build_config(None, [*rlvr_overrides(work / "sums.jsonl", str(model), p, g, t, 1e-5, steps, 0,
                                               work / f"run-{name}"), "--train.device=cpu", "--train.threads=1",
                               "--train.save_every=0", "--train.overwrite=true", *CONFIGS[name]])
@@ -92,11 +99,12 @@ def measure(name: str, steps: int, work: Path) -> dict:
                            "update": {k: v / GIB for k, v in plan.update.items()}}}
 
 
-def run_fresh(name: str, steps: int, work: Path) -> dict:
+def run_fresh(name: str, steps: int, work: Path, shape: tuple[int, int, int] = SHAPE) -> dict:
     """measure() in a fresh interpreter with the fixed mmap threshold."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
            "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, __file__, "--one", name, "--steps", str(steps), "--work", str(work)],
+    done = subprocess.run([sys.executable, __file__, "--one", name, "--steps", str(steps), "--work", str(work),
+                           "--shape", "x".join(map(str, shape))],
                           env=env, capture_output=True, text=True, cwd=ROOT)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -108,23 +116,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=list(CONFIGS), help="one configuration")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--shape", type=parse_shape, default=SHAPE, help="prompts x group x new tokens (default 4x8x48)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(measure(args.one, args.steps, args.work)), flush=True)
+        print("RESULT " + json.dumps(measure(args.one, args.steps, args.work, args.shape)), flush=True)
         return
     with tempfile.TemporaryDirectory(prefix="plancheck-") as work:  # a random model and runs: ~0.5 GiB
         report(args, Path(work))
 
 
 def report(args, work: Path) -> None:
-    p, g, t = SHAPE
+    p, g, t = args.shape
     print(f"SmolLM2-135M shape, random weights, fp32 on the CPU, {p}x{g}x{t}, {args.steps} steps (the last read); "
           f"GiB over the process before its model loaded")
     print(f"{'config':<12}{'phase':<9}{'plan':>8}{'measured':>10}{'plan/measured':>15}   plan by component")
     for name in [args.only] if args.only else CONFIGS:
-        r = run_fresh(name, args.steps, work)
+        r = run_fresh(name, args.steps, work, args.shape)
         for phase in ("rollout", "update"):
             plan, measured = r["plan"][phase], r["measured"][phase]
             parts = ", ".join(f"{k} {v:.3f}" for k, v in r["components"][phase].items() if v > 0.0005)
