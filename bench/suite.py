@@ -5,8 +5,8 @@
     python bench/suite.py --log LOG            # reads a pytest log made with --durations=0 instead
     python bench/suite.py --log LOG --write-slow   # and rewrites tests/slow_tests.txt from it
 
-The tier runs as make test runs it, on two workers (pytest-xdist), so its wall clock is about half its test
-time on two idle cores. A test's time is its setup, call and teardown together, as pytest's --durations=0
+The tier runs on two workers (pytest-xdist), as make test-fast runs it, so its wall clock is about half its
+test time on two idle cores. A test's time is its setup, call and teardown together, as pytest's --durations=0
 prints them (a module or session fixture's cost falls on the first test that asks for it). The tiers are the
 markers' (pyproject.toml): the fast tier is every test not marked `slow`; `slow` is whatever measured over
 --slow-above seconds (tests/slow_tests.txt, written by --write-slow from a log of the whole suite, plus the
@@ -28,7 +28,7 @@ SLOW_LIST = ROOT / "tests" / "slow_tests.txt"
 # "12.34s call     tests/e2e/test_resume.py::test_x[1]" (pytest's --durations lines)
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S.*?)\s*$")
 TIERS = {"fast": ["-m", "not slow"], "slow": ["-m", "slow"], "all": []}
-WORKERS = ["-n", "2", "--dist", "loadfile"]  # as the Makefile runs them (tests/conftest.py: longest_files_first)
+WORKERS = ["-n", "2", "--dist", "loadfile"]  # as make test-fast runs them (tests/conftest.py: longest_files_first)
 
 
 def read_durations(text: str) -> dict[str, float]:
